@@ -1,0 +1,76 @@
+#include "core/cpu.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+namespace {
+Isa detect() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
+  return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
+#else
+  return Isa::Scalar;
+#endif
+}
+
+Isa from_env(Isa best) {
+  const char* s = std::getenv("DEEPINFER_ISA");
+  if (!s || !*s) return best;
+  Isa want;
+  if (!std::strcmp(s, "scalar"))
+    want = Isa::Scalar;
+  else if (!std::strcmp(s, "avx2"))
+    want = Isa::Avx2;
+  else if (!std::strcmp(s, "avx512"))
+    want = Isa::Avx512;
+  else
+    throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
+  return int(want) < int(best) ? want : best;
+}
+
+std::atomic<int> g_isa{-1};
+}  // namespace
+
+Isa cpu_best_isa() {
+  static const Isa best = detect();
+  return best;
+}
+
+Isa cpu_isa() {
+  int v = g_isa.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = int(from_env(cpu_best_isa()));
+    g_isa.store(v, std::memory_order_relaxed);
+  }
+  return Isa(v);
+}
+
+Isa set_cpu_isa(Isa isa) {
+  const Isa best = cpu_best_isa();
+  const Isa v = int(isa) < int(best) ? isa : best;
+  g_isa.store(int(v), std::memory_order_relaxed);
+  return v;
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar:
+      return "scalar";
+    case Isa::Avx2:
+      return "avx2";
+    case Isa::Avx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace deepinfer

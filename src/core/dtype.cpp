@@ -1,0 +1,176 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+namespace deepinfer {
+
+namespace {
+
+struct NameEntry {
+  DType t;
+  std::string_view name;
+  int bits;
+};
+constexpr NameEntry kNames[] = {
+    {DType::F32, "F32", 32},     {DType::F16, "F16", 16},     {DType::BF16, "BF16", 16},
+    {DType::E4M3, "F8_E4M3", 8}, {DType::E8M0, "F8_E8M0", 8}, {DType::E2M1, "F4", 4},
+    {DType::I8, "I8", 8},        {DType::U8, "U8", 8},        {DType::I32, "I32", 32},
+    {DType::I64, "I64", 64},
+};
+
+constexpr float e4m3_value(int b) {
+  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return __builtin_nanf("");
+  float v = 0;
+  if (e == 0) {
+    v = float(m) / 8.0f / 64.0f;  // 2^-6 * m/8
+  } else {
+    v = 1.0f + float(m) / 8.0f;
+    for (int i = 7; i < e; ++i) v *= 2.0f;
+    for (int i = e; i < 7; ++i) v /= 2.0f;
+  }
+  return s ? -v : v;
+}
+
+template <size_t... I>
+constexpr auto make_e4m3_table(std::index_sequence<I...>) {
+  struct T {
+    float v[256];
+  };
+  return T{{e4m3_value(int(I))...}};
+}
+
+}  // namespace
+
+constexpr auto kE4m3Table = make_e4m3_table(std::make_index_sequence<256>{});
+const float kE4m3Values[256] = {
+#define X(i) kE4m3Table.v[i]
+#define X8(i) X(i), X(i + 1), X(i + 2), X(i + 3), X(i + 4), X(i + 5), X(i + 6), X(i + 7)
+#define X64(i) \
+  X8(i), X8(i + 8), X8(i + 16), X8(i + 24), X8(i + 32), X8(i + 40), X8(i + 48), X8(i + 56)
+    X64(0), X64(64), X64(128), X64(192)
+#undef X64
+#undef X8
+#undef X
+};
+
+const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                               -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+std::string_view dtype_name(DType t) {
+  for (const auto& e : kNames)
+    if (e.t == t) return e.name;
+  return "?";
+}
+
+bool dtype_from_name(std::string_view name, DType* out) {
+  for (const auto& e : kNames)
+    if (e.name == name) {
+      *out = e.t;
+      return true;
+    }
+  return false;
+}
+
+int dtype_bits(DType t) {
+  for (const auto& e : kNames)
+    if (e.t == t) return e.bits;
+  return 0;
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000) << 16;
+  const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e == 0x1f) return f32_from_bits(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    const float v = std::ldexp(float(m), -24);  // exact
+    return sign ? -v : v;
+  }
+  return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
+}
+
+// Shifts `m` right by `s` with round-to-nearest-even (s >= 1).
+static uint32_t shift_rne(uint32_t m, int s) {
+  if (s >= 32) return 0;
+  const uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+  return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (ax >= 0x477ff000u) return sign | 0x7c00;  // rounds to infinity (>= 65520)
+  const uint32_t e = ax >> 23, mant = ax & 0x7fffff;
+  if (e < 113) {              // below 2^-14: subnormal half
+    if (e == 0) return sign;  // fp32 subnormals are far below
+    return sign | uint16_t(shift_rne(mant | 0x800000, 126 - int(e)));
+  }
+  uint32_t h = ((e - 112) << 10) | (mant >> 13);
+  const uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return sign | uint16_t(h);
+}
+
+uint8_t f32_to_e4m3(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint8_t sign = uint8_t((x >> 24) & 0x80);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return sign | 0x7f;  // NaN and infinity: no infinity in e4m3fn
+  const uint32_t e = ax >> 23, mant = ax & 0x7fffff;
+  if (e < 121) {  // below 2^-6: subnormal e4m3 in units of 2^-9
+    if (e == 0) return sign;
+    return sign | uint8_t(shift_rne(mant | 0x800000, 141 - int(e)));  // 8 = smallest normal
+  }
+  if (e > 135) return sign | 0x7f;  // >= 2^9
+  uint32_t code = ((e - 120) << 3) | (mant >> 20);
+  const uint32_t rem = mant & 0xfffff;
+  if (rem > 0x80000 || (rem == 0x80000 && (code & 1))) ++code;
+  if (code > 0x7e) return sign | 0x7f;
+  return sign | uint8_t(code);
+}
+
+uint8_t f32_to_e8m0(float f) {
+  const uint32_t x = f32_bits(f) & 0x7fffffffu;
+  uint32_t e = x >> 23;
+  const uint32_t mant = x & 0x7fffff;
+  if (e == 0xff) return 255;
+  if (e == 0) {
+    // fp32 subnormals (and zero): the nearest code is 2^-127 (b = 0) unless the value lies
+    // above 2^-127 and below 2^-126 by more than the tie, where 2^-126 (b = 1) wins.
+    return ((mant & 0x400000) && (mant & 0x3fffff)) ? 1 : 0;
+  }
+  // The implied leading 1 is the result's last bit, the mantissa's top bit the guard bit: a
+  // mantissa of 1.5 or more rounds up (the tie at exactly 1.5 goes up because the implied bit is
+  // odd).
+  if (mant & 0x400000) ++e;
+  if (e > 254) e = 254;
+  return uint8_t(e);
+}
+
+uint8_t f32_to_e2m1(float f) {
+  if (std::isnan(f)) return 0;
+  const uint8_t sign = std::signbit(f) ? 8 : 0;
+  const float a = std::fabs(f);
+  uint8_t code;
+  if (a <= 0.25f)
+    code = 0;
+  else if (a < 0.75f)
+    code = 1;
+  else if (a <= 1.25f)
+    code = 2;
+  else if (a < 1.75f)
+    code = 3;
+  else if (a <= 2.5f)
+    code = 4;
+  else if (a < 3.5f)
+    code = 5;
+  else if (a <= 5.0f)
+    code = 6;
+  else
+    code = 7;
+  return sign | code;
+}
+
+}  // namespace deepinfer
