@@ -1,0 +1,102 @@
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "commands.h"
+#include "io/checkpoint.h"
+#include "kv/kv_layout.h"
+#include "model_cache.h"
+
+namespace deepinfer::app {
+
+namespace {
+
+std::string human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string join(const std::vector<int>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+void inspect(const std::string& dir) {
+  auto ck = Checkpoint::load(dir);
+  const ModelConfig& c = ck->config();
+  const auto roles = layer_roles(c);
+  std::printf("model: %s\n", dir.c_str());
+  std::printf("  vocab %lld, dim %lld, %d layers (+%d DSpark), hc_mult %d\n",
+              (long long)c.vocab_size, (long long)c.dim, c.n_layers, c.n_mtp_layers, c.hc_mult);
+  std::printf(
+      "  attention: %d heads x %lld (rope %lld), q_lora %lld, o_groups %d x %lld, "
+      "window %lld\n",
+      c.n_heads, (long long)c.head_dim, (long long)c.rope_head_dim, (long long)c.q_lora_rank,
+      c.o_groups, (long long)c.o_lora_rank, (long long)c.window_size);
+  std::printf(
+      "  compress ratios %s; KV sources %s; index sources %s; candidate source %d\n",
+      join(std::vector<int>(c.compress_ratios.begin(), c.compress_ratios.begin() + c.n_layers))
+          .c_str(),
+      join(c.kv_source_layers).c_str(), join(c.index_source_layers).c_str(),
+      c.candidate_source_layer);
+  std::printf("  indexer: %d heads x %lld, top-k %d; candidates %d blocks of %d\n", c.index_n_heads,
+              (long long)c.index_head_dim, c.index_topk, c.candidate_topk_blocks,
+              c.candidate_block_size);
+  std::printf(
+      "  MoE: %d routed experts (top-%d) + 1 shared, inter %lld, route_scale %g, "
+      "swiglu_limit %g\n",
+      c.n_routed_experts, c.n_activated_experts, (long long)c.moe_inter_dim, c.route_scale,
+      c.swiglu_limit);
+  if (!c.engram_layer_ids.empty())
+    std::printf("  Engram: layers %s, n-grams 2..%d x %d heads, row width %lld\n",
+                join(c.engram_layer_ids).c_str(), c.engram_max_ngram_size, c.engram_n_heads,
+                (long long)c.engram_head_dim);
+
+  // Tensors by dtype, as stored.
+  std::map<std::string, std::pair<size_t, uint64_t>> by_dtype;
+  for (const std::string& n : ck->store().names()) {
+    const TensorInfo& t = ck->store().get(n);
+    auto& e = by_dtype[std::string(dtype_name(t.dtype))];
+    ++e.first;
+    e.second += t.nbytes;
+  }
+  std::printf("tensors: %zu (%s)", ck->store().size(),
+              human(double(ck->store().total_bytes())).c_str());
+  if (!ck->skipped_tensors.empty())
+    std::printf(", of which %zu not run by the text model (DSpark/vision)",
+                ck->skipped_tensors.size());
+  std::printf("\n");
+  for (const auto& [dt, e] : by_dtype)
+    std::printf("  %-8s %6zu tensors  %s\n", dt.c_str(), e.first, human(double(e.second)).c_str());
+
+  const WeightFootprint w = weight_footprint(c);
+  std::printf("weights read per decoded token: %s (dense %s incl. head %s, experts %s)\n",
+              human(double(w.per_token)).c_str(), human(double(w.dense_per_token)).c_str(),
+              human(double(w.head)).c_str(), human(double(w.experts_per_token)).c_str());
+  const KvFootprint kv = kv_footprint(c);
+  std::printf(
+      "KV cache: %.1f B per token of context (compressed KV fp4 + index keys fp4); "
+      "fixed per sequence %s (window rings fp8 %s, compressor carry %s)\n",
+      kv.bytes_per_token, human(double(kv.fixed_bytes_per_seq())).c_str(),
+      human(double(kv.window_bytes)).c_str(), human(double(kv.carry_bytes)).c_str());
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Summarise a checkpoint: config, tensors, bytes per token, KV bytes per token");
+  cmd->add_option("dir", *dir, "Checkpoint directory (default: the built-in tiny model)");
+  cmd->callback([dir] { inspect(dir->empty() ? default_model_dir() : *dir); });
+}
+
+}  // namespace deepinfer::app

@@ -1,0 +1,69 @@
+#include "model_cache.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/tiny.h"
+#include "kernels/engram_hash.h"
+
+namespace deepinfer::app {
+
+namespace fs = std::filesystem;
+
+std::string cache_dir() {
+  if (const char* d = std::getenv("DEEPINFER_CACHE"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return (fs::path(x) / "deepinfer").string();
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return (fs::path(h) / ".cache" / "deepinfer").string();
+  return (fs::temp_directory_path() / "deepinfer-cache").string();
+}
+
+ModelConfig preset_config(const std::string& preset) {
+  ModelConfig c = tiny_preset_config(preset);
+  if (!c.engram_layer_ids.empty()) {
+    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+    const EngramTables t = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads,
+                                              c.engram_vocab_size, c.engram_compressed_vocab_size);
+    c.engram_num_embeddings = t.rows;
+  }
+  c.validate("preset " + preset);
+  return c;
+}
+
+uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset, uint64_t seed) {
+  const ModelConfig c = preset_config(preset);
+  const fs::path final_dir(dir);
+  const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  TinyWriteOptions opt;
+  opt.seed = seed;
+  // Small presets get several shards so the index path is exercised; big ones 1 GiB shards.
+  opt.max_shard_bytes = preset == "small" ? (uint64_t(1) << 30) : (uint64_t(4) << 20);
+  const uint64_t bytes = write_tiny_checkpoint(tmp.string(), c, opt);
+  std::error_code ec;
+  if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
+  fs::rename(tmp, final_dir, ec);
+  if (ec) {
+    // Another process may have created it at the same time; keep theirs if it is complete.
+    fs::remove_all(tmp);
+    DI_REQUIRE(fs::exists(final_dir / "config.json"), dir, ": cannot create: ", ec.message());
+  }
+  return bytes;
+}
+
+std::string default_model_dir() {
+  const fs::path dir = fs::path(cache_dir()) / "models" / "tiny-seed0";
+  if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors.index.json")) {
+    fs::create_directories(dir.parent_path());
+    std::fprintf(stderr, "deepinfer: creating the built-in tiny model in %s\n", dir.c_str());
+    make_tiny_checkpoint(dir.string(), "tiny", 0);
+  }
+  return dir.string();
+}
+
+}  // namespace deepinfer::app

@@ -1,0 +1,410 @@
+#include "io/checkpoint.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::F32:
+      return "f32";
+    case WeightFormat::BF16:
+      return "bf16";
+    case WeightFormat::Fp8Block:
+      return "fp8 (e4m3, 32x32 e8m0 scales)";
+    case WeightFormat::Fp4Row:
+      return "fp4 (e2m1, per-32 e8m0 scales)";
+    case WeightFormat::Fp8Row:
+      return "fp8 (e4m3, per-32 e8m0 row scales)";
+  }
+  return "?";
+}
+
+uint64_t Weight::nbytes() const {
+  if (!data) return 0;
+  const uint64_t n = uint64_t(shape.numel());
+  switch (format) {
+    case WeightFormat::F32:
+      return 4 * n;
+    case WeightFormat::BF16:
+      return 2 * n;
+    case WeightFormat::Fp8Block:
+      return n + uint64_t((rows() + 31) / 32) * uint64_t((cols() + 31) / 32);
+    case WeightFormat::Fp4Row:
+      return n / 2 + n / 32;
+    case WeightFormat::Fp8Row:
+      return n + n / 32;
+  }
+  return 0;
+}
+
+std::string scale_name(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+  return weight_name + ".scale";
+}
+
+// --- schema ---
+
+std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end) {
+  if (expert_end < 0) expert_end = c.n_routed_experts;
+  const auto roles = layer_roles(c);
+  const int64_t D = c.dim, M = c.hc_mult, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
+  const int64_t G = c.o_groups, Ro = c.o_lora_rank, F = c.moe_inter_dim;
+  const int64_t n_mix = (2 + M) * M;
+  std::vector<TensorSpec> s;
+  auto add = [&](std::string name, WeightFormat f, Shape shape) {
+    s.push_back({std::move(name), f, shape});
+  };
+  using WF = WeightFormat;
+  add("embed.weight", WF::BF16, {c.vocab_size, D});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& r = roles[size_t(l)];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", WF::BF16, {D});
+    add(p + "ffn_norm.weight", WF::BF16, {D});
+    for (const char* part : {"attn", "ffn"}) {
+      add(p + "hc_" + part + "_fn", WF::F32, {n_mix, M * D});
+      add(p + "hc_" + part + "_base", WF::F32, {n_mix});
+      add(p + "hc_" + part + "_scale", WF::F32, {3});
+    }
+    const std::string a = p + "attn.";
+    add(a + "wq_a.weight", WF::Fp8Block, {Q, D});
+    add(a + "q_norm.weight", WF::BF16, {Q});
+    add(a + "wq_b.weight", WF::Fp8Block, {H * Dh, Q});
+    add(a + "wkv.weight", WF::Fp8Block, {Dh, D});
+    add(a + "kv_norm.weight", WF::BF16, {Dh});
+    add(a + "attn_sink", WF::F32, {H});
+    add(a + "wo_a.weight", WF::Fp8Block, {G * Ro, H * Dh / G});
+    add(a + "wo_b.weight", WF::Fp8Block, {D, G * Ro});
+    if (r.kv_source) {
+      add(a + "compressor.wkv.weight", WF::BF16, {Dh, D});
+      if (r.ratio > 1) add(a + "compressor.wgate.weight", WF::BF16, {Dh, D});
+      add(a + "compressor.norm.weight", WF::BF16, {Dh});
+    }
+    if (r.index_source) {
+      add(a + "indexer.wq_b.weight", WF::Fp8Block, {c.index_n_heads * c.index_head_dim, Q});
+      add(a + "indexer.weights_proj.weight", WF::BF16, {c.index_n_heads, D});
+      if (r.key_owner) {
+        add(a + "indexer.wk.weight", WF::BF16, {c.index_head_dim, Dh});
+        add(a + "indexer.k_norm.weight", WF::BF16, {c.index_head_dim});
+      }
+    }
+    const std::string f = p + "ffn.";
+    add(f + "gate.weight", WF::BF16, {c.n_routed_experts, D});
+    add(f + "gate.bias", WF::F32, {c.n_routed_experts});
+    for (int e = expert_begin; e < expert_end; ++e) {
+      const std::string x = f + "experts." + std::to_string(e) + ".";
+      add(x + "w1.weight", WF::Fp4Row, {F, D});
+      add(x + "w2.weight", WF::Fp4Row, {D, F});
+      add(x + "w3.weight", WF::Fp4Row, {F, D});
+    }
+    add(f + "shared_experts.w1.weight", WF::Fp8Block, {F, D});
+    add(f + "shared_experts.w2.weight", WF::Fp8Block, {D, F});
+    add(f + "shared_experts.w3.weight", WF::Fp8Block, {F, D});
+    const int z = c.engram_index(l);
+    if (z >= 0) {
+      const std::string e = p + "engram.";
+      add(e + "embed.weight", WF::Fp8Row, {c.engram_num_embeddings[size_t(z)], c.engram_head_dim});
+      add(e + "wkv.weight", WF::Fp8Block, {(M + 1) * D, c.engram_columns() * c.engram_head_dim});
+      add(e + "q_weight", WF::BF16, {M, D});
+      add(e + "k_weight", WF::BF16, {M, D});
+    }
+  }
+  add("norm.weight", WF::BF16, {D});
+  add("head.weight", WF::BF16, {c.vocab_size, D});
+  return s;
+}
+
+uint64_t tensor_spec_bytes(const TensorSpec& s) {
+  Weight w;
+  w.format = s.format;
+  w.shape = s.shape;
+  w.data = &w;  // any non-null pointer: nbytes() only needs the format and shape
+  return w.nbytes();
+}
+
+WeightFootprint weight_footprint(const ModelConfig& c) {
+  WeightFootprint f;
+  const double expert_share = double(c.n_activated_experts) / double(c.n_routed_experts);
+  for (const TensorSpec& s : checkpoint_schema(c)) {
+    const uint64_t b = tensor_spec_bytes(s);
+    f.total += b;
+    const std::string& n = s.name;
+    if (n == "embed.weight") {
+      f.dense_per_token += b / uint64_t(c.vocab_size);
+    } else if (n.find(".ffn.experts.") != std::string::npos) {
+      f.experts_per_token += uint64_t(double(b) * expert_share);
+    } else if (n.find(".engram.embed.") != std::string::npos) {
+      f.dense_per_token += uint64_t(c.engram_columns()) * (b / uint64_t(s.shape[0]));
+    } else {
+      if (n == "head.weight") f.head = b;
+      f.dense_per_token += b;
+    }
+  }
+  f.per_token = f.dense_per_token + f.experts_per_token;
+  return f;
+}
+
+// --- loading ---
+
+namespace {
+
+bool is_skipped_part(const std::string& name) {
+  for (const char* p : {"mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline"})
+    if (name.rfind(p, 0) == 0) return true;
+  const std::string vl = ".ffn.gate.bias_vl";  // router bias for image tokens
+  return name.size() > vl.size() && name.compare(name.size() - vl.size(), vl.size(), vl) == 0;
+}
+
+std::string describe(const TensorInfo& t) {
+  return str_cat(dtype_name(t.dtype), " ", t.shape.str());
+}
+
+// Checks that `raw` (an E8M0/U8 scale tensor, or F32 holding exact powers of two) has `shape`;
+// returns e8m0 bytes, converting F32 into `owned` when needed.
+const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::string& dir,
+                          std::vector<std::vector<uint8_t>>& owned, uint64_t& converted) {
+  DI_REQUIRE(t.shape == shape, dir, ": tensor '", t.name, "' is ", describe(t), ", expected shape ",
+             shape.str());
+  if (t.dtype == DType::E8M0 || t.dtype == DType::U8) return t.data;
+  DI_REQUIRE(t.dtype == DType::F32, dir, ": tensor '", t.name, "' is ", describe(t),
+             ", expected F8_E8M0 scales (or F32 powers of two)");
+  std::vector<uint8_t> out(size_t(shape.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    const uint8_t b = f32_to_e8m0(v);
+    DI_REQUIRE(v > 0 && e8m0_to_f32(b) == v, dir, ": tensor '", t.name, "' element ", i, " = ", v,
+               " is not a power of two (scales must be e8m0-representable)");
+    out[i] = b;
+  }
+  converted += out.size();
+  owned.push_back(std::move(out));
+  return owned.back().data();
+}
+
+}  // namespace
+
+Weight Checkpoint::bind(const TensorSpec& spec) {
+  const TensorInfo* t = store_->find(spec.name);
+  DI_REQUIRE(t, dir_, ": missing tensor '", spec.name, "' (", weight_format_name(spec.format), " ",
+             spec.shape.str(), ")");
+  Weight w;
+  w.name = spec.name;
+  w.format = spec.format;
+  w.shape = spec.shape;
+  const int64_t n = spec.shape.numel();
+  auto bad = [&](const char* want) {
+    throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ", want,
+                        " ", spec.shape.str()));
+  };
+  switch (spec.format) {
+    case WeightFormat::F32:
+    case WeightFormat::BF16: {
+      if (!(t->shape == spec.shape)) bad(spec.format == WeightFormat::F32 ? "F32" : "BF16");
+      const DType want = spec.format == WeightFormat::F32 ? DType::F32 : DType::BF16;
+      if (t->dtype == want) {
+        w.data = t->data;
+        break;
+      }
+      if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+        bad(spec.format == WeightFormat::F32 ? "F32" : "BF16");
+      // Stored in another float type: convert as the reference's load does (to the parameter's
+      // dtype, rounding to nearest even).
+      std::vector<uint8_t> buf(size_t(n) * (want == DType::F32 ? 4 : 2));
+      for (int64_t i = 0; i < n; ++i) {
+        float v;
+        if (t->dtype == DType::F32)
+          std::memcpy(&v, t->data + 4 * i, 4);
+        else {
+          uint16_t h;
+          std::memcpy(&h, t->data + 2 * i, 2);
+          v = t->dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+        }
+        if (want == DType::F32)
+          std::memcpy(buf.data() + 4 * i, &v, 4);
+        else {
+          const uint16_t h = f32_to_bf16(v);
+          std::memcpy(buf.data() + 2 * i, &h, 2);
+        }
+      }
+      converted_bytes += buf.size();
+      owned_.push_back(std::move(buf));
+      w.data = owned_.back().data();
+      break;
+    }
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Fp8Row: {
+      if (!(t->shape == spec.shape) ||
+          (t->dtype != DType::E4M3 && t->dtype != DType::U8 && t->dtype != DType::I8))
+        bad("F8_E4M3");
+      w.data = t->data;
+      const Shape ss = spec.format == WeightFormat::Fp8Block
+                           ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
+                           : Shape{w.rows(), w.cols() / 32};
+      const TensorInfo* st = store_->find(scale_name(spec.name));
+      DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (e8m0 scales ", ss.str(),
+                 " of '", spec.name, "')");
+      w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
+      w.scale_cols = ss[1];
+      break;
+    }
+    case WeightFormat::Fp4Row: {
+      const Shape packed{w.rows(), w.cols() / 2};
+      const bool ok = (t->dtype == DType::E2M1 && t->shape == spec.shape) ||
+                      ((t->dtype == DType::I8 || t->dtype == DType::U8) && t->shape == packed);
+      if (!ok)
+        throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t),
+                            ", expected packed fp4 as I8 ", packed.str(), " (or F4 ",
+                            spec.shape.str(), ")"));
+      w.data = t->data;
+      const Shape ss{w.rows(), w.cols() / 32};
+      const TensorInfo* st = store_->find(scale_name(spec.name));
+      DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (e8m0 scales ", ss.str(),
+                 " of '", spec.name, "')");
+      w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
+      w.scale_cols = ss[1];
+      break;
+    }
+  }
+  return w;
+}
+
+std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadOptions& opt) {
+  std::unique_ptr<Checkpoint> ck(new Checkpoint());
+  ck->dir_ = dir;
+  ck->config_ = ModelConfig::load(dir);
+  const ModelConfig& c = ck->config_;
+  ck->store_ = TensorStore::open_dir(dir);
+  ck->expert_begin = opt.expert_begin;
+  ck->expert_end = opt.expert_end < 0 ? c.n_routed_experts : opt.expert_end;
+  DI_REQUIRE(0 <= ck->expert_begin && ck->expert_begin <= ck->expert_end &&
+                 ck->expert_end <= c.n_routed_experts,
+             dir, ": expert range [", ck->expert_begin, ", ", ck->expert_end, ") is outside [0, ",
+             c.n_routed_experts, ")");
+
+  // Every tensor in the files must be part of the schema (all experts) or a known unused part.
+  const std::vector<TensorSpec> all = checkpoint_schema(c);
+  std::set<std::string> known;
+  for (const auto& s : all) {
+    known.insert(s.name);
+    if (s.format == WeightFormat::Fp8Block || s.format == WeightFormat::Fp8Row ||
+        s.format == WeightFormat::Fp4Row)
+      known.insert(scale_name(s.name));
+  }
+  std::vector<std::string> unexpected;
+  for (const std::string& name : ck->store_->names()) {
+    if (known.count(name)) continue;
+    if (is_skipped_part(name))
+      ck->skipped_tensors.push_back(name);
+    else
+      unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    std::string list;
+    for (size_t i = 0; i < unexpected.size() && i < 8; ++i) list += "\n  " + unexpected[i];
+    if (unexpected.size() > 8) list += str_cat("\n  ... and ", unexpected.size() - 8, " more");
+    throw Error(str_cat(dir, ": ", unexpected.size(),
+                        " tensor(s) are not part of the V4.1 model this config describes:", list));
+  }
+  // Presence of every expert (also those another rank serves) is checked from the headers.
+  for (const auto& s : all)
+    DI_REQUIRE(ck->store_->find(s.name), dir, ": missing tensor '", s.name, "' (",
+               weight_format_name(s.format), " ", s.shape.str(), ")");
+
+  // Bind in schema order.
+  const std::vector<TensorSpec> mine = checkpoint_schema(c, ck->expert_begin, ck->expert_end);
+  ck->layers.resize(size_t(c.n_layers));
+  for (auto& L : ck->layers) L.experts.resize(size_t(ck->expert_end - ck->expert_begin));
+  for (const TensorSpec& s : mine) {
+    Weight w = ck->bind(s);
+    const std::string& n = s.name;
+    if (n == "embed.weight")
+      ck->embed = w;
+    else if (n == "norm.weight")
+      ck->norm = w;
+    else if (n == "head.weight")
+      ck->head = w;
+    else {
+      // layers.<l>.<rest>
+      const size_t dot = n.find('.', 7);
+      const int l = std::stoi(n.substr(7, dot - 7));
+      const std::string rest = n.substr(dot + 1);
+      LayerWeights& L = ck->layers[size_t(l)];
+      static const std::pair<const char*, Weight LayerWeights::*> kSlots[] = {
+          {"attn_norm.weight", &LayerWeights::attn_norm},
+          {"ffn_norm.weight", &LayerWeights::ffn_norm},
+          {"hc_attn_fn", &LayerWeights::hc_attn_fn},
+          {"hc_attn_base", &LayerWeights::hc_attn_base},
+          {"hc_attn_scale", &LayerWeights::hc_attn_scale},
+          {"hc_ffn_fn", &LayerWeights::hc_ffn_fn},
+          {"hc_ffn_base", &LayerWeights::hc_ffn_base},
+          {"hc_ffn_scale", &LayerWeights::hc_ffn_scale},
+          {"attn.wq_a.weight", &LayerWeights::wq_a},
+          {"attn.q_norm.weight", &LayerWeights::q_norm},
+          {"attn.wq_b.weight", &LayerWeights::wq_b},
+          {"attn.wkv.weight", &LayerWeights::wkv},
+          {"attn.kv_norm.weight", &LayerWeights::kv_norm},
+          {"attn.attn_sink", &LayerWeights::attn_sink},
+          {"attn.wo_a.weight", &LayerWeights::wo_a},
+          {"attn.wo_b.weight", &LayerWeights::wo_b},
+          {"attn.compressor.wkv.weight", &LayerWeights::cmp_wkv},
+          {"attn.compressor.wgate.weight", &LayerWeights::cmp_wgate},
+          {"attn.compressor.norm.weight", &LayerWeights::cmp_norm},
+          {"attn.indexer.wq_b.weight", &LayerWeights::idx_wq_b},
+          {"attn.indexer.weights_proj.weight", &LayerWeights::idx_weights_proj},
+          {"attn.indexer.wk.weight", &LayerWeights::idx_wk},
+          {"attn.indexer.k_norm.weight", &LayerWeights::idx_k_norm},
+          {"ffn.gate.weight", &LayerWeights::gate},
+          {"ffn.gate.bias", &LayerWeights::gate_bias},
+          {"engram.embed.weight", &LayerWeights::engram_table},
+          {"engram.wkv.weight", &LayerWeights::engram_wkv},
+          {"engram.q_weight", &LayerWeights::engram_q},
+          {"engram.k_weight", &LayerWeights::engram_k},
+      };
+      bool placed = false;
+      for (const auto& [key, slot] : kSlots)
+        if (rest == key) {
+          L.*slot = w;
+          placed = true;
+          break;
+        }
+      if (!placed) {
+        // Experts: ffn.experts.<e>.wN.weight and ffn.shared_experts.wN.weight.
+        ExpertWeights* ex = nullptr;
+        std::string tail;
+        if (rest.rfind("ffn.shared_experts.", 0) == 0) {
+          ex = &L.shared;
+          tail = rest.substr(19);
+        } else if (rest.rfind("ffn.experts.", 0) == 0) {
+          const size_t d2 = rest.find('.', 12);
+          const int e = std::stoi(rest.substr(12, d2 - 12));
+          ex = &L.experts[size_t(e - ck->expert_begin)];
+          tail = rest.substr(d2 + 1);
+        }
+        DI_CHECK(ex, "schema tensor without a slot: ", n);
+        if (tail == "w1.weight")
+          ex->w1 = w;
+        else if (tail == "w2.weight")
+          ex->w2 = w;
+        else if (tail == "w3.weight")
+          ex->w3 = w;
+        else
+          DI_CHECK(false, "schema tensor without a slot: ", n);
+      }
+    }
+  }
+  return ck;
+}
+
+}  // namespace deepinfer

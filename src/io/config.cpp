@@ -1,0 +1,456 @@
+#include "io/config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <variant>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+using FieldPtr = std::variant<int ModelConfig::*, int64_t ModelConfig::*, double ModelConfig::*,
+                              bool ModelConfig::*, std::string ModelConfig::*,
+                              std::vector<int> ModelConfig::*, std::vector<int64_t> ModelConfig::*>;
+
+struct Field {
+  const char* ref;  // flat reference key
+  const char* hf;   // key (or dotted path) in the Hugging Face text_config
+  FieldPtr ptr;
+  bool required;
+};
+
+// Every field of ModelConfig with its two spellings (V41_SPEC.md §1.1).
+const Field kFields[] = {
+    {"vocab_size", "vocab_size", &ModelConfig::vocab_size, true},
+    {"dim", "hidden_size", &ModelConfig::dim, true},
+    {"moe_inter_dim", "moe_intermediate_size", &ModelConfig::moe_inter_dim, true},
+    {"n_layers", "num_hidden_layers", &ModelConfig::n_layers, true},
+    {"n_mtp_layers", "num_nextn_predict_layers", &ModelConfig::n_mtp_layers, false},
+    {"n_heads", "num_attention_heads", &ModelConfig::n_heads, true},
+    {"n_routed_experts", "n_routed_experts", &ModelConfig::n_routed_experts, true},
+    {"n_shared_experts", "n_shared_experts", &ModelConfig::n_shared_experts, false},
+    {"n_activated_experts", "num_experts_per_tok", &ModelConfig::n_activated_experts, true},
+    {"score_func", "scoring_func", &ModelConfig::score_func, false},
+    {"gate_temp", "gate_temp", &ModelConfig::gate_temp, false},
+    {"norm_topk_prob", "norm_topk_prob", &ModelConfig::norm_topk_prob, false},
+    {"route_scale", "routed_scaling_factor", &ModelConfig::route_scale, false},
+    {"swiglu_limit", "swiglu_limit", &ModelConfig::swiglu_limit, false},
+    {"q_lora_rank", "q_lora_rank", &ModelConfig::q_lora_rank, true},
+    {"head_dim", "head_dim", &ModelConfig::head_dim, true},
+    {"rope_head_dim", "qk_rope_head_dim", &ModelConfig::rope_head_dim, true},
+    {"norm_eps", "rms_norm_eps", &ModelConfig::norm_eps, false},
+    {"o_groups", "o_groups", &ModelConfig::o_groups, true},
+    {"o_lora_rank", "o_lora_rank", &ModelConfig::o_lora_rank, true},
+    {"window_size", "sliding_window", &ModelConfig::window_size, true},
+    {"compress_ratios", "compress_ratios", &ModelConfig::compress_ratios, true},
+    {"kv_source_layers", "kv_source_layer_ids", &ModelConfig::kv_source_layers, false},
+    {"index_source_layers", "index_source_layer_ids", &ModelConfig::index_source_layers, false},
+    {"compress_rope_theta", "compress_rope_theta", &ModelConfig::compress_rope_theta, false},
+    {"rope_theta", "rope_theta", &ModelConfig::rope_theta, false},
+    {"original_seq_len", "rope_scaling.original_max_position_embeddings",
+     &ModelConfig::original_seq_len, false},
+    {"rope_factor", "rope_scaling.factor", &ModelConfig::rope_factor, false},
+    {"beta_fast", "rope_scaling.beta_fast", &ModelConfig::beta_fast, false},
+    {"beta_slow", "rope_scaling.beta_slow", &ModelConfig::beta_slow, false},
+    {"index_n_heads", "index_n_heads", &ModelConfig::index_n_heads, false},
+    {"index_head_dim", "index_head_dim", &ModelConfig::index_head_dim, false},
+    {"index_topk", "index_topk", &ModelConfig::index_topk, false},
+    {"candidate_source_layer", "candidate_source_layer_id", &ModelConfig::candidate_source_layer,
+     false},
+    {"candidate_topk_blocks", "candidate_topk_blocks", &ModelConfig::candidate_topk_blocks, false},
+    {"candidate_block_size", "candidate_block_size", &ModelConfig::candidate_block_size, false},
+    {"hc_mult", "hc_mult", &ModelConfig::hc_mult, false},
+    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters, false},
+    {"hc_eps", "hc_eps", &ModelConfig::hc_eps, false},
+    {"engram_layer_ids", "engram_layer_ids", &ModelConfig::engram_layer_ids, false},
+    {"engram_num_embeddings", "engram_num_embeddings", &ModelConfig::engram_num_embeddings, false},
+    {"engram_max_ngram_size", "engram_max_ngram_size", &ModelConfig::engram_max_ngram_size, false},
+    {"engram_vocab_size", "engram_vocab_size", &ModelConfig::engram_vocab_size, false},
+    {"engram_n_heads", "engram_n_heads", &ModelConfig::engram_n_heads, false},
+    {"engram_head_dim", "engram_head_dim", &ModelConfig::engram_head_dim, false},
+    {"engram_pad_id", "engram_pad_token_id", &ModelConfig::engram_pad_id, false},
+    {"engram_compressed_vocab_size", "engram_compressed_vocab_size",
+     &ModelConfig::engram_compressed_vocab_size, false},
+    {"dtype", "", &ModelConfig::dtype, false},
+    {"expert_dtype", "", &ModelConfig::expert_dtype, false},
+    {"bos_token_id", "bos_token_id", &ModelConfig::bos_token_id, false},
+    {"eos_token_id", "eos_token_id", &ModelConfig::eos_token_id, false},
+    {"pad_token_id", "pad_token_id", &ModelConfig::pad_token_id, false},
+    {"max_position_embeddings", "max_position_embeddings", &ModelConfig::max_position_embeddings,
+     false},
+    {"dspark_block_size", "dspark_block_size", &ModelConfig::dspark_block_size, false},
+    {"dspark_noise_token_id", "dspark_noise_token_id", &ModelConfig::dspark_noise_token_id, false},
+    {"dspark_target_layer_ids", "dspark_target_layer_ids", &ModelConfig::dspark_target_layer_ids,
+     false},
+    {"dspark_markov_rank", "dspark_markov_rank", &ModelConfig::dspark_markov_rank, false},
+    {"dspark_n_routed_experts", "dspark_n_routed_experts", &ModelConfig::dspark_n_routed_experts,
+     false},
+    {"dspark_n_activated_experts", "dspark_num_experts_per_tok",
+     &ModelConfig::dspark_n_activated_experts, false},
+    {"vision_n_layers", "vision_config.num_hidden_layers", &ModelConfig::vision_n_layers, false},
+    {"vision_dim", "vision_config.hidden_size", &ModelConfig::vision_dim, false},
+    {"vision_n_heads", "vision_config.num_attention_heads", &ModelConfig::vision_n_heads, false},
+    {"vision_inter_dim", "vision_config.intermediate_size", &ModelConfig::vision_inter_dim, false},
+    {"vision_patch_size", "vision_config.patch_size", &ModelConfig::vision_patch_size, false},
+    {"vision_downsample_ratio", "vision_config.downsample_ratio",
+     &ModelConfig::vision_downsample_ratio, false},
+    {"vision_max_n_token", "vision_config.max_n_token", &ModelConfig::vision_max_n_token, false},
+    {"vision_min_pixels", "vision_config.min_pixels", &ModelConfig::vision_min_pixels, false},
+    {"vision_max_wh_ratio", "vision_config.max_wh_ratio", &ModelConfig::vision_max_wh_ratio, false},
+    {"vision_rope_theta", "vision_config.rope_theta", &ModelConfig::vision_rope_theta, false},
+    {"image_token_id", "image_token_id", &ModelConfig::image_token_id, false},
+};
+
+// Finds a dotted path ("rope_scaling.factor") in an object; nullptr if absent or null.
+const json* lookup(const json& obj, const std::string& path) {
+  const json* cur = &obj;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (!cur->is_object()) return nullptr;
+    auto it = cur->find(key);
+    if (it == cur->end() || it->is_null()) return nullptr;
+    cur = &*it;
+    if (dot == std::string::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+std::string type_name(const FieldPtr& p) {
+  switch (p.index()) {
+    case 0:
+    case 1:
+      return "an integer";
+    case 2:
+      return "a number";
+    case 3:
+      return "a boolean";
+    case 4:
+      return "a string";
+    default:
+      return "a list of integers";
+  }
+}
+
+void assign(ModelConfig& c, const Field& f, const json& v, const std::string& where) {
+  auto bad = [&] {
+    throw Error(str_cat(where, ": expected ", type_name(f.ptr), ", got ", v.dump()));
+  };
+  auto as_int = [&](const json& x) -> int64_t {
+    if (x.is_number_integer()) return x.get<int64_t>();
+    if (x.is_number_float() && x.get<double>() == double(int64_t(x.get<double>())))
+      return int64_t(x.get<double>());
+    bad();
+    return 0;
+  };
+  std::visit(
+      [&](auto ptr) {
+        using T = std::remove_reference_t<decltype(c.*ptr)>;
+        if constexpr (std::is_same_v<T, int>) {
+          const int64_t x = as_int(v);
+          if (x < INT32_MIN || x > INT32_MAX) bad();
+          c.*ptr = int(x);
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          c.*ptr = as_int(v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (!v.is_number()) bad();
+          c.*ptr = v.get<double>();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!v.is_boolean()) bad();
+          c.*ptr = v.get<bool>();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!v.is_string()) bad();
+          c.*ptr = v.get<std::string>();
+        } else {
+          if (!v.is_array()) bad();
+          T out;
+          for (const auto& x : v) {
+            const int64_t n = as_int(x);
+            if constexpr (std::is_same_v<typename T::value_type, int>)
+              if (n < INT32_MIN || n > INT32_MAX) bad();
+            out.push_back(typename T::value_type(n));
+          }
+          c.*ptr = std::move(out);
+        }
+      },
+      f.ptr);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::parse(const std::string& text, const std::string& label) {
+  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  DI_REQUIRE(!root.is_discarded(), label, ": not valid JSON");
+  DI_REQUIRE(root.is_object(), label, ": expected a JSON object");
+  ModelConfig c;
+  const json* tc = lookup(root, "text_config");
+  const bool hf = tc != nullptr;
+  DI_REQUIRE(!hf || tc->is_object(), label, ": 'text_config' must be an object");
+  const json& src = hf ? *tc : root;
+  for (const Field& f : kFields) {
+    const json* v = nullptr;
+    std::string where;
+    if (hf && *f.hf) {
+      // Hugging Face names first; top-level keys (token ids) and reference names as fallbacks.
+      for (const json* obj : {&src, static_cast<const json*>(&root)}) {
+        for (const char* k : {f.hf, f.ref}) {
+          if ((v = lookup(*obj, k))) {
+            where = str_cat(label, ": ", obj == &src ? "text_config." : "", k);
+            break;
+          }
+        }
+        if (v) break;
+      }
+    } else if (!hf) {
+      v = lookup(src, f.ref);
+      where = str_cat(label, ": ", f.ref);
+    }
+    if (!v) {
+      DI_REQUIRE(!f.required, label, ": missing required field '", hf ? f.hf : f.ref, "'",
+                 hf ? " in text_config" : "");
+      continue;
+    }
+    assign(c, f, *v, where);
+  }
+  if (hf) {
+    // Storage formats come from quantization_config in the Hugging Face form.
+    const json* q = lookup(src, "quantization_config");
+    if (!q) q = lookup(root, "quantization_config");
+    if (!q) {
+      c.dtype = "bf16";
+      c.expert_dtype = "bf16";
+    } else {
+      DI_REQUIRE(q->is_object(), label, ": quantization_config must be an object");
+      const json* m = lookup(*q, "quant_method");
+      DI_REQUIRE(m && m->is_string(), label, ": quantization_config.quant_method missing");
+      c.dtype = m->get<std::string>();
+      const json* e = lookup(*q, "expert_dtype");
+      c.expert_dtype = e && e->is_string() ? e->get<std::string>() : c.dtype;
+      if (const json* b = lookup(*q, "weight_block_size"))
+        DI_REQUIRE(*b == json::array({32, 32}), label,
+                   ": quantization_config.weight_block_size must be [32, 32], got ", b->dump());
+      if (const json* s = lookup(*q, "scale_fmt"))
+        DI_REQUIRE(*s == "ue8m0", label, ": quantization_config.scale_fmt must be \"ue8m0\", got ",
+                   s->dump());
+    }
+    if (!lookup(src, "rope_scaling") && !lookup(src, "original_seq_len")) c.original_seq_len = 0;
+  }
+  c.validate(label);
+  return c;
+}
+
+ModelConfig ModelConfig::load(const std::string& path) {
+  std::string file = path;
+  if (fs::is_directory(path)) file = (fs::path(path) / "config.json").string();
+  std::ifstream in(file);
+  DI_REQUIRE(in, file, ": cannot read model config");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(text, file);
+}
+
+std::string ModelConfig::to_json() const {
+  nlohmann::ordered_json j;
+  for (const Field& f : kFields) std::visit([&](auto ptr) { j[f.ref] = this->*ptr; }, f.ptr);
+  return j.dump(2) + "\n";
+}
+
+bool ModelConfig::is_engram_layer(int layer) const {
+  return engram_index(layer) >= 0;
+}
+
+int ModelConfig::engram_index(int layer) const {
+  for (size_t z = 0; z < engram_layer_ids.size(); ++z)
+    if (engram_layer_ids[z] == layer) return int(z);
+  return -1;
+}
+
+// --- validation ---
+
+namespace {
+
+void require_positive(const std::string& label, const char* name, int64_t v) {
+  DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
+}
+void require_mult(const std::string& label, const char* name, int64_t v, int64_t m,
+                  const char* why) {
+  DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
+}
+void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
+                        int n_layers) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
+               " is not a backbone layer id in [0, ", n_layers, ")");
+    DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
+               v[i - 1], " then ", v[i]);
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate(const std::string& label) const {
+  require_positive(label, "vocab_size", vocab_size);
+  require_positive(label, "dim", dim);
+  require_positive(label, "n_layers", n_layers);
+  require_positive(label, "n_heads", n_heads);
+  require_positive(label, "moe_inter_dim", moe_inter_dim);
+  require_positive(label, "q_lora_rank", q_lora_rank);
+  require_positive(label, "head_dim", head_dim);
+  require_positive(label, "o_lora_rank", o_lora_rank);
+  require_positive(label, "o_groups", o_groups);
+  require_positive(label, "window_size", window_size);
+  require_positive(label, "hc_mult", hc_mult);
+  require_positive(label, "hc_sinkhorn_iters", hc_sinkhorn_iters);
+  require_positive(label, "n_routed_experts", n_routed_experts);
+  require_positive(label, "n_activated_experts", n_activated_experts);
+  DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
+  DI_REQUIRE(dtype == "fp8", label, ": dtype '", dtype,
+             "' is not supported (the released V4.1 checkpoints use fp8 dense weights)");
+  DI_REQUIRE(expert_dtype == "fp4", label, ": expert_dtype '", expert_dtype,
+             "' is not supported (the released V4.1 checkpoints use fp4 routed experts)");
+  DI_REQUIRE(score_func == "sqrtsoftplus", label, ": score_func '", score_func,
+             "' is not supported (V4.1 uses sqrtsoftplus)");
+  DI_REQUIRE(gate_temp > 0, label, ": gate_temp must be > 0");
+  DI_REQUIRE(n_shared_experts == 1, label, ": n_shared_experts must be 1, got ", n_shared_experts);
+  DI_REQUIRE(n_activated_experts <= n_routed_experts, label, ": n_activated_experts (",
+             n_activated_experts, ") exceeds n_routed_experts (", n_routed_experts, ")");
+  const char* q = "quantized linear inputs are blocks of 32";
+  require_mult(label, "dim", dim, 32, q);
+  require_mult(label, "q_lora_rank", q_lora_rank, 32, q);
+  require_mult(label, "moe_inter_dim", moe_inter_dim, 32, q);
+  require_mult(label, "o_lora_rank", o_lora_rank, 32, q);
+  require_mult(label, "head_dim", head_dim, 32, "fp8 window KV blocks of 32");
+  DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
+             ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
+             "]");
+  DI_REQUIRE((int64_t(n_heads) * head_dim) % o_groups == 0 && n_heads % o_groups == 0, label,
+             ": o_groups = ", o_groups, " must divide n_heads = ", n_heads);
+  DI_REQUIRE(norm_eps >= 0 && hc_eps >= 0, label, ": norm_eps and hc_eps must be >= 0");
+  DI_REQUIRE(swiglu_limit >= 0, label, ": swiglu_limit must be >= 0");
+  DI_REQUIRE(rope_theta > 0 && compress_rope_theta > 0, label, ": rope thetas must be > 0");
+  DI_REQUIRE(original_seq_len >= 0, label, ": original_seq_len must be >= 0");
+  if (original_seq_len > 0)
+    DI_REQUIRE(rope_factor > 0 && beta_fast > 0 && beta_slow > 0, label,
+               ": YaRN needs rope_factor, beta_fast and beta_slow > 0");
+
+  const size_t n_all = size_t(n_layers + n_mtp_layers);
+  DI_REQUIRE(compress_ratios.size() == n_all, label, ": compress_ratios has ",
+             compress_ratios.size(), " entries, expected n_layers + n_mtp_layers = ", n_all);
+  for (size_t l = 0; l < n_all; ++l) {
+    DI_REQUIRE(compress_ratios[l] >= 0, label, ": compress_ratios[", l, "] must be >= 0");
+    DI_REQUIRE(l < size_t(n_layers) || compress_ratios[l] == 0, label, ": compress_ratios[", l,
+               "] (a DSpark layer) must be 0");
+  }
+  require_layer_list(label, "kv_source_layers", kv_source_layers, n_layers);
+  require_layer_list(label, "index_source_layers", index_source_layers, n_layers);
+  for (int l : kv_source_layers)
+    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": kv_source_layers lists layer ", l,
+               " whose compress ratio is 0");
+  for (int l : index_source_layers)
+    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": index_source_layers lists layer ", l,
+               " whose compress ratio is 0");
+  const bool any_compressed =
+      std::any_of(compress_ratios.begin(), compress_ratios.end(), [](int r) { return r > 0; });
+  if (any_compressed) {
+    require_positive(label, "index_n_heads", index_n_heads);
+    require_positive(label, "index_topk", index_topk);
+    require_mult(label, "index_head_dim", index_head_dim, 32, "fp4 index blocks of 32");
+    DI_REQUIRE(index_head_dim >= rope_head_dim, label, ": index_head_dim (", index_head_dim,
+               ") must be >= rope_head_dim (", rope_head_dim, ")");
+    require_mult(label, "head_dim", head_dim, 16, "fp4 compressed-KV blocks of 16");
+  }
+  if (candidate_source_layer >= 0) {
+    DI_REQUIRE(candidate_source_layer < n_layers, label,
+               ": candidate_source_layer = ", candidate_source_layer, " is not a backbone layer");
+    require_positive(label, "candidate_block_size", candidate_block_size);
+    require_positive(label, "candidate_topk_blocks", candidate_topk_blocks);
+    DI_REQUIRE(int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1 >= index_topk, label,
+               ": (candidate_topk_blocks - 1) * candidate_block_size + 1 = ",
+               int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1,
+               " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
+  }
+  // Roles check the sharing structure (who reads whose KV, keys and top-k).
+  (void)layer_roles(*this);
+
+  // Engram.
+  if (!engram_layer_ids.empty()) {
+    require_layer_list(label, "engram_layer_ids", engram_layer_ids, n_layers);
+    DI_REQUIRE(engram_num_embeddings.size() == engram_layer_ids.size(), label,
+               ": engram_num_embeddings has ", engram_num_embeddings.size(),
+               " entries, expected one per Engram layer (", engram_layer_ids.size(), ")");
+    for (size_t z = 0; z < engram_num_embeddings.size(); ++z)
+      require_positive(label, "engram_num_embeddings[]", engram_num_embeddings[z]);
+    DI_REQUIRE(engram_max_ngram_size >= 2, label, ": engram_max_ngram_size must be >= 2, got ",
+               engram_max_ngram_size);
+    require_positive(label, "engram_n_heads", engram_n_heads);
+    require_positive(label, "engram_vocab_size", engram_vocab_size);
+    require_positive(label, "engram_compressed_vocab_size", engram_compressed_vocab_size);
+    DI_REQUIRE(engram_head_dim > 0 && engram_head_dim % 32 == 0, label,
+               ": engram_head_dim = ", engram_head_dim,
+               " must be a positive multiple of 32 (fp8 table blocks)");
+    DI_REQUIRE(engram_pad_id >= 0 && engram_pad_id < vocab_size, label,
+               ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
+  }
+}
+
+std::vector<LayerRole> layer_roles(const ModelConfig& c) {
+  const std::string label = "config";
+  std::vector<LayerRole> roles(size_t(c.n_layers));
+  auto contains = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  int last_kv = -1, last_index = -1;
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerRole& r = roles[size_t(l)];
+    r.ratio = c.compress_ratios[size_t(l)];
+    if (r.ratio == 0) continue;
+    r.kv_source = contains(c.kv_source_layers, l);
+    r.index_source = contains(c.index_source_layers, l);
+    if (r.kv_source) last_kv = l;
+    DI_REQUIRE(last_kv >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
+               " but no KV source layer at or before it");
+    DI_REQUIRE(roles[size_t(last_kv)].ratio == r.ratio, label, ": layer ", l, " (ratio ", r.ratio,
+               ") would read the compressed KV of layer ", last_kv, " whose ratio is ",
+               roles[size_t(last_kv)].ratio);
+    r.kv_from = last_kv;
+    if (r.index_source) {
+      last_index = l;
+      r.key_owner = r.kv_source;
+      r.keys_from = last_kv;
+      DI_REQUIRE(roles[size_t(last_kv)].key_owner, label, ": index source layer ", l,
+                 " reads the index keys of KV source layer ", last_kv,
+                 ", which is not an index source (it owns no keys)");
+      r.candidate_source = (l == c.candidate_source_layer);
+      if (c.candidate_source_layer >= 0 && l > c.candidate_source_layer) {
+        r.candidate_consumer = true;
+        DI_REQUIRE(roles[size_t(c.candidate_source_layer)].ratio == r.ratio, label,
+                   ": candidate consumer layer ", l, " has ratio ", r.ratio,
+                   " but the candidate source has ratio ",
+                   roles[size_t(c.candidate_source_layer)].ratio);
+      }
+    }
+    DI_REQUIRE(last_index >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
+               " but no index source layer at or before it to select its compressed rows");
+    DI_REQUIRE(roles[size_t(last_index)].kv_from == last_kv, label, ": layer ", l,
+               " would use the top-k list of layer ", last_index,
+               ", which selects rows of a different KV source (", roles[size_t(last_index)].kv_from,
+               " vs ", last_kv, ")");
+    r.topk_from = last_index;
+  }
+  if (c.candidate_source_layer >= 0) {
+    DI_REQUIRE(roles[size_t(c.candidate_source_layer)].index_source, label,
+               ": candidate_source_layer = ", c.candidate_source_layer,
+               " is not an index source layer");
+  }
+  return roles;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,404 @@
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+// Headers beyond this are not checkpoints (the released files have headers of a few hundred KiB).
+constexpr uint64_t kMaxHeaderBytes = uint64_t(256) << 20;
+
+uint64_t read_u64_le(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Parses JSON and rejects duplicate top-level keys (a name listed twice is ambiguous).
+json parse_header_json(const char* begin, const char* end, const std::string& label) {
+  std::set<std::string> seen;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
+  json j = json::parse(begin, end, cb, /*allow_exceptions=*/false);
+  DI_REQUIRE(!j.is_discarded(), label, ": safetensors header is not valid JSON");
+  DI_REQUIRE(duplicate.empty(), label, ": safetensors header lists tensor '", duplicate, "' twice");
+  DI_REQUIRE(j.is_object(), label, ": safetensors header must be a JSON object");
+  return j;
+}
+
+uint64_t get_u64(const json& v, const std::string& label, const std::string& what) {
+  DI_REQUIRE(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), label,
+             ": ", what, " must be a non-negative integer, got ", v.dump());
+  return v.get<uint64_t>();
+}
+
+TensorInfo parse_entry(const std::string& name, const json& e, const std::string& label) {
+  const std::string where = label + ": tensor '" + name + "'";
+  DI_REQUIRE(e.is_object(), where, ": entry must be an object with dtype, shape, data_offsets");
+  TensorInfo t;
+  t.name = name;
+  auto dt = e.find("dtype");
+  DI_REQUIRE(dt != e.end() && dt->is_string(), where, ": missing string field 'dtype'");
+  DI_REQUIRE(dtype_from_name(dt->get_ref<const std::string&>(), &t.dtype), where,
+             ": unknown dtype '", dt->get_ref<const std::string&>(),
+             "' (expected F32, F16, BF16, F8_E4M3, F8_E8M0, F4, I8, U8, I32 or I64)");
+  auto sh = e.find("shape");
+  DI_REQUIRE(sh != e.end() && sh->is_array(), where, ": missing array field 'shape'");
+  DI_REQUIRE(sh->size() <= size_t(kMaxDims), where, ": shape has ", sh->size(), " dims, at most ",
+             kMaxDims, " supported");
+  uint64_t numel = 1;
+  for (const auto& d : *sh) {
+    const uint64_t n = get_u64(d, where, "every shape entry");
+    DI_REQUIRE(n <= uint64_t(std::numeric_limits<int64_t>::max()), where,
+               ": shape entry too large");
+    if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / n) {
+      throw Error(str_cat(where, ": shape ", sh->dump(), " overflows"));
+    }
+    numel *= n;
+    t.shape.dim[t.shape.ndim++] = int64_t(n);
+  }
+  if (t.dtype == DType::E2M1)
+    DI_REQUIRE(t.shape.ndim >= 1 && t.shape.dim[t.shape.ndim - 1] % 2 == 0, where,
+               ": F4 tensors need an even last dimension (two values per byte), got shape ",
+               sh->dump());
+  auto off = e.find("data_offsets");
+  DI_REQUIRE(off != e.end() && off->is_array() && off->size() == 2, where,
+             ": missing field 'data_offsets' ([begin, end])");
+  const uint64_t b = get_u64((*off)[0], where, "data_offsets[0]");
+  const uint64_t en = get_u64((*off)[1], where, "data_offsets[1]");
+  DI_REQUIRE(b <= en, where, ": data_offsets [", b, ", ", en, "] end before begin");
+  const uint64_t want = dtype_bytes(t.dtype, numel);
+  DI_REQUIRE(en - b == want, where, ": data_offsets span ", en - b, " bytes but shape ", sh->dump(),
+             " of ", dtype_name(t.dtype), " needs ", want);
+  t.offset = b;
+  t.nbytes = want;
+  return t;
+}
+
+}  // namespace
+
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_size,
+                                           const std::string& label) {
+  DI_REQUIRE(file_size >= 8, label, ": file is ", file_size,
+             " bytes, too short for a safetensors header length (8 bytes)");
+  const uint64_t hlen = read_u64_le(bytes);
+  DI_REQUIRE(hlen <= file_size - 8, label, ": header length ", hlen, " runs past the end of the ",
+             file_size, "-byte file (truncated file?)");
+  DI_REQUIRE(hlen <= kMaxHeaderBytes, label, ": header length ", hlen, " exceeds the ",
+             kMaxHeaderBytes, "-byte limit");
+  const char* hb = reinterpret_cast<const char*>(bytes + 8);
+  json j = parse_header_json(hb, hb + hlen, label);
+
+  SafetensorsHeader h;
+  h.data_start = 8 + hlen;
+  const uint64_t data_size = file_size - h.data_start;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      DI_REQUIRE(it->is_object(), label, ": __metadata__ must be an object of strings");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        DI_REQUIRE(m->is_string(), label, ": __metadata__ value for '", m.key(),
+                   "' must be a string");
+        h.metadata[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    TensorInfo t = parse_entry(it.key(), *it, label);
+    DI_REQUIRE(t.offset + t.nbytes <= data_size, label, ": tensor '", t.name, "' data [", t.offset,
+               ", ", t.offset + t.nbytes, ") lies outside the ", data_size,
+               "-byte data section (truncated file?)");
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  for (size_t i = 1; i < h.tensors.size(); ++i) {
+    const TensorInfo& p = h.tensors[i - 1];
+    const TensorInfo& c = h.tensors[i];
+    DI_REQUIRE(c.offset >= p.offset + p.nbytes || c.nbytes == 0 || p.nbytes == 0, label,
+               ": tensors '", p.name, "' [", p.offset, ", ", p.offset + p.nbytes, ") and '", c.name,
+               "' [", c.offset, ", ", c.offset + c.nbytes, ") overlap");
+  }
+  return h;
+}
+
+// --- SafetensorsFile ---
+
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DI_REQUIRE(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(str_cat(path, ": not a regular file"));
+  }
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
+  f->size_ = uint64_t(st.st_size);
+  if (f->size_ > 0) {
+    f->map_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
+    if (f->map_ == MAP_FAILED) {
+      f->map_ = nullptr;
+      ::close(fd);
+      throw Error(str_cat(path, ": mmap failed: ", std::strerror(errno)));
+    }
+  }
+  ::close(fd);
+  const uint8_t* base = static_cast<const uint8_t*>(f->map_);
+  static const uint8_t kEmpty[1] = {0};
+  SafetensorsHeader h = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
+  f->tensors_ = std::move(h.tensors);
+  f->metadata_ = std::move(h.metadata);
+  for (size_t i = 0; i < f->tensors_.size(); ++i) {
+    TensorInfo& t = f->tensors_[i];
+    t.data = base + h.data_start + t.offset;
+    t.file = &f->path_;
+    f->by_name_[t.name] = i;
+  }
+  return f;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(map_, size_);
+}
+
+const TensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+// --- TensorStore ---
+
+std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
+  std::unique_ptr<TensorStore> s(new TensorStore());
+  s->dir_ = dir;
+  DI_REQUIRE(fs::is_directory(dir), dir, ": checkpoint directory does not exist");
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  auto add_file = [&](const fs::path& p) -> SafetensorsFile* {
+    s->files_.push_back(SafetensorsFile::open(p.string()));
+    SafetensorsFile* f = s->files_.back().get();
+    for (const TensorInfo& t : f->tensors()) {
+      auto [it, inserted] = s->by_name_.emplace(t.name, &t);
+      DI_REQUIRE(inserted, dir, ": tensor '", t.name, "' appears in both ", *it->second->file,
+                 " and ", p.string());
+    }
+    return f;
+  };
+  if (fs::exists(index)) {
+    std::ifstream in(index);
+    DI_REQUIRE(in, index.string(), ": cannot read");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json j = json::parse(text, nullptr, false);
+    DI_REQUIRE(!j.is_discarded() && j.is_object(), index.string(), ": not a JSON object");
+    auto wm = j.find("weight_map");
+    DI_REQUIRE(wm != j.end() && wm->is_object(), index.string(),
+               ": missing object 'weight_map' (tensor name -> shard file)");
+    std::map<std::string, std::vector<std::string>> by_shard;
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      DI_REQUIRE(it->is_string(), index.string(), ": weight_map['", it.key(),
+                 "'] must be a file name");
+      const std::string& shard = it->get_ref<const std::string&>();
+      DI_REQUIRE(!shard.empty() && shard.find('/') == std::string::npos && shard != "..",
+                 index.string(), ": weight_map['", it.key(), "'] = '", shard,
+                 "' must be a file name in the checkpoint directory");
+      by_shard[shard].push_back(it.key());
+    }
+    for (const auto& [shard, names] : by_shard) {
+      const fs::path p = fs::path(dir) / shard;
+      DI_REQUIRE(fs::exists(p), index.string(), ": shard '", shard, "' (holding '", names[0],
+                 "') is missing");
+      SafetensorsFile* f = add_file(p);
+      for (const std::string& n : names)
+        DI_REQUIRE(f->find(n), index.string(), ": tensor '", n, "' is mapped to '", shard,
+                   "' but that file does not contain it");
+      DI_REQUIRE(f->tensors().size() == names.size(), p.string(), ": holds ", f->tensors().size(),
+                 " tensors but the index maps ", names.size(), " to it");
+    }
+  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+    add_file(fs::path(dir) / "model.safetensors");
+  } else {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    DI_REQUIRE(!files.empty(), dir,
+               ": no model.safetensors.index.json, model.safetensors or *.safetensors found");
+    for (const auto& p : files) add_file(p);
+  }
+  return s;
+}
+
+const TensorInfo* TensorStore::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : it->second;
+}
+
+const TensorInfo& TensorStore::get(const std::string& name) const {
+  const TensorInfo* t = find(name);
+  DI_REQUIRE(t, dir_, ": checkpoint has no tensor '", name, "'");
+  return *t;
+}
+
+std::vector<std::string> TensorStore::names() const {
+  std::vector<std::string> v;
+  v.reserve(by_name_.size());
+  for (const auto& [n, t] : by_name_) v.push_back(n);
+  return v;
+}
+
+uint64_t TensorStore::total_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, t] : by_name_) n += t->nbytes;
+  return n;
+}
+
+// --- SafetensorsWriter ---
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
+                            const void* data, uint64_t nbytes) {
+  DI_CHECK(nbytes == dtype_bytes(dtype, uint64_t(shape.numel())), "tensor ", name, " ", shape.str(),
+           " ", dtype_name(dtype), " given ", nbytes, " bytes");
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  add(name, dtype, shape, std::vector<uint8_t>(p, p + nbytes));
+}
+
+void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
+                            std::vector<uint8_t> bytes) {
+  DI_CHECK(bytes.size() == dtype_bytes(dtype, uint64_t(shape.numel())), "tensor ", name, " ",
+           shape.str(), " ", dtype_name(dtype), " given ", bytes.size(), " bytes");
+  DI_CHECK(name != "__metadata__");
+  for (const auto& e : entries_) DI_CHECK(e.name != name, "tensor ", name, " added twice");
+  entries_.push_back({name, dtype, shape, std::move(bytes)});
+}
+
+uint64_t SafetensorsWriter::data_bytes() const {
+  uint64_t n = 0;
+  for (const auto& e : entries_) n += e.bytes.size();
+  return n;
+}
+
+std::vector<std::string> SafetensorsWriter::names() const {
+  std::vector<std::string> v;
+  for (const auto& e : entries_) v.push_back(e.name);
+  return v;
+}
+
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
+
+namespace {
+
+void write_file(const std::string& path, const std::vector<const void*>& parts,
+                const std::vector<uint64_t>& sizes) {
+  // Write to a temporary name and rename, so a reader never sees a half-written file.
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  DI_REQUIRE(f, path, ": cannot create: ", std::strerror(errno));
+  bool ok = true;
+  for (size_t i = 0; i < parts.size() && ok; ++i)
+    ok = sizes[i] == 0 || std::fwrite(parts[i], 1, sizes[i], f) == sizes[i];
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw Error(str_cat(path, ": write failed (disk full?)"));
+  }
+  DI_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, path,
+             ": rename failed: ", std::strerror(errno));
+}
+
+}  // namespace
+
+void SafetensorsWriter::write(const std::string& path) const {
+  nlohmann::ordered_json h = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) h["__metadata__"] = metadata_;
+  uint64_t off = 0;
+  for (const auto& e : entries_) {
+    nlohmann::ordered_json t;
+    t["dtype"] = std::string(dtype_name(e.dtype));
+    std::vector<int64_t> shape(e.shape.dim, e.shape.dim + e.shape.ndim);
+    t["shape"] = shape;
+    t["data_offsets"] = {off, off + e.bytes.size()};
+    off += e.bytes.size();
+    h[e.name] = t;
+  }
+  std::string header = h.dump();
+  while ((8 + header.size()) % 8) header.push_back(' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
+  std::vector<const void*> parts = {len, header.data()};
+  std::vector<uint64_t> sizes = {8, header.size()};
+  for (const auto& e : entries_) {
+    parts.push_back(e.bytes.data());
+    sizes.push_back(e.bytes.size());
+  }
+  write_file(path, parts, sizes);
+}
+
+void write_safetensors_index(const std::string& dir,
+                             const std::vector<std::pair<std::string, std::string>>& weight_map,
+                             uint64_t total_size) {
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total_size}};
+  nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+  for (const auto& [tensor, file] : weight_map) wm[tensor] = file;
+  index["weight_map"] = wm;
+  const std::string text = index.dump(2) + "\n";
+  write_file((fs::path(dir) / "model.safetensors.index.json").string(), {text.data()},
+             {text.size()});
+}
+
+void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard_bytes) const {
+  std::vector<std::vector<size_t>> shards;
+  uint64_t cur = 0;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const uint64_t n = entries_[i].bytes.size();
+    if (shards.empty() || (cur > 0 && cur + n > max_shard_bytes)) {
+      shards.emplace_back();
+      cur = 0;
+    }
+    shards.back().push_back(i);
+    cur += n;
+  }
+  if (shards.empty()) shards.emplace_back();
+  fs::create_directories(dir);
+  std::vector<std::pair<std::string, std::string>> wm;
+  char name[64];
+  for (size_t s = 0; s < shards.size(); ++s) {
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    SafetensorsWriter w;
+    w.metadata_ = metadata_;
+    for (size_t i : shards[s]) {
+      w.entries_.push_back(entries_[i]);
+      wm.emplace_back(entries_[i].name, name);
+    }
+    w.write((fs::path(dir) / name).string());
+  }
+  write_safetensors_index(dir, wm, data_bytes());
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,393 @@
+#include "io/tiny.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+
+// --- presets ---
+
+std::vector<std::string> tiny_preset_names() {
+  return {"tiny", "tiny-b", "tiny-c", "small"};
+}
+
+ModelConfig tiny_preset_config(const std::string& name) {
+  ModelConfig c;
+  c.score_func = "sqrtsoftplus";
+  c.norm_eps = 1e-20;
+  c.hc_sinkhorn_iters = 20;
+  c.hc_eps = 1e-6;
+  c.engram_pad_id = 2;
+  c.rope_theta = 10000;
+  c.beta_fast = 32;
+  c.beta_slow = 1;
+  if (name == "tiny") {
+    c.vocab_size = 129280;
+    c.dim = 64;
+    c.moe_inter_dim = 32;
+    c.n_layers = 8;
+    c.n_heads = 4;
+    c.n_routed_experts = 8;
+    c.n_activated_experts = 2;
+    c.route_scale = 1.5;
+    c.swiglu_limit = 10.0;
+    c.q_lora_rank = 64;
+    c.head_dim = 64;
+    c.rope_head_dim = 16;
+    c.o_groups = 2;
+    c.o_lora_rank = 32;
+    c.window_size = 8;
+    c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1};
+    c.kv_source_layers = {2, 4};
+    c.index_source_layers = {2, 4, 6};
+    c.original_seq_len = 256;
+    c.rope_factor = 4;
+    c.compress_rope_theta = 160000;
+    c.index_n_heads = 4;
+    c.index_head_dim = 32;
+    c.index_topk = 4;
+    c.candidate_source_layer = 4;
+    c.candidate_topk_blocks = 3;
+    c.candidate_block_size = 2;
+    c.hc_mult = 4;
+    c.engram_layer_ids = {1, 4};
+    c.engram_vocab_size = 1000;
+    c.engram_max_ngram_size = 3;
+    c.engram_n_heads = 2;
+    c.engram_head_dim = 32;
+  } else if (name == "tiny-b") {
+    c.vocab_size = 1000;
+    c.dim = 96;
+    c.moe_inter_dim = 64;
+    c.n_layers = 6;
+    c.n_heads = 2;
+    c.n_routed_experts = 4;
+    c.n_activated_experts = 1;
+    c.route_scale = 2.0;
+    c.swiglu_limit = 0.0;
+    c.q_lora_rank = 32;
+    c.head_dim = 32;
+    c.rope_head_dim = 8;
+    c.o_groups = 1;
+    c.o_lora_rank = 32;
+    c.window_size = 5;
+    c.compress_ratios = {2, 2, 0, 1, 1, 1};
+    c.kv_source_layers = {0, 3};
+    c.index_source_layers = {0, 3, 5};
+    c.original_seq_len = 0;
+    c.rope_factor = 1;
+    c.compress_rope_theta = 50000;
+    c.index_n_heads = 2;
+    c.index_head_dim = 32;
+    c.index_topk = 3;
+    c.candidate_source_layer = 3;
+    c.candidate_topk_blocks = 2;
+    c.candidate_block_size = 3;
+    c.hc_mult = 2;
+    c.hc_sinkhorn_iters = 5;
+    c.engram_layer_ids = {0, 3};
+    c.engram_vocab_size = 500;
+    c.engram_max_ngram_size = 4;
+    c.engram_n_heads = 3;
+    c.engram_head_dim = 64;
+  } else if (name == "tiny-c") {
+    c.vocab_size = 2048;
+    c.dim = 64;
+    c.moe_inter_dim = 32;
+    c.n_layers = 5;
+    c.n_heads = 8;
+    c.n_routed_experts = 16;
+    c.n_activated_experts = 4;
+    c.route_scale = 1.0;
+    c.swiglu_limit = 7.0;
+    c.q_lora_rank = 32;
+    c.head_dim = 64;
+    c.rope_head_dim = 32;
+    c.o_groups = 4;
+    c.o_lora_rank = 32;
+    c.window_size = 16;
+    c.compress_ratios = {4, 4, 0, 4, 4};
+    c.kv_source_layers = {0};
+    c.index_source_layers = {0, 3};
+    c.original_seq_len = 128;
+    c.rope_factor = 8;
+    c.compress_rope_theta = 40000;
+    c.index_n_heads = 3;
+    c.index_head_dim = 64;
+    c.index_topk = 6;
+    c.candidate_source_layer = -1;
+    c.hc_mult = 3;
+    c.hc_sinkhorn_iters = 10;
+    c.engram_layer_ids = {2};
+    c.engram_vocab_size = 3000;
+    c.engram_max_ngram_size = 2;
+    c.engram_n_heads = 1;
+    c.engram_head_dim = 32;
+    c.engram_pad_id = 0;
+  } else if (name == "small") {
+    c.vocab_size = 129280;
+    c.dim = 2048;
+    c.moe_inter_dim = 768;
+    c.n_layers = 12;
+    c.n_heads = 16;
+    c.n_routed_experts = 64;
+    c.n_activated_experts = 6;
+    c.route_scale = 1.5;
+    c.swiglu_limit = 10.0;
+    c.q_lora_rank = 768;
+    c.head_dim = 512;
+    c.rope_head_dim = 64;
+    c.o_groups = 4;
+    c.o_lora_rank = 512;
+    c.window_size = 128;
+    c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
+    c.kv_source_layers = {2, 6};
+    c.index_source_layers = {2, 6, 8, 10};
+    c.original_seq_len = 65536;
+    c.rope_factor = 16;
+    c.compress_rope_theta = 160000;
+    c.index_n_heads = 16;
+    c.index_head_dim = 128;
+    c.index_topk = 512;
+    c.candidate_source_layer = 6;
+    c.candidate_topk_blocks = 128;
+    c.candidate_block_size = 8;
+    c.hc_mult = 4;
+    c.engram_layer_ids = {1, 6};
+    c.engram_vocab_size = 100000;
+    c.engram_max_ngram_size = 3;
+    c.engram_n_heads = 4;
+    c.engram_head_dim = 128;
+  } else {
+    std::string names;
+    for (const auto& n : tiny_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(str_cat("unknown preset '", name, "' (expected one of: ", names, ")"));
+  }
+  c.engram_compressed_vocab_size = c.vocab_size;  // identity token map (no tokenizer)
+  c.compress_ratios.resize(size_t(c.n_layers + c.n_mtp_layers), 0);
+  return c;
+}
+
+// --- random weights ---
+
+namespace {
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint64_t name_hash(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+// A deterministic stream of uniform values in [-1, 1) (integer arithmetic, so the same bytes on
+// every machine).
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  float uniform() {  // [-1, 1)
+    return float(int32_t(splitmix64(s) >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
+  }
+};
+
+// How a tensor's values are drawn: uniform with this standard deviation around `center`, and for
+// quantized formats a random per-block magnitude factor so scales vary between blocks.
+struct Init {
+  float center = 0, stddev = 1;
+};
+
+Init init_for(const TensorSpec& s, const ModelConfig& c) {
+  const std::string& n = s.name;
+  auto ends = [&](const char* suf) {
+    const size_t k = std::strlen(suf);
+    return n.size() >= k && n.compare(n.size() - k, k, suf) == 0;
+  };
+  const float fan_in = s.shape.ndim > 1 ? float(s.shape[1]) : 1.0f;
+  if (ends("norm.weight")) return {1.0f, 0.1f};
+  if (n == "embed.weight") return {0, 1.0f};
+  if (n == "head.weight") return {0, 3.0f / std::sqrt(fan_in)};
+  if (ends("_fn")) return {0, 1.0f / std::sqrt(fan_in)};
+  if (ends("_base")) return {0, 0.3f};
+  if (ends("_scale")) return {1.0f, 0.25f};
+  if (ends("attn_sink")) return {0, 0.6f};
+  if (ends("gate.bias")) return {0, 0.05f};
+  if (ends("engram.embed.weight")) return {0, 1.0f};
+  if (ends("q_weight") || ends("k_weight")) return {1.0f, 0.25f};
+  (void)c;
+  return {0, 1.0f / std::sqrt(fan_in)};  // linears: O(1) outputs for O(1) inputs
+}
+
+uint8_t pow2ceil_e8m0(float amax, float inv_qmax) {
+  // The smallest power of two s with amax * inv_qmax <= s (as the release's scales are made).
+  const float t = amax * inv_qmax;
+  if (!(t > 0)) return 127 - 20;
+  const uint32_t b = f32_bits(t);
+  int e = int(b >> 23) + ((b & 0x7fffff) ? 1 : 0);
+  if (e < 1) e = 1;
+  if (e > 254) e = 254;
+  return uint8_t(e);
+}
+
+struct Encoded {
+  DType dtype;
+  Shape shape;
+  std::vector<uint8_t> bytes;
+  bool has_scale = false;
+  Shape scale_shape;
+  std::vector<uint8_t> scale;
+};
+
+Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed) {
+  Rng rng(seed ^ name_hash(s.name));
+  const Init in = init_for(s, c);
+  const float amp = in.stddev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
+  const int64_t n = s.shape.numel();
+  Encoded e;
+  e.shape = s.shape;
+  auto draw = [&] { return in.center + amp * rng.uniform(); };
+  switch (s.format) {
+    case WeightFormat::F32: {
+      e.dtype = DType::F32;
+      e.bytes.resize(size_t(n) * 4);
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = draw();
+        std::memcpy(e.bytes.data() + 4 * i, &v, 4);
+      }
+      break;
+    }
+    case WeightFormat::BF16: {
+      e.dtype = DType::BF16;
+      e.bytes.resize(size_t(n) * 2);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_bf16(draw());
+        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
+      }
+      break;
+    }
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Fp8Row:
+    case WeightFormat::Fp4Row: {
+      const int64_t R = s.shape[0], C = s.shape[1];
+      const bool fp4 = s.format == WeightFormat::Fp4Row;
+      const bool block = s.format == WeightFormat::Fp8Block;
+      std::vector<float> w(static_cast<size_t>(n));
+      for (auto& v : w) v = draw();
+      // Per-block magnitude factors in {1/2, 1, 2}, so the scale grid is not uniform.
+      const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
+      std::vector<float> factor(size_t(br * bc));
+      for (auto& f : factor) f = std::ldexp(1.0f, int((splitmix64(rng.s) % 3)) - 1);
+      e.has_scale = true;
+      e.scale_shape = Shape{br, bc};
+      e.scale.assign(size_t(br * bc), 0);
+      for (int64_t bi = 0; bi < br; ++bi)
+        for (int64_t bj = 0; bj < bc; ++bj) {
+          const int64_t r0 = block ? bi * 32 : bi, r1 = block ? std::min(R, r0 + 32) : r0 + 1;
+          const int64_t c0 = bj * 32, c1 = std::min(C, c0 + 32);
+          float amax = 0;
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t k = c0; k < c1; ++k) {
+              float& v = w[size_t(r * C + k)];
+              v *= factor[size_t(bi * bc + bj)];
+              amax = std::max(amax, std::fabs(v));
+            }
+          e.scale[size_t(bi * bc + bj)] = pow2ceil_e8m0(amax, fp4 ? 1.0f / 6.0f : 1.0f / 448.0f);
+        }
+      if (fp4) {
+        e.dtype = DType::I8;
+        e.shape = Shape{R, C / 2};
+        e.bytes.assign(size_t(n / 2), 0);
+      } else {
+        e.dtype = DType::E4M3;
+        e.bytes.resize(size_t(n));
+      }
+      for (int64_t r = 0; r < R; ++r)
+        for (int64_t k = 0; k < C; ++k) {
+          const int64_t bi = block ? r / 32 : r;
+          const float sc = e8m0_to_f32(e.scale[size_t(bi * bc + k / 32)]);
+          const float v = w[size_t(r * C + k)] / sc;
+          const size_t i = size_t(r * C + k);
+          if (fp4)
+            e.bytes[i / 2] |= uint8_t(f32_to_e2m1(v) << (4 * (i & 1)));
+          else
+            e.bytes[i] = f32_to_e4m3(std::max(-448.0f, std::min(448.0f, v)));
+        }
+      break;
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config,
+                               const TinyWriteOptions& opt) {
+  config.validate("tiny config");
+  fs::create_directories(dir);
+  const std::vector<TensorSpec> schema = checkpoint_schema(config);
+  // Generate in parallel (each tensor's stream depends only on its name and the seed), write in
+  // schema order, one shard at a time.
+  ThreadPool& pool = ThreadPool::global();
+  std::vector<std::pair<std::string, std::string>> weight_map;
+  std::vector<std::string> shard_files;
+  uint64_t total = 0;
+  SafetensorsWriter shard;
+  std::vector<std::pair<std::string, std::string>> pending_map;
+  auto flush = [&](bool last) {
+    if (shard.empty()) return;
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu.safetensors", shard_files.size() + 1);
+    shard.set_metadata("format", "pt");
+    shard.write((fs::path(dir) / name).string());
+    for (const auto& t : shard.names()) weight_map.emplace_back(t, name);
+    shard_files.push_back(name);
+    shard.clear();
+    (void)last;
+  };
+  const size_t batch = size_t(std::max(1, pool.size()) * 4);
+  for (size_t b0 = 0; b0 < schema.size(); b0 += batch) {
+    const size_t b1 = std::min(schema.size(), b0 + batch);
+    std::vector<Encoded> enc(b1 - b0);
+    pool.parallel_for(int64_t(b1 - b0), 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        enc[size_t(i)] = generate(schema[b0 + size_t(i)], config, opt.seed);
+    });
+    for (size_t i = b0; i < b1; ++i) {
+      Encoded& e = enc[i - b0];
+      const uint64_t bytes = e.bytes.size() + e.scale.size();
+      if (!shard.empty() && shard.data_bytes() + bytes > opt.max_shard_bytes) flush(false);
+      total += bytes;
+      shard.add(schema[i].name, e.dtype, e.shape, std::move(e.bytes));
+      if (e.has_scale)
+        shard.add(scale_name(schema[i].name), DType::E8M0, e.scale_shape, std::move(e.scale));
+    }
+  }
+  flush(true);
+  // Shard names carry their count ("-of-N") only once it is known: rename now.
+  const size_t n = shard_files.size();
+  for (size_t i = 0; i < n; ++i) {
+    char final_name[64];
+    std::snprintf(final_name, sizeof(final_name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
+    fs::rename(fs::path(dir) / shard_files[i], fs::path(dir) / final_name);
+    for (auto& [t, f] : weight_map)
+      if (f == shard_files[i]) f = final_name;
+  }
+  write_safetensors_index(dir, weight_map, total);
+  std::ofstream(fs::path(dir) / "config.json") << config.to_json();
+  return total;
+}
+
+}  // namespace deepinfer

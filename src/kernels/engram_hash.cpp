@@ -1,0 +1,220 @@
+#include "kernels/engram_hash.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "core/error.h"
+#include "kernels/numpy_rng.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+// Beyond this many hash columns over all layers a config is surely corrupt, not a model.
+constexpr int64_t kMaxTotalCols = int64_t(1) << 20;
+
+uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
+  return uint64_t(u128(a) * b % m);
+}
+
+uint64_t powmod(uint64_t b, uint64_t e, uint64_t m) {
+  uint64_t r = 1 % m;
+  b %= m;
+  while (e != 0) {
+    if (e & 1) r = mulmod(r, b, m);
+    b = mulmod(b, b, m);
+    e >>= 1;
+  }
+  return r;
+}
+
+// The smallest prime above `after` that `used` does not hold yet; throws when it would not
+// fit an int64.
+int64_t next_unused_prime(int64_t after, const std::set<int64_t>& used) {
+  for (int64_t c = after;;) {
+    DI_REQUIRE(c < kInt64Max, "engram_vocab_size: the hash primes exceed the int64 range");
+    ++c;
+    if (is_prime_u64(uint64_t(c)) && !used.contains(c)) return c;
+  }
+}
+
+void check_id(int64_t id, int64_t vc, const char* what, int64_t index) {
+  DI_REQUIRE(id == kEngramDead || (id >= 0 && id < vc), "Engram hash: ", what, "[", index,
+             "] = ", id, " must be a compressed token id in [0, ", vc, ") or ", kEngramDead,
+             " (DEAD)");
+}
+
+}  // namespace
+
+bool is_prime_u64(uint64_t n) {
+  constexpr uint64_t kBases[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
+  if (n < 2) return false;
+  for (uint64_t p : kBases) {
+    if (n % p == 0) return n == p;
+  }
+  // Miller-Rabin with the first 12 prime bases has no strong pseudoprime below 3.3e24, so it
+  // is exact on the whole 64-bit range.
+  uint64_t d = n - 1;
+  int s = 0;
+  while ((d & 1) == 0) {
+    d >>= 1;
+    ++s;
+  }
+  for (uint64_t a : kBases) {
+    uint64_t x = powmod(a, d, n);
+    if (x == 1 || x == n - 1) continue;
+    bool composite = true;
+    for (int i = 1; i < s && composite; ++i) {
+      x = mulmod(x, x, n);
+      if (x == n - 1) composite = false;
+    }
+    if (composite) return false;
+  }
+  return true;
+}
+
+void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu) {
+  DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
+  DI_REQUIRE(compressed_vocab_size >= 1, "engram_compressed_vocab_size = ", compressed_vocab_size,
+             " must be >= 1");
+  // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
+  const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
+  const std::vector<uint32_t> seed = seed_words(u128(10007) * uint64_t(layer_id));
+  default_rng_integers_int64(seed, 0, bound, mu);
+  for (int64_t& m : mu) m = 2 * m + 1;
+}
+
+EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_ngram_size,
+                                int64_t n_heads, int64_t vocab_size,
+                                int64_t compressed_vocab_size) {
+  DI_REQUIRE(max_ngram_size >= 2, "engram_max_ngram_size = ", max_ngram_size, " must be >= 2");
+  DI_REQUIRE(n_heads >= 1, "engram_n_heads = ", n_heads, " must be >= 1");
+  DI_REQUIRE(vocab_size >= 0, "engram_vocab_size = ", vocab_size, " must be >= 0");
+  DI_REQUIRE(compressed_vocab_size >= 1, "engram_compressed_vocab_size = ", compressed_vocab_size,
+             " must be >= 1");
+  DI_REQUIRE(max_ngram_size <= kMaxTotalCols && n_heads <= kMaxTotalCols &&
+                 u128(max_ngram_size - 1) * uint64_t(n_heads) * layer_ids.size() <= kMaxTotalCols,
+             "engram_max_ngram_size = ", max_ngram_size, ", engram_n_heads = ", n_heads, " and ",
+             layer_ids.size(), " Engram layers give more than ", kMaxTotalCols, " hash columns");
+
+  EngramTables t;
+  t.n_layers = int(layer_ids.size());
+  t.ngram_max = int(max_ngram_size);
+  t.n_heads = int(n_heads);
+  t.n_cols = int((max_ngram_size - 1) * n_heads);
+  t.compressed_vocab = compressed_vocab_size;
+  t.layer_ids.assign(layer_ids.begin(), layer_ids.end());
+  t.multipliers.resize(size_t(t.n_layers) * t.ngram_max);
+  t.primes.resize(size_t(t.n_layers) * t.n_cols);
+  t.offsets.resize(t.primes.size());
+  t.rows.resize(t.n_layers);
+
+  // Each (layer, n-gram size) restarts the search at the vocab size, but a prime is never used
+  // twice, so in (z, g, h) order the primes come out as consecutive primes >= vocab_size.
+  std::set<int64_t> used;
+  for (int z = 0; z < t.n_layers; ++z) {
+    engram_multipliers(
+        layer_ids[z], compressed_vocab_size,
+        std::span<int64_t>(t.multipliers).subspan(size_t(z) * t.ngram_max, t.ngram_max));
+    int64_t* primes = &t.primes[size_t(z) * t.n_cols];    // [NC]
+    int64_t* offsets = &t.offsets[size_t(z) * t.n_cols];  // [NC]
+    for (int g = 0; g + 1 < t.ngram_max; ++g) {
+      int64_t current = vocab_size - 1;
+      for (int h = 0; h < t.n_heads; ++h) {
+        current = next_unused_prime(current, used);
+        used.insert(current);
+        primes[g * t.n_heads + h] = current;
+      }
+    }
+    int64_t sum = 0;
+    for (int c = 0; c < t.n_cols; ++c) {
+      offsets[c] = sum;
+      DI_REQUIRE(primes[c] <= kInt64Max - sum, "engram_vocab_size = ", vocab_size,
+                 ": the rows of Engram layer ", layer_ids[z], " exceed the int64 range");
+      sum += primes[c];
+    }
+    t.rows[z] = sum;
+  }
+  return t;
+}
+
+void check_engram_num_embeddings(const EngramTables& tables,
+                                 std::span<const int64_t> num_embeddings) {
+  DI_REQUIRE(num_embeddings.size() == size_t(tables.n_layers), "engram_num_embeddings has ",
+             num_embeddings.size(), " entries, expected one per Engram layer (", tables.n_layers,
+             ")");
+  for (int z = 0; z < tables.n_layers; ++z) {
+    DI_REQUIRE(num_embeddings[z] >= tables.rows[z], "engram_num_embeddings[", z,
+               "] = ", num_embeddings[z], " is below the ", tables.rows[z],
+               " rows that the hash primes of Engram layer ", tables.layer_ids[z], " address");
+  }
+}
+
+void engram_hash_ids(const EngramTables& t, std::span<const int64_t> chunk,
+                     std::span<const int64_t> history, int64_t start, int64_t pad,
+                     std::span<int64_t> ids) {
+  const int64_t n_chunk = int64_t(chunk.size());
+  const int64_t n_hist = int64_t(history.size());
+  const int ng = t.ngram_max;
+  const int nc = t.n_cols;
+  DI_REQUIRE(start >= 0, "Engram hash: chunk start position ", start, " must be >= 0");
+  DI_REQUIRE(n_hist == std::min<int64_t>(start, ng - 1), "Engram hash: the token history has ",
+             n_hist, " ids, expected ", std::min<int64_t>(start, ng - 1), " for a chunk at ",
+             start);
+  DI_REQUIRE(int64_t(ids.size()) == n_chunk * t.n_layers * nc, "Engram hash: output holds ",
+             ids.size(), " ids, expected [", n_chunk, ", ", t.n_layers, ", ", nc, "]");
+  DI_REQUIRE(pad >= 0 && pad < t.compressed_vocab, "Engram hash: pad id ", pad, " must be in [0, ",
+             t.compressed_vocab, ")");
+  for (int64_t i = 0; i < n_hist; ++i) check_id(history[i], t.compressed_vocab, "history", i);
+  for (int64_t i = 0; i < n_chunk; ++i) check_id(chunk[i], t.compressed_vocab, "chunk", i);
+
+  for (int64_t p = 0; p < n_chunk; ++p) {
+    for (int z = 0; z < t.n_layers; ++z) {
+      const int64_t* mu = &t.multipliers[size_t(z) * ng];      // [Ng]
+      const int64_t* primes = &t.primes[size_t(z) * nc];       // [NC]
+      const int64_t* offsets = &t.offsets[size_t(z) * nc];     // [NC]
+      int64_t* out = &ids[(size_t(p) * t.n_layers + z) * nc];  // [NC]
+      bool blocked = false;
+      int64_t rho = 0;
+      for (int shift = 0; shift < ng; ++shift) {
+        // q < 0 reads the history; below -n_hist lies before position 0.
+        const int64_t q = p - shift;
+        if (!blocked) {
+          if (q >= 0) {
+            blocked = chunk[q] == kEngramDead;
+          } else {
+            blocked = -q > n_hist || history[n_hist + q] == kEngramDead;
+          }
+        }
+        const int64_t tau = blocked ? pad : (q >= 0 ? chunk[q] : history[n_hist + q]);
+        rho ^= tau * mu[shift];
+        if (shift == 0) continue;
+        const int col0 = (shift - 1) * t.n_heads;
+        for (int h = 0; h < t.n_heads; ++h) {
+          out[col0 + h] = rho % primes[col0 + h] + offsets[col0 + h];
+        }
+      }
+    }
+  }
+}
+
+int64_t engram_update_history(const EngramTables& t, std::span<int64_t> history, int64_t n_history,
+                              std::span<const int64_t> chunk) {
+  const int64_t cap = t.ngram_max - 1;
+  DI_REQUIRE(int64_t(history.size()) >= cap, "Engram history: buffer of ", history.size(),
+             " ids, expected at least ", cap);
+  DI_REQUIRE(n_history >= 0 && n_history <= cap, "Engram history: count ", n_history,
+             " must be in [0, ", cap, "]");
+  const int64_t n_chunk = int64_t(chunk.size());
+  const int64_t n_new = std::min(n_history + n_chunk, cap);
+  const int64_t from_chunk = std::min(n_chunk, n_new);
+  const int64_t keep = n_new - from_chunk;  // old ids that stay, moved to the front
+  if (n_history > keep) {
+    std::copy(history.begin() + (n_history - keep), history.begin() + n_history, history.begin());
+  }
+  std::copy(chunk.end() - from_chunk, chunk.end(), history.begin() + keep);
+  return n_new;
+}
+
+}  // namespace deepinfer

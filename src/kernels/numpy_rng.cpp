@@ -1,0 +1,189 @@
+#include "kernels/numpy_rng.h"
+
+#include "core/error.h"
+
+namespace deepinfer {
+namespace {
+
+// --- SeedSequence constants (numpy bit_generator.pyx) ---
+constexpr uint32_t kInitA = 0x43b0d7e5u;
+constexpr uint32_t kMultA = 0x931e8875u;
+constexpr uint32_t kInitB = 0x8b51f9ddu;
+constexpr uint32_t kMultB = 0x58f38dedu;
+constexpr uint32_t kMixL = 0xca01f9ddu;
+constexpr uint32_t kMixR = 0x4973f715u;
+constexpr int kXShift = 16;
+
+// The running constant advances on every call, so its order of use matters.
+uint32_t hashmix(uint32_t v, uint32_t* hc) {
+  v ^= *hc;
+  *hc *= kMultA;
+  v *= *hc;
+  return v ^ (v >> kXShift);
+}
+
+uint32_t mix(uint32_t x, uint32_t y) {
+  const uint32_t t = kMixL * x - kMixR * y;
+  return t ^ (t >> kXShift);
+}
+
+// PCG 128-bit LCG multiplier.
+constexpr u128 kPcgMult = (u128(0x2360ED051FC65DA4ull) << 64) | 0x4385DF649FCCF645ull;
+
+// Lemire's method on 64 bits for a range rng + 1 with 0 < rng < 2^64 - 1; the threshold
+// (2^64 mod e) is only computed when the cheap test lo < e says a rejection is possible.
+uint64_t bounded_lemire64(Pcg64& gen, uint64_t rng) {
+  const uint64_t e = rng + 1;
+  u128 m = u128(gen.next64()) * e;
+  uint64_t lo = uint64_t(m);
+  if (lo < e) {
+    const uint64_t thr = (UINT64_MAX - rng) % e;
+    while (lo < thr) {
+      m = u128(gen.next64()) * e;
+      lo = uint64_t(m);
+    }
+  }
+  return uint64_t(m >> 64);
+}
+
+// Same on 32 bits for 0 < rng < 2^32 - 1, fed by next32.
+uint32_t bounded_lemire32(Pcg64& gen, uint32_t rng) {
+  const uint32_t e = rng + 1;
+  uint64_t m = uint64_t(gen.next32()) * e;
+  uint32_t lo = uint32_t(m);
+  if (lo < e) {
+    const uint32_t thr = (UINT32_MAX - rng) % e;
+    while (lo < thr) {
+      m = uint64_t(gen.next32()) * e;
+      lo = uint32_t(m);
+    }
+  }
+  return uint32_t(m >> 32);
+}
+
+}  // namespace
+
+std::vector<uint32_t> seed_words(u128 seed) {
+  std::vector<uint32_t> words;
+  do {
+    words.push_back(uint32_t(seed));
+    seed >>= 32;
+  } while (seed != 0);
+  return words;
+}
+
+// --- SeedSequence ---
+
+SeedSequence::SeedSequence(std::span<const uint32_t> entropy) {
+  DI_REQUIRE(!entropy.empty(), "SeedSequence: the seed must have at least one 32-bit word");
+  uint32_t hc = kInitA;
+  for (int i = 0; i < kPoolSize; ++i) {
+    pool_[i] = hashmix(size_t(i) < entropy.size() ? entropy[i] : 0u, &hc);
+  }
+  for (int src = 0; src < kPoolSize; ++src) {
+    for (int dst = 0; dst < kPoolSize; ++dst) {
+      if (src != dst) pool_[dst] = mix(pool_[dst], hashmix(pool_[src], &hc));
+    }
+  }
+  for (size_t src = kPoolSize; src < entropy.size(); ++src) {
+    for (int dst = 0; dst < kPoolSize; ++dst)
+      pool_[dst] = mix(pool_[dst], hashmix(entropy[src], &hc));
+  }
+}
+
+void SeedSequence::generate_state(std::span<uint32_t> out) const {
+  uint32_t hc = kInitB;
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t v = pool_[i % kPoolSize] ^ hc;
+    hc *= kMultB;
+    v *= hc;
+    out[i] = v ^ (v >> kXShift);
+  }
+}
+
+void SeedSequence::generate_state(std::span<uint64_t> out) const {
+  // Generated as one run of 32-bit words so that the running constant carries across pairs.
+  uint32_t hc = kInitB;
+  for (size_t k = 0; k < out.size(); ++k) {
+    uint32_t w[2];
+    for (int j = 0; j < 2; ++j) {
+      uint32_t v = pool_[(2 * k + j) % kPoolSize] ^ hc;
+      hc *= kMultB;
+      v *= hc;
+      w[j] = v ^ (v >> kXShift);
+    }
+    out[k] = uint64_t(w[0]) | (uint64_t(w[1]) << 32);
+  }
+}
+
+// --- PCG64 ---
+
+Pcg64::Pcg64(u128 initstate, u128 initseq) {
+  inc_ = (initseq << 1) | 1u;
+  state_ = 0;
+  step();
+  state_ += initstate;
+  step();
+}
+
+namespace {
+Pcg64 pcg_from_seed_sequence(const SeedSequence& seq) {
+  uint64_t s[4];
+  seq.generate_state(std::span<uint64_t>(s));
+  return Pcg64((u128(s[0]) << 64) | s[1], (u128(s[2]) << 64) | s[3]);
+}
+}  // namespace
+
+Pcg64::Pcg64(const SeedSequence& seq) : Pcg64(pcg_from_seed_sequence(seq)) {}
+
+void Pcg64::step() {
+  state_ = state_ * kPcgMult + inc_;
+}
+
+uint64_t Pcg64::next64() {
+  step();
+  const uint64_t x = uint64_t(state_ >> 64) ^ uint64_t(state_);
+  const unsigned rot = unsigned(state_ >> 122);
+  return (x >> rot) | (x << ((64 - rot) & 63));
+}
+
+uint32_t Pcg64::next32() {
+  if (has_high_) {
+    has_high_ = false;
+    return high_;
+  }
+  const uint64_t v = next64();
+  has_high_ = true;
+  high_ = uint32_t(v >> 32);
+  return uint32_t(v);
+}
+
+// --- bounded integers ---
+
+void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int64_t> out) {
+  DI_REQUIRE(low < high, "integers: low (", low, ") must be below high (", high, ")");
+  // Closed range [low, high - 1] as an unsigned width, the way numpy reduces it.
+  const uint64_t rng = uint64_t(high - 1) - uint64_t(low);
+  const uint64_t off = uint64_t(low);
+  for (int64_t& v : out) {
+    uint64_t r;
+    if (rng == 0) {
+      r = 0;
+    } else if (rng == UINT32_MAX) {
+      r = gen.next32();
+    } else if (rng < UINT32_MAX) {
+      r = bounded_lemire32(gen, uint32_t(rng));
+    } else {  // rng <= 2^64 - 2 for an exclusive int64 range, so Lemire always applies
+      r = bounded_lemire64(gen, rng);
+    }
+    v = int64_t(off + r);
+  }
+}
+
+void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
+                                std::span<int64_t> out) {
+  Pcg64 gen{SeedSequence(seed)};
+  random_integers_int64(gen, low, high, out);
+}
+
+}  // namespace deepinfer

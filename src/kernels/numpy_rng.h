@@ -1,0 +1,77 @@
+// A bit-exact port of the part of numpy's random module that Engram needs:
+// `numpy.random.default_rng(seed).integers(low, high, size=n, dtype=np.int64)`.
+//
+// Three stages, each reproducing numpy (stable since numpy 1.17, checked against 1.24):
+//   SeedSequence  seed words -> 4-word hashed pool -> any number of state words
+//   Pcg64         PCG XSL-RR 128/64, seeded from 4 SeedSequence u64 words; next32 serves the
+//                 low then the high half of one 64-bit draw
+//   integers      numpy's bounded draw: Lemire's multiply-and-reject on 64 bits, or on 32 bits
+//                 (fed by next32) when the range fits in 32 bits
+// All arithmetic is unsigned and wraps (words mod 2^32, PCG state mod 2^128).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace deepinfer {
+
+using u128 = unsigned __int128;
+
+// Little-endian 32-bit words of a non-negative seed, as numpy splits an int seed: 0 -> {0}.
+std::vector<uint32_t> seed_words(u128 seed);
+
+class SeedSequence {
+ public:
+  static constexpr int kPoolSize = 4;
+
+  // `entropy`: the seed as little-endian 32-bit words (at least one). No spawn key.
+  explicit SeedSequence(std::span<const uint32_t> entropy);
+  explicit SeedSequence(uint64_t seed) : SeedSequence(seed_words(seed)) {}
+
+  const std::array<uint32_t, kPoolSize>& pool() const { return pool_; }
+  // generate_state(n, np.uint32): out.size() words.
+  void generate_state(std::span<uint32_t> out) const;
+  // generate_state(n, np.uint64): pairs of 32-bit words, low word first.
+  void generate_state(std::span<uint64_t> out) const;
+
+ private:
+  std::array<uint32_t, kPoolSize> pool_{};
+};
+
+class Pcg64 {
+ public:
+  // pcg64_srandom(initstate, initseq).
+  Pcg64(u128 initstate, u128 initseq);
+  // What numpy's PCG64(seed_sequence) does: 4 u64 state words as (initstate hi, lo, initseq hi,
+  // lo).
+  explicit Pcg64(const SeedSequence& seq);
+
+  uint64_t next64();
+  // Low half of a fresh next64 first; its high half is kept for the following call.
+  uint32_t next32();
+
+  u128 state() const { return state_; }
+  u128 inc() const { return inc_; }
+
+ private:
+  void step();
+
+  u128 state_ = 0;
+  u128 inc_ = 0;
+  bool has_high_ = false;  // a buffered high half is pending for next32
+  uint32_t high_ = 0;
+};
+
+// Generator.integers(low, high, size=out.size(), dtype=np.int64), high exclusive. Draws from
+// `gen` exactly as numpy does, so consecutive calls continue one stream. Throws deepinfer::Error
+// when low >= high.
+void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int64_t> out);
+
+// numpy.random.default_rng(seed).integers(low, high, size=out.size(), dtype=np.int64), with the
+// seed given as its little-endian 32-bit words.
+void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
+                                std::span<int64_t> out);
+
+}  // namespace deepinfer
