@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "io/checkpoint.h"
 #include "kv/kv_layout.h"
-#include "model_cache.h"
+#include "model/builtin.h"
 
 namespace deepinfer::app {
 

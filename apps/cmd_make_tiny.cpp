@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "io/tiny.h"
-#include "model_cache.h"
+#include "model/builtin.h"
 
 namespace deepinfer::app {
 

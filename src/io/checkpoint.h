@@ -19,38 +19,11 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/weight.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 
 namespace deepinfer {
-
-enum class WeightFormat : uint8_t {
-  F32,       // float32
-  BF16,      // bfloat16
-  Fp8Block,  // e4m3 [rows, cols] + e8m0 scale [ceil(rows/32), ceil(cols/32)] (dense linears)
-  Fp4Row,    // e2m1 packed [rows, cols/2] + e8m0 scale [rows, cols/32] (routed experts)
-  Fp8Row,    // e4m3 [rows, cols] + e8m0 scale [rows, cols/32] (Engram tables)
-};
-
-const char* weight_format_name(WeightFormat f);
-
-// One weight as the kernels read it. 2-D weights are [rows = out, cols = in].
-struct Weight {
-  std::string name;
-  WeightFormat format = WeightFormat::F32;
-  Shape shape;                     // logical shape (fp4: logical elements)
-  const void* data = nullptr;      // f32 / bf16 (uint16) / e4m3 / packed e2m1 bytes
-  const uint8_t* scale = nullptr;  // e8m0 scales for the quantized formats
-  int64_t scale_cols = 0;          // row length of the scale grid
-
-  bool present() const { return data != nullptr; }
-  int64_t rows() const { return shape[0]; }
-  int64_t cols() const { return shape.ndim > 1 ? shape[1] : 1; }
-  uint64_t nbytes() const;  // data + scale bytes
-  const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
-  const float* f32() const { return static_cast<const float*>(data); }
-  const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
-};
 
 // One tensor the text model reads: the weight's name (scales are `<name minus .weight>.scale`),
 // its format and logical shape.

@@ -1,4 +1,4 @@
-#include "model_cache.h"
+#include "model/builtin.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include "io/tiny.h"
 #include "kernels/engram_hash.h"
 
-namespace deepinfer::app {
+namespace deepinfer {
 
 namespace fs = std::filesystem;
 
@@ -66,4 +66,4 @@ std::string default_model_dir() {
   return dir.string();
 }
 
-}  // namespace deepinfer::app
+}  // namespace deepinfer

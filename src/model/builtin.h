@@ -1,6 +1,6 @@
-// The built-in tiny model: created on first use in a cache directory ($DEEPINFER_CACHE, else
-// $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer), so `deepinfer generate` works with no
-// download.
+// Synthetic checkpoints from presets, and the built-in tiny model: created on first use in a cache
+// directory ($DEEPINFER_CACHE, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer), so
+// `deepinfer generate` works with no download.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "io/config.h"
 
-namespace deepinfer::app {
+namespace deepinfer {
 
 std::string cache_dir();
 // A preset config with everything derived filled in (Engram table rows).
@@ -19,4 +19,4 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset,
 // The directory of the built-in model (preset tiny, seed 0), creating it if needed.
 std::string default_model_dir();
 
-}  // namespace deepinfer::app
+}  // namespace deepinfer

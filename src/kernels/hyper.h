@@ -1,0 +1,31 @@
+// Manifold-constrained hyper-connections (V41_SPEC.md §7): the residual stream is M copies of a
+// D-vector; each sublayer reads a weighted collapse of the copies (pre) and writes back a mix
+// of its output and the copies (post, comb). Per token, fp32.
+#pragma once
+
+#include <cstdint>
+
+#include "core/weight.h"
+
+namespace deepinfer {
+
+struct HcParams {
+  const Weight* fn;    // F32 [(2+M)M, M*D]
+  const float* base;   // [(2+M)M]
+  const float* scale;  // [3]: pre, post, comb
+  int64_t M, D;
+  float norm_eps, hc_eps;
+  int sinkhorn_iters;
+};
+
+// x: [M, D] one token's stream. pre: [M], post: [M], comb: [M, M] (row j, column k).
+void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb);
+// Sinkhorn normalisation of c [M, M] in place (§7.1 step 4).
+void sinkhorn(float* c, int64_t M, int iters, float eps);
+// out[D] = Σ_c pi_c · x_c (fp32, copies in order).
+void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out);
+// out[k] = post_k · y + Σ_j comb[j, k] · x_j for each output copy k. out: [M, D] (not x).
+void hc_post(const float* y, const float* x, const float* post, const float* comb, int64_t M,
+             int64_t D, float* out);
+
+}  // namespace deepinfer

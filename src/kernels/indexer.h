@@ -1,0 +1,34 @@
+// Indexer selection of compressed rows (V41_SPEC.md §6.3-§6.6): weighted relu scores over the
+// index keys, the candidate-block filter, and the top-k list. Ties break toward the lower index
+// everywhere.
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer {
+
+struct IndexerScoreArgs {
+  const float* qi;    // [Hi, Di] fp4-I values of one query
+  const float* w;     // [Hi] head weights
+  const float* keys;  // [T, Di] fp4-I values
+  int64_t T;          // rows that exist
+  int64_t visible;    // rows this query may see (t < visible); the rest score -inf
+  int64_t Hi, Di;
+  bool bf16;      // round dot products, weighted terms and the sum to bf16 (§6.3)
+  float* scores;  // [T]
+};
+
+void indexer_scores(const IndexerScoreArgs& a);
+void indexer_scores_ref(const IndexerScoreArgs& a);
+
+// The candidate source's block filter (§6.5): blocks of `cb` rows scored by their max; the block
+// holding the newest visible row is forced in; the top `ck` blocks are kept, minus any whose
+// score is -inf. mask[t] = 1 for rows of kept blocks (t < T).
+void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb, int64_t ck,
+                    uint8_t* mask);
+
+// The top-k list (§6.6): the min(k, visible) best rows among t < visible (ties -> lower row),
+// ascending, written to out[0..count); returns count. Rows scoring -inf are never chosen.
+int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out);
+
+}  // namespace deepinfer

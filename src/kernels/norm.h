@@ -1,0 +1,20 @@
+// RMSNorm (V41_SPEC.md §3.2): y = w · (x · rsqrt(mean(x²) + eps)), mean over the last dimension
+// in the canonical sum order, x scaled by the rsqrt first, then by the bf16 weight.
+#pragma once
+
+#include <cstdint>
+
+#include "core/weight.h"
+
+namespace deepinfer {
+
+//   x: [n, dim] (row stride ldx), w: BF16 [dim], y: [n, dim] (row stride ldy; may alias x)
+void rmsnorm(const float* x, int64_t n, int64_t dim, int64_t ldx, const Weight& w, float eps,
+             float* y, int64_t ldy);
+inline void rmsnorm(const float* x, int64_t n, int64_t dim, const Weight& w, float eps, float* y) {
+  rmsnorm(x, n, dim, dim, w, eps, y, dim);
+}
+// 1 / sqrt(mean(x²) + eps) of one vector.
+float rms_inv(const float* x, int64_t n, float eps);
+
+}  // namespace deepinfer

@@ -1,0 +1,78 @@
+// The bytes of every attention cache, layer-major (DESIGN.md §2, V41_SPEC.md §12.1).
+//
+// Context-sized caches (compressed KV rows at every KV source, index keys at every key owner) are
+// paged: a block holds `block_tokens` tokens of context, i.e. block_tokens / r rows of a layer
+// with ratio r, and a sequence's block table lists its blocks in order. Each layer's rows of all
+// blocks form one contiguous region (block b of layer l at region_l + b * block_bytes_l), so a
+// per-layer kernel reads one region. Fixed-size per-sequence state (window rings of every layer,
+// compressor carries, the Engram token history, the decode-defect key pointer) lives in
+// preallocated slots, one per concurrently running sequence.
+//
+// Row formats are those of kv/kv_layout.h. Slot state is only meaningful for the positions the
+// sequence has processed; the model tracks positions, this class tracks bytes.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/config.h"
+
+namespace deepinfer {
+
+struct KvCacheOptions {
+  int32_t num_blocks = 0;
+  int64_t block_tokens = 64;  // must be a multiple of every compress ratio
+  int32_t max_seqs = 1;
+};
+
+// A sequence's view: its slot and its block table.
+struct SeqKv {
+  int32_t slot = 0;
+  const int32_t* blocks = nullptr;
+  int64_t n_blocks = 0;
+};
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& c, const KvCacheOptions& opt);
+
+  int64_t block_tokens() const { return block_tokens_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t max_seqs() const { return max_seqs_; }
+  uint64_t bytes() const;
+
+  // Compressed-KV row `row` of KV source `layer` (packed fp4-C, compressed_kv_row_bytes).
+  uint8_t* cmp_row(int layer, const SeqKv& s, int64_t row);
+  // Index-key row of key owner `layer` (packed fp4-I, index_key_row_bytes).
+  uint8_t* idx_row(int layer, const SeqKv& s, int64_t row);
+  // Window ring entry `index` (position p lives at p mod W) of `layer` (packed fp8).
+  uint8_t* window_slot(int layer, int32_t slot, int64_t index);
+  // Compressor carry of KV source `layer` (r > 1): [r, 2, Dh] fp32 (k row then gate row).
+  float* carry(int layer, int32_t slot);
+  // Engram history: the compressed ids of the last Ng - 1 positions, oldest first.
+  int64_t* engram_history(int32_t slot);
+  // The layer whose index keys the reference's decode path would score next (§6.8 switch).
+  int32_t& last_key_layer(int32_t slot) { return last_key_layer_[size_t(slot)]; }
+
+  // Rows a sequence with `n_blocks` blocks can hold at a layer of ratio r.
+  int64_t capacity_tokens(int64_t n_blocks) const { return n_blocks * block_tokens_; }
+
+ private:
+  struct LayerRegion {
+    std::vector<uint8_t> cmp, idx;  // [num_blocks, block_tokens / r, row bytes]
+    int64_t cmp_row_bytes = 0, idx_row_bytes = 0, rows_per_block = 0;
+    std::vector<uint8_t> window;  // [max_seqs, W, row bytes]
+    std::vector<float> carry;     // [max_seqs, r, 2, Dh]
+  };
+  uint8_t* paged_row(std::vector<uint8_t>& region, int64_t row_bytes, int64_t rows_per_block,
+                     const SeqKv& s, int64_t row, int layer, const char* what);
+
+  int64_t block_tokens_;
+  int32_t num_blocks_, max_seqs_;
+  int64_t window_, head_dim_, window_row_bytes_, history_len_;
+  std::vector<LayerRegion> layers_;
+  std::vector<int64_t> history_;  // [max_seqs, Ng - 1]
+  std::vector<int32_t> last_key_layer_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,162 @@
+// CSA2 attention of one layer (V41_SPEC.md §5, §12): query path, window KV, sparse attention over
+// the window and the selected compressed rows, output projection. The compressor and the indexer
+// live in compressor.cpp and indexer.cpp.
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "kernels/attention.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/quant.h"
+#include "kernels/rope.h"
+#include "kv/kv_layout.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+namespace {
+
+// Rotates the rope tail of `n_heads` consecutive head vectors of one row.
+void rope_heads(float* row, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const float* cs,
+                bool inverse) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    rope_rotate(row + h * head_dim + head_dim - rope_dim, cs, rope_dim, inverse);
+}
+
+}  // namespace
+
+void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
+  const LayerWeights& W = ck.layers[size_t(l)];
+  const LayerRole& role = roles[size_t(l)];
+  const RopeTable& rope = rope_for(l);
+  const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
+  const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
+  const float eps = float(c.norm_eps);
+  const std::string L = "L" + std::to_string(l) + ".";
+  std::vector<float> cs(static_cast<size_t>(R));
+
+  // --- query (§5.1) ---
+  std::vector<float> qr(size_t(N * Q)), q(size_t(N * H * Dh));
+  {
+    DI_REGION("attn.q");
+    linear_quant(W.wq_a, u, N, qr.data());
+    round(qr.data(), N * Q);
+    rmsnorm(qr.data(), N, Q, W.q_norm, eps, qr.data());
+    round(qr.data(), N * Q);
+    linear_quant(W.wq_b, qr.data(), N, q.data());
+    round(q.data(), N * H * Dh);
+    for (int64_t i = 0; i < N; ++i) {
+      rope_angles(rope, st.pos[size_t(i)], cs.data());
+      rope_heads(&q[size_t(i * H * Dh)], H, Dh, R, cs.data(), false);
+    }
+    round(q.data(), N * H * Dh);
+  }
+  dump(st, L + "attn.q", q.data(), {N, H, Dh});
+
+  // --- window KV (§5.2): packed fp8 rows and their exact values ---
+  const int64_t wrow = window_kv_row_bytes(Dh);
+  std::vector<float> kv(size_t(N * Dh));
+  std::vector<uint8_t> kv_packed(size_t(N * wrow));
+  {
+    DI_REGION("attn.kv");
+    linear_quant(W.wkv, u, N, kv.data());
+    round(kv.data(), N * Dh);
+    rmsnorm(kv.data(), N, Dh, W.kv_norm, eps, kv.data());
+    round(kv.data(), N * Dh);
+    for (int64_t i = 0; i < N; ++i) {
+      float* row = &kv[size_t(i * Dh)];
+      rope_angles(rope, st.pos[size_t(i)], cs.data());
+      rope_rotate(row + Dh - R, cs.data(), R, false);
+      round(row, Dh);
+      uint8_t* pk = &kv_packed[size_t(i * wrow)];
+      act_quant(row, Dh, pk, pk + Dh);
+      fp8_dequant(pk, pk + Dh, Dh, row);
+    }
+  }
+  dump(st, L + "attn.kv", kv.data(), {N, Dh});
+
+  // --- compressor and indexer (§5.3-§6) ---
+  if (role.kv_source) {
+    DI_REGION("attn.compressor");
+    compressor(l, st, u);
+  }
+  if (role.index_source) {
+    DI_REGION("attn.indexer");
+    indexer(l, st, u, qr.data());
+  }
+
+  // --- sparse attention (§5.5, §5.6, §12.2) ---
+  std::vector<float> o(size_t(N * H * Dh));
+  {
+    DI_REGION("attn.sparse");
+    const float scale = float(std::pow(double(Dh), -0.5));
+    const int64_t K = c.index_topk;
+    std::vector<float> win, keys;
+    for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+      const ForwardSeq& sq = st.batch->seqs[s];
+      const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
+      // Window keys in position order: ring entries for [ws, s0), then the chunk's rows.
+      const int64_t ws = std::max<int64_t>(0, s0 - Wn + 1);
+      win.resize(size_t((s0 - ws + T) * Dh));
+      for (int64_t p = ws; p < s0; ++p) {
+        const uint8_t* e = st.kv->window_slot(l, sq.kv.slot, p % Wn);
+        fp8_dequant(e, e + Dh, Dh, &win[size_t((p - ws) * Dh)]);
+      }
+      std::copy(&kv[size_t(r0 * Dh)], &kv[size_t((r0 + T) * Dh)], &win[size_t((s0 - ws) * Dh)]);
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t row = r0 + i, p = s0 + i;
+        const int64_t first = std::max<int64_t>(0, p - Wn + 1);
+        const int64_t nw = p - first + 1;
+        const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
+        keys.resize(size_t((nw + std::max<int64_t>(nc, 0)) * Dh));
+        std::copy(&win[size_t((first - ws) * Dh)], &win[size_t((p - ws + 1) * Dh)], keys.begin());
+        for (int64_t j = 0; j < nc; ++j) {
+          const int32_t cr = st.topk[size_t(row * K + j)];
+          const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
+          fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t((nw + j) * Dh)]);
+        }
+        SparseAttnArgs a{&q[size_t(row * H * Dh)],
+                         keys.data(),
+                         nw + std::max<int64_t>(nc, 0),
+                         W.attn_sink.f32(),
+                         H,
+                         Dh,
+                         scale,
+                         bf16,
+                         &o[size_t(row * H * Dh)]};
+        sparse_attention(a);
+      }
+      // Ring update after every query of the chunk has read it (§12.2): real rows only.
+      const int64_t real = st.real_rows(s);
+      for (int64_t i = std::max<int64_t>(0, real - Wn); i < real; ++i)
+        std::copy(&kv_packed[size_t((r0 + i) * wrow)], &kv_packed[size_t((r0 + i + 1) * wrow)],
+                  st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
+    }
+    round(o.data(), N * H * Dh);
+  }
+  dump(st, L + "attn.o", o.data(), {N, H, Dh});
+
+  // --- output projection (§5.7) ---
+  {
+    DI_REGION("attn.out");
+    for (int64_t i = 0; i < N; ++i) {
+      rope_angles(rope, st.pos[size_t(i)], cs.data());
+      rope_heads(&o[size_t(i * H * Dh)], H, Dh, R, cs.data(), true);
+    }
+    round(o.data(), N * H * Dh);
+    std::vector<float> a(size_t(N * G * Ro));
+    const int64_t group_in = H * Dh / G;
+    for (int64_t g = 0; g < G; ++g)
+      linear_dense(W.wo_a,
+                   {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro});
+    round(a.data(), N * G * Ro);
+    linear_quant(W.wo_b, a.data(), N, out);
+    round(out, N * c.dim);
+  }
+  dump(st, L + "attn.out", out, {N, c.dim});
+}
+
+}  // namespace deepinfer

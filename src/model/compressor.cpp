@@ -1,0 +1,128 @@
+// The compressor of a KV source (V41_SPEC.md §5.3, §5.4, §6.1, §12.3): pools each complete group
+// of r tokens into a latent, derives the index key from the pre-RoPE latent (key owners), then
+// rotates and fp4-quantizes the latent into the compressed-KV cache. Partial groups wait in the
+// sequence's carry (fp32) until their last token arrives.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/quant.h"
+#include "kernels/rope.h"
+#include "kv/kv_layout.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+void Model::Impl::compressor(int l, Step& st, const float* u) {
+  const LayerWeights& W = ck.layers[size_t(l)];
+  const LayerRole& role = roles[size_t(l)];
+  const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
+  const int64_t r = role.ratio;
+  const float eps = float(c.norm_eps);
+  const RopeTable& rope = rope_compressed;
+  const std::string L = "L" + std::to_string(l) + ".";
+  std::vector<float> cs(static_cast<size_t>(R));
+
+  // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
+  std::vector<float> k(size_t(N * Dh)), g;
+  if (r == 1) {
+    linear_dense(W.cmp_wkv, u, N, k.data());
+    round(k.data(), N * Dh);
+    rmsnorm(k.data(), N, Dh, W.cmp_norm, eps, k.data());
+    round(k.data(), N * Dh);
+  } else {
+    g.resize(size_t(N * Dh));
+    linear_dense(W.cmp_wkv, u, N, k.data());
+    linear_dense(W.cmp_wgate, u, N, g.data());
+  }
+
+  std::vector<float> latent(static_cast<size_t>(Dh)), key(static_cast<size_t>(Di)), dump_cmp,
+      dump_idx;
+  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    const ForwardSeq& sq = st.batch->seqs[s];
+    const int64_t r0 = st.row0[s], s0 = sq.start_pos, real = st.real_rows(s);
+    const int64_t j_begin = s0 / r, j_end = (s0 + real) / r;
+    float* carry = r > 1 ? st.kv->carry(l, sq.kv.slot) : nullptr;  // [r, 2, Dh]
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      if (r == 1) {
+        std::copy(&k[size_t((r0 + j - s0) * Dh)], &k[size_t((r0 + j - s0 + 1) * Dh)],
+                  latent.begin());
+      } else {
+        // Rows of group j: positions j*r .. j*r + r - 1, from the carry when before this call.
+        const float* kr[64];
+        const float* gr[64];
+        DI_CHECK(r <= 64, "compress ratio ", r, " above 64");
+        for (int64_t t = 0; t < r; ++t) {
+          const int64_t p = j * r + t;
+          if (p < s0) {
+            kr[t] = carry + (p % r) * 2 * Dh;
+            gr[t] = kr[t] + Dh;
+          } else {
+            kr[t] = &k[size_t((r0 + p - s0) * Dh)];
+            gr[t] = &g[size_t((r0 + p - s0) * Dh)];
+          }
+        }
+        // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
+        for (int64_t d = 0; d < Dh; ++d) {
+          float mx = gr[0][d];
+          for (int64_t t = 1; t < r; ++t) mx = std::max(mx, gr[t][d]);
+          float e[64], sum = 0;
+          for (int64_t t = 0; t < r; ++t) {
+            e[t] = std::exp(gr[t][d] - mx);
+            sum += e[t];
+          }
+          float pooled = 0;
+          for (int64_t t = 0; t < r; ++t) pooled += kr[t][d] * (e[t] / sum);
+          latent[size_t(d)] = pooled;
+        }
+        round(latent.data(), Dh);  // cast to bf16 before the norm
+        rmsnorm(latent.data(), 1, Dh, W.cmp_norm, eps, latent.data());
+        round(latent.data(), Dh);
+      }
+      // Index key from the pre-RoPE latent (§6.1).
+      if (role.key_owner) {
+        linear_dense(W.idx_wk, latent.data(), 1, key.data());
+        round(key.data(), Di);
+        rmsnorm(key.data(), 1, Di, W.idx_k_norm, eps, key.data());
+        round(key.data(), Di);
+        rope_angles(rope, j * r, cs.data());
+        rope_rotate(key.data() + Di - R, cs.data(), R, false);
+        round(key.data(), Di);
+        uint8_t* dst = st.kv->idx_row(l, sq.kv, j);
+        fp4i_quant(key.data(), Di, dst, dst + Di / 2);
+        if (st.dump) {
+          fp4i_dequant(dst, dst + Di / 2, Di, key.data());
+          dump_idx.insert(dump_idx.end(), key.begin(), key.end());
+        }
+      }
+      // RoPE at the group's first position, fp4-C, append (§5.4).
+      rope_angles(rope, j * r, cs.data());
+      rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
+      round(latent.data(), Dh);
+      uint8_t* dst = st.kv->cmp_row(l, sq.kv, j);
+      fp4c_quant(latent.data(), Dh, dst, dst + Dh / 2);
+      if (st.dump) {
+        fp4c_dequant(dst, dst + Dh / 2, Dh, latent.data());
+        dump_cmp.insert(dump_cmp.end(), latent.begin(), latent.end());
+      }
+    }
+    // Tokens of the group still open after this call wait in the carry.
+    if (r > 1)
+      for (int64_t p = std::max(j_end * r, s0); p < s0 + real; ++p) {
+        float* dst = carry + (p % r) * 2 * Dh;
+        std::copy(&k[size_t((r0 + p - s0) * Dh)], &k[size_t((r0 + p - s0 + 1) * Dh)], dst);
+        std::copy(&g[size_t((r0 + p - s0) * Dh)], &g[size_t((r0 + p - s0 + 1) * Dh)], dst + Dh);
+      }
+    if (role.key_owner && (j_end > j_begin || sq.n_tokens > 1))
+      st.kv->last_key_layer(sq.kv.slot) = l;
+  }
+  if (st.dump) {
+    dump(st, L + "attn.cmp", dump_cmp.data(), {int64_t(dump_cmp.size()) / Dh, Dh});
+    if (role.key_owner)
+      dump(st, L + "attn.idxk", dump_idx.data(), {int64_t(dump_idx.size()) / Di, Di});
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,57 @@
+// Engram (V41_SPEC.md §9.5): before its block, each Engram layer looks up the table rows its
+// n-gram hashes name, projects them into per-copy keys and one value, and adds the value to each
+// copy of the stream through that copy's own gate.
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/reduce.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+void Model::Impl::engram_layer(int l, Step& st, float* x) {
+  const LayerWeights& W = ck.layers[size_t(l)];
+  const int z = c.engram_index(l);
+  const int64_t N = st.N, M = c.hc_mult, D = c.dim, Dm = c.engram_head_dim;
+  const int64_t NC = engram.n_cols, LE = engram.n_layers, rows = W.engram_table.rows();
+  const float eps = float(c.norm_eps);
+
+  // Table rows (exact bf16 values); ids past the table read as zero.
+  std::vector<float> ev(size_t(N * NC * Dm));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t col = 0; col < NC; ++col) {
+      const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
+      float* dst = &ev[size_t((i * NC + col) * Dm)];
+      if (id >= rows)
+        std::fill(dst, dst + Dm, 0.0f);
+      else
+        weight_row(W.engram_table, id, dst);
+    }
+  std::vector<float> kv(size_t(N * (M + 1) * D));
+  linear_quant(W.engram_wkv, ev.data(), N, kv.data());
+  round(kv.data(), N * (M + 1) * D);
+
+  const float inv_sqrt_d = float(std::pow(double(D), -0.5));
+  const std::vector<float>& omega = engram_omega[size_t(z)];
+  std::vector<float> t(static_cast<size_t>(D));
+  for (int64_t i = 0; i < N; ++i) {
+    const float* V = &kv[size_t((i * (M + 1) + M) * D)];
+    for (int64_t cpy = 0; cpy < M; ++cpy) {
+      float* h = x + (i * M + cpy) * D;
+      const float* Kc = &kv[size_t((i * (M + 1) + cpy) * D)];
+      const float* om = &omega[size_t(cpy * D)];
+      const float rc = rms_inv(h, D, eps) * rms_inv(Kc, D, eps);
+      for (int64_t d = 0; d < D; ++d) t[size_t(d)] = (h[d] * om[d]) * Kc[d];
+      const float delta = canonical_sum(t.data(), D) * rc * inv_sqrt_d;
+      const float mag = std::sqrt(std::max(std::fabs(delta), 1e-6f));
+      const float gate = 1.0f / (1.0f + std::exp(-std::copysign(mag, delta)));
+      for (int64_t d = 0; d < D; ++d) h[d] = h[d] + gate * V[d];
+      round(h, D);
+    }
+  }
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,246 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "kernels/hyper.h"
+#include "kernels/linear.h"
+#include "kernels/norm.h"
+#include "kernels/quant.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
+    : ck(ck_), c(ck_.config()), opt(std::move(opt_)), bf16(opt.numerics == Numerics::Bf16) {
+  roles = layer_roles(c);
+  rope_window = make_rope_table(c.rope_head_dim, c.rope_theta, 0, 1, c.beta_fast, c.beta_slow);
+  rope_compressed = make_rope_table(c.rope_head_dim, c.compress_rope_theta, c.original_seq_len,
+                                    c.rope_factor, c.beta_fast, c.beta_slow);
+  if (!c.engram_layer_ids.empty()) {
+    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+    engram = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size,
+                                c.engram_compressed_vocab_size);
+    check_engram_num_embeddings(engram, c.engram_num_embeddings);
+    if (opt.engram_token_map.empty()) {
+      DI_REQUIRE(c.engram_compressed_vocab_size == c.vocab_size, ck.dir(),
+                 ": the checkpoint has no tokenizer, so the Engram token map is the identity and "
+                 "engram_compressed_vocab_size (",
+                 c.engram_compressed_vocab_size, ") must equal vocab_size (", c.vocab_size, ")");
+    } else {
+      DI_REQUIRE(int64_t(opt.engram_token_map.size()) >= c.vocab_size, ck.dir(),
+                 ": Engram token map covers ", opt.engram_token_map.size(), " ids, vocab is ",
+                 c.vocab_size);
+      int64_t mx = -1;
+      for (int32_t v : opt.engram_token_map) mx = std::max<int64_t>(mx, v);
+      DI_REQUIRE(mx + 1 == c.engram_compressed_vocab_size, ck.dir(),
+                 ": the tokenizer's Engram token map has ", mx + 1,
+                 " compressed ids but engram_compressed_vocab_size is ",
+                 c.engram_compressed_vocab_size);
+    }
+    const int64_t M = c.hc_mult, D = c.dim;
+    for (int l : c.engram_layer_ids) {
+      const LayerWeights& W = ck.layers[size_t(l)];
+      std::vector<float> om(size_t(M * D));
+      for (int64_t i = 0; i < M * D; ++i)
+        om[size_t(i)] = bf16_to_f32(W.engram_q.bf16()[i]) * bf16_to_f32(W.engram_k.bf16()[i]);
+      engram_omega.push_back(std::move(om));
+    }
+  }
+  DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
+             ": the model needs every routed expert loaded");
+}
+
+void Model::Impl::round(float* x, int64_t n) const {
+  if (bf16) round_bf16_inplace(x, n);
+}
+
+void Model::Impl::dump(const Step& st, const std::string& name, const float* data,
+                       std::vector<int64_t> shape) const {
+  if (st.dump) sink->put(name, data, shape);
+}
+
+void Model::Impl::dump_i32(const Step& st, const std::string& name, const int32_t* data,
+                           std::vector<int64_t> shape) const {
+  if (st.dump) sink->put_i32(name, data, shape);
+}
+
+void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
+  st.batch = &batch;
+  st.kv = &kv;
+  st.N = batch.n_rows();
+  st.pos.assign(size_t(st.N), 0);
+  st.seq_of_row.assign(size_t(st.N), 0);
+  st.is_pad.assign(size_t(st.N), 0);
+  st.row0.clear();
+  int64_t r = 0;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const ForwardSeq& q = batch.seqs[s];
+    DI_CHECK(q.n_tokens >= 1 && q.n_padding >= 0 && q.n_padding < q.n_tokens && q.start_pos >= 0);
+    DI_CHECK(q.logits_from >= 0 && q.logits_from <= q.n_tokens - q.n_padding);
+    DI_CHECK(q.kv.slot >= 0 && q.kv.slot < kv.max_seqs(), "slot ", q.kv.slot);
+    DI_CHECK(kv.capacity_tokens(q.kv.n_blocks) >= q.start_pos + q.n_tokens - q.n_padding,
+             "sequence ", s, " has blocks for ", kv.capacity_tokens(q.kv.n_blocks),
+             " tokens, needs ", q.start_pos + q.n_tokens - q.n_padding);
+    st.row0.push_back(r);
+    for (int64_t i = 0; i < q.n_tokens; ++i, ++r) {
+      st.pos[size_t(r)] = q.start_pos + i;
+      st.seq_of_row[size_t(r)] = int32_t(s);
+      st.is_pad[size_t(r)] = i >= q.n_tokens - q.n_padding;
+    }
+    if (q.start_pos == 0) kv.last_key_layer(q.kv.slot) = -1;
+  }
+  DI_CHECK(r == st.N, "rows of the sequences (", r, ") != tokens (", st.N, ")");
+  for (int32_t t : batch.tokens)
+    DI_REQUIRE(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ",
+               c.vocab_size, ")");
+  st.dump = sink != nullptr && batch.seqs.size() == 1;
+}
+
+void Model::Impl::engram_ids(Step& st) {
+  if (c.engram_layer_ids.empty()) return;
+  const int64_t NC = engram.n_cols, LE = engram.n_layers, hist_max = engram.ngram_max - 1;
+  st.engram_ids.assign(size_t(st.N * LE * NC), 0);
+  auto map = [&](int32_t t) -> int64_t {
+    return opt.engram_token_map.empty() ? t : opt.engram_token_map[size_t(t)];
+  };
+  const int64_t pad = map(int32_t(c.engram_pad_id));
+  std::vector<int64_t> chunk;
+  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    const ForwardSeq& q = st.batch->seqs[s];
+    const int64_t r0 = st.row0[s];
+    chunk.resize(size_t(q.n_tokens));
+    for (int64_t i = 0; i < q.n_tokens; ++i)
+      chunk[size_t(i)] = map(st.batch->tokens[size_t(r0 + i)]);
+    int64_t* hist = st.kv->engram_history(q.kv.slot);
+    const int64_t n_hist = std::min(q.start_pos, hist_max);
+    // The history holds the last n_hist ids, oldest first, at the front of the buffer.
+    engram_hash_ids(
+        engram, chunk, std::span<const int64_t>(hist, size_t(n_hist)), q.start_pos, pad,
+        std::span<int64_t>(st.engram_ids.data() + r0 * LE * NC, size_t(q.n_tokens * LE * NC)));
+    const int64_t real = q.n_tokens - q.n_padding;
+    engram_update_history(engram, std::span<int64_t>(hist, size_t(hist_max)), n_hist,
+                          std::span<const int64_t>(chunk.data(), size_t(real)));
+  }
+}
+
+void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
+  Step st;
+  prepare_step(st, batch, kv);
+  const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
+  const float eps = float(c.norm_eps);
+  {
+    DI_REGION("model.engram_hash");
+    engram_ids(st);
+  }
+  std::vector<float> x(size_t(N * MD)), x1(size_t(N * MD)), x2(size_t(N * MD));
+  std::vector<float> u(size_t(N * D)), y(size_t(N * D));
+  std::vector<float> pi(size_t(N * M), 0.0f), pre_a(size_t(N * M)), post_a(size_t(N * M)),
+      comb_a(size_t(N * M * M)), pre_f(size_t(N * M)), post_f(size_t(N * M)),
+      comb_f(size_t(N * M * M));
+  {
+    DI_REGION("model.embed");
+    for (int64_t i = 0; i < N; ++i) {
+      const uint16_t* e = ck.embed.bf16() + int64_t(batch.tokens[size_t(i)]) * D;
+      for (int64_t cpy = 0; cpy < M; ++cpy)
+        for (int64_t d = 0; d < D; ++d) x[size_t(i * MD + cpy * D + d)] = bf16_to_f32(e[d]);
+      pi[size_t(i * M)] = 1.0f;
+    }
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& W = ck.layers[size_t(l)];
+    const std::string L = "L" + std::to_string(l) + ".";
+    if (c.is_engram_layer(l)) {
+      DI_REGION("model.engram");
+      engram_layer(l, st, x.data());
+      dump(st, L + "engram.x", x.data(), {N, M, D});
+    }
+    const HcParams hca{&W.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M, D,
+                       eps,           float(c.hc_eps),      c.hc_sinkhorn_iters};
+    const HcParams hcf{&W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M, D,
+                       eps,          float(c.hc_eps),     c.hc_sinkhorn_iters};
+    {
+      DI_REGION("model.hc");
+      for (int64_t i = 0; i < N; ++i) {
+        hc_mixes(hca, &x[size_t(i * MD)], &pre_a[size_t(i * M)], &post_a[size_t(i * M)],
+                 &comb_a[size_t(i * M * M)]);
+        hc_pre(&x[size_t(i * MD)], &pi[size_t(i * M)], M, D, &u[size_t(i * D)]);
+      }
+      round(u.data(), N * D);
+      rmsnorm(u.data(), N, D, W.attn_norm, eps, u.data());
+      round(u.data(), N * D);
+    }
+    dump(st, L + "attn.u", u.data(), {N, D});
+    attention(l, st, u.data(), y.data());
+    {
+      DI_REGION("model.hc");
+      for (int64_t i = 0; i < N; ++i)
+        hc_post(&y[size_t(i * D)], &x[size_t(i * MD)], &post_a[size_t(i * M)],
+                &comb_a[size_t(i * M * M)], M, D, &x1[size_t(i * MD)]);
+      round(x1.data(), N * MD);
+      dump(st, L + "hc.x1", x1.data(), {N, M, D});
+      for (int64_t i = 0; i < N; ++i) {
+        hc_mixes(hcf, &x1[size_t(i * MD)], &pre_f[size_t(i * M)], &post_f[size_t(i * M)],
+                 &comb_f[size_t(i * M * M)]);
+        // The FFN collapses with the attention's pre coefficients (§7.3).
+        hc_pre(&x1[size_t(i * MD)], &pre_a[size_t(i * M)], M, D, &u[size_t(i * D)]);
+      }
+      round(u.data(), N * D);
+      rmsnorm(u.data(), N, D, W.ffn_norm, eps, u.data());
+      round(u.data(), N * D);
+    }
+    dump(st, L + "ffn.v", u.data(), {N, D});
+    moe(l, st, u.data(), y.data());
+    dump(st, L + "ffn.out", y.data(), {N, D});
+    {
+      DI_REGION("model.hc");
+      for (int64_t i = 0; i < N; ++i)
+        hc_post(&y[size_t(i * D)], &x1[size_t(i * MD)], &post_f[size_t(i * M)],
+                &comb_f[size_t(i * M * M)], M, D, &x2[size_t(i * MD)]);
+      round(x2.data(), N * MD);
+    }
+    dump(st, L + "hc.x2", x2.data(), {N, M, D});
+    std::swap(x, x2);
+    std::swap(pi, pre_f);
+  }
+  // Final collapse with the last FFN's pre, final norm, fp32 head on the rows that want logits.
+  DI_REGION("model.head");
+  for (int64_t i = 0; i < N; ++i)
+    hc_pre(&x[size_t(i * MD)], &pi[size_t(i * M)], M, D, &u[size_t(i * D)]);
+  round(u.data(), N * D);
+  rmsnorm(u.data(), N, D, ck.norm, eps, u.data());
+  round(u.data(), N * D);
+  dump(st, "final.h", u.data(), {N, D});
+  std::vector<float> h;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const ForwardSeq& q = batch.seqs[s];
+    for (int64_t i = q.logits_from; i < q.n_tokens - q.n_padding; ++i) {
+      const float* row = &u[size_t((st.row0[s] + i) * D)];
+      h.insert(h.end(), row, row + D);
+    }
+  }
+  const int64_t n_logits = int64_t(h.size()) / D;
+  if (n_logits > 0) linear_dense(ck.head, h.data(), n_logits, logits);
+  if (st.dump && n_logits == N) dump(st, "logits", logits, {N, c.vocab_size});
+}
+
+Model::Model(const Checkpoint& ck, ModelOptions opt)
+    : impl_(std::make_unique<Impl>(ck, std::move(opt))) {}
+Model::~Model() = default;
+const ModelConfig& Model::config() const {
+  return impl_->c;
+}
+const ModelOptions& Model::options() const {
+  return impl_->opt;
+}
+void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
+  impl_->forward(batch, kv, logits);
+}
+void Model::set_activation_sink(ActivationSink* sink) {
+  impl_->sink = sink;
+}
+
+}  // namespace deepinfer

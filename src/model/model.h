@@ -1,0 +1,70 @@
+// The DeepSeek-V4.1 text model (V41_SPEC.md §4-§12): weights from a Checkpoint, one forward pass
+// over a ForwardBatch of sequences, caches in a KvCache. The model computes; it does not know
+// where requests come from or how tokens are sampled, and it writes KV only at the rows and
+// slots the batch names.
+//
+// Numerics: Numerics::Bf16 follows the spec's contract (bf16 activations and caches, fp32 where
+// it says); Numerics::Fp32 keeps every fp8/fp4 quantization but holds activations in fp32.
+// Every reduction has a fixed order (kernels/reduce.h), so a token's logits are bit-identical
+// whatever else is in the batch and however its prompt was chunked.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/forward_batch.h"
+
+namespace deepinfer {
+
+enum class Numerics { Bf16, Fp32 };
+
+struct ModelOptions {
+  Numerics numerics = Numerics::Bf16;
+  // Reproduce the public demo's decode-time index-key sharing (V41_SPEC.md §6.8) instead of the
+  // prefill semantics. For comparisons only.
+  bool demo_decode_defect = false;
+  // Engram compressed token map (raw id -> compressed id); empty = identity (no tokenizer).
+  std::vector<int32_t> engram_token_map;
+};
+
+// Receives named per-layer activations (DESIGN.md §4.8) when set on the model: names like
+// "L3.attn.q" with the rows of one sequence first. Debugging and layer-by-layer tests only.
+class ActivationSink {
+ public:
+  virtual ~ActivationSink() = default;
+  // data: row-major float values with `shape`.
+  virtual void put(const std::string& name, const float* data,
+                   const std::vector<int64_t>& shape) = 0;
+  virtual void put_i32(const std::string& name, const int32_t* data,
+                       const std::vector<int64_t>& shape) = 0;
+};
+
+class Model {
+ public:
+  Model(const Checkpoint& ck, ModelOptions opt);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  const ModelOptions& options() const;
+
+  // Runs one step. `logits` receives [batch.n_logit_rows(), vocab] fp32 rows in sequence order.
+  // Resets the sequence-slot state it needs when a sequence starts at position 0.
+  void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
+
+  // Per-layer activation dumps of the next forward calls (nullptr to stop). Only for batches of
+  // one sequence.
+  void set_activation_sink(ActivationSink* sink);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,77 @@
+// Internals of Model shared by its source files (model.cpp, attention.cpp, moe.cpp,
+// engram.cpp). Not part of the public interface.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/engram_hash.h"
+#include "kernels/rope.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+// Per-step state shared between layers of one forward call: row metadata and the artefacts that
+// producer layers publish for later layers of the same step (the top-k lists of the most recent
+// index source, the candidate blocks of the candidate source). Passed explicitly, never static.
+struct Step {
+  const ForwardBatch* batch = nullptr;
+  KvCache* kv = nullptr;
+  int64_t N = 0;                    // rows
+  std::vector<int64_t> pos;         // [N] absolute position of each row
+  std::vector<int32_t> seq_of_row;  // [N]
+  std::vector<int64_t> row0;        // [n_seqs] first row of each sequence
+  std::vector<uint8_t> is_pad;      // [N]
+  // Engram hash ids of every row: [N, L_E, NC].
+  std::vector<int64_t> engram_ids;
+  // Published by index sources: per row, the compressed rows to attend (ascending), width K.
+  std::vector<int32_t> topk;        // [N, K]
+  std::vector<int32_t> topk_n;      // [N]
+  std::vector<int32_t> topk_width;  // [N] min(K, rows existing): the list's width with padding
+  // Published by the candidate source: per row, the kept blocks (ascending), width Ck; -1 count
+  // when nothing was published for the row.
+  std::vector<int32_t> cand;    // [N, Ck]
+  std::vector<int32_t> cand_n;  // [N]
+  bool dump = false;            // activation dumps requested for this call
+
+  int64_t real_rows(size_t s) const {
+    const ForwardSeq& q = batch->seqs[s];
+    return q.n_tokens - q.n_padding;
+  }
+};
+
+struct Model::Impl {
+  Impl(const Checkpoint& ck, ModelOptions opt);
+
+  const Checkpoint& ck;
+  const ModelConfig& c;
+  ModelOptions opt;
+  bool bf16;
+  std::vector<LayerRole> roles;
+  RopeTable rope_window, rope_compressed;
+  EngramTables engram;
+  std::vector<std::vector<float>> engram_omega;  // per Engram layer: [M, D] q_weight ⊙ k_weight
+  ActivationSink* sink = nullptr;
+
+  void round(float* x, int64_t n) const;
+  const RopeTable& rope_for(int layer) const {
+    return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;
+  }
+  void dump(const Step& st, const std::string& name, const float* data,
+            std::vector<int64_t> shape) const;
+  void dump_i32(const Step& st, const std::string& name, const int32_t* data,
+                std::vector<int64_t> shape) const;
+
+  void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
+  void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
+  void engram_ids(Step& st);
+
+  // Sublayers. Inputs/outputs are [N, ...] row-major fp32 arrays.
+  void engram_layer(int l, Step& st, float* x /*[N, M, D]*/);
+  void attention(int l, Step& st, const float* u /*[N, D]*/, float* out /*[N, D]*/);
+  void compressor(int l, Step& st, const float* u);
+  void indexer(int l, Step& st, const float* u, const float* qr /*[N, Q]*/);
+  void moe(int l, Step& st, const float* v /*[N, D]*/, float* out /*[N, D]*/);
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,37 @@
+// Test helpers: synthetic checkpoints cached across test runs, and a driver that feeds sequences
+// to Model::forward in chosen chunkings and batch compositions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace deepinfer::testing {
+
+// The checkpoint directory of `preset` (seed `seed`), created once under the test cache.
+std::string preset_dir(const std::string& preset, uint64_t seed = 0);
+
+struct LoadedModel {
+  std::unique_ptr<Checkpoint> ck;
+  std::unique_ptr<Model> model;
+};
+LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect = false);
+
+// Logits of every position of `tokens`, fed as consecutive chunks of the given sizes (summing to
+// the length) through a fresh cache slot. Returns [n, vocab].
+std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
+                              const std::vector<int64_t>& chunks);
+// One step holding several sequences at once: each sequence i is fed its chunk
+// [starts[i], starts[i] + lens[i]) after earlier chunks were fed alone. Returns per sequence the
+// logits of its rows in that step.
+std::vector<std::vector<float>> run_batched(Model& m, const std::vector<std::vector<int32_t>>& seqs,
+                                            const std::vector<int64_t>& prefix_lens);
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed);
+std::string run_command(const std::string& cmd);  // runs a shell command, throws on failure
+
+}  // namespace deepinfer::testing
