@@ -4,48 +4,55 @@
 #include <cmath>
 
 #include "core/dtype.h"
+#include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
 namespace deepinfer {
 
 void sparse_attention_ref(const SparseAttnArgs& a) {
   constexpr int64_t kBlock = 64;
-  float z[kBlock];
+  float z[kBlock], p[kBlock];
   for (int64_t h = 0; h < a.H; ++h) {
     const float* q = a.q + h * a.Dh;
-    float* o = a.out + h * a.Dh;
-    std::fill(o, o + a.Dh, 0.0f);  // running accumulator A
+    float* o = a.out + h * a.Dh;  // the running accumulator A, fp32 after every block
+    std::fill(o, o + a.Dh, 0.0f);
     float m = -1e30f, l = 0;
     for (int64_t j0 = 0; j0 < a.nk; j0 += kBlock) {
       const int64_t nb = std::min(kBlock, a.nk - j0);
-      float bmax = -INFINITY;
+      const float* kb = a.keys + j0 * a.Dh;
+      float m_new = m;
       for (int64_t j = 0; j < nb; ++j) {
-        z[j] = canonical_dot(q, a.keys + (j0 + j) * a.Dh, a.Dh) * a.scale;
-        bmax = std::max(bmax, z[j]);
+        const float* k = kb + j * a.Dh;
+        const float dot = a.exact ? dot_f64(q, k, a.Dh) : canonical_dot(q, k, a.Dh);
+        z[j] = dot * a.scale;
+        m_new = std::max(m_new, z[j]);
       }
-      const float m_new = std::max(m, bmax);
-      const float beta = std::exp(m - m_new);
-      float psum = 0;
-      for (int64_t j = 0; j < nb; ++j) {
-        z[j] = std::exp(z[j] - m_new);  // P_j (fp32)
-        psum += z[j];
-      }
+      const float beta = exp_f(m - m_new);
+      for (int64_t j = 0; j < nb; ++j) p[j] = exp_f(z[j] - m_new);
+      const float psum = a.exact ? f32(sum_f64(p, nb)) : canonical_sum(p, nb);
       l = l * beta + psum;
-      for (int64_t d = 0; d < a.Dh; ++d) o[d] *= beta;
-      for (int64_t j = 0; j < nb; ++j) {
-        const float p = a.bf16_probs ? round_bf16(z[j]) : z[j];
-        const float* k = a.keys + (j0 + j) * a.Dh;
-        for (int64_t d = 0; d < a.Dh; ++d) o[d] += p * k[d];
+      // Probabilities are stored like activations (bf16 in bf16 numerics) before the product.
+      if (a.bf16_probs)
+        for (int64_t j = 0; j < nb; ++j) p[j] = round_bf16(p[j]);
+      for (int64_t d = 0; d < a.Dh; ++d) {
+        float pv;
+        if (a.exact) {
+          double s = 0;
+          for (int64_t j = 0; j < nb; ++j) s += double(p[j]) * kb[j * a.Dh + d];
+          pv = f32(s);
+        } else {
+          pv = 0;
+          for (int64_t j = 0; j < nb; ++j) pv += p[j] * kb[j * a.Dh + d];
+        }
+        o[d] = o[d] * beta + pv;
       }
       m = m_new;
     }
-    l += std::exp(a.sink[h] - m);
+    l = l + exp_f(a.sink[h] - m);
     for (int64_t d = 0; d < a.Dh; ++d) o[d] = o[d] / l;
   }
 }
 
-void sparse_attention(const SparseAttnArgs& a) {
-  sparse_attention_ref(a);
-}
+void sparse_attention(const SparseAttnArgs& a) { sparse_attention_ref(a); }
 
 }  // namespace deepinfer

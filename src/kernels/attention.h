@@ -2,7 +2,9 @@
 // key list. Single KV head: every key is also its value. Evaluated as the reference kernel does:
 // keys in list order, online softmax in blocks of 64 starting from a running max of -1e30, and
 // (in bf16 numerics) probabilities rounded to bf16 before they weight the values. The sink is an
-// extra logit with a zero value, not multiplied by the softmax scale.
+// extra logit with a zero value, not multiplied by the softmax scale. fp32 results after each
+// step: z = f32(q·k)·τ; per block β = exp(m − m'), p = exp(z − m'), l = l·β + Σp,
+// A = A·β + Σ p·k; finally l += exp(sink − m), o = A / l.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@ struct SparseAttnArgs {
   int64_t H, Dh;
   float scale;  // f32(Dh^-1/2)
   bool bf16_probs;
+  bool exact;  // dot products and block sums in double (else the canonical fp32 orders)
   float* out;  // [H, Dh]
 };
 

@@ -1,6 +1,8 @@
 // Manifold-constrained hyper-connections (V41_SPEC.md §7): the residual stream is M copies of a
 // D-vector; each sublayer reads a weighted collapse of the copies (pre) and writes back a mix
-// of its output and the copies (post, comb). Per token, fp32.
+// of its output and the copies (post, comb). Per token, fp32 results at each step of §7.1 (sums
+// of a few terms in double, rounded once). hc_pre/hc_post return fp32; callers round them to the
+// activation dtype.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +18,7 @@ struct HcParams {
   int64_t M, D;
   float norm_eps, hc_eps;
   int sinkhorn_iters;
+  bool exact;           // the [(2+M)M, M*D] projection summed in double (else the canonical order)
 };
 
 // x: [M, D] one token's stream. pre: [M], post: [M], comb: [M, M] (row j, column k).

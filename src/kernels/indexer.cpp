@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/elementwise.h"
 #include "kernels/reduce.h"
 
 namespace deepinfer {
@@ -16,14 +17,17 @@ void indexer_scores_ref(const IndexerScoreArgs& a) {
       continue;
     }
     const float* k = a.keys + t * a.Di;
-    float s = 0;
+    double sd = 0;
+    float sf = 0;
     for (int64_t h = 0; h < a.Hi; ++h) {
-      float d = canonical_dot(a.qi + h * a.Di, k, a.Di);
+      float d = a.exact ? dot_f64(a.qi + h * a.Di, k, a.Di) : canonical_dot(a.qi + h * a.Di, k, a.Di);
       if (a.bf16) d = round_bf16(d);
       float term = std::max(d, 0.0f) * a.w[h];
       if (a.bf16) term = round_bf16(term);
-      s += term;
+      sd += term;
+      sf += term;
     }
+    const float s = a.exact ? f32(sd) : sf;
     a.scores[t] = a.bf16 ? round_bf16(s) : s;
   }
 }

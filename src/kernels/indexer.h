@@ -15,6 +15,7 @@ struct IndexerScoreArgs {
   int64_t visible;    // rows this query may see (t < visible); the rest score -inf
   int64_t Hi, Di;
   bool bf16;      // round dot products, weighted terms and the sum to bf16 (§6.3)
+  bool exact;  // dot products and the head sum in double (else canonical fp32 orders)
   float* scores;  // [T]
 };
 

@@ -1,12 +1,305 @@
+// Linear dispatch: repacking at load, the path for each call (GEMV for a few rows, GEMM for more),
+// activation quantization into per-thread scratch, and the split of the outputs over the thread
+// pool (each output is computed by exactly one task, in the canonical order, so neither the
+// split nor the thread count changes a bit).
 #include "kernels/linear.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/linear_isa.h"
 
 namespace deepinfer {
 
+namespace {
+
+std::atomic<int> g_path{int(LinearPath::Auto)};
+
+// Growable 64-byte aligned per-thread buffers: one for the activations a call quantizes, one for
+// the GEMM panels of the tasks a thread runs (the caller runs tasks too).
+struct Scratch {
+  std::vector<uint8_t> buf;
+  uint8_t* get(size_t bytes) {
+    if (buf.size() < bytes + 64) buf.resize(bytes + 64);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
+    return buf.data() + ((64 - (p & 63)) & 63);
+  }
+};
+thread_local Scratch t_act, t_task;
+
+int64_t round_up(int64_t v, int64_t m) {
+  return (v + m - 1) / m * m;
+}
+
+// --- repacking ---
+
+int64_t tile_bytes_of(WeightFormat f, int64_t K) {
+  switch (f) {
+    case WeightFormat::Fp8Block:
+      return K * 16;
+    case WeightFormat::Fp4Row:
+      return K * 8;
+    case WeightFormat::BF16:
+      return K * 32;
+    case WeightFormat::F32:
+      return K * 64;
+    case WeightFormat::Fp8Row:
+      break;
+  }
+  return 0;
+}
+
+// Tile t of `w` into dst (k-major: 16 rows per input; fp4: 16 rows per byte pair of inputs).
+void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
+  const int64_t K = w.cols(), rows = w.rows();
+  for (int64_t o = 0; o < 16; ++o) {
+    const int64_t r = t * 16 + o;
+    if (r >= rows) break;  // padding rows stay zero
+    switch (w.format) {
+      case WeightFormat::Fp8Block: {
+        const uint8_t* src = w.u8() + r * K;
+        for (int64_t k = 0; k < K; ++k) dst[k * 16 + o] = src[k];
+        break;
+      }
+      case WeightFormat::Fp4Row: {
+        const uint8_t* src = w.u8() + r * (K / 2);
+        for (int64_t k = 0; k < K / 2; ++k) dst[k * 16 + o] = src[k];
+        const uint8_t* s = w.scale + r * w.scale_cols;
+        for (int64_t b = 0; b < K / 32; ++b) scale_dst[b * 16 + o] = s[b];
+        break;
+      }
+      case WeightFormat::BF16: {
+        const uint16_t* src = w.bf16() + r * K;
+        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t k = 0; k < K; ++k) d[k * 16 + o] = src[k];
+        break;
+      }
+      case WeightFormat::F32: {
+        const float* src = w.f32() + r * K;
+        float* d = reinterpret_cast<float*>(dst);
+        for (int64_t k = 0; k < K; ++k) d[k * 16 + o] = src[k];
+        break;
+      }
+      case WeightFormat::Fp8Row:
+        break;
+    }
+  }
+}
+
+// --- dispatch ---
+
+const linear_isa::Kernels* kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512:
+      return &linear_isa::avx512_kernels();
+    case Isa::Avx2:
+      return &linear_isa::avx2_kernels();
+    case Isa::Scalar:
+      break;
+  }
+  return nullptr;
+}
+
+bool bf16_gemm_ok() {
+  static const bool ok = cpu_best_isa() == Isa::Avx512 && linear_isa::avx512_dpbf16_is_canonical();
+  return ok;
+}
+
+void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant) {
+  DI_CHECK(w.present(), "linear over an absent weight");
+  DI_CHECK(w.cols() % 32 == 0, w.name, ": input dim ", w.cols(), " is not a multiple of 32");
+  DI_CHECK(a.row0 >= 0 && n_out >= 0 && a.row0 + n_out <= w.rows(), w.name, ": rows [", a.row0,
+           ", ", a.row0 + n_out, ") out of range");
+  if (quant)
+    DI_CHECK(w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row, w.name,
+             ": QLin needs fp8 or fp4 weights");
+}
+
+// Whether every input is a bf16 value (then a bf16 or fp8 weight's products are exact in fp32).
+bool rows_are_bf16(const float* x, int64_t n, int64_t ld, int64_t K) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t* r = reinterpret_cast<const uint32_t*>(x + i * ld);
+    uint32_t low = 0;
+    for (int64_t k = 0; k < K; ++k) low |= r[k] & 0xffffu;
+    if (low) return false;
+  }
+  return true;
+}
+
+void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa) {
+  const Weight& w = pw.weight();
+  const PackedWeight& pk = pw.packed();
+  const int64_t K = w.cols(), n = a.n;
+  const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
+  check_call(w, a, n_out, quant);
+  if (n <= 0 || n_out == 0) return;
+  const linear_isa::Kernels& kern = *kernels_for(isa);
+  LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
+  if (path == LinearPath::Auto) path = n <= linear_isa::kGemvRows ? LinearPath::Gemv : LinearPath::Gemm;
+  const bool bf16 = quant && path == LinearPath::Gemm && kern.gemm_bf16 && bf16_gemm_ok();
+  ThreadPool& pool = ThreadPool::global();
+
+  linear_isa::Job base;
+  base.w = &pk;
+  base.x = a.x;
+  base.ldx = a.ldx;
+  base.y = a.y;
+  base.ldy = a.ldy;
+  base.lo = a.row0;
+  base.hi = a.row0 + n_out;
+  const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
+  base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
+
+  if (quant) {  // the act_quant of §3.4, once per row for every output
+    const int64_t q_bytes = round_up(n * K * 4, 64), qb_bytes = bf16 ? round_up(n * K * 2, 64) : 0;
+    uint8_t* s = t_act.get(size_t(q_bytes + qb_bytes + n * (K / 32) * 4));
+    float* q = reinterpret_cast<float*>(s);
+    uint16_t* qb = bf16 ? reinterpret_cast<uint16_t*>(s + q_bytes) : nullptr;
+    float* xs = reinterpret_cast<float*>(s + q_bytes + qb_bytes);
+    auto quantize = [&](int64_t i0, int64_t i1) {
+      kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, q + i0 * K, qb ? qb + i0 * K : nullptr,
+                    xs + i0 * (K / 32));
+    };
+    if (n >= 16)
+      pool.parallel_for(n, 8, quantize);
+    else
+      quantize(0, n);
+    base.x = q;
+    base.ldx = K;
+    base.xb = qb;
+    base.ldxb = K;
+    base.xs = xs;
+    base.ldxs = K / 32;
+  }
+
+  const int64_t n_tiles = t_end - t_begin;
+  const int64_t threads = pool.size();
+  if (path == LinearPath::Gemv) {
+    // Small weights are not worth waking the pool for.
+    const int64_t bytes = n_tiles * pk.tile_bytes;
+    const int64_t grain =
+        bytes < (int64_t(64) << 10) ? n_tiles : std::max<int64_t>(1, n_tiles / (threads * 2));
+    pool.parallel_for(n_tiles, grain, [&](int64_t c0, int64_t c1) {
+      for (int64_t i0 = 0; i0 < n; i0 += linear_isa::kGemvRows) {
+        linear_isa::Job j = base;
+        j.n = std::min(linear_isa::kGemvRows, n - i0);
+        j.x = base.x + i0 * base.ldx;
+        if (base.xs) j.xs = base.xs + i0 * base.ldxs;
+        j.y = a.y + i0 * a.ldy;
+        j.t0 = t_begin + c0;
+        j.t1 = t_begin + c1;
+        kern.gemv(j);
+      }
+    });
+    return;
+  }
+  // GEMM: tasks are (panel of tiles, range of rows); rows are split only when there are too few
+  // panels to keep every thread busy.
+  const int64_t pt = linear_isa::kGemmPanelTiles;
+  const int64_t n_panels = (n_tiles + pt - 1) / pt;
+  int64_t row_parts = 1;
+  if (n_panels < threads * 2) row_parts = std::min((threads * 2 + n_panels - 1) / n_panels, n / 16);
+  row_parts = std::max<int64_t>(row_parts, 1);
+  const int64_t rows_per = (n + row_parts - 1) / row_parts;
+  pool.parallel_for(n_panels * row_parts, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t p = c / row_parts, r0 = (c % row_parts) * rows_per;
+      const int64_t r1 = std::min(n, r0 + rows_per);
+      if (r0 >= r1) continue;
+      linear_isa::Job j = base;
+      j.n = r1 - r0;
+      j.x = base.x + r0 * base.ldx;
+      if (base.xb) j.xb = base.xb + r0 * base.ldxb;
+      if (base.xs) j.xs = base.xs + r0 * base.ldxs;
+      j.y = a.y + r0 * a.ldy;
+      j.t0 = t_begin + p * pt;
+      j.t1 = std::min(t_end, j.t0 + pt);
+      j.scratch = t_task.get(size_t(kern.gemm_scratch_bytes(j.n, K)));
+      kern.gemm(j);
+    }
+  });
+}
+
+void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar) {
+    if (quant)
+      linear_quant_ref(w.weight(), a);
+    else
+      linear_dense_ref(w.weight(), a);
+    return;
+  }
+  run_fast(w, a, quant, isa);
+}
+
+}  // namespace
+
+void PreparedLinear::FreeAligned::operator()(uint8_t* p) const {
+  std::free(p);
+}
+
+PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
+  if (!w.present()) return;
+  DI_REQUIRE(w.shape.ndim == 2, w.name, ": a linear weight must be 2-D, got ", w.shape.str());
+  DI_REQUIRE(w.format != WeightFormat::Fp8Row, w.name,
+             ": fp8 row-scaled weights are tables, not linears");
+  const int64_t K = w.cols();
+  DI_REQUIRE(K % 32 == 0, w.name, ": input dim ", K, " is not a multiple of 32");
+  p_.format = w.format;
+  p_.rows = w.rows();
+  p_.cols = K;
+  p_.n_tiles = (w.rows() + 15) / 16;
+  p_.tile_bytes = tile_bytes_of(w.format, K);
+  const int64_t data_bytes = p_.n_tiles * p_.tile_bytes;
+  const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? p_.n_tiles * (K / 32) * 16 : 0;
+  owned_bytes_ = uint64_t(data_bytes + scale_bytes);
+  const size_t alloc = size_t(round_up(data_bytes + scale_bytes, 64));
+  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
+  DI_REQUIRE(buf, w.name, ": cannot allocate ", alloc, " bytes for the repacked weight");
+  buf_.reset(buf);
+  uint8_t* scale_dst = buf + data_bytes;
+  p_.data = buf;
+  if (w.format == WeightFormat::Fp4Row) {
+    p_.scale = scale_dst;
+  } else if (w.format == WeightFormat::Fp8Block) {
+    p_.scale = w.scale;
+    p_.scale_cols = w.scale_cols;
+  }
+  ThreadPool::global().parallel_for(p_.n_tiles, 4, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      uint8_t* d = buf + t * p_.tile_bytes;
+      std::memset(d, 0, size_t(p_.tile_bytes));
+      uint8_t* s = scale_bytes ? scale_dst + t * (K / 32) * 16 : nullptr;
+      if (s) std::memset(s, 127, size_t((K / 32) * 16));  // padding rows: scale 1
+      pack_tile(w, t, d, s);
+    }
+  });
+}
+
+void linear_quant(const PreparedLinear& w, const LinearArgs& a) {
+  run(w, a, true);
+}
+void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
+  run(w, a, false);
+}
 void linear_quant(const Weight& w, const LinearArgs& a) {
   linear_quant_ref(w, a);
 }
 void linear_dense(const Weight& w, const LinearArgs& a) {
   linear_dense_ref(w, a);
+}
+
+void set_linear_path(LinearPath p) {
+  g_path.store(int(p), std::memory_order_relaxed);
+}
+LinearPath linear_path() {
+  return LinearPath(g_path.load(std::memory_order_relaxed));
 }
 
 }  // namespace deepinfer

@@ -2,17 +2,31 @@
 //
 //   linear_quant  QLin: each input row is act-quantized (e4m3, one e8m0 scale per 32); per 32-wide
 //                 input block b the partial P_b = Σ q_k w_k runs over the codes and the total
-//                 accumulates P_b · σx_b · σw_b block by block. W: Fp8Block or Fp4Row.
+//                 accumulates P_b · (σx_b · σw_b) block by block. W: Fp8Block or Fp4Row.
 //   linear_dense  the input is used as it is (bf16 or fp32 values); W: BF16, F32, or Fp8Block
 //                 (wo_a: exact dequantized values, no activation quantization).
 // Both follow the canonical order of kernels/reduce.h, so an output row depends only on its
-// input row: batching, threading and the code path never change a bit. Outputs are fp32; callers
-// round to bf16 where the model stores bf16.
+// input row: batching, threading and the code path (GEMV for a few rows, blocked GEMM for more,
+// AVX-512 / AVX2 / scalar) never change a bit. Outputs are fp32; callers round to bf16 where the
+// model stores bf16.
 //
-// `_ref` functions are the scalar oracles; the plain names dispatch to the fastest path.
+// The fast paths read a PreparedLinear: the weight repacked once, at model construction, into
+// tiles of 16 output rows stored k-major (tile t, input k: the 16 values of rows 16t..16t+15),
+// in the checkpoint's own encoding, so a tile streams contiguously while the kernel broadcasts
+// x_k and accumulates 16 outputs per vector:
+//   Fp8Block  [tiles][K][16] e4m3 bytes; scales read from the checkpoint's 32x32 grid
+//   Fp4Row    [tiles][K/2][16] bytes (low nibble input 2j, high nibble 2j+1) + [tiles][K/32][16]
+//             e8m0 scales
+//   BF16      [tiles][K][16] bf16;  F32  [tiles][K][16] fp32
+// Rows past the weight's last row are zero. The repacked copy has the checkpoint's size (plus
+// the padding of the last tile); everything else stays mapped.
+//
+// `_ref` functions are the scalar oracles over the checkpoint layout; the plain names dispatch to
+// the fastest path for core/cpu.h's cpu_isa().
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/weight.h"
 
@@ -28,22 +42,79 @@ struct LinearArgs {
   int64_t ldy;
   int64_t row0 = 0;
   int64_t n_out = -1;  // -1: all rows of W
+  // Sum in double and round once (the model's fp32 numerics, which match a correctly rounded
+  // reference). Always served by the scalar `_ref` path; the fast paths serve exact = false.
+  bool exact = false;
 };
 
+// The tile layout the fast kernels read (see the header comment). Non-owning.
+struct PackedWeight {
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0, cols = 0;  // of the weight (K = cols)
+  int64_t n_tiles = 0;
+  int64_t tile_bytes = 0;          // values of one tile
+  const uint8_t* data = nullptr;   // [n_tiles, tile_bytes]
+  const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [n_tiles, K/32, 16]
+  int64_t scale_cols = 0;          // Fp8Block: row length of the grid
+};
+
+class PreparedLinear {
+ public:
+  PreparedLinear() = default;
+  // Repacks a 2-D weight with cols % 32 == 0 (any format but Fp8Row). An absent weight gives an
+  // absent PreparedLinear.
+  explicit PreparedLinear(const Weight& w);
+  PreparedLinear(PreparedLinear&&) noexcept = default;
+  PreparedLinear& operator=(PreparedLinear&&) noexcept = default;
+
+  bool present() const { return w_.present(); }
+  const Weight& weight() const { return w_; }  // the checkpoint's layout (scalar path)
+  const PackedWeight& packed() const { return p_; }
+  int64_t rows() const { return w_.rows(); }
+  int64_t cols() const { return w_.cols(); }
+  // Bytes this object owns (repacked values and scales).
+  uint64_t packed_bytes() const { return owned_bytes_; }
+
+ private:
+  struct FreeAligned {
+    void operator()(uint8_t* p) const;
+  };
+  Weight w_;
+  PackedWeight p_;
+  std::unique_ptr<uint8_t, FreeAligned> buf_;
+  uint64_t owned_bytes_ = 0;
+};
+
+void linear_quant(const PreparedLinear& w, const LinearArgs& a);
+void linear_dense(const PreparedLinear& w, const LinearArgs& a);
+// Unprepared weights run the scalar path (tests, one-off uses).
 void linear_quant(const Weight& w, const LinearArgs& a);
 void linear_dense(const Weight& w, const LinearArgs& a);
 void linear_quant_ref(const Weight& w, const LinearArgs& a);
 void linear_dense_ref(const Weight& w, const LinearArgs& a);
 
 // Convenience: full W, contiguous x [n, W.cols()] and y [n, W.rows()].
-inline void linear_quant(const Weight& w, const float* x, int64_t n, float* y) {
-  linear_quant(w, {x, n, w.cols(), y, w.rows()});
+inline void linear_quant(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
+  linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
 }
-inline void linear_dense(const Weight& w, const float* x, int64_t n, float* y) {
-  linear_dense(w, {x, n, w.cols(), y, w.rows()});
+inline void linear_dense(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
+  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
+}
+inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, float* y,
+                         bool exact = false) {
+  linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
+}
+inline void linear_dense(const PreparedLinear& w, const float* x, int64_t n, float* y,
+                         bool exact = false) {
+  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
 }
 
 // Row `r` of W decoded to float (exact): out[W.cols()].
 void weight_row(const Weight& w, int64_t r, float* out);
+
+// Which kernel a call with `n` rows takes (benchmarks and tests force one to compare them).
+enum class LinearPath { Auto, Gemv, Gemm };
+void set_linear_path(LinearPath p);  // process-wide; Auto by default
+LinearPath linear_path();
 
 }  // namespace deepinfer

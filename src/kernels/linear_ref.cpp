@@ -1,3 +1,4 @@
+#include <cmath>
 #include <vector>
 
 #include "core/dtype.h"
@@ -37,15 +38,22 @@ float weight_block(const Weight& w, int64_t r, int64_t b, float* out) {
 
 // One output: Σ_b P_b · xs_b · ws_b in the canonical order.
 //   xv: [K] input values (codes when xs != nullptr), xs: [K/32] input scales or nullptr
-float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs) {
+float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs, bool exact) {
   const int64_t nb = w.cols() / 32;
   float acc = 0, wb[32];
+  double acc_d = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const float ws = weight_block(w, r, b, wb);
-    const float p = block_dot(xv + b * 32, wb, 32);
-    acc += p * (xs ? xs[b] * ws : ws);
+    const float s = xs ? xs[b] * ws : ws;  // a power of two (or 1): exact
+    if (exact) {
+      double p = 0;
+      for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
+      acc_d += p * s;
+    } else {
+      acc = std::fma(block_dot(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+    }
   }
-  return acc;
+  return exact ? float(acc_d) : acc;
 }
 
 void run(const Weight& w, const LinearArgs& a, bool quant) {
@@ -76,7 +84,8 @@ void run(const Weight& w, const LinearArgs& a, bool quant) {
     for (int64_t i = 0; i < a.n; ++i)
       for (int64_t o = o0; o < o1; ++o)
         a.y[i * a.ldy + o] =
-            dot_row(w, a.row0 + o, xv + i * ldv, quant ? qs.data() + i * (K / 32) : nullptr);
+            dot_row(w, a.row0 + o, xv + i * ldv, quant ? qs.data() + i * (K / 32) : nullptr,
+                    a.exact);
   });
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/elementwise.h"
 
 namespace deepinfer {
 
@@ -14,21 +15,20 @@ void route_sqrtsoftplus(const RouteArgs& a) {
   int32_t order[kMaxExperts];
   for (int64_t e = 0; e < a.E; ++e) {
     const float s = a.logits[e] / a.gate_temp;
-    const float sp = s > 20.0f ? s : std::log1p(std::exp(s));
-    sc[e] = std::sqrt(sp);
+    sc[e] = f32(std::sqrt(double(f32(softplus_d(s)))));
     biased[e] = sc[e] + a.bias[e];
     order[e] = int32_t(e);
   }
   std::partial_sort(order, order + a.k, order + a.E, [&](int32_t x, int32_t y) {
     return biased[x] != biased[y] ? biased[x] > biased[y] : x < y;
   });
-  // The normaliser sums the weights in selection order (descending biased score).
-  float sum = 0;
+  double sum = 0;
   for (int64_t i = 0; i < a.k; ++i) sum += sc[order[i]];
+  const float denom = f32(sum) + 1e-20f;
   std::sort(order, order + a.k);
   for (int64_t i = 0; i < a.k; ++i) {
     float w = sc[order[i]];
-    if (a.normalise && a.k > 1) w = w / (sum + 1e-20f);
+    if (a.normalise && a.k > 1) w = w / denom;
     a.ids[i] = order[i];
     a.weights[i] = w * a.route_scale;
   }

@@ -3,14 +3,11 @@
 #include <cmath>
 
 #include "core/dtype.h"
-#include "kernels/reduce.h"
+#include "kernels/elementwise.h"
 
 namespace deepinfer {
 
-float rms_inv(const float* x, int64_t n, float eps) {
-  const float mean = canonical_sum_sq(x, n) / float(n);
-  return 1.0f / std::sqrt(mean + eps);
-}
+float rms_inv(const float* x, int64_t n, float eps) { return rms_inv_of_mean(mean_sq(x, n), eps); }
 
 void rmsnorm(const float* x, int64_t n, int64_t dim, int64_t ldx, const Weight& w, float eps,
              float* y, int64_t ldy) {
@@ -18,7 +15,7 @@ void rmsnorm(const float* x, int64_t n, int64_t dim, int64_t ldx, const Weight& 
     const float* xi = x + i * ldx;
     float* yi = y + i * ldy;
     const float r = rms_inv(xi, dim, eps);
-    for (int64_t d = 0; d < dim; ++d) yi[d] = bf16_to_f32(w.bf16()[d]) * (xi[d] * r);
+    for (int64_t d = 0; d < dim; ++d) yi[d] = bf16_to_f32(w.bf16()[d]) * (xi[d] * r);  // two roundings
   }
 }
 

@@ -1,5 +1,6 @@
-// RMSNorm (V41_SPEC.md §3.2): y = w · (x · rsqrt(mean(x²) + eps)), mean over the last dimension
-// in the canonical sum order, x scaled by the rsqrt first, then by the bf16 weight.
+// RMSNorm (V41_SPEC.md §3.2): y = w · (x · rsqrt(mean(x²) + eps)) with fp32 results at each step:
+// mean(x²) (summed in double), mean + eps, the rsqrt, x · r, then the product with the bf16
+// weight. The caller rounds the output to the activation dtype.
 #pragma once
 
 #include <cstdint>

@@ -42,8 +42,8 @@ void rope_angles(const RopeTable& t, int64_t pos, float* cs) {
   const float tp = float(pos);
   for (size_t i = 0; i < t.omega.size(); ++i) {
     const float phi = tp * t.omega[i];
-    cs[2 * i] = std::cos(phi);
-    cs[2 * i + 1] = std::sin(phi);
+    cs[2 * i] = float(std::cos(double(phi)));
+    cs[2 * i + 1] = float(std::sin(double(phi)));
   }
 }
 
@@ -51,8 +51,9 @@ void rope_rotate(float* tail, const float* cs, int64_t rope_dim, bool inverse) {
   for (int64_t i = 0; i < rope_dim / 2; ++i) {
     const float a = tail[2 * i], b = tail[2 * i + 1];
     const float c = cs[2 * i], s = inverse ? -cs[2 * i + 1] : cs[2 * i + 1];
-    tail[2 * i] = a * c - b * s;
-    tail[2 * i + 1] = a * s + b * c;
+    // Each output in double from the fp32 operands, rounded once.
+    tail[2 * i] = float(double(a) * c - double(b) * s);
+    tail[2 * i + 1] = float(double(a) * s + double(b) * c);
   }
 }
 

@@ -21,4 +21,9 @@ KvFootprint kv_footprint(const ModelConfig& c) {
   return f;
 }
 
+int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens) {
+  const KvFootprint f = kv_footprint(c);
+  return int64_t(f.bytes_per_token * double(block_tokens) + 0.5);
+}
+
 }  // namespace deepinfer

@@ -40,4 +40,7 @@ struct KvFootprint {
 
 KvFootprint kv_footprint(const ModelConfig& c);
 
+// Bytes of one KV block holding `block_tokens` tokens of context at every KV source.
+int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens);
+
 }  // namespace deepinfer

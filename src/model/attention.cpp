@@ -42,11 +42,11 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<float> qr(size_t(N * Q)), q(size_t(N * H * Dh));
   {
     DI_REGION("attn.q");
-    linear_quant(W.wq_a, u, N, qr.data());
+    linear_quant(W.wq_a, u, N, qr.data(), exact);
     round(qr.data(), N * Q);
     rmsnorm(qr.data(), N, Q, W.q_norm, eps, qr.data());
     round(qr.data(), N * Q);
-    linear_quant(W.wq_b, qr.data(), N, q.data());
+    linear_quant(W.wq_b, qr.data(), N, q.data(), exact);
     round(q.data(), N * H * Dh);
     for (int64_t i = 0; i < N; ++i) {
       rope_angles(rope, st.pos[size_t(i)], cs.data());
@@ -62,7 +62,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<uint8_t> kv_packed(size_t(N * wrow));
   {
     DI_REGION("attn.kv");
-    linear_quant(W.wkv, u, N, kv.data());
+    linear_quant(W.wkv, u, N, kv.data(), exact);
     round(kv.data(), N * Dh);
     rmsnorm(kv.data(), N, Dh, W.kv_norm, eps, kv.data());
     round(kv.data(), N * Dh);
@@ -126,6 +126,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
                          Dh,
                          scale,
                          bf16,
+                         exact,
                          &o[size_t(row * H * Dh)]};
         sparse_attention(a);
       }
@@ -150,10 +151,10 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     std::vector<float> a(size_t(N * G * Ro));
     const int64_t group_in = H * Dh / G;
     for (int64_t g = 0; g < G; ++g)
-      linear_dense(W.wo_a,
-                   {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro});
+      linear_dense(W.wo_a, {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro,
+                            Ro, exact});
     round(a.data(), N * G * Ro);
-    linear_quant(W.wo_b, a.data(), N, out);
+    linear_quant(W.wo_b, a.data(), N, out, exact);
     round(out, N * c.dim);
   }
   dump(st, L + "attn.out", out, {N, c.dim});

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -28,14 +29,14 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
   std::vector<float> k(size_t(N * Dh)), g;
   if (r == 1) {
-    linear_dense(W.cmp_wkv, u, N, k.data());
+    linear_dense(W.cmp_wkv, u, N, k.data(), exact);
     round(k.data(), N * Dh);
     rmsnorm(k.data(), N, Dh, W.cmp_norm, eps, k.data());
     round(k.data(), N * Dh);
   } else {
     g.resize(size_t(N * Dh));
-    linear_dense(W.cmp_wkv, u, N, k.data());
-    linear_dense(W.cmp_wgate, u, N, g.data());
+    linear_dense(W.cmp_wkv, u, N, k.data(), exact);
+    linear_dense(W.cmp_wgate, u, N, g.data(), exact);
   }
 
   std::vector<float> latent(static_cast<size_t>(Dh)), key(static_cast<size_t>(Di)), dump_cmp,
@@ -65,17 +66,17 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
           }
         }
         // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
+        // fp32 results at each step; sums over the group in double.
         for (int64_t d = 0; d < Dh; ++d) {
           float mx = gr[0][d];
           for (int64_t t = 1; t < r; ++t) mx = std::max(mx, gr[t][d]);
-          float e[64], sum = 0;
-          for (int64_t t = 0; t < r; ++t) {
-            e[t] = std::exp(gr[t][d] - mx);
-            sum += e[t];
-          }
-          float pooled = 0;
-          for (int64_t t = 0; t < r; ++t) pooled += kr[t][d] * (e[t] / sum);
-          latent[size_t(d)] = pooled;
+          float e[64];
+          double sum = 0;
+          for (int64_t t = 0; t < r; ++t) sum += (e[t] = exp_f(gr[t][d] - mx));
+          const float es = f32(sum);
+          double pooled = 0;
+          for (int64_t t = 0; t < r; ++t) pooled += double(kr[t][d]) * (e[t] / es);
+          latent[size_t(d)] = f32(pooled);
         }
         round(latent.data(), Dh);  // cast to bf16 before the norm
         rmsnorm(latent.data(), 1, Dh, W.cmp_norm, eps, latent.data());
@@ -83,7 +84,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       }
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
-        linear_dense(W.idx_wk, latent.data(), 1, key.data());
+        linear_dense(W.idx_wk, latent.data(), 1, key.data(), exact);
         round(key.data(), Di);
         rmsnorm(key.data(), 1, Di, W.idx_k_norm, eps, key.data());
         round(key.data(), Di);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/reduce.h"
@@ -31,12 +32,11 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
         weight_row(W.engram_table, id, dst);
     }
   std::vector<float> kv(size_t(N * (M + 1) * D));
-  linear_quant(W.engram_wkv, ev.data(), N, kv.data());
+  linear_quant(W.engram_wkv, ev.data(), N, kv.data(), exact);
   round(kv.data(), N * (M + 1) * D);
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
   const std::vector<float>& omega = engram_omega[size_t(z)];
-  std::vector<float> t(static_cast<size_t>(D));
   for (int64_t i = 0; i < N; ++i) {
     const float* V = &kv[size_t((i * (M + 1) + M) * D)];
     for (int64_t cpy = 0; cpy < M; ++cpy) {
@@ -44,11 +44,12 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
       const float* Kc = &kv[size_t((i * (M + 1) + cpy) * D)];
       const float* om = &omega[size_t(cpy * D)];
       const float rc = rms_inv(h, D, eps) * rms_inv(Kc, D, eps);
-      for (int64_t d = 0; d < D; ++d) t[size_t(d)] = (h[d] * om[d]) * Kc[d];
-      const float delta = canonical_sum(t.data(), D) * rc * inv_sqrt_d;
-      const float mag = std::sqrt(std::max(std::fabs(delta), 1e-6f));
-      const float gate = 1.0f / (1.0f + std::exp(-std::copysign(mag, delta)));
-      for (int64_t d = 0; d < D; ++d) h[d] = h[d] + gate * V[d];
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += double(h[d]) * om[d] * Kc[d];
+      const float delta = (f32(dot) * rc) * inv_sqrt_d;
+      const float mag = f32(std::sqrt(std::max(double(std::fabs(delta)), double(1e-6f))));
+      const float gate = f32(sigmoid_d(std::copysign(mag, delta)));  // the sign of ±0 is kept
+      for (int64_t d = 0; d < D; ++d) h[d] = f32(double(h[d]) + double(gate) * V[d]);
       round(h, D);
     }
   }

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "io/npy.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
@@ -15,7 +17,11 @@
 namespace deepinfer {
 
 Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
-    : ck(ck_), c(ck_.config()), opt(std::move(opt_)), bf16(opt.numerics == Numerics::Bf16) {
+    : ck(ck_),
+      c(ck_.config()),
+      opt(std::move(opt_)),
+      bf16(opt.numerics == Numerics::Bf16),
+      exact(opt.numerics == Numerics::Fp32) {
   roles = layer_roles(c);
   rope_window = make_rope_table(c.rope_head_dim, c.rope_theta, 0, 1, c.beta_fast, c.beta_slow);
   rope_compressed = make_rope_table(c.rope_head_dim, c.compress_rope_theta, c.original_seq_len,
@@ -98,6 +104,7 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
     DI_REQUIRE(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ",
                c.vocab_size, ")");
   st.dump = sink != nullptr && batch.seqs.size() == 1;
+  if (st.dump) sink->begin_call();
 }
 
 void Model::Impl::engram_ids(Step& st) {
@@ -158,10 +165,10 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       engram_layer(l, st, x.data());
       dump(st, L + "engram.x", x.data(), {N, M, D});
     }
-    const HcParams hca{&W.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M, D,
-                       eps,           float(c.hc_eps),      c.hc_sinkhorn_iters};
-    const HcParams hcf{&W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M, D,
-                       eps,          float(c.hc_eps),     c.hc_sinkhorn_iters};
+    const HcParams hca{&W.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M,    D,
+                       eps,           float(c.hc_eps),      c.hc_sinkhorn_iters,   exact};
+    const HcParams hcf{&W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M,    D,
+                       eps,          float(c.hc_eps),     c.hc_sinkhorn_iters,  exact};
     {
       DI_REGION("model.hc");
       for (int64_t i = 0; i < N; ++i) {
@@ -223,8 +230,21 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     }
   }
   const int64_t n_logits = int64_t(h.size()) / D;
-  if (n_logits > 0) linear_dense(ck.head, h.data(), n_logits, logits);
+  if (n_logits > 0) linear_dense(ck.head, h.data(), n_logits, logits, exact);
   if (st.dump && n_logits == N) dump(st, "logits", logits, {N, c.vocab_size});
+}
+
+void NpyActivationDump::begin_call() {
+  call_dir_ = dir_ + "/call" + std::to_string(calls_++);
+  std::filesystem::create_directories(call_dir_);
+}
+void NpyActivationDump::put(const std::string& name, const float* data,
+                            const std::vector<int64_t>& shape) {
+  npy_write_f32(call_dir_ + "/" + name + ".npy", data, shape);
+}
+void NpyActivationDump::put_i32(const std::string& name, const int32_t* data,
+                                const std::vector<int64_t>& shape) {
+  npy_write_i32(call_dir_ + "/" + name + ".npy", data, shape);
 }
 
 Model::Model(const Checkpoint& ck, ModelOptions opt)

@@ -36,11 +36,27 @@ struct ModelOptions {
 class ActivationSink {
  public:
   virtual ~ActivationSink() = default;
+  // Called at the start of every forward call that dumps.
+  virtual void begin_call() {}
   // data: row-major float values with `shape`.
   virtual void put(const std::string& name, const float* data,
                    const std::vector<int64_t>& shape) = 0;
   virtual void put_i32(const std::string& name, const int32_t* data,
                        const std::vector<int64_t>& shape) = 0;
+};
+
+// Writes each forward call's activations as .npy files: <dir>/call<k>/<name>.npy (k = 0, 1, ...).
+class NpyActivationDump : public ActivationSink {
+ public:
+  explicit NpyActivationDump(std::string dir) : dir_(std::move(dir)) {}
+  void begin_call() override;
+  void put(const std::string& name, const float* data, const std::vector<int64_t>& shape) override;
+  void put_i32(const std::string& name, const int32_t* data,
+               const std::vector<int64_t>& shape) override;
+
+ private:
+  std::string dir_, call_dir_;
+  int calls_ = 0;
 };
 
 class Model {

@@ -47,6 +47,7 @@ struct Model::Impl {
   const ModelConfig& c;
   ModelOptions opt;
   bool bf16;
+  bool exact;  // sums in double, rounded once (fp32 numerics); else the canonical fp32 orders
   std::vector<LayerRole> roles;
   RopeTable rope_window, rope_compressed;
   EngramTables engram;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/moe_routing.h"
 #include "model/model_impl.h"
@@ -22,7 +23,7 @@ void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
       gi = std::min(gi, limit);
       ui = std::max(-limit, std::min(ui, limit));
     }
-    const float silu = gi / (1.0f + std::exp(-gi));
+    const float silu = f32(double(gi) * sigmoid_d(gi));
     g[i] = weight * (silu * ui);
   }
 }
@@ -41,7 +42,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   std::vector<float> weights(size_t(N * k));
   {
     DI_REGION("moe.router");
-    linear_dense(W.gate, v, N, logits.data());
+    linear_dense(W.gate, v, N, logits.data(), exact);
     for (int64_t i = 0; i < N; ++i) {
       RouteArgs a{&logits[size_t(i * E)],
                   W.gate_bias.f32(),
@@ -66,14 +67,14 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       std::copy(v + rows[size_t(i)] * D, v + (rows[size_t(i)] + 1) * D, &xg[size_t(i * D)]);
     g.resize(size_t(n * F));
     u.resize(size_t(n * F));
-    linear_quant(ex.w1, xg.data(), n, g.data());
-    linear_quant(ex.w3, xg.data(), n, u.data());
+    linear_quant(ex.w1, xg.data(), n, g.data(), exact);
+    linear_quant(ex.w3, xg.data(), n, u.data(), exact);
     round(g.data(), n * F);
     round(u.data(), n * F);
     for (int64_t i = 0; i < n; ++i)
       swiglu(&g[size_t(i * F)], &u[size_t(i * F)], F, limit, row_weights ? row_weights[i] : 1.0f);
     round(g.data(), n * F);
-    linear_quant(ex.w2, g.data(), n, dst);
+    linear_quant(ex.w2, g.data(), n, dst, exact);
     round(dst, n * D);
   };
 

@@ -1,0 +1,195 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "kv/kv_layout.h"
+
+namespace deepinfer {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None:
+      return "none";
+    case FinishReason::Length:
+      return "length";
+    case FinishReason::Stop:
+      return "stop";
+    case FinishReason::Abort:
+      return "abort";
+    case FinishReason::Error:
+      return "error";
+  }
+  return "?";
+}
+
+Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder)
+    : model_(model), cfg_(cfg), decoder_(std::move(decoder)), sampler_(model.config().vocab_size) {
+  const ModelConfig& c = model.config();
+  // Blocks must hold whole compressed groups of every layer.
+  int64_t lcm = 1;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.compress_ratio(l) > 0) lcm = std::lcm(lcm, int64_t(c.compress_ratio(l)));
+  SchedulerConfig& sc = cfg_.sched;
+  DI_REQUIRE(sc.block_tokens >= 1, "KV block size must be >= 1 token");
+  sc.block_tokens = (sc.block_tokens + lcm - 1) / lcm * lcm;
+  DI_REQUIRE(sc.max_model_len >= 1, "max_model_len must be >= 1");
+  const uint64_t block_bytes = uint64_t(kv_block_bytes(c, sc.block_tokens));
+  if (cfg_.num_kv_blocks > 0) {
+    num_blocks_ = cfg_.num_kv_blocks;
+  } else {
+    // From the memory budget, but no more than max_num_seqs sequences of max_model_len need.
+    const uint64_t per_seq = uint64_t((sc.max_model_len + sc.block_tokens - 1) / sc.block_tokens);
+    uint64_t n =
+        block_bytes ? cfg_.kv_cache_memory / block_bytes : per_seq * uint64_t(sc.max_num_seqs);
+    n = std::min<uint64_t>(n, per_seq * uint64_t(sc.max_num_seqs));
+    DI_REQUIRE(n >= 1, "--kv-cache-memory ", cfg_.kv_cache_memory, " bytes holds no KV block (",
+               block_bytes, " bytes each)");
+    num_blocks_ = int32_t(std::min<uint64_t>(n, uint64_t(INT32_MAX)));
+  }
+  KvCacheOptions ko;
+  ko.num_blocks = num_blocks_;
+  ko.block_tokens = sc.block_tokens;
+  ko.max_seqs = sc.max_num_seqs;
+  kv_ = std::make_unique<KvCache>(c, ko);
+  pool_bytes_ = kv_->bytes();
+  scheduler_ = std::make_unique<Scheduler>(sc, num_blocks_, sc.max_num_seqs);
+  runner_ = std::make_unique<ModelRunner>(model_, *kv_);
+  stats_.kv_blocks_total = num_blocks_;
+}
+
+Engine::~Engine() = default;
+
+int64_t Engine::kv_capacity_tokens() const {
+  return int64_t(num_blocks_) * cfg_.sched.block_tokens;
+}
+
+std::string Engine::add_request(Request req) {
+  const int64_t V = model_.config().vocab_size;
+  const SamplingParams& p = req.params;
+  if (req.prompt_ids.empty()) return "prompt is empty";
+  for (size_t i = 0; i < req.prompt_ids.size(); ++i)
+    if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= V)
+      return str_cat("prompt token ", i, " = ", req.prompt_ids[i],
+                     " is outside the vocabulary [0, ", V, ")");
+  if (p.max_tokens < 1) return str_cat("max_tokens must be >= 1, got ", p.max_tokens);
+  if (!(p.temperature >= 0)) return str_cat("temperature must be >= 0, got ", p.temperature);
+  if (p.top_k < 0) return str_cat("top_k must be >= 0, got ", p.top_k);
+  if (!(p.top_p > 0 && p.top_p <= 1)) return str_cat("top_p must be in (0, 1], got ", p.top_p);
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return str_cat("min_p must be in [0, 1], got ", p.min_p);
+  if (!(p.repetition_penalty > 0))
+    return str_cat("repetition_penalty must be > 0, got ", p.repetition_penalty);
+  if (p.logprobs < 0 || p.logprobs > V)
+    return str_cat("logprobs must be in [0, ", V, "], got ", p.logprobs);
+  for (int32_t t : p.stop_token_ids)
+    if (t < 0 || t >= V) return str_cat("stop token id ", t, " is outside the vocabulary");
+  if (!p.stop.empty() && !decoder_) return "stop strings need a tokenizer, and this model has none";
+  for (const auto& s : p.stop)
+    if (s.empty()) return "stop strings must not be empty";
+  if (scheduler_->find(req.id)) return str_cat("request id ", req.id, " is already in use");
+  if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
+  return scheduler_->add(std::move(req));
+}
+
+bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
+  const SamplingParams& p = s->req.params;
+  const int32_t t = s->tokens.back();
+  FinishReason why = FinishReason::None;
+  if (!p.ignore_eos && t == model_.config().eos_token_id) why = FinishReason::Stop;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
+    why = FinishReason::Stop;
+  if (why == FinishReason::None && !p.stop.empty()) {
+    const std::vector<int32_t> out(s->tokens.begin() + s->num_prompt, s->tokens.end());
+    const std::string text = decoder_(out);
+    for (const auto& stop : p.stop)
+      if (text.find(stop) != std::string::npos) {
+        why = FinishReason::Stop;
+        s->stop_text = ev->stop_text = stop;
+        break;
+      }
+  }
+  if (why == FinishReason::None &&
+      (s->num_generated() >= p.max_tokens || int64_t(s->tokens.size()) >= cfg_.sched.max_model_len))
+    why = FinishReason::Length;
+  if (why == FinishReason::None) return false;
+  ev->finish = why;
+  scheduler_->finish(s, why);
+  return true;
+}
+
+std::vector<TokenEvent> Engine::step() {
+  std::vector<TokenEvent> events;
+  const auto t0 = std::chrono::steady_clock::now();
+  SchedOutput out;
+  {
+    DI_REGION("engine.schedule");
+    out = scheduler_->schedule();
+  }
+  if (out.empty()) return events;
+  const std::vector<float>& logits = runner_->execute(out);
+  std::vector<int32_t> sampled;
+  std::vector<TopLogprobs> tops;
+  bool has_prompt = false;
+  {
+    DI_REGION("engine.sample");
+    const int64_t V = model_.config().vocab_size;
+    size_t k = 0;
+    for (const SchedSeq& q : out.seqs) {
+      if (q.tokens.size() > 1 || !q.sample) has_prompt = true;
+      stats_.prompt_tokens += q.sample ? int64_t(q.tokens.size()) - 1 : int64_t(q.tokens.size());
+      if (!q.sample) continue;
+      Sequence* s = scheduler_->find(q.seq_id);
+      TopLogprobs top;
+      SampleInput in{&logits[k * size_t(V)], &s->req.params, &s->tokens, s->num_prompt,
+                     *s->req.params.seed};
+      sampled.push_back(sampler_.sample(in, &top));
+      tops.push_back(std::move(top));
+      ++k;
+    }
+  }
+  const std::vector<Sequence*> seqs = scheduler_->update(out, sampled);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence* s = seqs[i];
+    TokenEvent ev;
+    ev.id = s->req.id;
+    ev.token = sampled[i];
+    if (s->req.params.logprobs > 0) {
+      ev.logprobs = tops[i];
+      s->logprobs.push_back(std::move(tops[i]));
+    }
+    check_stop(s, &ev);
+    events.push_back(std::move(ev));
+  }
+  stats_.generated_tokens += int64_t(seqs.size());
+  ++stats_.steps;
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  (has_prompt ? stats_.prefill_seconds : stats_.decode_seconds) += dt;
+  return events;
+}
+
+std::vector<RequestOutput> Engine::take_finished() {
+  std::vector<RequestOutput> res;
+  for (auto& s : scheduler_->take_finished()) {
+    RequestOutput o;
+    o.id = s->req.id;
+    o.prompt_ids = s->req.prompt_ids;
+    o.output_ids.assign(s->tokens.begin() + s->num_prompt, s->tokens.end());
+    o.logprobs = std::move(s->logprobs);
+    o.finish = s->finish;
+    o.stop_text = s->stop_text;
+    res.push_back(std::move(o));
+  }
+  return res;
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = stats_;
+  s.kv_blocks_peak = scheduler_->stats().peak_blocks_used;
+  s.preemptions = scheduler_->stats().preemptions;
+  return s;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,78 @@
+// The engine loop (DESIGN.md §1): schedule -> run -> sample -> update, one step at a time.
+// Nothing else drives the model. Requests come in through add_request, tokens come out of step()
+// as TokenEvents, and every request ends with one RequestOutput from take_finished().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct EngineConfig {
+  SchedulerConfig sched;
+  int32_t num_kv_blocks = 0;  // 0: size the pool from kv_cache_memory
+  uint64_t kv_cache_memory = uint64_t(512) << 20;
+  uint64_t seed = 0;  // seeds requests that bring none
+};
+
+// Decodes generated ids to text (for stop strings); empty when there is no tokenizer.
+using TextDecoder = std::function<std::string(const std::vector<int32_t>&)>;
+
+struct EngineStats {
+  int64_t prompt_tokens = 0;  // prompt rows computed (recomputation included)
+  int64_t generated_tokens = 0;
+  int64_t steps = 0;
+  double prefill_seconds = 0;  // steps with prompt rows
+  double decode_seconds = 0;   // steps with decode rows only
+  int32_t kv_blocks_total = 0, kv_blocks_peak = 0;
+  int64_t preemptions = 0;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder = nullptr);
+  ~Engine();
+
+  // The pool this engine sized (blocks, tokens per block, bytes).
+  int32_t num_kv_blocks() const { return num_blocks_; }
+  int64_t kv_capacity_tokens() const;
+  uint64_t kv_pool_bytes() const { return pool_bytes_; }
+
+  // Validates and queues a request; returns "" or a message saying what is wrong with it (the
+  // request is then not queued). Ids must be unique among unfinished requests.
+  std::string add_request(Request req);
+  std::vector<TokenEvent> step();
+  std::vector<RequestOutput> take_finished();
+  bool has_unfinished() const { return scheduler_->has_work(); }
+  bool abort(RequestId id) { return scheduler_->abort(id); }
+  size_t num_running() const { return scheduler_->num_running(); }
+  size_t num_waiting() const { return scheduler_->num_waiting(); }
+  int32_t kv_blocks_used() const { return scheduler_->pool().num_used(); }
+  EngineStats stats() const;
+  const Model& model() const { return model_; }
+
+ private:
+  bool check_stop(Sequence* s, TokenEvent* ev);
+
+  Model& model_;
+  EngineConfig cfg_;
+  TextDecoder decoder_;
+  int32_t num_blocks_ = 0;
+  uint64_t pool_bytes_ = 0;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+  Sampler sampler_;
+  EngineStats stats_;
+};
+
+}  // namespace deepinfer

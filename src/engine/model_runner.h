@@ -1,0 +1,31 @@
+// The only place that knows both scheduling structs and tensors (DESIGN.md §3): turns a
+// SchedOutput into a ForwardBatch (flat tokens, positions, block tables, bucket padding), runs the
+// model, and hands back the logits of the rows that sample. Keeps a mirror of every running
+// sequence's block table, updated from the differences in each SchedOutput — the same code runs
+// on follower ranks, which replay the leader's SchedOutputs.
+#pragma once
+
+#include <unordered_map>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+class ModelRunner {
+ public:
+  ModelRunner(Model& model, KvCache& kv) : model_(model), kv_(kv) {}
+  // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
+  const std::vector<float>& execute(const SchedOutput& out);
+  size_t num_tables() const { return tables_.size(); }
+
+ private:
+  Model& model_;
+  KvCache& kv_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> tables_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+};
+
+}  // namespace deepinfer

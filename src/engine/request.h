@@ -1,0 +1,62 @@
+// Requests and their results, as the engine sees them (DESIGN.md §1). Plain data: the server and
+// the offline runner build Requests from JSON/CLI input; the engine returns TokenEvents while a
+// request runs and one RequestOutput when it ends.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace deepinfer {
+
+using RequestId = uint64_t;
+
+struct SamplingParams {
+  int64_t max_tokens = 16;
+  float temperature = 1.0f;         // 0 = greedy
+  int64_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off; over prompt and output tokens
+  float presence_penalty = 0.0f;    // over output tokens
+  float frequency_penalty = 0.0f;   // over output tokens
+  std::optional<uint64_t> seed;     // per-request seed: same request + seed = same tokens
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;  // stop strings (need a tokenizer)
+  bool ignore_eos = false;
+  int64_t logprobs = 0;  // top-K logprobs per generated token (0 = none)
+};
+
+struct Request {
+  RequestId id = 0;
+  std::vector<int32_t> prompt_ids;
+  SamplingParams params;
+};
+
+enum class FinishReason { None, Length, Stop, Abort, Error };
+const char* finish_reason_name(FinishReason r);
+
+using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // descending
+
+// One generated token of one request, emitted by the step that sampled it.
+struct TokenEvent {
+  RequestId id = 0;
+  int32_t token = -1;
+  TopLogprobs logprobs;                      // empty unless requested
+  FinishReason finish = FinishReason::None;  // set on the request's last event
+  std::string stop_text;                     // the stop string that ended it, if any
+};
+
+struct RequestOutput {
+  RequestId id = 0;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;
+  std::vector<TopLogprobs> logprobs;
+  FinishReason finish = FinishReason::None;
+  std::string error;  // set when the request was rejected
+  std::string stop_text;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,115 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "kernels/reduce.h"
+
+namespace deepinfer {
+
+namespace {
+uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Higher value first, then lower id: the order every selection here uses.
+struct ByValueThenId {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const { return v[a] != v[b] ? v[a] > v[b] : a < b; }
+};
+}  // namespace
+
+double sample_uniform(uint64_t seed, uint64_t index) {
+  const uint64_t r = mix64(mix64(seed) ^ mix64(index + 0x632be59bd9b4e019ull));
+  return double(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
+  const SamplingParams& p = *in.params;
+  const int64_t V = vocab_;
+  const float* raw = in.logits;
+  if (p.logprobs > 0 && top) {
+    float mx = raw[0];
+    for (int64_t i = 1; i < V; ++i) mx = std::max(mx, raw[i]);
+    const float sum = canonical_sum(raw, V, [mx](float v) { return std::exp(v - mx); });
+    const float lse = mx + std::log(sum);
+    ids_.resize(size_t(V));
+    for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
+    const int64_t k = std::min<int64_t>(p.logprobs, V);
+    std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), ByValueThenId{raw});
+    top->clear();
+    for (int64_t i = 0; i < k; ++i) top->emplace_back(ids_[size_t(i)], raw[ids_[size_t(i)]] - lse);
+  }
+  work_.assign(raw, raw + V);
+  float* l = work_.data();
+  const auto& toks = *in.tokens;
+  // Penalties: repetition over prompt and output, presence/frequency over output.
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<uint8_t> seen(size_t(V), 0);
+    for (int32_t t : toks)
+      if (!seen[size_t(t)]) {
+        seen[size_t(t)] = 1;
+        l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+      }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int32_t> count;
+    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count[toks[i]];
+    for (const auto& [t, n] : count) l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
+  }
+  if (p.temperature <= 0.0f || p.top_k == 1) {
+    int32_t best = 0;
+    for (int64_t i = 1; i < V; ++i)
+      if (l[i] > l[best]) best = int32_t(i);
+    return best;
+  }
+  for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
+  // Candidates in (value desc, id asc) order, cut by top-k.
+  ids_.resize(size_t(V));
+  for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
+  int64_t n = V;
+  if (p.top_k > 0 && p.top_k < V) {
+    n = p.top_k;
+    std::partial_sort(ids_.begin(), ids_.begin() + n, ids_.end(), ByValueThenId{l});
+  } else {
+    std::sort(ids_.begin(), ids_.end(), ByValueThenId{l});
+  }
+  // Probabilities of the candidates (softmax over them), then top-p and min-p cuts.
+  const float mx = l[ids_[0]];
+  std::vector<double> prob(static_cast<size_t>(n));
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i)
+    total += (prob[size_t(i)] = std::exp(double(l[ids_[size_t(i)]] - mx)));
+  int64_t keep = n;
+  if (p.top_p < 1.0f) {
+    double cum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      cum += prob[size_t(i)] / total;
+      if (cum >= double(p.top_p)) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = double(p.min_p) * prob[0];
+    int64_t m = 1;
+    while (m < keep && prob[size_t(m)] >= floor) ++m;
+    keep = m;
+  }
+  double kept = 0;
+  for (int64_t i = 0; i < keep; ++i) kept += prob[size_t(i)];
+  const double u = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt))) * kept;
+  double cum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += prob[size_t(i)];
+    if (u < cum) return ids_[size_t(i)];
+  }
+  return ids_[size_t(keep - 1)];
+}
+
+}  // namespace deepinfer

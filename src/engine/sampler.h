@@ -1,0 +1,37 @@
+// Next-token selection from one row of logits (leader rank only). Deterministic: the random draw
+// of a request's i-th token depends only on its seed and i, so the same request and seed give the
+// same tokens whatever else is in the batch, and after preemption.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace deepinfer {
+
+struct SampleInput {
+  const float* logits;  // [vocab]
+  const SamplingParams* params;
+  const std::vector<int32_t>* tokens;  // prompt + generated so far
+  int64_t num_prompt;
+  uint64_t seed;  // the request's seed (or one derived for it)
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab) : vocab_(vocab) {}
+  // The chosen token; fills `top` with the top-K logprobs of the raw distribution when K > 0.
+  int32_t sample(const SampleInput& in, TopLogprobs* top);
+
+ private:
+  int64_t vocab_;
+  std::vector<float> work_;
+  std::vector<int32_t> ids_;
+  std::vector<int32_t> counts_;
+};
+
+// A uniform draw in [0, 1) for (seed, index): counter-based, no state.
+double sample_uniform(uint64_t seed, uint64_t index);
+
+}  // namespace deepinfer

@@ -1,0 +1,226 @@
+// Scheduling rule. Every sequence has `num_computed` tokens catching up to `tokens.size()`; a step
+// advances some of them, under a row budget (max_num_batched_tokens, bucket padding included), a
+// prompt-row budget (max_num_prefill_tokens) and at most max_num_seqs running sequences:
+//   1. running sequences with one pending token (decode rows) first, oldest arrival first;
+//   2. then running sequences still catching up on their prompt, oldest first, each one chunk of
+//      min(pending, remaining budgets, bucket size) rows (one row with prompt-as-decode);
+//   3. then waiting sequences, oldest first, admitted while a slot, the budgets and free blocks
+//      allow; admission stops at the first that does not fit (strict FCFS).
+// A running sequence that needs a block when the pool is empty preempts the newest running
+// sequence (its blocks are freed and it is recomputed later from its tokens), repeating until the
+// block is found or it is itself the newest, in which case it is preempted. Waiting sequences
+// never preempt. A chunk's last row is sampled when it completes the sequence's pending tokens.
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+int64_t SchedOutput::rows() const {
+  int64_t n = 0;
+  for (const auto& s : seqs) n += int64_t(s.tokens.size()) + s.n_padding;
+  return n;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots)
+    : cfg_(cfg), pool_(num_blocks) {
+  DI_REQUIRE(cfg.max_num_seqs >= 1 && num_slots >= cfg.max_num_seqs,
+             "max_num_seqs must be >= 1 and <= the cache's sequence slots");
+  DI_REQUIRE(cfg.max_num_batched_tokens >= 1 && cfg.max_num_prefill_tokens >= 1,
+             "max_num_batched_tokens and max_num_prefill_tokens must be >= 1");
+  DI_REQUIRE(cfg.prefill_bucket == 0 || cfg.prefill_bucket <= cfg.max_num_batched_tokens,
+             "prefill bucket (", cfg.prefill_bucket, ") exceeds max_num_batched_tokens (",
+             cfg.max_num_batched_tokens, ")");
+  for (int32_t s = num_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+std::string Scheduler::add(Request req) {
+  const int64_t n_prompt = int64_t(req.prompt_ids.size());
+  const int64_t total = n_prompt + req.params.max_tokens;
+  if (total > cfg_.max_model_len)
+    return str_cat("prompt (", n_prompt, " tokens) + max_tokens (", req.params.max_tokens,
+                   ") = ", total, " exceeds max_model_len (", cfg_.max_model_len, ")");
+  const int64_t blocks = (total + cfg_.block_tokens - 1) / cfg_.block_tokens;
+  if (blocks > pool_.num_blocks())
+    return str_cat("prompt + max_tokens = ", total, " tokens needs ", blocks,
+                   " KV blocks but the whole pool has ", pool_.num_blocks());
+  DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
+  auto s = std::make_unique<Sequence>();
+  s->arrival = next_arrival_++;
+  s->tokens = req.prompt_ids;
+  s->num_prompt = n_prompt;
+  s->req = std::move(req);
+  waiting_.push_back(s.get());
+  seqs_[s->req.id] = std::move(s);
+  return "";
+}
+
+bool Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
+  const size_t need = size_t((tokens + cfg_.block_tokens - 1) / cfg_.block_tokens);
+  while (s->blocks.size() < need) {
+    const int32_t b = pool_.allocate();
+    if (b < 0) return false;
+    s->blocks.push_back(b);
+  }
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_.num_used());
+  return true;
+}
+
+void Scheduler::release(Sequence* s) {
+  for (int32_t b : s->blocks) pool_.release(b);
+  s->blocks.clear();
+  s->blocks_sent = 0;
+  s->table_reset = true;
+  if (s->slot >= 0) free_slots_.push_back(s->slot);
+  s->slot = -1;
+  released_.push_back(s->req.id);
+}
+
+void Scheduler::preempt(Sequence* s) {
+  release(s);
+  s->num_computed = 0;
+  s->status = SeqStatus::Waiting;
+  ++s->num_preemptions;
+  ++stats_.preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), s));
+  // Back into the waiting queue at its arrival position (it is older than later arrivals).
+  auto it = std::find_if(waiting_.begin(), waiting_.end(),
+                         [&](Sequence* w) { return w->arrival > s->arrival; });
+  waiting_.insert(it, s);
+}
+
+void Scheduler::admit(Sequence* s) {
+  s->status = SeqStatus::Running;
+  s->slot = free_slots_.back();
+  free_slots_.pop_back();
+  auto it = std::find_if(running_.begin(), running_.end(),
+                         [&](Sequence* r) { return r->arrival > s->arrival; });
+  running_.insert(it, s);
+}
+
+SchedOutput Scheduler::schedule() {
+  SchedOutput out;
+  out.step = step_++;
+  int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
+  std::vector<std::pair<Sequence*, int64_t>> picked;  // sequence, real rows
+  auto chunk_of = [&](Sequence* s) -> int64_t {
+    const int64_t pending = s->num_pending();
+    if (pending == 1) return rows >= 1 ? 1 : 0;  // decode row
+    int64_t n = std::min({pending, rows, prompt_rows});
+    if (cfg_.prompt_as_decode) n = std::min<int64_t>(n, 1);
+    if (cfg_.prefill_bucket > 0) n = std::min(n, cfg_.prefill_bucket);
+    return n;
+  };
+  auto rows_of = [&](Sequence* s, int64_t n) {
+    const bool padded = cfg_.prefill_bucket > 0 && s->num_pending() > 1 && !cfg_.prompt_as_decode;
+    return padded ? cfg_.prefill_bucket : n;
+  };
+  auto take = [&](Sequence* s, int64_t n) {
+    picked.emplace_back(s, n);
+    rows -= rows_of(s, n);
+    if (s->num_pending() > 1) prompt_rows -= n;
+  };
+  auto unpick = [&](Sequence* v) {
+    auto p = std::find_if(picked.begin(), picked.end(), [&](auto& e) { return e.first == v; });
+    if (p == picked.end()) return;
+    rows += rows_of(v, p->second);
+    if (v->num_pending() > 1) prompt_rows += p->second;
+    picked.erase(p);
+  };
+  // 1 + 2: running sequences, decode rows first, then prompt chunks (each phase oldest first).
+  for (int phase = 0; phase < 2; ++phase) {
+    const std::vector<Sequence*> order = running_;
+    for (Sequence* s : order) {
+      if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
+      const int64_t n = chunk_of(s);
+      if (n == 0 || rows_of(s, n) > rows) continue;
+      bool ok = true;
+      while (ok && !grow_blocks(s, s->num_computed + n)) {
+        Sequence* victim = running_.back();  // the newest arrival
+        unpick(victim);
+        preempt(victim);
+        ok = victim != s;
+      }
+      if (ok) take(s, n);
+    }
+  }
+  // 3: admissions, strict FCFS.
+  while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
+    Sequence* s = waiting_.front();
+    const int64_t n = chunk_of(s);
+    if (n == 0 || rows_of(s, n) > rows || !grow_blocks(s, s->num_computed + n)) break;
+    waiting_.pop_front();
+    admit(s);
+    take(s, n);
+  }
+  for (auto& [s, n] : picked) {
+    SchedSeq q;
+    q.seq_id = s->req.id;
+    q.slot = s->slot;
+    q.start_pos = s->num_computed;
+    q.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
+    q.n_padding = rows_of(s, n) - n;
+    q.reset_blocks = s->table_reset;
+    q.new_blocks.assign(s->blocks.begin() + long(s->blocks_sent), s->blocks.end());
+    s->table_reset = false;
+    s->blocks_sent = s->blocks.size();
+    q.sample = s->num_computed + n == int64_t(s->tokens.size());
+    out.seqs.push_back(std::move(q));
+  }
+  out.released.swap(released_);
+  return out;
+}
+
+std::vector<Sequence*> Scheduler::update(const SchedOutput& out,
+                                         const std::vector<int32_t>& sampled) {
+  std::vector<Sequence*> sampled_seqs;
+  size_t k = 0;
+  for (const SchedSeq& q : out.seqs) {
+    Sequence* s = seqs_.at(q.seq_id).get();
+    s->num_computed += int64_t(q.tokens.size());
+    if (!q.sample) continue;
+    DI_CHECK(k < sampled.size(), "fewer sampled tokens than sampling sequences");
+    s->tokens.push_back(sampled[k++]);
+    sampled_seqs.push_back(s);
+  }
+  DI_CHECK(k == sampled.size(), "more sampled tokens than sampling sequences");
+  return sampled_seqs;
+}
+
+void Scheduler::finish(Sequence* s, FinishReason why) {
+  if (s->status == SeqStatus::Finished) return;
+  if (s->status == SeqStatus::Running) {
+    running_.erase(std::find(running_.begin(), running_.end(), s));
+    release(s);
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
+    if (!s->blocks.empty() || s->slot >= 0) release(s);
+  }
+  s->status = SeqStatus::Finished;
+  s->finish = why;
+  auto it = seqs_.find(s->req.id);
+  finished_.push_back(std::move(it->second));
+  seqs_.erase(it);
+}
+
+bool Scheduler::abort(RequestId id) {
+  Sequence* s = find(id);
+  if (!s) return false;
+  finish(s, FinishReason::Abort);
+  return true;
+}
+
+Sequence* Scheduler::find(RequestId id) {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
+  std::vector<std::unique_ptr<Sequence>> f;
+  f.swap(finished_);
+  return f;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,99 @@
+// The scheduler: which tokens of which requests run in the next step (rule at the top of
+// scheduler.cpp). It owns the waiting and running queues, the token budgets, chunking, buckets and
+// preemption, and the block bookkeeping of every sequence; it never touches tensors.
+//
+// Its output, SchedOutput, is a plain struct that describes a step completely for the runner and
+// for follower ranks that replay it: per scheduled sequence the step's input tokens, positions,
+// padding, whether its last row is sampled, and the change to its block table since the previous
+// step (blocks appended, or a fresh table after admission or preemption).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "kv/block_pool.h"
+
+namespace deepinfer {
+
+struct SchedulerConfig {
+  int32_t max_num_seqs = 16;
+  int64_t max_num_batched_tokens = 2048;  // rows per step, padding included
+  int64_t max_num_prefill_tokens = 2048;  // prompt rows per step
+  int64_t max_model_len = 4096;           // prompt + generated tokens per request
+  int64_t block_tokens = 64;
+  int64_t prefill_bucket = 0;     // pad prompt chunks to this many rows (0 = off)
+  bool prompt_as_decode = false;  // prompt rows laid out as decode rows (one per step)
+};
+
+struct SchedSeq {
+  uint64_t seq_id = 0;
+  int32_t slot = -1;
+  int64_t start_pos = 0;
+  std::vector<int32_t> tokens;      // this step's real input tokens
+  int64_t n_padding = 0;            // placeholder rows after them
+  bool reset_blocks = false;        // the block table starts afresh with new_blocks
+  std::vector<int32_t> new_blocks;  // appended to the block table
+  bool sample = false;              // the last real row's logits pick the next token
+};
+
+struct SchedOutput {
+  uint64_t step = 0;
+  std::vector<SchedSeq> seqs;
+  std::vector<uint64_t> released;  // sequences whose block tables the runner may drop
+  int64_t rows() const;
+  bool empty() const { return seqs.empty(); }
+};
+
+struct SchedulerStats {
+  int64_t preemptions = 0;
+  int32_t peak_blocks_used = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots);
+
+  const SchedulerConfig& config() const { return cfg_; }
+  // Queues a request; returns "" or the reason it can never run (too long for the model or pool).
+  std::string add(Request req);
+  SchedOutput schedule();
+  // After the model ran `out`: advances computed counts; `sampled[i]` is the token picked for the
+  // i-th sampling sequence of `out` (in order). Returns those sequences in the same order.
+  std::vector<Sequence*> update(const SchedOutput& out, const std::vector<int32_t>& sampled);
+  // Ends a sequence (stop condition, abort): frees its blocks and slot.
+  void finish(Sequence* s, FinishReason why);
+  bool abort(RequestId id);  // false if unknown or already finished
+  Sequence* find(RequestId id);
+  // Finished sequences are handed out once and then forgotten.
+  std::vector<std::unique_ptr<Sequence>> take_finished();
+
+  size_t num_waiting() const { return waiting_.size(); }
+  size_t num_running() const { return running_.size(); }
+  bool has_work() const { return !waiting_.empty() || !running_.empty(); }
+  const BlockPool& pool() const { return pool_; }
+  const SchedulerStats& stats() const { return stats_; }
+
+ private:
+  bool grow_blocks(Sequence* s, int64_t tokens);  // blocks for `tokens` computed tokens
+  void release(Sequence* s);
+  void preempt(Sequence* s);
+  void admit(Sequence* s);
+
+  SchedulerConfig cfg_;
+  BlockPool pool_;
+  std::vector<int32_t> free_slots_;
+  uint64_t next_arrival_ = 0, step_ = 0;
+  std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
+  std::deque<Sequence*> waiting_;   // FCFS by arrival
+  std::vector<Sequence*> running_;  // FCFS by arrival
+  std::vector<uint64_t> released_;
+  std::vector<std::unique_ptr<Sequence>> finished_;
+  SchedulerStats stats_;
+};
+
+}  // namespace deepinfer

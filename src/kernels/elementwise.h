@@ -1,0 +1,48 @@
+// Elementwise arithmetic as the numerics contract states it: a value the spec names as an fp32
+// result is computed in double from its fp32 operands and rounded once (`f32`); a single IEEE
+// operation on floats is already exactly that. Transcendentals (exp, sqrt, log1p, sigmoid, cos,
+// sin) are evaluated in double and rounded once, so their last-ulp behaviour does not depend on
+// the platform's float routines.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace deepinfer {
+
+inline float f32(double x) {
+  return static_cast<float>(x);
+}
+inline double sigmoid_d(double z) {
+  return 1.0 / (1.0 + std::exp(-z));
+}
+inline double softplus_d(double z) {
+  return z > 20.0 ? z : std::log1p(std::exp(z));
+}
+inline float exp_f(float x) {
+  return f32(std::exp(double(x)));
+}
+
+// Σ x[i]·y[i] in double (exact products of fp32 values; the sum to ~1e-16), rounded once.
+inline float dot_f64(const float* x, const float* y, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(y[i]);
+  return f32(s);
+}
+inline double sum_f64(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]);
+  return s;
+}
+// f32(mean(x²)) with the sum in double.
+inline float mean_sq(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return f32(s / double(n));
+}
+// rsqrt(mean(x²) + eps) with the reference's rounding points.
+inline float rms_inv_of_mean(float mean, float eps) {
+  return f32(1.0 / std::sqrt(double(mean + eps)));
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,57 @@
+// Internal to the linear kernels: what linear.cpp (checks, activation scratch, threading) hands
+// the ISA-specific code in linear_avx512.cpp / linear_avx2.cpp. Plain structs and function
+// pointers only, so the ISA files share no inline code with the rest of the program.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/linear.h"
+
+namespace deepinfer::linear_isa {
+
+// The most rows a GEMV call takes at once (more rows are split into such groups).
+constexpr int64_t kGemvRows = 4;
+// Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
+// row against them.
+constexpr int64_t kGemmPanelTiles = 3;
+
+// One call over tiles [t0, t1) of a packed weight for `n` rows.
+struct Job {
+  const PackedWeight* w = nullptr;
+  const float* x = nullptr;  // [n, ldx] fp32 values: inputs (dense) or e4m3 codes (quantized)
+  int64_t ldx = 0;
+  const uint16_t* xb = nullptr;  // [n, ldxb] bf16 codes (quantized, bf16 GEMM) or null
+  int64_t ldxb = 0;
+  const float* xs = nullptr;  // [n, ldxs] block scales of quantized inputs; null when dense
+  int64_t ldxs = 0;
+  int64_t n = 0;
+  float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
+  int64_t ldy = 0;
+  int64_t lo = 0, hi = 0;  // outputs [lo, hi) are written, nothing else
+  int64_t t0 = 0, t1 = 0;
+  uint8_t* scratch = nullptr;  // GEMM: gemm_scratch_bytes(n, K) bytes, 64-byte aligned
+  // Products are exact (quantized codes, or bf16 inputs with bf16/fp8 weights): FMA then equals
+  // the canonical multiply-then-add. Otherwise the kernels multiply and add separately.
+  bool fma = true;
+};
+
+struct Kernels {
+  // act_quant of n rows (V41_SPEC.md §3.4): q[n, K] the e4m3 values, qb[n, K] the same as bf16
+  // (when non-null), xs[n, K/32] the scales σ.
+  void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* q, uint16_t* qb,
+                   float* xs);
+  void (*gemv)(const Job& j);  // n <= kGemvRows
+  void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
+  int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
+  bool gemm_bf16;  // whether quantized GEMMs may take bf16 codes
+};
+
+const Kernels& avx512_kernels();
+const Kernels& avx2_kernels();
+
+// Whether vdpbf16ps computes exactly the canonical pair order (acc + odd product, rounded, +
+// even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
+// trusted.
+bool avx512_dpbf16_is_canonical();
+
+}  // namespace deepinfer::linear_isa

@@ -1,0 +1,415 @@
+// Messages -> DeepSeek-V4.1 prompt text. The steps mirror the reference encoder: tool messages
+// merge into user turns, tool results are ordered like their calls, earlier reasoning is
+// dropped in thinking mode (unless tools are present), then each message is rendered with the
+// transition to the next one.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/py_json.h"
+
+namespace deepinfer {
+
+namespace cf = chat_format;
+using nlohmann::ordered_json;
+using tokenizer_internal::py_json_dumps;
+
+namespace {
+
+// A user turn's parts after tool results have been merged into it.
+struct Block {
+  bool tool_result = false;
+  std::string text;
+  std::string tool_use_id;
+};
+
+struct Msg {
+  ChatRole role = ChatRole::kUser;
+  std::string content;
+  std::string reasoning;
+  std::vector<ChatToolCall> tool_calls;
+  std::string tool_call_id;
+  ordered_json tools;            // array of function schemas, or null
+  ordered_json response_format;  // or null
+  std::string task;
+  bool has_blocks = false;
+  std::vector<Block> blocks;
+  bool open_end = false;  // no end-of-sentence (continue_final_message)
+};
+
+std::string_view task_token(const std::string& task) {
+  if (task == "action") return "<｜action｜>";
+  if (task == "query") return "<｜query｜>";
+  if (task == "authority") return "<｜authority｜>";
+  if (task == "domain") return "<｜domain｜>";
+  if (task == "title") return "<｜title｜>";
+  if (task == "read_url") return "<｜read_url｜>";
+  return {};
+}
+
+ordered_json parse_field(const std::string& text, const std::string& where) {
+  ordered_json v = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (v.is_discarded()) throw Error(str_cat("chat: ", where, ": invalid JSON"));
+  return v;
+}
+
+// An OpenAI-style tools array -> the function schemas the prompt lists.
+ordered_json parse_tools(const std::string& text, const std::string& where) {
+  const ordered_json tools = parse_field(text, where);
+  if (!tools.is_array()) throw Error(str_cat("chat: ", where, ": expected a JSON array of tools"));
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& t = tools[i];
+    if (t.is_object() && t.contains("function") && t["function"].is_object()) {
+      out.push_back(t["function"]);
+    } else if (t.is_object() && t.contains("name")) {
+      out.push_back(t);
+    } else {
+      throw Error(str_cat("chat: ", where, "[", i,
+                          "]: expected {\"type\": \"function\", \"function\": {...}}"));
+    }
+  }
+  return out;
+}
+
+bool truthy(const ordered_json& v) {
+  return !v.is_null() && !(v.is_structured() && v.empty());
+}
+
+// Role user/developer, or a system message that is not the first: these get the generation
+// prompt after them.
+bool is_user_like(const std::vector<Msg>& msgs, size_t i) {
+  const ChatRole r = msgs[i].role;
+  return r == ChatRole::kUser || r == ChatRole::kDeveloper || (r == ChatRole::kSystem && i > 0);
+}
+
+ptrdiff_t last_user_index(const std::vector<Msg>& msgs) {
+  for (size_t i = msgs.size(); i-- > 0;) {
+    if (is_user_like(msgs, i)) return ptrdiff_t(i);
+  }
+  return -1;
+}
+
+// --- preprocessing ---
+
+std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
+  std::vector<Msg> out;
+  for (Msg& m : in) {
+    const bool after_user =
+        !out.empty() && out.back().role == ChatRole::kUser && out.back().has_blocks;
+    if (m.role == ChatRole::kTool) {
+      Block b{true, std::move(m.content), std::move(m.tool_call_id)};
+      if (after_user) {
+        out.back().blocks.push_back(std::move(b));
+      } else {
+        Msg u;
+        u.role = ChatRole::kUser;
+        u.has_blocks = true;
+        u.blocks.push_back(std::move(b));
+        out.push_back(std::move(u));
+      }
+    } else if (m.role == ChatRole::kUser) {
+      Block b{false, m.content, {}};
+      if (after_user && out.back().task.empty()) {
+        // The reference keeps only the blocks of a user turn merged into the previous one.
+        out.back().blocks.push_back(std::move(b));
+      } else {
+        m.has_blocks = true;
+        m.blocks.push_back(std::move(b));
+        out.push_back(std::move(m));
+      }
+    } else {
+      out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
+void sort_tool_results(std::vector<Msg>& msgs) {
+  std::vector<std::pair<std::string, size_t>> order;  // call id -> position in its message
+  for (Msg& m : msgs) {
+    if (m.role == ChatRole::kAssistant && !m.tool_calls.empty()) {
+      order.clear();
+      for (size_t i = 0; i < m.tool_calls.size(); ++i) {
+        if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
+      }
+    } else if (m.role == ChatRole::kUser && m.has_blocks) {
+      std::vector<Block> results;
+      for (const Block& b : m.blocks) {
+        if (b.tool_result) results.push_back(b);
+      }
+      if (results.size() < 2 || order.empty()) continue;
+      const auto rank = [&](const Block& b) {
+        // A later duplicate id overwrites an earlier one, as in a dict; unknown ids rank 0.
+        size_t r = 0;
+        for (const auto& [id, pos] : order) {
+          if (id == b.tool_use_id) r = pos;
+        }
+        return r;
+      };
+      std::stable_sort(results.begin(), results.end(),
+                       [&](const Block& a, const Block& b) { return rank(a) < rank(b); });
+      size_t next = 0;
+      for (Block& b : m.blocks) {
+        if (b.tool_result) b = std::move(results[next++]);
+      }
+    }
+  }
+}
+
+std::vector<Msg> drop_earlier_thinking(std::vector<Msg> in) {
+  const ptrdiff_t last_user = last_user_index(in);
+  std::vector<Msg> out;
+  for (size_t i = 0; i < in.size(); ++i) {
+    Msg& m = in[i];
+    const bool kept_role = m.role == ChatRole::kUser || m.role == ChatRole::kSystem ||
+                           m.role == ChatRole::kTool || m.role == ChatRole::kLatestReminder;
+    if (kept_role || ptrdiff_t(i) >= last_user) {
+      out.push_back(std::move(m));
+    } else if (m.role == ChatRole::kAssistant) {
+      m.reasoning.clear();
+      out.push_back(std::move(m));
+    }
+    // Earlier developer messages are dropped.
+  }
+  return out;
+}
+
+// --- rendering ---
+
+std::string render_tools(const ordered_json& tools) {
+  std::string schemas;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    if (i) schemas += '\n';
+    schemas += py_json_dumps(tools[i]);
+  }
+  return str_cat(
+      "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can "
+      "invoke tools by writing a \"",
+      cf::kCallsOpen, "\" block like the following:\n\n", cf::kCallsOpen, "\n", cf::kInvokeOpen,
+      " name=\"$TOOL_NAME\">\n", cf::kParamOpen,
+      " name=\"$PARAMETER_NAME\" string=\"true|false\">$PARAMETER_VALUE", cf::kParamClose,
+      "\n...\n", cf::kInvokeClose, "\n", cf::kInvokeOpen, " name=\"$TOOL_NAME2\">\n...\n",
+      cf::kInvokeClose, "\n", cf::kCallsClose,
+      "\n\nString parameters should be specified as is and set `string=\"true\"`. For all other "
+      "types (numbers, booleans, arrays, objects), pass the value in JSON format and set "
+      "`string=\"false\"`.\n\nIf thinking_mode is enabled (triggered by ",
+      cf::kThinkStart, "), you MUST output your complete reasoning inside ", cf::kThinkStart, "...",
+      cf::kThinkEnd,
+      " BEFORE any tool calls or final response.\n\nOtherwise, output directly after ",
+      cf::kThinkEnd, " with tool calls or final response.\n\n### Available Tool Schemas\n\n",
+      schemas,
+      "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke "
+      "tool calls.\n");
+}
+
+std::string render_response_format(const ordered_json& schema) {
+  return "## Response Format:\n\nYou MUST strictly adhere to the following schema to reply:\n" +
+         py_json_dumps(schema);
+}
+
+// One parameter per key of the arguments object. Arguments that are not an object (after
+// undoing at most one extra level of string encoding) become a single string parameter
+// "arguments" holding the text as given.
+std::string render_arguments(const std::string& arguments) {
+  ordered_json v = ordered_json::parse(arguments, nullptr, false);
+  if (!v.is_discarded() && v.is_string()) {
+    ordered_json inner = ordered_json::parse(v.get<std::string>(), nullptr, false);
+    if (!inner.is_discarded()) v = std::move(inner);
+  }
+  const auto param = [](const std::string& key, bool is_string, const std::string& value) {
+    return str_cat(cf::kParamOpen, " name=\"", key, "\" string=\"", is_string ? "true" : "false",
+                   "\">", value, cf::kParamClose);
+  };
+  if (v.is_discarded() || !v.is_object()) return param("arguments", true, arguments);
+  std::string out;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!out.empty()) out += '\n';
+    out += it.value().is_string() ? param(it.key(), true, it.value().get<std::string>())
+                                  : param(it.key(), false, py_json_dumps(it.value()));
+  }
+  return out;
+}
+
+std::string render_tool_calls(const std::vector<ChatToolCall>& calls) {
+  std::string out = str_cat("\n\n", cf::kCallsOpen, "\n");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (i) out += '\n';
+    out += str_cat(cf::kInvokeOpen, " name=\"", calls[i].name, "\">\n",
+                   render_arguments(calls[i].arguments), "\n", cf::kInvokeClose);
+  }
+  return out + str_cat("\n", cf::kCallsClose);
+}
+
+struct RenderContext {
+  const std::vector<Msg>& msgs;
+  bool thinking;
+  bool drop_thinking;  // effective: false when any message has tools
+  int effort;
+  bool generation_prompt;
+};
+
+std::string render_message(const RenderContext& ctx, size_t index) {
+  const std::vector<Msg>& msgs = ctx.msgs;
+  const Msg& m = msgs[index];
+  const ptrdiff_t last_user = last_user_index(msgs);
+  std::string prompt;
+
+  const bool effort_line = index == 0 && ctx.thinking;
+  if (index == 0 && (effort_line || m.role == ChatRole::kSystem)) prompt += cf::kSystem;
+  if (effort_line) {
+    prompt += str_cat("Reasoning Effort: ", ctx.effort,
+                      " (range 1-100, the higher the value, the more thorough the reasoning)\n\n");
+  }
+
+  const auto append_tools_and_format = [&] {
+    if (truthy(m.tools)) prompt += "\n\n" + render_tools(m.tools);
+    if (truthy(m.response_format)) prompt += "\n\n" + render_response_format(m.response_format);
+  };
+  switch (m.role) {
+    case ChatRole::kSystem:
+      if (index > 0) prompt += cf::kSystem;
+      prompt += m.content;
+      append_tools_and_format();
+      break;
+    case ChatRole::kDeveloper:
+      prompt += cf::kUser;
+      prompt += m.content;
+      append_tools_and_format();
+      break;
+    case ChatRole::kUser:
+      prompt += cf::kUser;
+      if (m.has_blocks && !m.blocks.empty()) {
+        for (size_t i = 0; i < m.blocks.size(); ++i) {
+          if (i) prompt += "\n\n";
+          const Block& b = m.blocks[i];
+          prompt +=
+              b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
+        }
+      } else {
+        prompt += m.content;
+      }
+      break;
+    case ChatRole::kLatestReminder:
+      prompt += cf::kLatestReminder;
+      prompt += m.content;
+      break;
+    case ChatRole::kAssistant: {
+      const bool after_task = index > 0 && !msgs[index - 1].task.empty();
+      if (ctx.thinking && !after_task && (!ctx.drop_thinking || ptrdiff_t(index) > last_user)) {
+        prompt += m.reasoning;
+        prompt += cf::kThinkEnd;
+      }
+      prompt += m.content;
+      if (!m.tool_calls.empty()) prompt += render_tool_calls(m.tool_calls);
+      if (!m.open_end) prompt += cf::kEos;
+      break;
+    }
+    case ChatRole::kTool:
+      DI_CHECK(false, "tool messages are merged into user turns before rendering");
+  }
+
+  // The transition to what follows: only before an assistant or reminder message, or at the end.
+  if (index + 1 < msgs.size() && msgs[index + 1].role != ChatRole::kAssistant &&
+      msgs[index + 1].role != ChatRole::kLatestReminder) {
+    return prompt;
+  }
+  if (!m.task.empty()) {
+    if (m.task != "action") {
+      prompt += task_token(m.task);
+    } else {
+      prompt += cf::kAssistant;
+      prompt += ctx.thinking ? cf::kThinkStart : cf::kThinkEnd;
+      prompt += task_token(m.task);
+    }
+  } else if (is_user_like(msgs, index) && (index + 1 < msgs.size() || ctx.generation_prompt)) {
+    prompt += cf::kAssistant;
+    const bool open_thinking =
+        ctx.thinking && (!ctx.drop_thinking || ptrdiff_t(index) >= last_user);
+    prompt += open_thinking ? cf::kThinkStart : cf::kThinkEnd;
+  }
+  return prompt;
+}
+
+Msg convert(const ChatMessage& in, size_t i) {
+  const std::string where = str_cat("messages[", i, "]");
+  Msg m;
+  m.role = in.role;
+  m.content = in.content;
+  m.reasoning = in.reasoning_content;
+  m.tool_calls = in.tool_calls;
+  m.tool_call_id = in.tool_call_id;
+  m.task = in.task;
+  if (!in.tools_json.empty()) m.tools = parse_tools(in.tools_json, where + ".tools_json");
+  if (!in.response_format_json.empty()) {
+    m.response_format = parse_field(in.response_format_json, where + ".response_format_json");
+  }
+  if (!m.task.empty() && task_token(m.task).empty()) {
+    throw Error(str_cat("chat: ", where, ".task: unknown task \"", m.task,
+                        "\" (expected action, query, authority, domain, title or read_url)"));
+  }
+  if (in.role == ChatRole::kDeveloper && in.content.empty()) {
+    throw Error(str_cat("chat: ", where, ": a developer message needs content"));
+  }
+  return m;
+}
+
+}  // namespace
+
+int reasoning_effort_from_name(std::string_view name) {
+  if (name == "low") return 25;
+  if (name == "high") return 50;
+  if (name == "xhigh") return 75;
+  if (name == "max") return 100;
+  throw Error(str_cat("chat: reasoning effort \"", name,
+                      "\" is not one of low, high, xhigh, max (or a number 1-100)"));
+}
+
+std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions& options) {
+  if (options.reasoning_effort != 0 &&
+      (options.reasoning_effort < 1 || options.reasoning_effort > 100)) {
+    throw Error(str_cat("chat: reasoning_effort ", options.reasoning_effort,
+                        " is outside 1-100 (0 selects the default)"));
+  }
+  std::vector<Msg> msgs;
+  msgs.reserve(messages.size() + 1);
+  for (size_t i = 0; i < messages.size(); ++i) msgs.push_back(convert(messages[i], i));
+
+  if (!options.tools_json.empty()) {
+    ordered_json tools = parse_tools(options.tools_json, "options.tools_json");
+    if (msgs.empty() || msgs[0].role != ChatRole::kSystem) {
+      Msg system;
+      system.role = ChatRole::kSystem;
+      msgs.insert(msgs.begin(), std::move(system));
+    }
+    if (truthy(msgs[0].tools)) {
+      throw Error("chat: options.tools_json and messages[0].tools_json are both set");
+    }
+    msgs[0].tools = std::move(tools);
+  }
+  if (options.continue_final_message) {
+    if (msgs.empty() || msgs.back().role != ChatRole::kAssistant) {
+      throw Error("chat: continue_final_message needs a final assistant message");
+    }
+    msgs.back().open_end = true;
+  }
+
+  msgs = merge_tool_messages(std::move(msgs));
+  sort_tool_results(msgs);
+  bool drop = options.drop_thinking;
+  for (const Msg& m : msgs) {
+    if (truthy(m.tools)) drop = false;
+  }
+  if (options.thinking && drop) msgs = drop_earlier_thinking(std::move(msgs));
+
+  const RenderContext ctx{msgs, options.thinking, drop,
+                          options.reasoning_effort ? options.reasoning_effort : 50,
+                          options.add_generation_prompt};
+  std::string prompt = options.add_bos ? std::string(cf::kBos) : std::string();
+  for (size_t i = 0; i < msgs.size(); ++i) prompt += render_message(ctx, i);
+  return prompt;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,271 @@
+// Completion text -> reasoning, content and DSML tool calls, fed in pieces.
+//
+// Every decision waits until the text that decides it has arrived: a marker is recognised only
+// once complete, text that could still grow into one is held back, and a tool-call block is
+// parsed one delimiter at a time. So the outcome cannot depend on where the pieces were cut.
+#include <algorithm>
+#include <initializer_list>
+
+#include "core/error.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/py_json.h"
+#include "tokenizer/utf8.h"
+
+namespace deepinfer {
+
+namespace cf = chat_format;
+
+namespace {
+
+// Delimiters as the block grammar reads them; several stop short of their closing '>', which
+// the next step then expects in ">\n".
+constexpr std::string_view kInvokeStart = cf::kInvokeOpen;  // "<｜DSML｜ invoke"
+constexpr std::string_view kInvokeEnd = "</｜DSML｜ invoke";
+constexpr std::string_view kParamStart = cf::kParamOpen;  // "<｜DSML｜ parameter"
+constexpr std::string_view kParamEnd = "/｜DSML｜ parameter";
+constexpr std::string_view kStringTrue = "\" string=\"true\">";
+constexpr std::string_view kStringFalse = "\" string=\"false\">";
+
+// Length of the longest suffix of `text` that is a proper prefix of `marker`.
+size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+// The earliest of `stops` in `text`: {position, index into stops}, position npos if none. No
+// delimiter of this format can begin inside another, so the earliest complete one found is
+// final even while more text is still to come.
+std::pair<size_t, size_t> find_first(std::string_view text,
+                                     std::initializer_list<std::string_view> stops) {
+  std::pair<size_t, size_t> best{std::string_view::npos, 0};
+  size_t i = 0;
+  for (const std::string_view s : stops) {
+    if (const size_t at = text.find(s); at < best.first) best = {at, i};
+    ++i;
+  }
+  return best;
+}
+
+[[noreturn]] void malformed(const std::string& what) {
+  throw Error("completion: malformed tool-call block: " + what);
+}
+
+std::string excerpt(std::string_view s) {
+  return std::string(s.substr(0, 80)) + (s.size() > 80 ? "..." : "");
+}
+
+}  // namespace
+
+CompletionParser::CompletionParser(bool thinking)
+    : state_(thinking ? State::kReasoning : State::kContent) {}
+
+void CompletionParser::emit(Delta& delta, std::string_view text) {
+  if (text.empty()) return;
+  std::string& d = state_ == State::kReasoning ? delta.reasoning : delta.content;
+  std::string& r = state_ == State::kReasoning ? result_.reasoning : result_.content;
+  d += text;
+  r += text;
+}
+
+void CompletionParser::finish_call(Delta& delta) {
+  // The arguments object as the reference writes it: string values quoted, the others as the
+  // model wrote them.
+  std::string args = "{";
+  for (size_t i = 0; i < call_params_.size(); ++i) {
+    const Param& p = call_params_[i];
+    if (i) args += ", ";
+    args += tokenizer_internal::py_json_quote(p.key) + ": " +
+            (p.is_string ? tokenizer_internal::py_json_quote(p.value) : p.value);
+  }
+  args += "}";
+  ChatToolCall call{{}, std::move(call_name_), std::move(args)};
+  delta.tool_calls.push_back(call);
+  result_.tool_calls.push_back(std::move(call));
+  call_name_.clear();
+  call_params_.clear();
+}
+
+// Parses as much of the tool-call block in buffer_ as has arrived. Grammar, after the opener
+// "\n\n<｜DSML｜ calls": ">\n", then invokes each followed by ">\n", then "</｜DSML｜ calls>".
+// An invoke is kInvokeStart ' name="NAME">\n' parameters kInvokeEnd; a parameter is kParamStart
+// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n".
+void CompletionParser::parse_calls(Delta& delta, bool final) {
+  while (state_ == State::kCalls) {
+    switch (call_step_) {
+      case CallStep::kSeek: {
+        const auto [at, which] = find_first(buffer_, {kInvokeStart, cf::kCallsClose});
+        if (at == std::string::npos) {
+          if (final) malformed("no closing " + std::string(cf::kCallsClose));
+          if (std::string_view(">\n").substr(0, std::min<size_t>(2, buffer_.size())) !=
+              std::string_view(buffer_).substr(0, 2)) {
+            malformed("expected \">\\n\", got \"" + excerpt(buffer_) + "\"");
+          }
+          return;
+        }
+        if (at != 2 || buffer_.compare(0, 2, ">\n") != 0) {
+          malformed("expected \">\\n\", got \"" + excerpt(buffer_.substr(0, at)) + "\"");
+        }
+        if (which == 1) {
+          buffer_.erase(0, at + cf::kCallsClose.size());
+          state_ = State::kAfterCalls;
+          return;
+        }
+        buffer_.erase(0, at + kInvokeStart.size());
+        call_step_ = CallStep::kName;
+        break;
+      }
+      case CallStep::kName:
+      case CallStep::kParamTail: {
+        const auto [at, which] = find_first(buffer_, {kParamStart, kInvokeEnd});
+        if (at == std::string::npos) {
+          if (final) malformed("unterminated invoke");
+          return;
+        }
+        std::string_view head = std::string_view(buffer_).substr(0, at);
+        if (call_step_ == CallStep::kName) {
+          while (!head.empty() && (head[0] == ' ' || head[0] == '\t' || head[0] == '\n' ||
+                                   head[0] == '\r' || head[0] == '\f' || head[0] == '\v')) {
+            head.remove_prefix(1);
+          }
+          if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
+              head.substr(head.size() - 3) != "\">\n") {
+            malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
+          }
+          call_name_ = std::string(head.substr(6, head.size() - 9));
+        } else if (head != ">\n") {
+          malformed("expected \">\\n\" after a parameter, got \"" + excerpt(head) + "\"");
+        }
+        buffer_.erase(0, at + (which == 0 ? kParamStart.size() : kInvokeEnd.size()));
+        if (which == 0) {
+          call_step_ = CallStep::kParam;
+        } else {
+          finish_call(delta);
+          call_step_ = CallStep::kSeek;
+        }
+        break;
+      }
+      case CallStep::kParam: {
+        const size_t at = buffer_.find(kParamEnd);
+        if (at == std::string::npos) {
+          if (final) malformed("unterminated parameter");
+          return;
+        }
+        const std::string_view body = std::string_view(buffer_).substr(0, at);
+        const auto [flag_at, flag] = find_first(body, {kStringTrue, kStringFalse});
+        const size_t value_at = flag_at == std::string::npos
+                                    ? 0
+                                    : flag_at + (flag == 0 ? kStringTrue : kStringFalse).size();
+        if (body.substr(0, 7) != " name=\"" || flag_at == std::string::npos || flag_at < 7 ||
+            body.size() < value_at + 1 || body.back() != '<') {
+          malformed("expected name=\"...\" string=\"true|false\">...< in a parameter, got \"" +
+                    excerpt(body) + "\"");
+        }
+        Param p{std::string(body.substr(7, flag_at - 7)),
+                std::string(body.substr(value_at, body.size() - 1 - value_at)), flag == 0};
+        for (const Param& q : call_params_) {
+          if (q.key == p.key) malformed("duplicate parameter \"" + p.key + "\"");
+        }
+        call_params_.push_back(std::move(p));
+        buffer_.erase(0, at + kParamEnd.size());
+        call_step_ = CallStep::kParamTail;
+        break;
+      }
+    }
+  }
+}
+
+void CompletionParser::step(Delta& delta, bool final) {
+  for (;;) {
+    switch (state_) {
+      case State::kReasoning: {
+        const size_t at = buffer_.find(cf::kThinkEnd);
+        if (at != std::string::npos) {
+          emit(delta, std::string_view(buffer_).substr(0, at));
+          buffer_.erase(0, at + cf::kThinkEnd.size());
+          state_ = State::kContent;
+          continue;
+        }
+        break;
+      }
+      case State::kContent: {
+        const auto [at, which] = find_first(buffer_, {cf::kCallsStart, cf::kEos});
+        if (at != std::string::npos) {
+          emit(delta, std::string_view(buffer_).substr(0, at));
+          buffer_.erase(0, at + (which == 0 ? cf::kCallsStart : cf::kEos).size());
+          state_ = which == 0 ? State::kCalls : State::kEnded;
+          result_.ended = which == 1;
+          continue;
+        }
+        break;
+      }
+      case State::kCalls:
+        parse_calls(delta, final);
+        if (state_ == State::kCalls) return;
+        continue;
+      case State::kAfterCalls: {
+        // Only the end-of-sentence marker may follow the block.
+        const size_t n = std::min(buffer_.size(), cf::kEos.size());
+        if (std::string_view(buffer_).substr(0, n) != cf::kEos.substr(0, n)) {
+          malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
+        }
+        if (buffer_.size() >= cf::kEos.size()) {
+          buffer_.erase(0, cf::kEos.size());
+          state_ = State::kEnded;
+          result_.ended = true;
+          continue;
+        }
+        if (final && !buffer_.empty()) {
+          malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
+        }
+        return;
+      }
+      case State::kEnded:
+        if (!buffer_.empty()) {
+          throw Error("completion: text after the end-of-sentence marker: \"" + excerpt(buffer_) +
+                      "\"");
+        }
+        return;
+    }
+    break;
+  }
+
+  // Reasoning or content with no complete marker: release all but what may still become one
+  // (or the rest of a UTF-8 character).
+  size_t hold = 0;
+  if (!final) {
+    if (state_ == State::kReasoning) {
+      hold = partial_marker_suffix(buffer_, cf::kThinkEnd);
+    } else {
+      hold = std::max(partial_marker_suffix(buffer_, cf::kCallsStart),
+                      partial_marker_suffix(buffer_, cf::kEos));
+    }
+    hold = std::max(hold, buffer_.size() - utf8::stable_prefix(buffer_));
+  }
+  emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));
+  buffer_.erase(0, buffer_.size() - hold);
+}
+
+CompletionParser::Delta CompletionParser::feed(std::string_view text) {
+  Delta delta;
+  buffer_ += text;
+  step(delta, /*final=*/false);
+  return delta;
+}
+
+CompletionParser::Delta CompletionParser::finish() {
+  Delta delta;
+  step(delta, /*final=*/true);
+  return delta;
+}
+
+ParsedCompletion parse_completion(std::string_view text, bool thinking) {
+  CompletionParser parser(thinking);
+  parser.feed(text);
+  parser.finish();
+  return parser.result();
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,95 @@
+#include "tokenizer/engram_map.h"
+
+#include <utf8proc.h>
+
+#include <unordered_map>
+
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/unicode.h"
+#include "tokenizer/utf8.h"
+
+namespace deepinfer {
+
+using tokenizer_internal::NormalForm;
+
+namespace {
+
+constexpr char32_t kSentinel = 0xE000;  // private use: stands for a lone space during the strip
+
+std::u32string to_code_points(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const utf8::Step st = utf8::step(s, i);
+    out.push_back(st.kind == utf8::Step::Kind::kChar ? st.cp : char32_t(0xFFFD));
+    i += st.len;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string engram_normalize(std::string_view text) {
+  const std::string nfd = tokenizer_internal::normalize(
+      tokenizer_internal::normalize(text, NormalForm::kNFKC), NormalForm::kNFD);
+
+  std::u32string cps;
+  for (const char32_t cp : to_code_points(nfd)) {
+    if (unicode::is_mark(cp)) continue;
+    // Per-character full lowercase mapping; U+0130 is the one character whose lowercase is
+    // two characters with no context condition.
+    if (cp == 0x130) {
+      cps += U"i\u0307";
+    } else {
+      cps.push_back(char32_t(utf8proc_tolower(utf8proc_int32_t(cp))));
+    }
+  }
+
+  std::u32string collapsed;
+  collapsed.reserve(cps.size());
+  for (const char32_t cp : cps) {
+    const bool blank = cp == U' ' || cp == U'\t' || cp == U'\r' || cp == U'\n';
+    if (!blank) {
+      collapsed.push_back(cp);
+    } else if (collapsed.empty() || collapsed.back() != U' ') {
+      collapsed.push_back(U' ');
+    }
+  }
+  if (collapsed == U" ") collapsed = std::u32string(1, kSentinel);
+
+  size_t begin = 0, end = collapsed.size();
+  while (begin < end && unicode::is_white_space(collapsed[begin])) ++begin;
+  while (end > begin && unicode::is_white_space(collapsed[end - 1])) --end;
+
+  std::string out;
+  out.reserve(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    utf8::append(out, collapsed[i] == kSentinel ? U' ' : collapsed[i]);
+  }
+  return out;
+}
+
+EngramTokenMap build_engram_token_map(const Tokenizer& tokenizer) {
+  EngramTokenMap map;
+  const int32_t n = tokenizer.vocab_size();
+  map.compressed.resize(size_t(n));
+  std::unordered_map<std::string, int32_t> key_to_id;
+  key_to_id.reserve(size_t(n));
+  for (int32_t id = 0; id < n; ++id) {
+    const int32_t one[1] = {id};
+    const std::string text = tokenizer.decode(one);
+    std::string key;
+    if (text.find(utf8::kReplacement) != std::string::npos) {
+      key = std::string(tokenizer.id_to_token(id));
+    } else {
+      key = engram_normalize(text);
+      if (key.empty()) key = text;
+    }
+    const auto [it, inserted] = key_to_id.emplace(std::move(key), int32_t(key_to_id.size()));
+    map.compressed[size_t(id)] = it->second;
+  }
+  map.compressed_vocab_size = int32_t(key_to_id.size());
+  return map;
+}
+
+}  // namespace deepinfer

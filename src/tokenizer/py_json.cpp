@@ -1,0 +1,153 @@
+#include "tokenizer/py_json.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+namespace deepinfer::tokenizer_internal {
+
+namespace {
+
+void quote(const std::string& s, std::string& out) {
+  out.push_back('"');
+  for (const char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      default:
+        if (uint8_t(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
+          out += buf;
+        } else {
+          out.push_back(c);
+        }
+    }
+  }
+  out.push_back('"');
+}
+
+// Python's float repr: the shortest digits that round-trip, written in positional notation
+// when the decimal point falls within (-4, 16] digits of the first digit, else as d.ddde+XX.
+void py_float(double v, std::string& out) {
+  if (std::isnan(v)) {
+    out += "NaN";
+    return;
+  }
+  if (std::isinf(v)) {
+    out += v < 0 ? "-Infinity" : "Infinity";
+    return;
+  }
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, res.ptr);
+  std::string sign;
+  if (sci[0] == '-') sign = "-", sci.erase(0, 1);
+  const size_t e = sci.find('e');
+  const int exp10 = std::stoi(sci.substr(e + 1));
+  std::string digits = sci.substr(0, e);
+  if (digits.size() > 1) digits.erase(1, 1);  // drop the '.'
+  const int decpt = exp10 + 1;                // digits before the decimal point
+  out += sign;
+  if (decpt > -4 && decpt <= 16) {
+    if (decpt <= 0) {
+      out += "0." + std::string(size_t(-decpt), '0') + digits;
+    } else if (size_t(decpt) >= digits.size()) {
+      out += digits + std::string(size_t(decpt) - digits.size(), '0') + ".0";
+    } else {
+      out += digits.substr(0, size_t(decpt)) + "." + digits.substr(size_t(decpt));
+    }
+  } else {
+    out += digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    char ebuf[16];
+    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
+    out += ebuf;
+  }
+}
+
+void dump(const nlohmann::ordered_json& v, std::string& out) {
+  using value_t = nlohmann::ordered_json::value_t;
+  switch (v.type()) {
+    case value_t::null:
+      out += "null";
+      break;
+    case value_t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      break;
+    case value_t::number_integer:
+      out += std::to_string(v.get<int64_t>());
+      break;
+    case value_t::number_unsigned:
+      out += std::to_string(v.get<uint64_t>());
+      break;
+    case value_t::number_float:
+      py_float(v.get<double>(), out);
+      break;
+    case value_t::string:
+      quote(v.get_ref<const std::string&>(), out);
+      break;
+    case value_t::array: {
+      out.push_back('[');
+      bool first = true;
+      for (const auto& item : v) {
+        if (!first) out += ", ";
+        first = false;
+        dump(item, out);
+      }
+      out.push_back(']');
+      break;
+    }
+    case value_t::object: {
+      out.push_back('{');
+      bool first = true;
+      for (auto it = v.begin(); it != v.end(); ++it) {
+        if (!first) out += ", ";
+        first = false;
+        quote(it.key(), out);
+        out += ": ";
+        dump(it.value(), out);
+      }
+      out.push_back('}');
+      break;
+    }
+    default:
+      out += "null";
+      break;  // binary / discarded values never come from parsing text
+  }
+}
+
+}  // namespace
+
+std::string py_json_dumps(const nlohmann::ordered_json& value) {
+  std::string out;
+  dump(value, out);
+  return out;
+}
+
+std::string py_json_quote(const std::string& s) {
+  std::string out;
+  quote(s, out);
+  return out;
+}
+
+}  // namespace deepinfer::tokenizer_internal

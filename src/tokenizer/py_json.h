@@ -1,0 +1,18 @@
+// JSON text as Python's json.dumps(value, ensure_ascii=False) writes it: ", " and ": "
+// separators, keys in their original order, non-ASCII characters unescaped, floats in Python's
+// repr (shortest round-trip digits; exponent form below 1e-4 and from 1e16 up). The chat
+// format embeds such text in prompts, so every byte matters.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace deepinfer::tokenizer_internal {
+
+std::string py_json_dumps(const nlohmann::ordered_json& value);
+
+// A JSON string literal of `s` in the same spelling.
+std::string py_json_quote(const std::string& s);
+
+}  // namespace deepinfer::tokenizer_internal

@@ -1,0 +1,66 @@
+// Byte-level BPE tokenizer read from a Hugging Face `tokenizer.json` (+ `tokenizer_config.json`).
+//
+// Encoding follows the reference `tokenizers` library step by step: added tokens are cut out
+// first (leftmost, longest first; tokens marked non-normalized before the normalizer runs, the
+// others after), the rest is normalized, split by the pre-tokenizer sequence (Split regexes,
+// ByteLevel) and merged by BPE. Decoding concatenates each token's bytes (a byte-level token
+// maps its characters back to bytes; a token with characters outside that alphabet, such as
+// DeepSeek's `<｜begin▁of▁sentence｜>`, contributes its own UTF-8) and repairs the result to
+// valid UTF-8, one U+FFFD per ill-formed part.
+//
+// Input that is not valid UTF-8 is repaired the same way before encoding, so
+// encode(s) == encode(lossy(s)). Ids the tokenizer does not know decode to nothing, as in the
+// reference.
+//
+// A Tokenizer is immutable after load and safe to use from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deepinfer {
+
+namespace tokenizer_internal {
+struct TokenizerState;
+}
+
+class Tokenizer {
+ public:
+  // `path` is a directory holding tokenizer.json (and optionally tokenizer_config.json), or the
+  // tokenizer.json file itself (a tokenizer_config.json beside it is read too).
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
+  // The same from file contents; `config_json` may be empty. `label` names the source in errors.
+  static std::unique_ptr<Tokenizer> from_json(std::string_view tokenizer_json,
+                                              std::string_view config_json,
+                                              const std::string& label);
+  ~Tokenizer();
+  Tokenizer(const Tokenizer&) = delete;
+  Tokenizer& operator=(const Tokenizer&) = delete;
+
+  std::vector<int32_t> encode(std::string_view text, bool add_bos = false) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
+  int32_t vocab_size() const;
+  // -1 if `token` is neither an added token nor in the vocabulary.
+  int32_t token_to_id(std::string_view token) const;
+  // The token's string as stored in tokenizer.json (byte-level characters for BPE tokens);
+  // throws deepinfer::Error for an unknown id.
+  std::string_view id_to_token(int32_t id) const;
+  bool is_special(int32_t id) const;
+  // The bytes `id` contributes to decode() before UTF-8 repair; empty for an unknown id.
+  std::string_view token_bytes(int32_t id) const;
+  // From tokenizer_config.json; -1 when it is absent or names no known token.
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+
+ private:
+  Tokenizer();
+  std::unique_ptr<tokenizer_internal::TokenizerState> impl_;
+};
+
+}  // namespace deepinfer

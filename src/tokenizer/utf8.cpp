@@ -1,0 +1,109 @@
+#include "tokenizer/utf8.h"
+
+namespace deepinfer::utf8 {
+
+Step step(std::string_view s, size_t pos) {
+  const auto byte = [&](size_t i) { return uint8_t(s[i]); };
+  const uint8_t b0 = byte(pos);
+  if (b0 < 0x80) return {Step::Kind::kChar, 1, char32_t(b0)};
+
+  // Table 3-7 of the Unicode standard: the lead byte fixes the length and the range allowed
+  // for the second byte; later bytes are always 80..BF.
+  uint32_t len = 0;
+  uint8_t lo = 0x80, hi = 0xBF;
+  char32_t cp = 0;
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    len = 2, cp = b0 & 0x1F;
+  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+    len = 3, cp = b0 & 0x0F;
+    if (b0 == 0xE0) lo = 0xA0;
+    if (b0 == 0xED) hi = 0x9F;
+  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
+    len = 4, cp = b0 & 0x07;
+    if (b0 == 0xF0) lo = 0x90;
+    if (b0 == 0xF4) hi = 0x8F;
+  } else {
+    return {Step::Kind::kInvalid, 1, 0};
+  }
+  for (uint32_t k = 1; k < len; ++k) {
+    if (pos + k >= s.size()) return {Step::Kind::kTruncated, k, 0};
+    const uint8_t b = byte(pos + k);
+    const uint8_t min = k == 1 ? lo : 0x80, max = k == 1 ? hi : 0xBF;
+    if (b < min || b > max) return {Step::Kind::kInvalid, k, 0};
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  return {Step::Kind::kChar, len, cp};
+}
+
+bool is_valid(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    // ASCII runs dominate real text; skip them eight bytes at a time.
+    while (i + 8 <= s.size()) {
+      uint64_t w;
+      __builtin_memcpy(&w, s.data() + i, 8);
+      if (w & 0x8080808080808080ull) break;
+      i += 8;
+    }
+    if (i >= s.size()) break;
+    const Step st = step(s, i);
+    if (st.kind != Step::Kind::kChar) return false;
+    i += st.len;
+  }
+  return true;
+}
+
+std::string lossy(std::string_view s) {
+  if (is_valid(s)) return std::string(s);
+  std::string out;
+  out.reserve(s.size() + 8);
+  size_t i = 0;
+  while (i < s.size()) {
+    const Step st = step(s, i);
+    if (st.kind == Step::Kind::kChar) {
+      out.append(s.substr(i, st.len));
+    } else {
+      out.append(kReplacement);
+    }
+    i += st.len;
+  }
+  return out;
+}
+
+size_t stable_prefix(std::string_view s) {
+  // Only the last (at most four) bytes can be a truncated sequence, but where the last sequence
+  // starts depends on how the bytes before it were split, so walk back to a position that is
+  // certainly a sequence start: ASCII, or a lead byte at most three bytes from the end.
+  size_t start = s.size() > 4 ? s.size() - 4 : 0;
+  while (start > 0 && (uint8_t(s[start]) & 0xC0) == 0x80) --start;
+  // A continuation byte can only be consumed by a lead byte at most three bytes before it, so
+  // from here on the split into sequences matches a scan from the beginning once it reaches a
+  // byte that is not a continuation byte; scanning from `start` is therefore exact.
+  size_t i = start;
+  while (i < s.size()) {
+    const Step st = step(s, i);
+    if (st.kind == Step::Kind::kTruncated) return i;
+    i += st.len;
+  }
+  return s.size();
+}
+
+void append(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(char(cp));
+  } else if (cp < 0x800) {
+    out.push_back(char(0xC0 | (cp >> 6)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(char(0xE0 | (cp >> 12)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(char(0xF0 | (cp >> 18)));
+    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(char(0x80 | (cp & 0x3F)));
+  }
+}
+
+}  // namespace deepinfer::utf8
