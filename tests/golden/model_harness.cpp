@@ -116,6 +116,25 @@ std::vector<std::vector<float>> run_batched(Model& m, const std::vector<std::vec
   return out;
 }
 
+Session::Session(Model& m, int64_t max_tokens) : m_(m) {
+  kv_ = std::make_unique<KvCache>(make_cache(m.config(), max_tokens, 1, &blocks_, &per_seq_));
+}
+
+std::vector<float> Session::feed(const std::vector<int32_t>& tokens) {
+  const int64_t n = int64_t(tokens.size());
+  std::vector<float> out(size_t(n * m_.config().vocab_size));
+  ForwardBatch b;
+  b.tokens = tokens;
+  ForwardSeq s;
+  s.start_pos = pos_;
+  s.n_tokens = n;
+  s.kv = {0, blocks_.data(), per_seq_};
+  b.seqs.push_back(s);
+  m_.forward(b, *kv_, out.data());
+  pos_ += n;
+  return out;
+}
+
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(static_cast<size_t>(n));

@@ -31,6 +31,21 @@ std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
 std::vector<std::vector<float>> run_batched(Model& m, const std::vector<std::vector<int32_t>>& seqs,
                                             const std::vector<int64_t>& prefix_lens);
 
+// A sequence fed step by step through one cache slot.
+class Session {
+ public:
+  Session(Model& m, int64_t max_tokens);
+  // Feeds `tokens` as one chunk at the current position; returns their logits [n, vocab].
+  std::vector<float> feed(const std::vector<int32_t>& tokens);
+  int64_t pos() const { return pos_; }
+
+ private:
+  Model& m_;
+  std::vector<int32_t> blocks_;
+  int64_t per_seq_ = 0, pos_ = 0;
+  std::unique_ptr<KvCache> kv_;
+};
+
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed);
 std::string run_command(const std::string& cmd);  // runs a shell command, throws on failure
 
