@@ -138,8 +138,10 @@ std::vector<TokenEvent> Engine::step() {
     const int64_t V = model_.config().vocab_size;
     size_t k = 0;
     for (const SchedSeq& q : out.seqs) {
-      if (q.tokens.size() > 1 || !q.sample) has_prompt = true;
-      stats_.prompt_tokens += q.sample ? int64_t(q.tokens.size()) - 1 : int64_t(q.tokens.size());
+      if (!q.decode) {
+        has_prompt = true;
+        stats_.prompt_tokens += int64_t(q.tokens.size());
+      }
       if (!q.sample) continue;
       Sequence* s = scheduler_->find(q.seq_id);
       TopLogprobs top;

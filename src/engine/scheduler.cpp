@@ -3,12 +3,13 @@
 // prompt-row budget (max_num_prefill_tokens) and at most max_num_seqs running sequences:
 //   1. running sequences with one pending token (decode rows) first, oldest arrival first;
 //   2. then running sequences still catching up on their prompt, oldest first, each one chunk of
-//      min(pending, remaining budgets, bucket size) rows (one row with prompt-as-decode);
-//   3. then waiting sequences, oldest first, admitted while a slot, the budgets and free blocks
-//      allow; admission stops at the first that does not fit (strict FCFS).
-// A running sequence that needs a block when the pool is empty preempts the newest running
-// sequence (its blocks are freed and it is recomputed later from its tokens), repeating until the
-// block is found or it is itself the newest, in which case it is preempted. Waiting sequences
+//      min(pending, remaining budgets, bucket size, what fits in the free KV blocks) rows (one row
+//      with prompt-as-decode);
+//   3. then waiting sequences, oldest first, admitted with such a chunk while a slot and the
+//      budgets allow; admission stops at the first that cannot start (strict FCFS).
+// A running sequence that cannot place even one token preempts the newest running sequence (its
+// blocks are freed and it is recomputed later from its tokens), repeating until the token fits or
+// it is itself the newest, in which case it is preempted. Waiting sequences hold no blocks and
 // never preempt. A chunk's last row is sampled when it completes the sequence's pending tokens.
 #include "engine/scheduler.h"
 
@@ -57,15 +58,23 @@ std::string Scheduler::add(Request req) {
   return "";
 }
 
-bool Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
-  const size_t need = size_t((tokens + cfg_.block_tokens - 1) / cfg_.block_tokens);
-  while (s->blocks.size() < need) {
-    const int32_t b = pool_.allocate();
-    if (b < 0) return false;
-    s->blocks.push_back(b);
-  }
+int64_t Scheduler::blocks_missing(const Sequence* s, int64_t tokens) const {
+  const int64_t need = (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
+  return std::max<int64_t>(0, need - int64_t(s->blocks.size()));
+}
+
+int64_t Scheduler::fit_tokens(const Sequence* s, int64_t n) const {
+  // The most of the next n tokens whose KV fits in the blocks held plus the free ones.
+  const int64_t room =
+      (int64_t(s->blocks.size()) + pool_.num_free()) * cfg_.block_tokens - s->num_computed;
+  return std::max<int64_t>(0, std::min(n, room));
+}
+
+void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
+  const int64_t missing = blocks_missing(s, tokens);
+  DI_CHECK(missing <= pool_.num_free(), "growing without free blocks");
+  for (int64_t i = 0; i < missing; ++i) s->blocks.push_back(pool_.allocate());
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_.num_used());
-  return true;
 }
 
 void Scheduler::release(Sequence* s) {
@@ -134,25 +143,34 @@ SchedOutput Scheduler::schedule() {
     const std::vector<Sequence*> order = running_;
     for (Sequence* s : order) {
       if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
-      const int64_t n = chunk_of(s);
+      int64_t n = chunk_of(s);
       if (n == 0 || rows_of(s, n) > rows) continue;
+      // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
+      // token preempts, newest first.
+      if (n > 1) n = std::max<int64_t>(1, fit_tokens(s, n));
       bool ok = true;
-      while (ok && !grow_blocks(s, s->num_computed + n)) {
+      while (ok && blocks_missing(s, s->num_computed + n) > pool_.num_free()) {
         Sequence* victim = running_.back();  // the newest arrival
         unpick(victim);
         preempt(victim);
         ok = victim != s;
       }
-      if (ok) take(s, n);
+      if (!ok) continue;
+      grow_blocks(s, s->num_computed + n);
+      take(s, n);
     }
   }
-  // 3: admissions, strict FCFS.
+  // 3: admissions, strict FCFS; a chunk shrinks to the free blocks, and admission stops at the
+  // first sequence that cannot start.
   while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
     Sequence* s = waiting_.front();
-    const int64_t n = chunk_of(s);
-    if (n == 0 || rows_of(s, n) > rows || !grow_blocks(s, s->num_computed + n)) break;
+    int64_t n = chunk_of(s);
+    if (n > 1) n = fit_tokens(s, n);
+    if (n == 0 || rows_of(s, n) > rows || blocks_missing(s, s->num_computed + n) > pool_.num_free())
+      break;
     waiting_.pop_front();
     admit(s);
+    grow_blocks(s, s->num_computed + n);
     take(s, n);
   }
   for (auto& [s, n] : picked) {
@@ -167,6 +185,7 @@ SchedOutput Scheduler::schedule() {
     s->table_reset = false;
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
+    q.decode = n == 1 && s->num_pending() == 1 && s->num_computed >= s->num_prompt;
     out.seqs.push_back(std::move(q));
   }
   out.released.swap(released_);

@@ -39,6 +39,7 @@ struct SchedSeq {
   bool reset_blocks = false;        // the block table starts afresh with new_blocks
   std::vector<int32_t> new_blocks;  // appended to the block table
   bool sample = false;              // the last real row's logits pick the next token
+  bool decode = false;              // one row after the prompt (else prompt or recomputation)
 };
 
 struct SchedOutput {
@@ -79,7 +80,11 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
  private:
-  bool grow_blocks(Sequence* s, int64_t tokens);  // blocks for `tokens` computed tokens
+  // Blocks a sequence lacks to hold `tokens` tokens of KV; the tokens of the next `n` that fit
+  // in its blocks plus the free ones; allocation of the missing blocks (they must be free).
+  int64_t blocks_missing(const Sequence* s, int64_t tokens) const;
+  int64_t fit_tokens(const Sequence* s, int64_t n) const;
+  void grow_blocks(Sequence* s, int64_t tokens);
   void release(Sequence* s);
   void preempt(Sequence* s);
   void admit(Sequence* s);

@@ -1,6 +1,7 @@
 #include "io/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -141,14 +142,35 @@ std::string type_name(const FieldPtr& p) {
   }
 }
 
+// A JSON value for an error message. Nested containers are only named: dump() recurses once
+// per nesting level, and a hostile file can nest millions of levels deep.
+std::string show(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i == 8) return s + ", ...]";
+      s += (i ? ", " : "") +
+           (v[i].is_structured() ? std::string("an ") + v[i].type_name() : show(v[i]));
+    }
+    return s + "]";
+  }
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
 void assign(ModelConfig& c, const Field& f, const json& v, const std::string& where) {
   auto bad = [&] {
-    throw Error(str_cat(where, ": expected ", type_name(f.ptr), ", got ", v.dump()));
+    throw Error(str_cat(where, ": expected ", type_name(f.ptr), ", got ", show(v)));
   };
   auto as_int = [&](const json& x) -> int64_t {
+    // Unsigned values past int64 would wrap; floats past it would make the cast undefined.
+    if (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)) bad();
     if (x.is_number_integer()) return x.get<int64_t>();
-    if (x.is_number_float() && x.get<double>() == double(int64_t(x.get<double>())))
-      return int64_t(x.get<double>());
+    if (x.is_number_float()) {
+      const double d = x.get<double>();
+      if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return int64_t(d);
+    }
     bad();
     return 0;
   };
@@ -237,10 +259,10 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
       c.expert_dtype = e && e->is_string() ? e->get<std::string>() : c.dtype;
       if (const json* b = lookup(*q, "weight_block_size"))
         DI_REQUIRE(*b == json::array({32, 32}), label,
-                   ": quantization_config.weight_block_size must be [32, 32], got ", b->dump());
+                   ": quantization_config.weight_block_size must be [32, 32], got ", show(*b));
       if (const json* s = lookup(*q, "scale_fmt"))
         DI_REQUIRE(*s == "ue8m0", label, ": quantization_config.scale_fmt must be \"ue8m0\", got ",
-                   s->dump());
+                   show(*s));
     }
     if (!lookup(src, "rope_scaling") && !lookup(src, "original_seq_len")) c.original_seq_len = 0;
   }
@@ -250,7 +272,8 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
 
 ModelConfig ModelConfig::load(const std::string& path) {
   std::string file = path;
-  if (fs::is_directory(path)) file = (fs::path(path) / "config.json").string();
+  std::error_code ec;  // an odd path (too long, no permission) is reported below as unreadable
+  if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   std::ifstream in(file);
   DI_REQUIRE(in, file, ": cannot read model config");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -284,6 +307,8 @@ void require_mult(const std::string& label, const char* name, int64_t v, int64_t
                   const char* why) {
   DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
 }
+std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label);
+
 void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
                         int n_layers) {
   for (size_t i = 0; i < v.size(); ++i) {
@@ -331,8 +356,9 @@ void ModelConfig::validate(const std::string& label) const {
   DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
              ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
              "]");
-  DI_REQUIRE((int64_t(n_heads) * head_dim) % o_groups == 0 && n_heads % o_groups == 0, label,
-             ": o_groups = ", o_groups, " must divide n_heads = ", n_heads);
+  // G | H implies G | H * Dh (and avoids the product, which can overflow).
+  DI_REQUIRE(n_heads % o_groups == 0, label, ": o_groups = ", o_groups,
+             " must divide n_heads = ", n_heads);
   DI_REQUIRE(norm_eps >= 0 && hc_eps >= 0, label, ": norm_eps and hc_eps must be >= 0");
   DI_REQUIRE(swiglu_limit >= 0, label, ": swiglu_limit must be >= 0");
   DI_REQUIRE(rope_theta > 0 && compress_rope_theta > 0, label, ": rope thetas must be > 0");
@@ -341,7 +367,7 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(rope_factor > 0 && beta_fast > 0 && beta_slow > 0, label,
                ": YaRN needs rope_factor, beta_fast and beta_slow > 0");
 
-  const size_t n_all = size_t(n_layers + n_mtp_layers);
+  const size_t n_all = size_t(n_layers) + size_t(n_mtp_layers);  // no int overflow
   DI_REQUIRE(compress_ratios.size() == n_all, label, ": compress_ratios has ",
              compress_ratios.size(), " entries, expected n_layers + n_mtp_layers = ", n_all);
   for (size_t l = 0; l < n_all; ++l) {
@@ -378,7 +404,7 @@ void ModelConfig::validate(const std::string& label) const {
                " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
   }
   // Roles check the sharing structure (who reads whose KV, keys and top-k).
-  (void)layer_roles(*this);
+  (void)derive_roles(*this, label);
 
   // Engram.
   if (!engram_layer_ids.empty()) {
@@ -401,8 +427,9 @@ void ModelConfig::validate(const std::string& label) const {
   }
 }
 
-std::vector<LayerRole> layer_roles(const ModelConfig& c) {
-  const std::string label = "config";
+namespace {
+
+std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label) {
   std::vector<LayerRole> roles(size_t(c.n_layers));
   auto contains = [](const std::vector<int>& v, int x) {
     return std::find(v.begin(), v.end(), x) != v.end();
@@ -416,31 +443,37 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c) {
     r.index_source = contains(c.index_source_layers, l);
     if (r.kv_source) last_kv = l;
     DI_REQUIRE(last_kv >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
-               " but no KV source layer at or before it");
+               " but kv_source_layers lists no layer at or before it");
     DI_REQUIRE(roles[size_t(last_kv)].ratio == r.ratio, label, ": layer ", l, " (ratio ", r.ratio,
-               ") would read the compressed KV of layer ", last_kv, " whose ratio is ",
+               ") would read the compressed KV of layer ", last_kv,
+               ", the latest of kv_source_layers at or before it, whose ratio is ",
                roles[size_t(last_kv)].ratio);
+    // A KV source without an indexer owns no index keys, so nothing could select its rows.
+    DI_REQUIRE(!r.kv_source || r.index_source, label, ": kv_source_layers lists layer ", l,
+               " but index_source_layers does not: no layer would own index keys for its "
+               "compressed rows (every KV source must also be an index source)");
     r.kv_from = last_kv;
     if (r.index_source) {
       last_index = l;
       r.key_owner = r.kv_source;
       r.keys_from = last_kv;
-      DI_REQUIRE(roles[size_t(last_kv)].key_owner, label, ": index source layer ", l,
-                 " reads the index keys of KV source layer ", last_kv,
-                 ", which is not an index source (it owns no keys)");
+      DI_REQUIRE(roles[size_t(last_kv)].key_owner, label, ": index_source_layers lists layer ", l,
+                 ", which would read the index keys of KV source layer ", last_kv,
+                 ", which is not an index source (it owns no index keys)");
       r.candidate_source = (l == c.candidate_source_layer);
       if (c.candidate_source_layer >= 0 && l > c.candidate_source_layer) {
         r.candidate_consumer = true;
         DI_REQUIRE(roles[size_t(c.candidate_source_layer)].ratio == r.ratio, label,
                    ": candidate consumer layer ", l, " has ratio ", r.ratio,
-                   " but the candidate source has ratio ",
-                   roles[size_t(c.candidate_source_layer)].ratio);
+                   " but the candidate source (candidate_source_layer = ", c.candidate_source_layer,
+                   ") has ratio ", roles[size_t(c.candidate_source_layer)].ratio);
       }
     }
     DI_REQUIRE(last_index >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
-               " but no index source layer at or before it to select its compressed rows");
+               " but index_source_layers lists no layer at or before it to select its "
+               "compressed rows");
     DI_REQUIRE(roles[size_t(last_index)].kv_from == last_kv, label, ": layer ", l,
-               " would use the top-k list of layer ", last_index,
+               " would use the top-k list of layer ", last_index, " (index_source_layers)",
                ", which selects rows of a different KV source (", roles[size_t(last_index)].kv_from,
                " vs ", last_kv, ")");
     r.topk_from = last_index;
@@ -451,6 +484,12 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c) {
                " is not an index source layer");
   }
   return roles;
+}
+
+}  // namespace
+
+std::vector<LayerRole> layer_roles(const ModelConfig& c) {
+  return derive_roles(c, "config");
 }
 
 }  // namespace deepinfer

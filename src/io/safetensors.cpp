@@ -51,9 +51,27 @@ json parse_header_json(const char* begin, const char* end, const std::string& la
   return j;
 }
 
+// A JSON value for an error message. Containers are only named: dump() recurses once per
+// nesting level, and a hostile header can nest millions of levels deep.
+std::string show(const json& v) {
+  if (v.is_structured()) return std::string("an ") + v.type_name();
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+// A shape array for an error message (its entries are checked one by one, so it may hold
+// anything).
+std::string show_shape(const json& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size() && i <= size_t(kMaxDims); ++i)
+    s += (i ? ", " : "") + show(shape[i]);
+  return s + "]";
+}
+
 uint64_t get_u64(const json& v, const std::string& label, const std::string& what) {
   DI_REQUIRE(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), label,
-             ": ", what, " must be a non-negative integer, got ", v.dump());
+             ": ", what, " must be a non-negative integer, got ", show(v));
   return v.get<uint64_t>();
 }
 
@@ -76,8 +94,9 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
     const uint64_t n = get_u64(d, where, "every shape entry");
     DI_REQUIRE(n <= uint64_t(std::numeric_limits<int64_t>::max()), where,
                ": shape entry too large");
-    if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / 8 / n) {
-      throw Error(str_cat(where, ": shape ", sh->dump(), " overflows"));
+    // Bound the element count so that its bit count (up to 64 per element) fits in 64 bits.
+    if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / 64 / n) {
+      throw Error(str_cat(where, ": shape ", show_shape(*sh), " overflows"));
     }
     numel *= n;
     t.shape.dim[t.shape.ndim++] = int64_t(n);
@@ -85,7 +104,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
   if (t.dtype == DType::E2M1)
     DI_REQUIRE(t.shape.ndim >= 1 && t.shape.dim[t.shape.ndim - 1] % 2 == 0, where,
                ": F4 tensors need an even last dimension (two values per byte), got shape ",
-               sh->dump());
+               show_shape(*sh));
   auto off = e.find("data_offsets");
   DI_REQUIRE(off != e.end() && off->is_array() && off->size() == 2, where,
              ": missing field 'data_offsets' ([begin, end])");
@@ -93,8 +112,8 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
   const uint64_t en = get_u64((*off)[1], where, "data_offsets[1]");
   DI_REQUIRE(b <= en, where, ": data_offsets [", b, ", ", en, "] end before begin");
   const uint64_t want = dtype_bytes(t.dtype, numel);
-  DI_REQUIRE(en - b == want, where, ": data_offsets span ", en - b, " bytes but shape ", sh->dump(),
-             " of ", dtype_name(t.dtype), " needs ", want);
+  DI_REQUIRE(en - b == want, where, ": data_offsets span ", en - b, " bytes but shape ",
+             show_shape(*sh), " of ", dtype_name(t.dtype), " needs ", want);
   t.offset = b;
   t.nbytes = want;
   return t;
@@ -136,12 +155,16 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_s
   std::sort(h.tensors.begin(), h.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
   });
-  for (size_t i = 1; i < h.tensors.size(); ++i) {
-    const TensorInfo& p = h.tensors[i - 1];
-    const TensorInfo& c = h.tensors[i];
-    DI_REQUIRE(c.offset >= p.offset + p.nbytes || c.nbytes == 0 || p.nbytes == 0, label,
-               ": tensors '", p.name, "' [", p.offset, ", ", p.offset + p.nbytes, ") and '", c.name,
-               "' [", c.offset, ", ", c.offset + c.nbytes, ") overlap");
+  // Each non-empty tensor against the previous non-empty one: comparing neighbours only would let
+  // a zero-size tensor sorted in between hide an overlap.
+  const TensorInfo* prev = nullptr;
+  for (const TensorInfo& c : h.tensors) {
+    if (c.nbytes == 0) continue;
+    if (prev)
+      DI_REQUIRE(c.offset >= prev->offset + prev->nbytes, label, ": tensors '", prev->name, "' [",
+                 prev->offset, ", ", prev->offset + prev->nbytes, ") and '", c.name, "' [",
+                 c.offset, ", ", c.offset + c.nbytes, ") overlap");
+    prev = &c;
   }
   return h;
 }
@@ -196,7 +219,11 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
 std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   std::unique_ptr<TensorStore> s(new TensorStore());
   s->dir_ = dir;
-  DI_REQUIRE(fs::is_directory(dir), dir, ": checkpoint directory does not exist");
+  // error_code overloads throughout: the throwing ones report odd paths (too long, no
+  // permission) as filesystem_error instead of deepinfer::Error.
+  std::error_code ec;
+  DI_REQUIRE(fs::is_directory(dir, ec), dir, ": checkpoint directory does not exist",
+             ec ? " (" + ec.message() + ")" : "");
   const fs::path index = fs::path(dir) / "model.safetensors.index.json";
   auto add_file = [&](const fs::path& p) -> SafetensorsFile* {
     s->files_.push_back(SafetensorsFile::open(p.string()));
@@ -208,7 +235,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
     }
     return f;
   };
-  if (fs::exists(index)) {
+  if (fs::exists(index, ec)) {
     std::ifstream in(index);
     DI_REQUIRE(in, index.string(), ": cannot read");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -229,7 +256,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
     }
     for (const auto& [shard, names] : by_shard) {
       const fs::path p = fs::path(dir) / shard;
-      DI_REQUIRE(fs::exists(p), index.string(), ": shard '", shard, "' (holding '", names[0],
+      DI_REQUIRE(fs::exists(p, ec), index.string(), ": shard '", shard, "' (holding '", names[0],
                  "') is missing");
       SafetensorsFile* f = add_file(p);
       for (const std::string& n : names)
@@ -238,12 +265,13 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
       DI_REQUIRE(f->tensors().size() == names.size(), p.string(), ": holds ", f->tensors().size(),
                  " tensors but the index maps ", names.size(), " to it");
     }
-  } else if (fs::exists(fs::path(dir) / "model.safetensors")) {
+  } else if (fs::exists(fs::path(dir) / "model.safetensors", ec)) {
     add_file(fs::path(dir) / "model.safetensors");
   } else {
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path());
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_regular_file(ec) && e.path().extension() == ".safetensors")
+        files.push_back(e.path());
     std::sort(files.begin(), files.end());
     DI_REQUIRE(!files.empty(), dir,
                ": no model.safetensors.index.json, model.safetensors or *.safetensors found");
@@ -385,7 +413,9 @@ void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard
     cur += n;
   }
   if (shards.empty()) shards.emplace_back();
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   std::vector<std::pair<std::string, std::string>> wm;
   char name[64];
   for (size_t s = 0; s < shards.size(); ++s) {

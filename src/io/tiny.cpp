@@ -336,7 +336,9 @@ Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed) {
 uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config,
                                const TinyWriteOptions& opt) {
   config.validate("tiny config");
-  fs::create_directories(dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   const std::vector<TensorSpec> schema = checkpoint_schema(config);
   // Generate in parallel (each tensor's stream depends only on its name and the seed), write in
   // schema order, one shard at a time.
@@ -381,12 +383,16 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
   for (size_t i = 0; i < n; ++i) {
     char final_name[64];
     std::snprintf(final_name, sizeof(final_name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
-    fs::rename(fs::path(dir) / shard_files[i], fs::path(dir) / final_name);
+    fs::rename(fs::path(dir) / shard_files[i], fs::path(dir) / final_name, ec);
+    DI_REQUIRE(!ec, dir, ": cannot rename ", shard_files[i], ": ", ec.message());
     for (auto& [t, f] : weight_map)
       if (f == shard_files[i]) f = final_name;
   }
   write_safetensors_index(dir, weight_map, total);
-  std::ofstream(fs::path(dir) / "config.json") << config.to_json();
+  std::ofstream out(fs::path(dir) / "config.json");
+  out << config.to_json();
+  out.close();
+  DI_REQUIRE(out, dir, "/config.json: write failed");
   return total;
 }
 

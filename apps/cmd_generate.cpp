@@ -1,0 +1,312 @@
+// `deepinfer generate`: the offline runner. Reads prompts (text, ids, a JSONL file, or synthetic),
+// runs them through the engine with continuous batching, and writes one JSON line per request in
+// input order.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "commands.h"
+#include "core/error.h"
+#include "engine_options.h"
+#include "tokenizer/chat.h"
+
+namespace deepinfer::app {
+
+namespace {
+
+using json = nlohmann::json;
+
+struct GenerateOptions {
+  EngineOptions eo;
+  std::string prompt, prompt_ids, prompts_file, output, system;
+  int64_t num_prompts = 0, input_len = 32;
+  uint64_t seed = 0;
+  bool chat = false, thinking = false;
+  int reasoning_effort = 0;
+  SamplingParams params;
+  std::optional<uint64_t> sampling_seed;
+};
+
+// One input line's outcome: a request to run, or an error to report in its place.
+struct Input {
+  Request req;
+  std::string error;
+};
+
+std::vector<int32_t> parse_id_list(const std::string& s, const std::string& what) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string tok = s.substr(i, j - i);
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(tok, &used);
+      DI_REQUIRE(used == tok.size() && v >= INT32_MIN && v <= INT32_MAX, "x");
+      ids.push_back(int32_t(v));
+    } catch (...) {
+      throw Error(str_cat(what, ": '", tok, "' is not an integer token id (expected e.g. 1,2,3)"));
+    }
+    i = j + 1;
+  }
+  return ids;
+}
+
+std::string encode_prompt_text(const GenerateOptions& o, const Tokenizer* tok,
+                               const std::string& text) {
+  if (!o.chat) return text;
+  std::vector<ChatMessage> msgs;
+  if (!o.system.empty()) msgs.push_back({ChatRole::kSystem, o.system});
+  msgs.push_back({ChatRole::kUser, text});
+  ChatOptions co;
+  co.thinking = o.thinking;
+  co.reasoning_effort = o.reasoning_effort;
+  (void)tok;
+  return encode_chat(msgs, co);
+}
+
+std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
+                              const std::string& text) {
+  DI_REQUIRE(tok, "text prompts need a tokenizer, and this checkpoint has none "
+                  "(give token ids with --prompt-ids or \"prompt_ids\")");
+  // Chat encoding carries its own BOS; plain text gets none (as the completions API).
+  return tok->encode(encode_prompt_text(o, tok, text), false);
+}
+
+// Per-request sampling fields of a JSONL line override the command-line defaults.
+void apply_request_fields(const json& j, SamplingParams* p) {
+  auto num = [&](const char* k, auto* dst) {
+    auto it = j.find(k);
+    if (it == j.end() || it->is_null()) return;
+    DI_REQUIRE(it->is_number(), "field '", k, "' must be a number, got ", it->dump());
+    *dst = it->get<std::remove_pointer_t<decltype(dst)>>();
+  };
+  num("max_tokens", &p->max_tokens);
+  num("temperature", &p->temperature);
+  num("top_p", &p->top_p);
+  num("top_k", &p->top_k);
+  num("min_p", &p->min_p);
+  num("repetition_penalty", &p->repetition_penalty);
+  num("presence_penalty", &p->presence_penalty);
+  num("frequency_penalty", &p->frequency_penalty);
+  num("logprobs", &p->logprobs);
+  if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
+    DI_REQUIRE(it->is_number_integer(), "field 'seed' must be an integer, got ", it->dump());
+    p->seed = it->get<uint64_t>();
+  }
+  if (auto it = j.find("ignore_eos"); it != j.end()) {
+    DI_REQUIRE(it->is_boolean(), "field 'ignore_eos' must be true or false");
+    p->ignore_eos = it->get<bool>();
+  }
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    p->stop.clear();
+    if (it->is_string()) p->stop.push_back(it->get<std::string>());
+    else {
+      DI_REQUIRE(it->is_array(), "field 'stop' must be a string or a list of strings");
+      for (const auto& s : *it) {
+        DI_REQUIRE(s.is_string(), "field 'stop' must be a string or a list of strings");
+        p->stop.push_back(s.get<std::string>());
+      }
+    }
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    DI_REQUIRE(it->is_array(), "field 'stop_token_ids' must be a list of token ids");
+    p->stop_token_ids.clear();
+    for (const auto& t : *it) {
+      DI_REQUIRE(t.is_number_integer(), "field 'stop_token_ids' must hold integers");
+      p->stop_token_ids.push_back(t.get<int32_t>());
+    }
+  }
+}
+
+std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab) {
+  std::vector<Input> in;
+  auto base = [&] {
+    Input x;
+    x.req.params = o.params;
+    return x;
+  };
+  int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() +
+              (o.num_prompts > 0);
+  DI_REQUIRE(given == 1, "give exactly one of --prompt, --prompt-ids, --prompts or --num-prompts");
+  if (!o.prompt.empty()) {
+    Input x = base();
+    x.req.prompt_ids = tokenize(o, tok, o.prompt);
+    in.push_back(std::move(x));
+  } else if (!o.prompt_ids.empty()) {
+    Input x = base();
+    x.req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
+    in.push_back(std::move(x));
+  } else if (o.num_prompts > 0) {
+    DI_REQUIRE(o.input_len >= 1, "--input-len must be >= 1");
+    std::mt19937_64 rng(o.seed);
+    for (int64_t i = 0; i < o.num_prompts; ++i) {
+      Input x = base();
+      for (int64_t t = 0; t < o.input_len; ++t) x.req.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
+      in.push_back(std::move(x));
+    }
+  } else {
+    std::ifstream f(o.prompts_file);
+    DI_REQUIRE(f, o.prompts_file, ": cannot read");
+    std::string line;
+    for (int64_t n = 1; std::getline(f, line); ++n) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      Input x = base();
+      try {
+        const json j = json::parse(line, nullptr, false);
+        DI_REQUIRE(!j.is_discarded() && j.is_object(), "not a JSON object");
+        const bool has_text = j.contains("prompt"), has_ids = j.contains("prompt_ids");
+        DI_REQUIRE(has_text != has_ids, "expected exactly one of \"prompt\" or \"prompt_ids\"");
+        if (has_text) {
+          DI_REQUIRE(j["prompt"].is_string(), "\"prompt\" must be a string");
+          x.req.prompt_ids = tokenize(o, tok, j["prompt"].get<std::string>());
+        } else {
+          DI_REQUIRE(j["prompt_ids"].is_array(), "\"prompt_ids\" must be a list of token ids");
+          for (const auto& t : j["prompt_ids"]) {
+            DI_REQUIRE(t.is_number_integer() && t.get<int64_t>() >= INT32_MIN &&
+                           t.get<int64_t>() <= INT32_MAX,
+                       "\"prompt_ids\" must hold integers, got ", t.dump());
+            x.req.prompt_ids.push_back(t.get<int32_t>());
+          }
+        }
+        apply_request_fields(j, &x.req.params);
+      } catch (const Error& e) {
+        x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
+      }
+      in.push_back(std::move(x));
+    }
+  }
+  return in;
+}
+
+void progress(size_t done, size_t total, int64_t generated, double secs) {
+  const int width = 30;
+  const int filled = total ? int(double(width) * double(done) / double(total)) : width;
+  std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu requests, %lld tokens, %.1f tok/s ", filled,
+               "==============================", width - filled, "", done, total,
+               (long long)generated, secs > 0 ? double(generated) / secs : 0.0);
+}
+
+void generate(GenerateOptions& o) {
+  LoadedEngine le = load_engine(o.eo);
+  Engine& engine = *le.engine;
+  const Tokenizer* tok = le.tokenizer.get();
+  if (o.sampling_seed) o.params.seed = o.sampling_seed;
+  std::vector<Input> inputs = read_inputs(o, tok, le.checkpoint->config().vocab_size);
+  const size_t n = inputs.size();
+  std::vector<json> results(n);
+  for (size_t i = 0; i < n; ++i) {
+    inputs[i].req.id = i;
+    if (inputs[i].error.empty()) inputs[i].error = engine.add_request(inputs[i].req);
+    if (!inputs[i].error.empty()) {
+      results[i] = {{"index", i}, {"error", inputs[i].error}};
+      std::fprintf(stderr, "deepinfer: request %zu rejected: %s\n", i, inputs[i].error.c_str());
+    }
+  }
+  const bool bar = ::isatty(2);
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t done = 0;
+  for (const auto& r : results) done += !r.is_null();
+  while (engine.has_unfinished()) {
+    engine.step();
+    for (RequestOutput& out : engine.take_finished()) {
+      json j = {{"index", out.id}, {"prompt_ids", out.prompt_ids}, {"output_ids", out.output_ids}};
+      if (inputs[out.id].req.params.logprobs > 0) {
+        json lp = json::array();
+        for (const auto& top : out.logprobs) {
+          json row = json::array();
+          for (const auto& [id, v] : top) row.push_back({id, v});
+          lp.push_back(row);
+        }
+        j["logprobs"] = lp;
+      }
+      if (tok) {
+        std::string text = tok->decode(out.output_ids, true);
+        if (!out.stop_text.empty()) text = text.substr(0, text.find(out.stop_text));
+        if (o.chat) {
+          const ParsedCompletion pc = parse_completion(text, o.thinking);
+          j["reasoning_content"] = pc.reasoning;
+          j["content"] = pc.content;
+        }
+        j["text"] = text;
+      }
+      j["finish_reason"] = finish_reason_name(out.finish);
+      results[out.id] = std::move(j);
+      ++done;
+    }
+    if (bar) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      progress(done, n, engine.stats().generated_tokens, s);
+    }
+  }
+  if (bar) std::fprintf(stderr, "\n");
+  std::FILE* out = stdout;
+  if (!o.output.empty()) {
+    out = std::fopen(o.output.c_str(), "w");
+    DI_REQUIRE(out, o.output, ": cannot create");
+  }
+  for (const auto& j : results) std::fprintf(out, "%s\n", j.dump().c_str());
+  if (out != stdout) std::fclose(out);
+
+  const EngineStats st = engine.stats();
+  size_t errors = 0;
+  for (const auto& in : inputs) errors += !in.error.empty();
+  std::fprintf(stderr,
+               "deepinfer: %zu requests (%zu rejected); prompt tokens %lld, generated %lld; "
+               "prefill %.1f tok/s, decode %.1f tok/s; %lld steps; KV pool peak %d/%d blocks "
+               "(%.0f%%), %lld preemptions\n",
+               n, errors, (long long)st.prompt_tokens, (long long)st.generated_tokens,
+               st.prefill_seconds > 0 ? double(st.prompt_tokens) / st.prefill_seconds : 0.0,
+               st.decode_seconds > 0 ? double(st.generated_tokens) / st.decode_seconds : 0.0,
+               (long long)st.steps, st.kv_blocks_peak, st.kv_blocks_total,
+               100.0 * st.kv_blocks_peak / std::max(1, st.kv_blocks_total),
+               (long long)st.preemptions);
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "Offline generation: prompts in, JSON lines out");
+  add_engine_options(cmd, &o->eo);
+  cmd->add_option("--prompt", o->prompt, "A text prompt (needs a tokenizer)");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "A prompt as token ids: 1,2,3");
+  cmd->add_option("--prompts", o->prompts_file,
+                  "JSONL file, one request a line: {\"prompt\": ...} or {\"prompt_ids\": [...]} "
+                  "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ...");
+  cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)");
+  cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of synthetic prompts and of requests without one")
+      ->capture_default_str();
+  cmd->add_option("--output", o->output, "Write JSON lines here (default: stdout)");
+  cmd->add_flag("--chat", o->chat, "Apply the DeepSeek-V4.1 chat encoding to text prompts");
+  cmd->add_option("--system", o->system, "System message for --chat");
+  cmd->add_flag("--thinking", o->thinking, "Thinking mode for --chat");
+  cmd->add_option("--reasoning-effort", o->reasoning_effort, "1-100, for --chat thinking");
+  SamplingParams& p = o->params;
+  cmd->add_option("--max-tokens", p.max_tokens, "Tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", p.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", p.top_p)->capture_default_str();
+  cmd->add_option("--top-k", p.top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--min-p", p.min_p)->capture_default_str();
+  cmd->add_option("--repetition-penalty", p.repetition_penalty)->capture_default_str();
+  cmd->add_option("--presence-penalty", p.presence_penalty)->capture_default_str();
+  cmd->add_option("--frequency-penalty", p.frequency_penalty)->capture_default_str();
+  cmd->add_option("--sampling-seed", o->sampling_seed, "Seed every request's sampling");
+  cmd->add_option("--stop", p.stop, "Stop string (repeatable; needs a tokenizer)");
+  cmd->add_option("--stop-token-ids", p.stop_token_ids, "Stop token ids")->delimiter(',');
+  cmd->add_flag("--ignore-eos", p.ignore_eos, "Keep going past the end-of-sequence token");
+  cmd->add_option("--logprobs", p.logprobs, "Top-K logprobs per generated token")
+      ->capture_default_str();
+  cmd->callback([o] {
+    o->eo.engine.seed = o->seed;
+    generate(*o);
+  });
+}
+
+}  // namespace deepinfer::app

@@ -1,0 +1,116 @@
+#include "engine_options.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kv/kv_layout.h"
+#include "model/builtin.h"
+#include "tokenizer/engram_map.h"
+
+namespace deepinfer::app {
+
+namespace fs = std::filesystem;
+
+void add_engine_options(CLI::App* cmd, EngineOptions* o) {
+  SchedulerConfig& s = o->engine.sched;
+  cmd->add_option("--model", o->model, "Checkpoint directory (default: the built-in tiny model)")
+      ->envname("DEEPINFER_MODEL");
+  cmd->add_option("--dtype", o->dtype, "Activation numerics: bf16 (official) or fp32")
+      ->check(CLI::IsMember({"bf16", "fp32"}))
+      ->envname("DEEPINFER_DTYPE")
+      ->capture_default_str();
+  cmd->add_flag("--demo-decode-defect", o->demo_decode_defect,
+                "Reproduce the public demo's decode-time index-key sharing (comparisons only)")
+      ->envname("DEEPINFER_DEMO_DECODE_DEFECT");
+  cmd->add_option("--threads", o->threads, "Worker threads (default: all cores)")
+      ->envname("DEEPINFER_NUM_THREADS");
+  cmd->add_option("--max-num-seqs", s.max_num_seqs, "Sequences running at once")
+      ->envname("DEEPINFER_MAX_NUM_SEQS")
+      ->capture_default_str();
+  cmd->add_option("--max-num-batched-tokens", s.max_num_batched_tokens, "Rows per step")
+      ->envname("DEEPINFER_MAX_NUM_BATCHED_TOKENS")
+      ->capture_default_str();
+  cmd->add_option("--max-num-prefill-tokens", s.max_num_prefill_tokens,
+                  "Prompt rows per step (chunked prefill)")
+      ->envname("DEEPINFER_MAX_NUM_PREFILL_TOKENS")
+      ->capture_default_str();
+  cmd->add_option("--max-model-len", s.max_model_len, "Prompt + generated tokens per request")
+      ->envname("DEEPINFER_MAX_MODEL_LEN")
+      ->capture_default_str();
+  cmd->add_option("--block-size", s.block_tokens, "Tokens of context per KV block")
+      ->envname("DEEPINFER_BLOCK_SIZE")
+      ->capture_default_str();
+  cmd->add_option("--num-kv-blocks", o->engine.num_kv_blocks,
+                  "KV pool size in blocks (default: from --kv-cache-memory)")
+      ->envname("DEEPINFER_NUM_KV_BLOCKS");
+  cmd->add_option("--kv-cache-memory", o->kv_cache_mib, "KV pool budget in MiB")
+      ->envname("DEEPINFER_KV_CACHE_MEMORY")
+      ->capture_default_str();
+  cmd->add_option("--prefill-bucket", s.prefill_bucket,
+                  "Pad every prompt chunk to this many rows (0: off)")
+      ->envname("DEEPINFER_PREFILL_BUCKET");
+  cmd->add_flag("--prompt-as-decode", s.prompt_as_decode,
+                "Lay prompt chunks out as decode rows (one row per sequence per step)")
+      ->envname("DEEPINFER_PROMPT_AS_DECODE");
+  cmd->add_option("--dump-dir", o->dump_dir,
+                  "Write per-layer activations of single-sequence steps as .npy files here");
+}
+
+LoadedEngine load_engine(const EngineOptions& o) {
+  LoadedEngine le;
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+  le.model_dir = o.model.empty() ? default_model_dir() : o.model;
+  le.checkpoint = Checkpoint::load(le.model_dir);
+  const ModelConfig& c = le.checkpoint->config();
+  ModelOptions mo;
+  mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
+  mo.demo_decode_defect = o.demo_decode_defect;
+  if (fs::exists(fs::path(le.model_dir) / "tokenizer.json")) {
+    le.tokenizer = Tokenizer::load(le.model_dir);
+    DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, le.model_dir, ": tokenizer has ",
+               le.tokenizer->vocab_size(), " tokens but the model's vocab_size is ", c.vocab_size);
+    if (!c.engram_layer_ids.empty()) {
+      EngramTokenMap map = build_engram_token_map(*le.tokenizer);
+      // Ids past the tokenizer's vocabulary (spare embedding rows, which no text produces) hash
+      // like the padding token.
+      const int32_t pad = c.engram_pad_id < int64_t(map.compressed.size())
+                              ? map.compressed[size_t(c.engram_pad_id)]
+                              : 0;
+      map.compressed.resize(size_t(c.vocab_size), pad);
+      DI_REQUIRE(map.compressed_vocab_size == c.engram_compressed_vocab_size, le.model_dir,
+                 ": the tokenizer's Engram token map has ", map.compressed_vocab_size,
+                 " keys but config.json says engram_compressed_vocab_size = ",
+                 c.engram_compressed_vocab_size);
+      mo.engram_token_map = std::move(map.compressed);
+    }
+  }
+  le.model = std::make_unique<Model>(*le.checkpoint, mo);
+  if (!o.dump_dir.empty()) {
+    le.dump = std::make_unique<NpyActivationDump>(o.dump_dir);
+    le.model->set_activation_sink(le.dump.get());
+  }
+  EngineConfig ec = o.engine;
+  ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
+  TextDecoder decoder;
+  if (le.tokenizer) {
+    const Tokenizer* tok = le.tokenizer.get();
+    decoder = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
+  }
+  le.engine = std::make_unique<Engine>(*le.model, ec, decoder);
+  const KvFootprint kv = kv_footprint(c);
+  std::fprintf(stderr,
+               "deepinfer: model %s (%d layers, vocab %lld, %s numerics%s)\n"
+               "deepinfer: KV %.1f bytes/token; pool %d blocks x %lld tokens = %lld tokens "
+               "(%.1f MiB incl. %d sequence slots)\n",
+               le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
+               le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
+               le.engine->num_kv_blocks(),
+               (long long)(le.engine->kv_capacity_tokens() / std::max(1, le.engine->num_kv_blocks())),
+               (long long)le.engine->kv_capacity_tokens(),
+               double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
+  return le;
+}
+
+}  // namespace deepinfer::app

@@ -1,0 +1,43 @@
+// Command-line options shared by the commands that run the engine (generate, serve, bench): the
+// model, numerics and engine limits. Each option also reads a DEEPINFER_* environment variable so
+// that spawned ranks inherit the leader's settings.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "engine/engine.h"
+#include "io/checkpoint.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::app {
+
+struct EngineOptions {
+  std::string model;  // empty: the built-in tiny model
+  std::string dtype = "bf16";
+  bool demo_decode_defect = false;
+  int threads = 0;
+  EngineConfig engine;
+  int64_t kv_cache_mib = 512;
+  std::string dump_dir;
+};
+
+void add_engine_options(CLI::App* cmd, EngineOptions* o);
+
+// Everything a command needs to run requests: checkpoint, optional tokenizer, model, engine.
+struct LoadedEngine {
+  std::string model_dir;
+  std::unique_ptr<Checkpoint> checkpoint;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint has none
+  std::unique_ptr<Model> model;
+  std::unique_ptr<NpyActivationDump> dump;
+  std::unique_ptr<Engine> engine;
+};
+
+// Loads everything and prints a startup summary (model, KV pool) to stderr.
+LoadedEngine load_engine(const EngineOptions& o);
+
+}  // namespace deepinfer::app
