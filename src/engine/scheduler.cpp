@@ -6,7 +6,9 @@
 //      min(pending, remaining budgets, bucket size, what fits in the free KV blocks) rows (one row
 //      with prompt-as-decode);
 //   3. then waiting sequences, oldest first, admitted with such a chunk while a slot and the
-//      budgets allow; admission stops at the first that cannot start (strict FCFS).
+//      budgets allow; admission stops at the first that cannot start (strict FCFS), and a step
+//      that preempted admits nobody.
+// A row is a decode row when it is its sequence's only pending token.
 // A running sequence that cannot place even one token preempts the newest running sequence (its
 // blocks are freed and it is recomputed later from its tokens), repeating until the token fits or
 // it is itself the newest, in which case it is preempted. Waiting sequences hold no blocks and
@@ -114,6 +116,7 @@ SchedOutput Scheduler::schedule() {
   out.step = step_++;
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
   std::vector<std::pair<Sequence*, int64_t>> picked;  // sequence, real rows
+  const int64_t preemptions_before = stats_.preemptions;
   auto chunk_of = [&](Sequence* s) -> int64_t {
     const int64_t pending = s->num_pending();
     if (pending == 1) return rows >= 1 ? 1 : 0;  // decode row
@@ -161,8 +164,10 @@ SchedOutput Scheduler::schedule() {
     }
   }
   // 3: admissions, strict FCFS; a chunk shrinks to the free blocks, and admission stops at the
-  // first sequence that cannot start.
-  while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs) {
+  // first sequence that cannot start. A step that had to preempt admits nobody (what was just
+  // freed would only be fought over again).
+  while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs &&
+         stats_.preemptions == preemptions_before) {
     Sequence* s = waiting_.front();
     int64_t n = chunk_of(s);
     if (n > 1) n = fit_tokens(s, n);
@@ -185,7 +190,7 @@ SchedOutput Scheduler::schedule() {
     s->table_reset = false;
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
-    q.decode = n == 1 && s->num_pending() == 1 && s->num_computed >= s->num_prompt;
+    q.decode = s->num_pending() == 1;
     out.seqs.push_back(std::move(q));
   }
   out.released.swap(released_);

@@ -39,7 +39,7 @@ struct SchedSeq {
   bool reset_blocks = false;        // the block table starts afresh with new_blocks
   std::vector<int32_t> new_blocks;  // appended to the block table
   bool sample = false;              // the last real row's logits pick the next token
-  bool decode = false;              // one row after the prompt (else prompt or recomputation)
+  bool decode = false;              // the sequence's only pending token (else a prompt chunk)
 };
 
 struct SchedOutput {

@@ -1,0 +1,86 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+struct Fixture {
+  std::vector<float> logits;
+  std::vector<int32_t> tokens{1, 2, 3};
+  SamplingParams p;
+  int32_t draw(uint64_t seed, TopLogprobs* top = nullptr) {
+    Sampler s(int64_t(logits.size()));
+    return s.sample({logits.data(), &p, &tokens, 3, seed}, top);
+  }
+};
+
+TEST(Sampler, GreedyTakesTheLowestIdOnTies) {
+  Fixture f;
+  f.logits = {0.5f, 2.0f, 2.0f, 1.0f};
+  f.p.temperature = 0;
+  EXPECT_EQ(f.draw(1), 1);
+  f.p.temperature = 1;
+  f.p.top_k = 1;
+  EXPECT_EQ(f.draw(1), 1);
+}
+
+TEST(Sampler, LogprobsOfTheRawDistribution) {
+  Fixture f;
+  f.logits = {0.0f, std::log(3.0f), 0.0f, 0.0f};
+  f.p.temperature = 0;
+  f.p.logprobs = 2;
+  TopLogprobs top;
+  f.draw(1, &top);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].first, 1);
+  EXPECT_NEAR(top[0].second, std::log(0.5), 1e-6);
+  EXPECT_EQ(top[1].first, 0);  // ties toward the lower id
+  EXPECT_NEAR(top[1].second, std::log(1.0 / 6), 1e-6);
+}
+
+TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
+  Fixture f;
+  f.logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  std::map<int32_t, int> count;
+  for (uint64_t seed = 0; seed < 20000; ++seed) {
+    const int32_t t = f.draw(seed);
+    EXPECT_EQ(t, f.draw(seed));
+    ++count[t];
+  }
+  EXPECT_NEAR(count[0] / 20000.0, 0.5, 0.02);
+  EXPECT_NEAR(count[1] / 20000.0, 0.3, 0.02);
+  EXPECT_NEAR(count[2] / 20000.0, 0.2, 0.02);
+}
+
+TEST(Sampler, TopPMinPAndTopKCutTheTail) {
+  Fixture f;
+  f.logits = {std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f)};
+  for (auto [cut, allowed] : std::vector<std::pair<int, int>>{{0, 2}, {1, 2}, {2, 3}}) {
+    f.p = SamplingParams();
+    if (cut == 0) f.p.top_p = 0.75f;  // 0.5 + 0.3 passes 0.75: two tokens
+    if (cut == 1) f.p.min_p = 0.5f;   // >= 0.25: two tokens
+    if (cut == 2) f.p.top_k = 3;
+    for (uint64_t seed = 0; seed < 3000; ++seed) ASSERT_LT(f.draw(seed), allowed) << cut;
+  }
+}
+
+TEST(Sampler, PenaltiesMoveTheArgmax) {
+  Fixture f;
+  f.logits = {1.0f, 0.9f, 0.0f, 0.0f};
+  f.tokens = {5, 5, 0, 0};  // prompt of 3 (5, 5, 0), then one generated 0
+  f.p.temperature = 0;
+  EXPECT_EQ(f.draw(0), 0);
+  f.p.frequency_penalty = 0.2f;  // token 0 appeared once in the output
+  EXPECT_EQ(f.draw(0), 1);
+  f.p = SamplingParams();
+  f.p.temperature = 0;
+  f.p.repetition_penalty = 1.2f;  // 1.0 / 1.2 < 0.9
+  EXPECT_EQ(f.draw(0), 1);
+}
+
+}  // namespace
+}  // namespace deepinfer
