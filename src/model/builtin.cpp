@@ -9,6 +9,8 @@
 #include "core/error.h"
 #include "io/tiny.h"
 #include "kernels/engram_hash.h"
+#include "tokenizer/engram_map.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
 
@@ -35,8 +37,20 @@ ModelConfig preset_config(const std::string& preset) {
   return c;
 }
 
-uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset, uint64_t seed) {
-  const ModelConfig c = preset_config(preset);
+uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset, uint64_t seed,
+                              const std::string& tokenizer) {
+  ModelConfig c = preset_config(preset);
+  fs::path tok_json, tok_config;
+  if (!tokenizer.empty()) {
+    const fs::path t(tokenizer);
+    tok_json = fs::is_directory(t) ? t / "tokenizer.json" : t;
+    tok_config = tok_json.parent_path() / "tokenizer_config.json";
+    DI_REQUIRE(fs::exists(tok_json), tokenizer, ": no tokenizer.json there");
+    const auto tok = Tokenizer::load(tok_json.string());
+    DI_REQUIRE(tok->vocab_size() <= c.vocab_size, tokenizer, ": ", tok->vocab_size(),
+               " tokens do not fit preset ", preset, "'s vocab of ", c.vocab_size);
+    c.engram_compressed_vocab_size = build_engram_token_map(*tok).compressed_vocab_size;
+  }
   const fs::path final_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
   fs::remove_all(tmp);
@@ -45,6 +59,10 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset,
   // Small presets get several shards so the index path is exercised; big ones 1 GiB shards.
   opt.max_shard_bytes = preset == "small" ? (uint64_t(1) << 30) : (uint64_t(4) << 20);
   const uint64_t bytes = write_tiny_checkpoint(tmp.string(), c, opt);
+  if (!tok_json.empty()) {
+    fs::copy_file(tok_json, tmp / "tokenizer.json");
+    if (fs::exists(tok_config)) fs::copy_file(tok_config, tmp / "tokenizer_config.json");
+  }
   std::error_code ec;
   if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir, ec);
