@@ -19,11 +19,13 @@ struct SparseAttnArgs {
   int64_t H, Dh;
   float scale;  // f32(Dh^-1/2)
   bool bf16_probs;
-  bool exact;  // dot products and block sums in double (else the canonical fp32 orders)
+  bool exact;  // fp32 numerics: the exact formula in double (sparse_attention_exact)
   float* out;  // [H, Dh]
 };
 
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);
+// The fp32-numerics evaluation: exact softmax in double, rounded once (see attention.cpp).
+void sparse_attention_exact(const SparseAttnArgs& a);
 
 }  // namespace deepinfer

@@ -101,11 +101,20 @@ def index_scores(qi, w, keys, mode):
 
 def sparse_attention_row(q, keys, sink, tau, mode):
     """One query, all heads: q [H, Dh], keys [n, Dh] (key = value, in list order), sink [H].
-    Online softmax over blocks of 64 with probabilities rounded like activations before the value
-    product (bf16 in bf16 mode), as the kernel does."""
+
+    bf16 mode evaluates it as the kernel does: online softmax over blocks of 64 with fp32 results
+    after each block step and probabilities rounded to bf16 before the value product.
+    fp32 / fp64 modes (DeepInfer's own modes) evaluate the formula of spec 5.6 exactly: fp32
+    scores, then softmax with the sink and the weighted sum in float64, rounded once. That makes
+    the result independent of how the key list is split (e.g. across context-parallel ranks)."""
     rf = mode.rf
     H, Dh = q.shape
     z = rf(rf(q @ keys.T) * tau)  # [H, n]
+    if mode.name != "bf16":
+        m = np.maximum(z.max(axis=1) if z.shape[1] else -np.inf, sink)
+        e = np.exp(z - m[:, None])
+        l = e.sum(axis=1) + np.exp(sink - m)
+        return mode.ra((e @ keys) / l[:, None])
     m = np.full(H, rf(-1e30))
     l = np.zeros(H)
     acc = np.zeros((H, Dh))
