@@ -61,8 +61,14 @@ std::string encode_prompt_text(const GenerateOptions& o, const Tokenizer* tok,
                                const std::string& text) {
   if (!o.chat) return text;
   std::vector<ChatMessage> msgs;
-  if (!o.system.empty()) msgs.push_back({ChatRole::kSystem, o.system});
-  msgs.push_back({ChatRole::kUser, text});
+  auto message = [](ChatRole role, const std::string& content) {
+    ChatMessage m;
+    m.role = role;
+    m.content = content;
+    return m;
+  };
+  if (!o.system.empty()) msgs.push_back(message(ChatRole::kSystem, o.system));
+  msgs.push_back(message(ChatRole::kUser, text));
   ChatOptions co;
   co.thinking = o.thinking;
   co.reasoning_effort = o.reasoning_effort;
