@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "dist/serial.h"
 #include "engine_options.h"
 #include "tokenizer/chat.h"
 
@@ -78,8 +79,9 @@ std::string encode_prompt_text(const GenerateOptions& o, const Tokenizer* tok,
 
 std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
                               const std::string& text) {
-  DI_REQUIRE(tok, "text prompts need a tokenizer, and this checkpoint has none "
-                  "(give token ids with --prompt-ids or \"prompt_ids\")");
+  DI_REQUIRE(tok,
+             "text prompts need a tokenizer, and this checkpoint has none "
+             "(give token ids with --prompt-ids or \"prompt_ids\")");
   // Chat encoding carries its own BOS; plain text gets none (as the completions API).
   return tok->encode(encode_prompt_text(o, tok, text), false);
 }
@@ -111,7 +113,8 @@ void apply_request_fields(const json& j, SamplingParams* p) {
   }
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     p->stop.clear();
-    if (it->is_string()) p->stop.push_back(it->get<std::string>());
+    if (it->is_string())
+      p->stop.push_back(it->get<std::string>());
     else {
       DI_REQUIRE(it->is_array(), "field 'stop' must be a string or a list of strings");
       for (const auto& s : *it) {
@@ -137,8 +140,8 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     x.req.params = o.params;
     return x;
   };
-  int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() +
-              (o.num_prompts > 0);
+  int given =
+      !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() + (o.num_prompts > 0);
   DI_REQUIRE(given == 1, "give exactly one of --prompt, --prompt-ids, --prompts or --num-prompts");
   if (!o.prompt.empty()) {
     Input x = base();
@@ -153,7 +156,8 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     std::mt19937_64 rng(o.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
       Input x = base();
-      for (int64_t t = 0; t < o.input_len; ++t) x.req.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
+      for (int64_t t = 0; t < o.input_len; ++t)
+        x.req.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
       in.push_back(std::move(x));
     }
   } else {
@@ -200,7 +204,14 @@ void progress(size_t done, size_t total, int64_t generated, double secs) {
 
 void generate(GenerateOptions& o) {
   LoadedEngine le = load_engine(o.eo);
+  if (le.is_follower()) {
+    le.run_follower();
+    le.finish();
+    return;
+  }
   Engine& engine = *le.engine;
+  // Data parallelism: every replica reads the same inputs and serves every dp-th request.
+  const int dp = le.layout.cfg.dp, dp_rank = le.layout.dp_rank;
   const Tokenizer* tok = le.tokenizer.get();
   if (o.sampling_seed) o.params.seed = o.sampling_seed;
   std::vector<Input> inputs = read_inputs(o, tok, le.checkpoint->config().vocab_size);
@@ -208,6 +219,7 @@ void generate(GenerateOptions& o) {
   std::vector<json> results(n);
   for (size_t i = 0; i < n; ++i) {
     inputs[i].req.id = i;
+    if (int(i % size_t(dp)) != dp_rank) continue;
     if (inputs[i].error.empty()) inputs[i].error = engine.add_request(inputs[i].req);
     if (!inputs[i].error.empty()) {
       results[i] = {{"index", i}, {"error", inputs[i].error}};
@@ -251,6 +263,21 @@ void generate(GenerateOptions& o) {
     }
   }
   if (bar) std::fprintf(stderr, "\n");
+  if (dp > 1) {
+    // The replicas' results meet on rank 0.
+    dist::Writer w;
+    for (size_t i = 0; i < n; ++i)
+      if (int(i % size_t(dp)) == dp_rank) w.put_string(results[i].dump());
+    const auto parts = le.layout.dp->all_gather_v(w.bytes());
+    for (int r = 0; r < dp; ++r) {
+      dist::Reader rd(parts[size_t(r)], "generate results");
+      for (size_t i = size_t(r); i < n; i += size_t(dp)) results[i] = json::parse(rd.get_string());
+    }
+  }
+  if (le.world->rank() != 0) {
+    le.finish();
+    return;
+  }
   std::FILE* out = stdout;
   if (!o.output.empty()) {
     out = std::fopen(o.output.c_str(), "w");
@@ -261,7 +288,7 @@ void generate(GenerateOptions& o) {
 
   const EngineStats st = engine.stats();
   size_t errors = 0;
-  for (const auto& in : inputs) errors += !in.error.empty();
+  for (const auto& r : results) errors += r.contains("error");
   std::fprintf(stderr,
                "deepinfer: %zu requests (%zu rejected); prompt tokens %lld, generated %lld; "
                "prefill %.1f tok/s, decode %.1f tok/s; %lld steps; KV pool peak %d/%d blocks "
@@ -272,6 +299,7 @@ void generate(GenerateOptions& o) {
                (long long)st.steps, st.kv_blocks_peak, st.kv_blocks_total,
                100.0 * st.kv_blocks_peak / std::max(1, st.kv_blocks_total),
                (long long)st.preemptions);
+  le.finish();
 }
 
 }  // namespace
@@ -286,7 +314,8 @@ void add_generate(CLI::App& app) {
                   "JSONL file, one request a line: {\"prompt\": ...} or {\"prompt_ids\": [...]} "
                   "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ...");
   cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)");
-  cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")->capture_default_str();
+  cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of synthetic prompts and of requests without one")
       ->capture_default_str();
   cmd->add_option("--output", o->output, "Write JSON lines here (default: stdout)");

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/region_timer.h"
 #include "core/thread_pool.h"
 #include "kv/kv_layout.h"
 #include "model/builtin.h"
@@ -54,19 +55,54 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o) {
   cmd->add_flag("--prompt-as-decode", s.prompt_as_decode,
                 "Lay prompt chunks out as decode rows (one row per sequence per step)")
       ->envname("DEEPINFER_PROMPT_AS_DECODE");
+  ParallelConfig& pc = o->parallel;
+  cmd->add_option("--dp", pc.dp, "Data-parallel ranks (each schedules its own requests)")
+      ->envname("DEEPINFER_DP")
+      ->capture_default_str();
+  cmd->add_option("--cp", pc.cp, "Context-parallel ranks (split each sequence's compressed KV)")
+      ->envname("DEEPINFER_CP")
+      ->capture_default_str();
+  cmd->add_option("--ep", pc.ep, "Expert-parallel ranks (split the routed experts)")
+      ->envname("DEEPINFER_EP")
+      ->capture_default_str();
+  cmd->add_option("--prefill-attempt-interval", pc.prefill_attempt_interval,
+                  "Data parallelism: vote on prefilling every this many steps")
+      ->envname("DEEPINFER_PREFILL_ATTEMPT_INTERVAL")
+      ->capture_default_str();
+  cmd->add_option("--engram-sharding", pc.engram_sharding,
+                  "Engram tables: shard rows over ranks sharing tokens (on), read a shared "
+                  "mapping (off), or shard only across hosts (auto)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->envname("DEEPINFER_ENGRAM_SHARDING")
+      ->capture_default_str();
   cmd->add_option("--dump-dir", o->dump_dir,
                   "Write per-layer activations of single-sequence steps as .npy files here");
 }
 
 LoadedEngine load_engine(const EngineOptions& o) {
   LoadedEngine le;
-  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
   le.model_dir = o.model.empty() ? default_model_dir() : o.model;
-  le.checkpoint = Checkpoint::load(le.model_dir);
+  // Ranks start before anything heavy is loaded (the leader forks its followers).
+  const ModelConfig cfg = ModelConfig::load(le.model_dir);
+  o.parallel.validate(cfg.n_routed_experts);
+  dist::WorldOptions wo;
+  wo.world_size = o.parallel.world_size();
+  le.world = dist::init_world(wo);
+  le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
+  if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+  LoadOptions lo;
+  lo.expert_begin = le.layout.expert_begin;
+  lo.expert_end = le.layout.expert_end;
+  le.checkpoint = Checkpoint::load(le.model_dir, lo);
   const ModelConfig& c = le.checkpoint->config();
   ModelOptions mo;
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
   mo.demo_decode_defect = o.demo_decode_defect;
+  mo.parallel.cp = le.layout.cp_group;
+  mo.parallel.ep = le.layout.ep_group;
+  mo.parallel.ep_dispatch = le.layout.ep_dispatch;
+  mo.parallel.engram = le.layout.engram_group;
   if (fs::exists(fs::path(le.model_dir) / "tokenizer.json")) {
     le.tokenizer = Tokenizer::load(le.model_dir);
     DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, le.model_dir, ": tokenizer has ",
@@ -98,19 +134,40 @@ LoadedEngine load_engine(const EngineOptions& o) {
     const Tokenizer* tok = le.tokenizer.get();
     decoder = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
   }
-  le.engine = std::make_unique<Engine>(*le.model, ec, decoder);
-  const KvFootprint kv = kv_footprint(c);
-  std::fprintf(stderr,
-               "deepinfer: model %s (%d layers, vocab %lld, %s numerics%s)\n"
-               "deepinfer: KV %.1f bytes/token; pool %d blocks x %lld tokens = %lld tokens "
-               "(%.1f MiB incl. %d sequence slots)\n",
-               le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
-               le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
-               le.engine->num_kv_blocks(),
-               (long long)(le.engine->kv_capacity_tokens() / std::max(1, le.engine->num_kv_blocks())),
-               (long long)le.engine->kv_capacity_tokens(),
-               double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
+  if (!le.layout.scheduler) {
+    // A replica follower: the same pool as the scheduler's, and a runner without logits.
+    le.follower_kv = std::make_unique<KvCache>(c, size_kv_pool(c, &ec));
+    le.follower_runner = std::make_unique<ModelRunner>(*le.model, *le.follower_kv, false);
+    return le;
+  }
+  le.engine = std::make_unique<Engine>(*le.model, ec, decoder, &le.layout);
+  if (le.world->rank() == 0) {
+    const KvFootprint kv = kv_footprint(c);
+    std::fprintf(stderr,
+                 "deepinfer: model %s (%d layers, vocab %lld, %s numerics%s)\n"
+                 "deepinfer: KV %.1f bytes/token; pool %d blocks x %lld tokens x %d cp = %lld "
+                 "tokens (%.1f MiB per rank incl. %d sequence slots)\n",
+                 le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
+                 le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
+                 le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens,
+                 le.layout.cp_group ? le.layout.cp_group->size() : 1,
+                 (long long)le.engine->kv_capacity_tokens(),
+                 double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
+    if (le.world->size() > 1)
+      std::fprintf(stderr, "deepinfer: %d ranks (%s): dp %d, cp %d, ep %d\n", le.world->size(),
+                   dist::backend_name(le.world->backend()), o.parallel.dp, o.parallel.cp,
+                   o.parallel.ep);
+  }
   return le;
+}
+
+void LoadedEngine::run_follower() {
+  DI_CHECK(is_follower() && layout.channel);
+  run_replica_follower(*follower_runner, *layout.channel);
+}
+
+void LoadedEngine::finish() {
+  if (world) world->finish();
 }
 
 }  // namespace deepinfer::app

@@ -14,8 +14,10 @@ PKGS=(
   python3 python3-numpy                            # the independent numpy reference
   clang libclang-rt-14-dev                         # libFuzzer targets
   libcpp-httplib-dev                               # HTTP server
+  curl                                             # raw HTTP checks of the server in tests
   libopenmpi-dev openmpi-bin                       # multi-host ranks
   libdnnl-dev                                      # oneDNN: the bf16 matmul baseline in benchmarks
+  procps bc                                        # process checks and timing in e2e tests
 )
 # Node.js (with npm) runs the independent tokenizer and the official OpenAI client in tests. A
 # machine may already carry a Node.js from elsewhere; only install Debian's when none is found.

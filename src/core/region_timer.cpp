@@ -10,6 +10,7 @@ namespace {
 struct Table {
   std::mutex mu;
   std::vector<RegionStat> rows;
+  std::string title;
 };
 Table& table() {
   static Table* t = new Table();  // never destroyed: regions may close during exit
@@ -59,9 +60,20 @@ void RegionTimer::reset() {
   t.rows.clear();
 }
 
+void RegionTimer::set_title(const std::string& title) {
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.title = title;
+}
+
 void RegionTimer::print(std::FILE* out) {
   const auto rows = snapshot();
   if (rows.empty()) return;
+  {
+    Table& t = table();
+    std::lock_guard<std::mutex> lock(t.mu);
+    if (!t.title.empty()) std::fprintf(out, "%s\n", t.title.c_str());
+  }
   std::fprintf(out, "%-32s %10s %12s %12s\n", "region", "calls", "total ms", "mean us");
   for (const auto& r : rows)
     std::fprintf(out, "%-32s %10llu %12.3f %12.2f\n", r.name.c_str(),

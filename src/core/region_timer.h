@@ -26,6 +26,8 @@ class RegionTimer {
   static std::vector<RegionStat> snapshot();  // in first-use order
   static void reset();
   static void print(std::FILE* out);
+  // A title printed above the table (e.g. "rank 2" when several ranks print theirs).
+  static void set_title(const std::string& title);
 
  private:
   static bool enabled_;

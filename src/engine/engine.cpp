@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "engine/parallel.h"
 #include "kv/kv_layout.h"
 
 namespace deepinfer {
@@ -26,37 +27,48 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder)
-    : model_(model), cfg_(cfg), decoder_(std::move(decoder)), sampler_(model.config().vocab_size) {
-  const ModelConfig& c = model.config();
+KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   // Blocks must hold whole compressed groups of every layer.
   int64_t lcm = 1;
   for (int l = 0; l < c.n_layers; ++l)
     if (c.compress_ratio(l) > 0) lcm = std::lcm(lcm, int64_t(c.compress_ratio(l)));
-  SchedulerConfig& sc = cfg_.sched;
+  SchedulerConfig& sc = cfg->sched;
   DI_REQUIRE(sc.block_tokens >= 1, "KV block size must be >= 1 token");
   sc.block_tokens = (sc.block_tokens + lcm - 1) / lcm * lcm;
   DI_REQUIRE(sc.max_model_len >= 1, "max_model_len must be >= 1");
   const uint64_t block_bytes = uint64_t(kv_block_bytes(c, sc.block_tokens));
-  if (cfg_.num_kv_blocks > 0) {
-    num_blocks_ = cfg_.num_kv_blocks;
+  KvCacheOptions ko;
+  if (cfg->num_kv_blocks > 0) {
+    ko.num_blocks = cfg->num_kv_blocks;
   } else {
     // From the memory budget, but no more than max_num_seqs sequences of max_model_len need.
     const uint64_t per_seq = uint64_t((sc.max_model_len + sc.block_tokens - 1) / sc.block_tokens);
     uint64_t n =
-        block_bytes ? cfg_.kv_cache_memory / block_bytes : per_seq * uint64_t(sc.max_num_seqs);
+        block_bytes ? cfg->kv_cache_memory / block_bytes : per_seq * uint64_t(sc.max_num_seqs);
     n = std::min<uint64_t>(n, per_seq * uint64_t(sc.max_num_seqs));
-    DI_REQUIRE(n >= 1, "--kv-cache-memory ", cfg_.kv_cache_memory, " bytes holds no KV block (",
+    DI_REQUIRE(n >= 1, "--kv-cache-memory ", cfg->kv_cache_memory, " bytes holds no KV block (",
                block_bytes, " bytes each)");
-    num_blocks_ = int32_t(std::min<uint64_t>(n, uint64_t(INT32_MAX)));
+    ko.num_blocks = int32_t(std::min<uint64_t>(n, uint64_t(INT32_MAX)));
   }
-  KvCacheOptions ko;
-  ko.num_blocks = num_blocks_;
   ko.block_tokens = sc.block_tokens;
   ko.max_seqs = sc.max_num_seqs;
+  return ko;
+}
+
+Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const RankLayout* layout)
+    : model_(model),
+      cfg_(cfg),
+      decoder_(std::move(decoder)),
+      layout_(layout),
+      sampler_(model.config().vocab_size) {
+  const ModelConfig& c = model.config();
+  const KvCacheOptions ko = size_kv_pool(c, &cfg_);
+  num_blocks_ = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
   pool_bytes_ = kv_->bytes();
-  scheduler_ = std::make_unique<Scheduler>(sc, num_blocks_, sc.max_num_seqs);
+  const int32_t cp = layout && layout->cp_group ? layout->cp_group->size() : 1;
+  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs, cp);
+  global_work_ = layout && layout->cfg.dp > 1;
   runner_ = std::make_unique<ModelRunner>(model_, *kv_);
   stats_.kv_blocks_total = num_blocks_;
 }
@@ -123,13 +135,32 @@ bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
 std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events;
   const auto t0 = std::chrono::steady_clock::now();
+  bool allow_prefill = true;
+  const bool dp = layout_ && layout_->cfg.dp > 1;
+  if (dp) {
+    // Data-parallel ranks step together: all of them learn whether anyone has work, and on a
+    // vote step whether anyone wants to prefill.
+    DI_REGION("comm.dp_vote");
+    float v[2] = {scheduler_->has_work() ? 1.0f : 0.0f, scheduler_->wants_prefill() ? 1.0f : 0.0f};
+    layout_->dp->all_reduce(v, 2);
+    global_work_ = v[0] > 0;
+    if (!global_work_) return events;
+    allow_prefill = v[1] > 0 && lockstep_steps_ % layout_->cfg.prefill_attempt_interval == 0;
+    ++lockstep_steps_;
+  }
   SchedOutput out;
   {
     DI_REGION("engine.schedule");
-    out = scheduler_->schedule();
+    out = scheduler_->schedule(allow_prefill);
   }
-  if (out.empty()) return events;
-  const std::vector<float>& logits = runner_->execute(out);
+  if (layout_ && layout_->channel) {
+    DI_REGION("comm.step_send");
+    layout_->channel->send(encode_sched_output(out));
+  }
+  // An idle data-parallel rank still runs the (empty) step: the experts' collectives need it.
+  const bool placeholder = dp && layout_->ep_dispatch;
+  if (out.empty() && !placeholder) return events;
+  const std::vector<float>& logits = runner_->execute(out, placeholder);
   std::vector<int32_t> sampled;
   std::vector<TopLogprobs> tops;
   bool has_prompt = false;

@@ -17,6 +17,8 @@
 
 namespace deepinfer {
 
+struct RankLayout;
+
 struct EngineConfig {
   SchedulerConfig sched;
   int32_t num_kv_blocks = 0;  // 0: size the pool from kv_cache_memory
@@ -39,7 +41,10 @@ struct EngineStats {
 
 class Engine {
  public:
-  Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder = nullptr);
+  // With a layout, this engine is the scheduler of a replica: it sends every step to the
+  // replica's other ranks, and with data parallelism steps in lockstep with the other replicas.
+  Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder = nullptr,
+         const RankLayout* layout = nullptr);
   ~Engine();
 
   // The pool this engine sized (blocks, tokens per block, bytes).
@@ -52,11 +57,12 @@ class Engine {
   std::string add_request(Request req);
   std::vector<TokenEvent> step();
   std::vector<RequestOutput> take_finished();
-  bool has_unfinished() const { return scheduler_->has_work(); }
+  // Data-parallel ranks keep stepping (empty steps) while any of them has work.
+  bool has_unfinished() const { return scheduler_->has_work() || global_work_; }
   bool abort(RequestId id) { return scheduler_->abort(id); }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
-  int32_t kv_blocks_used() const { return scheduler_->pool().num_used(); }
+  int32_t kv_blocks_used() const { return scheduler_->blocks_used(); }
   EngineStats stats() const;
   const Model& model() const { return model_; }
 
@@ -73,6 +79,13 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;
   EngineStats stats_;
+  const RankLayout* layout_ = nullptr;
+  bool global_work_ = false;
+  int64_t lockstep_steps_ = 0;
 };
+
+// The KV pool an EngineConfig asks for (also normalises cfg->sched.block_tokens to whole
+// compressed groups). Every rank of a run sizes its pool with it.
+KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg);
 
 }  // namespace deepinfer

@@ -2,10 +2,11 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "engine/parallel.h"
 
 namespace deepinfer {
 
-const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
+const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool always) {
   {
     DI_REGION("engine.prepare");
     for (uint64_t id : out.released) tables_.erase(id);
@@ -21,7 +22,7 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
       f.n_padding = q.n_padding;
       f.kv = {q.slot, table.data(), int64_t(table.size())};
       const int64_t real = int64_t(q.tokens.size());
-      f.logits_from = q.sample ? real - 1 : real;
+      f.logits_from = q.sample && want_logits_ ? real - 1 : real;
       batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());
@@ -31,9 +32,20 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
   logits_.resize(size_t(batch_.n_logit_rows() * model_.config().vocab_size));
   {
     DI_REGION("engine.forward");
-    if (!batch_.seqs.empty()) model_.forward(batch_, kv_, logits_.data());
+    if (!batch_.seqs.empty() || always) model_.forward(batch_, kv_, logits_.data());
   }
   return logits_;
+}
+
+void run_replica_follower(ModelRunner& runner, dist::StepChannel& channel) {
+  std::vector<uint8_t> msg;
+  for (;;) {
+    {
+      DI_REGION("comm.step_receive");
+      if (!channel.receive(msg)) return;
+    }
+    runner.execute(decode_sched_output(msg));
+  }
 }
 
 }  // namespace deepinfer

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dist/world.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 
@@ -15,9 +16,12 @@ namespace deepinfer {
 
 class ModelRunner {
  public:
-  ModelRunner(Model& model, KvCache& kv) : model_(model), kv_(kv) {}
+  // With logits = false (replica followers, which do not sample) no logits are computed.
+  ModelRunner(Model& model, KvCache& kv, bool logits = true)
+      : model_(model), kv_(kv), want_logits_(logits) {}
   // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
-  const std::vector<float>& execute(const SchedOutput& out);
+  // An empty step runs the model only when `always` (an idle data-parallel rank's placeholder).
+  const std::vector<float>& execute(const SchedOutput& out, bool always = false);
   size_t num_tables() const { return tables_.size(); }
 
  private:
@@ -26,6 +30,10 @@ class ModelRunner {
   std::unordered_map<uint64_t, std::vector<int32_t>> tables_;
   ForwardBatch batch_;
   std::vector<float> logits_;
+  bool want_logits_ = true;
 };
+
+// A replica follower: replays the leader's step messages until the shutdown message.
+void run_replica_follower(ModelRunner& runner, dist::StepChannel& channel);
 
 }  // namespace deepinfer

@@ -27,8 +27,36 @@ int64_t SchedOutput::rows() const {
   return n;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots)
-    : cfg_(cfg), pool_(num_blocks) {
+CpBlockPools::CpBlockPools(int32_t cp, int32_t blocks_per_rank) {
+  DI_REQUIRE(cp >= 1, "context-parallel size must be >= 1");
+  for (int32_t r = 0; r < cp; ++r) pools_.emplace_back(blocks_per_rank);
+}
+
+int32_t CpBlockPools::num_used() const {
+  int32_t n = 0;
+  for (const auto& p : pools_) n += p.num_used();
+  return n;
+}
+
+int32_t CpBlockPools::num_free() const {
+  int32_t n = 0;
+  for (const auto& p : pools_) n += p.num_free();
+  return n;
+}
+
+int64_t CpBlockPools::reachable_blocks(size_t held) const {
+  // Blocks held, held + 1, ... come from pools i mod cp: after min_free full rounds every pool is
+  // down by min_free; the last, partial round goes on while the next pool still has one.
+  const size_t cp = pools_.size();
+  int64_t min_free = INT64_MAX;
+  for (const auto& p : pools_) min_free = std::min<int64_t>(min_free, p.num_free());
+  int64_t n = int64_t(held) + min_free * int64_t(cp);
+  for (size_t k = 0; k < cp && pools_[(held + k) % cp].num_free() > min_free; ++k) ++n;
+  return n;
+}
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots, int32_t cp)
+    : cfg_(cfg), pools_(cp, num_blocks) {
   DI_REQUIRE(cfg.max_num_seqs >= 1 && num_slots >= cfg.max_num_seqs,
              "max_num_seqs must be >= 1 and <= the cache's sequence slots");
   DI_REQUIRE(cfg.max_num_batched_tokens >= 1 && cfg.max_num_prefill_tokens >= 1,
@@ -46,9 +74,10 @@ std::string Scheduler::add(Request req) {
     return str_cat("prompt (", n_prompt, " tokens) + max_tokens (", req.params.max_tokens,
                    ") = ", total, " exceeds max_model_len (", cfg_.max_model_len, ")");
   const int64_t blocks = (total + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  if (blocks > pool_.num_blocks())
+  const int64_t per_rank = (blocks + pools_.cp() - 1) / pools_.cp();  // rank 0 holds the most
+  if (per_rank > pools_.blocks_per_rank())
     return str_cat("prompt + max_tokens = ", total, " tokens needs ", blocks,
-                   " KV blocks but the whole pool has ", pool_.num_blocks());
+                   " KV blocks but the whole pool has ", blocks_total());
   DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
   auto s = std::make_unique<Sequence>();
   s->arrival = next_arrival_++;
@@ -68,19 +97,24 @@ int64_t Scheduler::blocks_missing(const Sequence* s, int64_t tokens) const {
 int64_t Scheduler::fit_tokens(const Sequence* s, int64_t n) const {
   // The most of the next n tokens whose KV fits in the blocks held plus the free ones.
   const int64_t room =
-      (int64_t(s->blocks.size()) + pool_.num_free()) * cfg_.block_tokens - s->num_computed;
+      pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens - s->num_computed;
   return std::max<int64_t>(0, std::min(n, room));
 }
 
+bool Scheduler::can_grow(const Sequence* s, int64_t tokens) const {
+  return pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens >= tokens;
+}
+
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
+  DI_CHECK(can_grow(s, tokens), "growing without free blocks");
   const int64_t missing = blocks_missing(s, tokens);
-  DI_CHECK(missing <= pool_.num_free(), "growing without free blocks");
-  for (int64_t i = 0; i < missing; ++i) s->blocks.push_back(pool_.allocate());
-  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pool_.num_used());
+  for (int64_t i = 0; i < missing; ++i)
+    s->blocks.push_back(pools_.pool_of(s->blocks.size()).allocate());
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
 }
 
 void Scheduler::release(Sequence* s) {
-  for (int32_t b : s->blocks) pool_.release(b);
+  for (size_t i = 0; i < s->blocks.size(); ++i) pools_.pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
   s->blocks_sent = 0;
   s->table_reset = true;
@@ -111,7 +145,14 @@ void Scheduler::admit(Sequence* s) {
   running_.insert(it, s);
 }
 
-SchedOutput Scheduler::schedule() {
+bool Scheduler::wants_prefill() const {
+  if (!waiting_.empty()) return true;
+  for (const Sequence* s : running_)
+    if (s->num_pending() > 1) return true;
+  return false;
+}
+
+SchedOutput Scheduler::schedule(bool allow_prefill) {
   SchedOutput out;
   out.step = step_++;
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
@@ -142,7 +183,7 @@ SchedOutput Scheduler::schedule() {
     picked.erase(p);
   };
   // 1 + 2: running sequences, decode rows first, then prompt chunks (each phase oldest first).
-  for (int phase = 0; phase < 2; ++phase) {
+  for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
     const std::vector<Sequence*> order = running_;
     for (Sequence* s : order) {
       if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
@@ -152,7 +193,7 @@ SchedOutput Scheduler::schedule() {
       // token preempts, newest first.
       if (n > 1) n = std::max<int64_t>(1, fit_tokens(s, n));
       bool ok = true;
-      while (ok && blocks_missing(s, s->num_computed + n) > pool_.num_free()) {
+      while (ok && !can_grow(s, s->num_computed + n)) {
         Sequence* victim = running_.back();  // the newest arrival
         unpick(victim);
         preempt(victim);
@@ -166,13 +207,12 @@ SchedOutput Scheduler::schedule() {
   // 3: admissions, strict FCFS; a chunk shrinks to the free blocks, and admission stops at the
   // first sequence that cannot start. A step that had to preempt admits nobody (what was just
   // freed would only be fought over again).
-  while (!waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs &&
+  while (allow_prefill && !waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs &&
          stats_.preemptions == preemptions_before) {
     Sequence* s = waiting_.front();
     int64_t n = chunk_of(s);
     if (n > 1) n = fit_tokens(s, n);
-    if (n == 0 || rows_of(s, n) > rows || blocks_missing(s, s->num_computed + n) > pool_.num_free())
-      break;
+    if (n == 0 || rows_of(s, n) > rows || !can_grow(s, s->num_computed + n)) break;
     waiting_.pop_front();
     admit(s);
     grow_blocks(s, s->num_computed + n);

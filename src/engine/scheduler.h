@@ -50,6 +50,24 @@ struct SchedOutput {
   bool empty() const { return seqs.empty(); }
 };
 
+// KV blocks of a context-parallel group: one pool per CP rank, all of the same size. A sequence's
+// i-th block lives on rank i mod cp (block ids are local to that rank's pool), so its compressed
+// KV is spread evenly and the group holds cp times the context of one rank.
+class CpBlockPools {
+ public:
+  CpBlockPools(int32_t cp, int32_t blocks_per_rank);
+  int32_t cp() const { return int32_t(pools_.size()); }
+  int32_t blocks_per_rank() const { return pools_[0].num_blocks(); }
+  int32_t num_used() const;
+  int32_t num_free() const;
+  BlockPool& pool_of(size_t block_index) { return pools_[block_index % pools_.size()]; }
+  // The tokens of KV a sequence holding `held` blocks can reach with the free blocks.
+  int64_t reachable_blocks(size_t held) const;
+
+ private:
+  std::vector<BlockPool> pools_;
+};
+
 struct SchedulerStats {
   int64_t preemptions = 0;
   int32_t peak_blocks_used = 0;
@@ -57,12 +75,17 @@ struct SchedulerStats {
 
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots);
+  // `num_blocks` per context-parallel rank, `cp` ranks.
+  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots, int32_t cp = 1);
 
   const SchedulerConfig& config() const { return cfg_; }
   // Queues a request; returns "" or the reason it can never run (too long for the model or pool).
   std::string add(Request req);
-  SchedOutput schedule();
+  // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
+  // prefill step).
+  SchedOutput schedule(bool allow_prefill = true);
+  // True when some sequence has prompt (or recomputation) rows pending.
+  bool wants_prefill() const;
   // After the model ran `out`: advances computed counts; `sampled[i]` is the token picked for the
   // i-th sampling sequence of `out` (in order). Returns those sequences in the same order.
   std::vector<Sequence*> update(const SchedOutput& out, const std::vector<int32_t>& sampled);
@@ -76,7 +99,8 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  const BlockPool& pool() const { return pool_; }
+  int32_t blocks_used() const { return pools_.num_used(); }
+  int32_t blocks_total() const { return pools_.cp() * pools_.blocks_per_rank(); }
   const SchedulerStats& stats() const { return stats_; }
 
  private:
@@ -84,13 +108,14 @@ class Scheduler {
   // in its blocks plus the free ones; allocation of the missing blocks (they must be free).
   int64_t blocks_missing(const Sequence* s, int64_t tokens) const;
   int64_t fit_tokens(const Sequence* s, int64_t n) const;
+  bool can_grow(const Sequence* s, int64_t tokens) const;
   void grow_blocks(Sequence* s, int64_t tokens);
   void release(Sequence* s);
   void preempt(Sequence* s);
   void admit(Sequence* s);
 
   SchedulerConfig cfg_;
-  BlockPool pool_;
+  CpBlockPools pools_;
   std::vector<int32_t> free_slots_;
   uint64_t next_arrival_ = 0, step_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;

@@ -20,7 +20,8 @@ void indexer_scores_ref(const IndexerScoreArgs& a) {
     double sd = 0;
     float sf = 0;
     for (int64_t h = 0; h < a.Hi; ++h) {
-      float d = a.exact ? dot_f64(a.qi + h * a.Di, k, a.Di) : canonical_dot(a.qi + h * a.Di, k, a.Di);
+      float d =
+          a.exact ? dot_f64(a.qi + h * a.Di, k, a.Di) : canonical_dot(a.qi + h * a.Di, k, a.Di);
       if (a.bf16) d = round_bf16(d);
       float term = std::max(d, 0.0f) * a.w[h];
       if (a.bf16) term = round_bf16(term);
@@ -55,6 +56,16 @@ void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb,
     if (bs[size_t(b)] == -INFINITY) continue;
     for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) mask[t] = 1;
   }
+}
+
+int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (in[i].score != -INFINITY) in[m++] = in[i];
+  const int64_t keep = std::min(k, m);
+  std::partial_sort(in, in + keep, in + m, better);
+  std::copy(in, in + keep, out);
+  return keep;
 }
 
 int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out) {

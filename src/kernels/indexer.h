@@ -15,12 +15,24 @@ struct IndexerScoreArgs {
   int64_t visible;    // rows this query may see (t < visible); the rest score -inf
   int64_t Hi, Di;
   bool bf16;      // round dot products, weighted terms and the sum to bf16 (§6.3)
-  bool exact;  // dot products and the head sum in double (else canonical fp32 orders)
+  bool exact;     // dot products and the head sum in double (else canonical fp32 orders)
   float* scores;  // [T]
 };
 
 void indexer_scores(const IndexerScoreArgs& a);
 void indexer_scores_ref(const IndexerScoreArgs& a);
+
+// A scored row or block. Selection everywhere takes the highest scores, ties to the lower id.
+struct ScoredId {
+  float score;
+  int32_t id;
+};
+inline bool better(const ScoredId& a, const ScoredId& b) {
+  return a.score != b.score ? a.score > b.score : a.id < b.id;
+}
+// The best min(k, #finite) entries of in[0..n) with a finite score (-inf never), best first,
+// written to out[0..k); returns how many. `in` is used as scratch.
+int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out);
 
 // The candidate source's block filter (§6.5): blocks of `cb` rows scored by their max; the block
 // holding the newest visible row is forced in; the top `ck` blocks are kept, minus any whose

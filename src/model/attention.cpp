@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
+#include "kernels/attention_merge.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -30,6 +31,7 @@ void rope_heads(float* row, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
 
 void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const LayerWeights& W = ck.layers[size_t(l)];
+  const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const RopeTable& rope = rope_for(l);
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
@@ -42,11 +44,11 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<float> qr(size_t(N * Q)), q(size_t(N * H * Dh));
   {
     DI_REGION("attn.q");
-    linear_quant(W.wq_a, u, N, qr.data(), exact);
+    linear_quant(P.wq_a, u, N, qr.data(), exact);
     round(qr.data(), N * Q);
     rmsnorm(qr.data(), N, Q, W.q_norm, eps, qr.data());
     round(qr.data(), N * Q);
-    linear_quant(W.wq_b, qr.data(), N, q.data(), exact);
+    linear_quant(P.wq_b, qr.data(), N, q.data(), exact);
     round(q.data(), N * H * Dh);
     for (int64_t i = 0; i < N; ++i) {
       rope_angles(rope, st.pos[size_t(i)], cs.data());
@@ -62,7 +64,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<uint8_t> kv_packed(size_t(N * wrow));
   {
     DI_REGION("attn.kv");
-    linear_quant(W.wkv, u, N, kv.data(), exact);
+    linear_quant(P.wkv, u, N, kv.data(), exact);
     round(kv.data(), N * Dh);
     rmsnorm(kv.data(), N, Dh, W.kv_norm, eps, kv.data());
     round(kv.data(), N * Dh);
@@ -95,6 +97,9 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     const float scale = float(std::pow(double(Dh), -0.5));
     const int64_t K = c.index_topk;
     std::vector<float> win, keys;
+    dist::Group* cp = opt.parallel.cp;
+    const int64_t psize = attention_partial_size(H, Dh);
+    std::vector<double> partial(cp ? size_t(N * psize) : 0);
     for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
       const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
@@ -109,32 +114,46 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       for (int64_t i = 0; i < T; ++i) {
         const int64_t row = r0 + i, p = s0 + i;
         const int64_t first = std::max<int64_t>(0, p - Wn + 1);
-        const int64_t nw = p - first + 1;
+        // With context parallelism, replica rank 0 takes the window and every rank the listed
+        // compressed rows it holds; the partials are merged below.
+        const int64_t nw = cp && cp->rank() != 0 ? 0 : p - first + 1;
         const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
-        keys.resize(size_t((nw + std::max<int64_t>(nc, 0)) * Dh));
-        std::copy(&win[size_t((first - ws) * Dh)], &win[size_t((p - ws + 1) * Dh)], keys.begin());
+        keys.resize(size_t((nw + nc) * Dh));
+        if (nw)
+          std::copy(&win[size_t((first - ws) * Dh)], &win[size_t((p - ws + 1) * Dh)], keys.begin());
+        int64_t nk = nw;
         for (int64_t j = 0; j < nc; ++j) {
           const int32_t cr = st.topk[size_t(row * K + j)];
+          if (!owns_row(st, role.kv_from, cr)) continue;
           const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
-          fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t((nw + j) * Dh)]);
+          fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t(nk++ * Dh)]);
         }
-        SparseAttnArgs a{&q[size_t(row * H * Dh)],
-                         keys.data(),
-                         nw + std::max<int64_t>(nc, 0),
-                         W.attn_sink.f32(),
-                         H,
-                         Dh,
-                         scale,
-                         bf16,
-                         exact,
-                         &o[size_t(row * H * Dh)]};
-        sparse_attention(a);
+        SparseAttnArgs a{
+            &q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
+            &o[size_t(row * H * Dh)]};
+        if (cp)
+          sparse_attention_partial(a, &partial[size_t(row * psize)]);
+        else
+          sparse_attention(a);
       }
       // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);
       for (int64_t i = std::max<int64_t>(0, real - Wn); i < real; ++i)
         std::copy(&kv_packed[size_t((r0 + i) * wrow)], &kv_packed[size_t((r0 + i + 1) * wrow)],
                   st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
+    }
+    if (cp) {
+      DI_REGION("comm.attn_partials");
+      std::vector<double> all(size_t(cp->size()) * partial.size());
+      cp->all_gather(partial.data(), partial.size() * sizeof(double), all.data());
+      std::vector<double> parts(size_t(cp->size() * psize));
+      for (int64_t i = 0; i < N; ++i) {
+        for (int pr = 0; pr < cp->size(); ++pr)
+          std::copy_n(&all[size_t((int64_t(pr) * N + i) * psize)], psize,
+                      &parts[size_t(pr * psize)]);
+        merge_attention_partials(parts.data(), cp->size(), W.attn_sink.f32(), H, Dh, exact,
+                                 &o[size_t(i * H * Dh)]);
+      }
     }
     round(o.data(), N * H * Dh);
   }
@@ -151,10 +170,10 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     std::vector<float> a(size_t(N * G * Ro));
     const int64_t group_in = H * Dh / G;
     for (int64_t g = 0; g < G; ++g)
-      linear_dense(W.wo_a, {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro,
+      linear_dense(P.wo_a, {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro,
                             Ro, exact});
     round(a.data(), N * G * Ro);
-    linear_quant(W.wo_b, a.data(), N, out, exact);
+    linear_quant(P.wo_b, a.data(), N, out, exact);
     round(out, N * c.dim);
   }
   dump(st, L + "attn.out", out, {N, c.dim});

@@ -18,6 +18,7 @@ namespace deepinfer {
 
 void Model::Impl::compressor(int l, Step& st, const float* u) {
   const LayerWeights& W = ck.layers[size_t(l)];
+  const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
   const int64_t r = role.ratio;
@@ -29,16 +30,18 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
   std::vector<float> k(size_t(N * Dh)), g;
   if (r == 1) {
-    linear_dense(W.cmp_wkv, u, N, k.data(), exact);
+    linear_dense(P.cmp_wkv, u, N, k.data(), exact);
     round(k.data(), N * Dh);
     rmsnorm(k.data(), N, Dh, W.cmp_norm, eps, k.data());
     round(k.data(), N * Dh);
   } else {
     g.resize(size_t(N * Dh));
-    linear_dense(W.cmp_wkv, u, N, k.data(), exact);
-    linear_dense(W.cmp_wgate, u, N, g.data(), exact);
+    linear_dense(P.cmp_wkv, u, N, k.data(), exact);
+    linear_dense(P.cmp_wgate, u, N, g.data(), exact);
   }
 
+  std::vector<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh))),
+      idx_scratch(static_cast<size_t>(index_key_row_bytes(Di)));
   std::vector<float> latent(static_cast<size_t>(Dh)), key(static_cast<size_t>(Di)), dump_cmp,
       dump_idx;
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
@@ -47,6 +50,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
     const int64_t j_begin = s0 / r, j_end = (s0 + real) / r;
     float* carry = r > 1 ? st.kv->carry(l, sq.kv.slot) : nullptr;  // [r, 2, Dh]
     for (int64_t j = j_begin; j < j_end; ++j) {
+      const bool owned = owns_row(st, l, j);
       if (r == 1) {
         std::copy(&k[size_t((r0 + j - s0) * Dh)], &k[size_t((r0 + j - s0 + 1) * Dh)],
                   latent.begin());
@@ -84,14 +88,15 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       }
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
-        linear_dense(W.idx_wk, latent.data(), 1, key.data(), exact);
+        linear_dense(P.idx_wk, latent.data(), 1, key.data(), exact);
         round(key.data(), Di);
         rmsnorm(key.data(), 1, Di, W.idx_k_norm, eps, key.data());
         round(key.data(), Di);
         rope_angles(rope, j * r, cs.data());
         rope_rotate(key.data() + Di - R, cs.data(), R, false);
         round(key.data(), Di);
-        uint8_t* dst = st.kv->idx_row(l, sq.kv, j);
+        // Every rank computes the row; its context-parallel owner stores it.
+        uint8_t* dst = owned ? st.kv->idx_row(l, sq.kv, j) : idx_scratch.data();
         fp4i_quant(key.data(), Di, dst, dst + Di / 2);
         if (st.dump) {
           fp4i_dequant(dst, dst + Di / 2, Di, key.data());
@@ -102,7 +107,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       rope_angles(rope, j * r, cs.data());
       rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
       round(latent.data(), Dh);
-      uint8_t* dst = st.kv->cmp_row(l, sq.kv, j);
+      uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_scratch.data();
       fp4c_quant(latent.data(), Dh, dst, dst + Dh / 2);
       if (st.dump) {
         fp4c_dequant(dst, dst + Dh / 2, Dh, latent.data());

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/region_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
@@ -20,19 +21,28 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   const int64_t NC = engram.n_cols, LE = engram.n_layers, rows = W.engram_table.rows();
   const float eps = float(c.norm_eps);
 
-  // Table rows (exact bf16 values); ids past the table read as zero.
+  // Table rows (exact bf16 values); ids past the table read as zero. Sharded over a group,
+  // each rank reads only the rows of its slice and the sum over the group (one non-zero term
+  // per row) completes every lookup exactly.
+  dist::Group* shard = opt.parallel.engram;
+  const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
+  const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
   std::vector<float> ev(size_t(N * NC * Dm));
   for (int64_t i = 0; i < N; ++i)
     for (int64_t col = 0; col < NC; ++col) {
       const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
       float* dst = &ev[size_t((i * NC + col) * Dm)];
-      if (id >= rows)
+      if (id < lo || id >= hi)
         std::fill(dst, dst + Dm, 0.0f);
       else
         weight_row(W.engram_table, id, dst);
     }
+  if (shard) {
+    DI_REGION("comm.engram_lookup");
+    shard->all_reduce(ev.data(), ev.size());
+  }
   std::vector<float> kv(size_t(N * (M + 1) * D));
-  linear_quant(W.engram_wkv, ev.data(), N, kv.data(), exact);
+  linear_quant(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data(), exact);
   round(kv.data(), N * (M + 1) * D);
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));

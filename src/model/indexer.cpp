@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/region_timer.h"
 #include "kernels/indexer.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
@@ -14,7 +15,7 @@
 namespace deepinfer {
 
 void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
-  const LayerWeights& W = ck.layers[size_t(l)];
+  const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Hi = c.index_n_heads, Di = c.index_head_dim, R = c.rope_head_dim;
   const int64_t K = c.index_topk, r = role.ratio;
@@ -23,7 +24,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
   std::vector<float> qi(size_t(N * Hi * Di)), w(size_t(N * Hi));
-  linear_quant(W.idx_wq_b, qr, N, qi.data(), exact);
+  linear_quant(P.idx_wq_b, qr, N, qi.data(), exact);
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) {
     rope_angles(rope_compressed, st.pos[size_t(i)], cs.data());
@@ -33,7 +34,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
-  linear_dense(W.idx_weights_proj, u, N, w.data(), exact);
+  linear_dense(P.idx_weights_proj, u, N, w.data(), exact);
   round(w.data(), N * Hi);
   const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
   for (auto& v : w) v *= wscale;
@@ -46,8 +47,17 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     st.cand.assign(size_t(N * c.candidate_topk_blocks), 0);
     st.cand_n.assign(size_t(N), -1);
   }
+  const int64_t Ck = c.candidate_topk_blocks, Cb = c.candidate_block_size;
+  // This rank's candidates: per row the best compressed rows it holds and, at the candidate
+  // source, the best candidate blocks it holds ((-inf, max) padding). They are merged over the
+  // context-parallel group below; a single rank merges its own lists with the same code.
+  const ScoredId pad{-INFINITY, INT32_MAX};
+  std::vector<ScoredId> top_local(size_t(N * K), pad), blk_local, work;
+  if (role.candidate_source) blk_local.assign(size_t(N * Ck), pad);
+  std::vector<int64_t> rows_of_seq(static_cast<size_t>(N), 0);  // T of each row's sequence
+  std::vector<int64_t> own;  // rows of the sequence this rank holds, ascending
   std::vector<float> keys, scores;
-  std::vector<uint8_t> mask;
+  std::vector<uint8_t> kept;
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& sq = st.batch->seqs[s];
     const int64_t r0 = st.row0[s], s0 = sq.start_pos;
@@ -59,48 +69,90 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     const bool decode = sq.n_tokens == 1 && sq.n_padding == 0 && s0 > 0;
     if (opt.demo_decode_defect && decode && st.kv->last_key_layer(sq.kv.slot) >= 0)
       keys_layer = st.kv->last_key_layer(sq.kv.slot);
-    keys.resize(size_t(T * Di));
-    for (int64_t t = 0; t < T; ++t) {
-      const uint8_t* e = st.kv->idx_row(keys_layer, sq.kv, t);
-      fp4i_dequant(e, e + Di / 2, Di, &keys[size_t(t * Di)]);
+    own.clear();
+    for (int64_t t = 0; t < T; ++t)
+      if (owns_row(st, keys_layer, t)) own.push_back(t);
+    const int64_t n_own = int64_t(own.size());
+    keys.resize(size_t(n_own * Di));
+    for (int64_t k = 0; k < n_own; ++k) {
+      const uint8_t* e = st.kv->idx_row(keys_layer, sq.kv, own[size_t(k)]);
+      fp4i_dequant(e, e + Di / 2, Di, &keys[size_t(k * Di)]);
     }
-    scores.resize(static_cast<size_t>(T));
-    mask.resize(static_cast<size_t>(T));
+    scores.resize(static_cast<size_t>(n_own));
+    work.resize(size_t(std::max<int64_t>(n_own, 1)));
     for (int64_t i = 0; i < sq.n_tokens; ++i) {
       const int64_t row = r0 + i, p = s0 + i;
+      rows_of_seq[size_t(row)] = T;
       const int64_t visible = std::min(T, (p + 1) / r);
+      const int64_t vis_own =
+          std::lower_bound(own.begin(), own.end(), visible) - own.begin();  // held and visible
       IndexerScoreArgs a{&qi[size_t(row * Hi * Di)],
                          &w[size_t(row * Hi)],
                          keys.data(),
-                         T,
-                         visible,
+                         n_own,
+                         vis_own,
                          Hi,
                          Di,
                          bf16,
                          exact,
                          scores.data()};
       indexer_scores(a);
-      const int64_t Ck = c.candidate_topk_blocks, Cb = c.candidate_block_size;
       if (role.candidate_source) {
-        candidate_mask(scores.data(), T, visible, Cb, Ck, mask.data());
-        int32_t n = 0;
-        for (int64_t b = 0; b * Cb < T; ++b)
-          if (mask[size_t(b * Cb)]) st.cand[size_t(row * Ck + n++)] = int32_t(b);
-        st.cand_n[size_t(row)] = n;
-      } else if (role.candidate_consumer && !st.cand_n.empty() && st.cand_n[size_t(row)] >= 0) {
-        std::fill(mask.begin(), mask.end(), uint8_t(0));
-        for (int32_t j = 0; j < st.cand_n[size_t(row)]; ++j) {
-          const int64_t b = st.cand[size_t(row * Ck + j)];
-          for (int64_t t = b * Cb; t < std::min(T, (b + 1) * Cb); ++t) mask[size_t(t)] = 1;
+        // Block scores (max over the block; held rows come in whole blocks), the block of the
+        // newest visible row forced in, the best Ck finite ones.
+        int64_t nb = 0;
+        for (int64_t k = 0; k < n_own;) {
+          const int32_t b = int32_t(own[size_t(k)] / Cb);
+          float bs = -INFINITY;
+          for (; k < n_own && own[size_t(k)] / Cb == b; ++k) bs = std::max(bs, scores[size_t(k)]);
+          if (visible > 0 && b == (visible - 1) / Cb) bs = INFINITY;
+          work[size_t(nb++)] = {bs, b};
         }
-        for (int64_t t = 0; t < T; ++t)
-          if (!mask[size_t(t)]) scores[size_t(t)] = -INFINITY;
+        select_top(work.data(), nb, Ck, &blk_local[size_t(row * Ck)]);
+      } else if (role.candidate_consumer && !st.cand_n.empty() && st.cand_n[size_t(row)] >= 0) {
+        kept.assign(size_t((T + Cb - 1) / Cb), 0);
+        for (int32_t j = 0; j < st.cand_n[size_t(row)]; ++j)
+          kept[size_t(st.cand[size_t(row * Ck + j)])] = 1;
+        for (int64_t k = 0; k < n_own; ++k)
+          if (!kept[size_t(own[size_t(k)] / Cb)]) scores[size_t(k)] = -INFINITY;
       }
-      st.topk_n[size_t(row)] =
-          int32_t(topk_rows(scores.data(), visible, K, &st.topk[size_t(row * K)]));
-      st.topk_width[size_t(row)] = int32_t(std::min(K, T));
+      for (int64_t k = 0; k < vis_own; ++k)
+        work[size_t(k)] = {scores[size_t(k)], int32_t(own[size_t(k)])};
+      select_top(work.data(), vis_own, K, &top_local[size_t(row * K)]);
     }
   }
+  // Merge over the context-parallel group: the global best are among the ranks' local best.
+  auto merge = [&](std::vector<ScoredId>& local, int64_t width, auto&& store) {
+    std::vector<ScoredId> all;
+    int n_parts = 1;
+    if (opt.parallel.cp) {
+      DI_REGION("comm.indexer_gather");
+      n_parts = opt.parallel.cp->size();
+      all.resize(size_t(n_parts) * local.size());
+      opt.parallel.cp->all_gather(local.data(), local.size() * sizeof(ScoredId), all.data());
+    } else {
+      all.swap(local);
+    }
+    std::vector<ScoredId> cand(size_t(n_parts * width)), best(size_t(n_parts * width));
+    for (int64_t i = 0; i < N; ++i) {
+      for (int pr = 0; pr < n_parts; ++pr)
+        std::copy_n(&all[size_t((int64_t(pr) * N + i) * width)], width, &cand[size_t(pr * width)]);
+      const int64_t n = select_top(cand.data(), n_parts * width, width, best.data());
+      std::sort(best.begin(), best.begin() + n,
+                [](const ScoredId& x, const ScoredId& y) { return x.id < y.id; });
+      store(i, best.data(), n);
+    }
+  };
+  if (role.candidate_source)
+    merge(blk_local, Ck, [&](int64_t i, const ScoredId* b, int64_t n) {
+      st.cand_n[size_t(i)] = rows_of_seq[size_t(i)] > 0 ? int32_t(n) : -1;
+      for (int64_t j = 0; j < n; ++j) st.cand[size_t(i * Ck + j)] = b[j].id;
+    });
+  merge(top_local, K, [&](int64_t i, const ScoredId* b, int64_t n) {
+    st.topk_n[size_t(i)] = int32_t(n);
+    st.topk_width[size_t(i)] = int32_t(std::min(K, rows_of_seq[size_t(i)]));
+    for (int64_t j = 0; j < n; ++j) st.topk[size_t(i * K + j)] = b[j].id;
+  });
   if (st.dump) {
     int64_t width = 0;
     for (int64_t i = 0; i < N; ++i) width = std::max<int64_t>(width, st.topk_width[size_t(i)]);

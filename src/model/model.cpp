@@ -56,8 +56,46 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
       engram_omega.push_back(std::move(om));
     }
   }
-  DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
-             ": the model needs every routed expert loaded");
+  if (!opt.parallel.ep)
+    DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
+               ": the model needs every routed expert loaded (or expert parallelism)");
+  prepare_linears();
+}
+
+void Model::Impl::prepare_linears() {
+  auto prep = [&](PreparedLinear& dst, const Weight& w) {
+    dst = PreparedLinear(w);
+    prepared_bytes += dst.packed_bytes();
+  };
+  lin.resize(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& W = ck.layers[size_t(l)];
+    PreparedLayer& P = lin[size_t(l)];
+    for (auto [dst, w] : {std::pair{&P.wq_a, &W.wq_a},
+                          {&P.wq_b, &W.wq_b},
+                          {&P.wkv, &W.wkv},
+                          {&P.wo_a, &W.wo_a},
+                          {&P.wo_b, &W.wo_b},
+                          {&P.cmp_wkv, &W.cmp_wkv},
+                          {&P.cmp_wgate, &W.cmp_wgate},
+                          {&P.idx_wq_b, &W.idx_wq_b},
+                          {&P.idx_weights_proj, &W.idx_weights_proj},
+                          {&P.idx_wk, &W.idx_wk},
+                          {&P.gate, &W.gate},
+                          {&P.hc_attn_fn, &W.hc_attn_fn},
+                          {&P.hc_ffn_fn, &W.hc_ffn_fn},
+                          {&P.engram_wkv, &W.engram_wkv}})
+      prep(*dst, *w);
+    auto prep_expert = [&](PreparedExpert& dst, const ExpertWeights& e) {
+      prep(dst.w1, e.w1);
+      prep(dst.w2, e.w2);
+      prep(dst.w3, e.w3);
+    };
+    P.experts.resize(W.experts.size());
+    for (size_t e = 0; e < W.experts.size(); ++e) prep_expert(P.experts[e], W.experts[e]);
+    prep_expert(P.shared, W.shared);
+  }
+  prep(head, ck.head);
 }
 
 void Model::Impl::round(float* x, int64_t n) const {
@@ -165,10 +203,19 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       engram_layer(l, st, x.data());
       dump(st, L + "engram.x", x.data(), {N, M, D});
     }
-    const HcParams hca{&W.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M,    D,
-                       eps,           float(c.hc_eps),      c.hc_sinkhorn_iters,   exact};
-    const HcParams hcf{&W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M,    D,
-                       eps,          float(c.hc_eps),     c.hc_sinkhorn_iters,  exact};
+    const HcParams hca{&W.hc_attn_fn,
+                       W.hc_attn_base.f32(),
+                       W.hc_attn_scale.f32(),
+                       M,
+                       D,
+                       eps,
+                       float(c.hc_eps),
+                       c.hc_sinkhorn_iters,
+                       exact,
+                       &lin[size_t(l)].hc_attn_fn};
+    const HcParams hcf{
+        &W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M,     D,
+        eps,          float(c.hc_eps),     c.hc_sinkhorn_iters,  exact, &lin[size_t(l)].hc_ffn_fn};
     {
       DI_REGION("model.hc");
       for (int64_t i = 0; i < N; ++i) {
@@ -230,7 +277,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     }
   }
   const int64_t n_logits = int64_t(h.size()) / D;
-  if (n_logits > 0) linear_dense(ck.head, h.data(), n_logits, logits, exact);
+  if (n_logits > 0) linear_dense(head, h.data(), n_logits, logits, exact);
   if (st.dump && n_logits == N) dump(st, "logits", logits, {N, c.vocab_size});
 }
 
@@ -255,6 +302,9 @@ const ModelConfig& Model::config() const {
 }
 const ModelOptions& Model::options() const {
   return impl_->opt;
+}
+uint64_t Model::prepared_weight_bytes() const {
+  return impl_->prepared_bytes;
 }
 void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   impl_->forward(batch, kv, logits);

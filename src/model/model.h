@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/group.h"
 #include "io/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/forward_batch.h"
@@ -22,8 +23,27 @@ namespace deepinfer {
 
 enum class Numerics { Bf16, Fp32 };
 
+// How this rank shares the model with others (engine/parallel.h builds it). Null groups: the
+// rank does it all. Every collective keeps results bit-identical to a single rank in fp32
+// numerics: partial sums travel as the terms a single rank would add, in its order.
+struct ModelParallel {
+  // Context parallel: ranks with the same tokens; compressed-KV and index-key row j of a layer
+  // with ratio r lives on rank (j*r / block_tokens) mod size. Indexer candidates and attention
+  // partials are merged exactly over the group.
+  dist::Group* cp = nullptr;
+  // Expert parallel: routed experts are split over this group (the checkpoint holds this
+  // rank's range). Tokens are the same on every member, or, with ep_dispatch, each member
+  // brings its own rows (data parallelism).
+  dist::Group* ep = nullptr;
+  bool ep_dispatch = false;
+  // Engram tables sharded by rows over this group (ranks with the same tokens): each rank reads
+  // only its rows and the lookups are summed. Null: every rank reads the rows it needs.
+  dist::Group* engram = nullptr;
+};
+
 struct ModelOptions {
   Numerics numerics = Numerics::Bf16;
+  ModelParallel parallel;
   // Reproduce the public demo's decode-time index-key sharing (V41_SPEC.md §6.8) instead of the
   // prefill semantics. For comparisons only.
   bool demo_decode_defect = false;
@@ -68,6 +88,9 @@ class Model {
 
   const ModelConfig& config() const;
   const ModelOptions& options() const;
+  // Bytes of the linear weights repacked for the fast kernels at construction (the rest of the
+  // weights stay mapped from the checkpoint).
+  uint64_t prepared_weight_bytes() const;
 
   // Runs one step. `logits` receives [batch.n_logit_rows(), vocab] fp32 rows in sequence order.
   // Resets the sequence-slot state it needs when a sequence starts at position 0.

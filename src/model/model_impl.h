@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/engram_hash.h"
+#include "kernels/linear.h"
 #include "kernels/rope.h"
 #include "model/model.h"
 
@@ -40,6 +41,19 @@ struct Step {
   }
 };
 
+// The linear weights of one layer repacked for the fast kernels (kernels/linear.h), built once
+// at construction; absent weights stay absent.
+struct PreparedExpert {
+  PreparedLinear w1, w2, w3;
+};
+struct PreparedLayer {
+  PreparedLinear wq_a, wq_b, wkv, wo_a, wo_b;
+  PreparedLinear cmp_wkv, cmp_wgate, idx_wq_b, idx_weights_proj, idx_wk;
+  PreparedLinear gate, hc_attn_fn, hc_ffn_fn, engram_wkv;
+  std::vector<PreparedExpert> experts;
+  PreparedExpert shared;
+};
+
 struct Model::Impl {
   Impl(const Checkpoint& ck, ModelOptions opt);
 
@@ -53,8 +67,18 @@ struct Model::Impl {
   EngramTables engram;
   std::vector<std::vector<float>> engram_omega;  // per Engram layer: [M, D] q_weight ⊙ k_weight
   ActivationSink* sink = nullptr;
+  std::vector<PreparedLayer> lin;  // [n_layers]
+  PreparedLinear head;
+  uint64_t prepared_bytes = 0;
 
   void round(float* x, int64_t n) const;
+  // Context parallelism: does this rank hold compressed row `row` of `layer` (ratio r)?
+  bool owns_row(const Step& st, int layer, int64_t row) const {
+    const dist::Group* cp = opt.parallel.cp;
+    if (!cp) return true;
+    const int64_t block = row * roles[size_t(layer)].ratio / st.kv->block_tokens();
+    return block % cp->size() == cp->rank();
+  }
   const RopeTable& rope_for(int layer) const {
     return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;
   }
@@ -66,6 +90,7 @@ struct Model::Impl {
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
   void engram_ids(Step& st);
+  void prepare_linears();
 
   // Sublayers. Inputs/outputs are [N, ...] row-major fp32 arrays.
   void engram_layer(int l, Step& st, float* x /*[N, M, D]*/);

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "dist/serial.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/moe_routing.h"
@@ -32,6 +33,7 @@ void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
 
 void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   const LayerWeights& W = ck.layers[size_t(l)];
+  const PreparedLayer& P = lin[size_t(l)];
   const int64_t N = st.N, D = c.dim, F = c.moe_inter_dim, E = c.n_routed_experts;
   const int64_t k = c.n_activated_experts;
   const float limit = float(c.swiglu_limit);
@@ -42,7 +44,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   std::vector<float> weights(size_t(N * k));
   {
     DI_REGION("moe.router");
-    linear_dense(W.gate, v, N, logits.data(), exact);
+    linear_dense(P.gate, v, N, logits.data(), exact);
     for (int64_t i = 0; i < N; ++i) {
       RouteArgs a{&logits[size_t(i * E)],
                   W.gate_bias.f32(),
@@ -57,14 +59,15 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     }
   }
 
-  // One expert over a set of rows: out_rows[n, D] = w2(swiglu(w1 x, w3 x) * weight).
+  // One expert over rows of `src`: dst[n, D] = w2(swiglu(w1 x, w3 x) * weight).
   std::vector<float> xg, g, u, y;
-  auto run_expert = [&](const ExpertWeights& ex, const std::vector<int64_t>& rows,
-                        const float* row_weights, float* dst /*[n, D]*/) {
+  auto run_expert = [&](const PreparedExpert& ex, const float* src /*[*, D]*/,
+                        const std::vector<int64_t>& rows, const float* row_weights,
+                        float* dst /*[n, D]*/) {
     const int64_t n = int64_t(rows.size());
     xg.resize(size_t(n * D));
     for (int64_t i = 0; i < n; ++i)
-      std::copy(v + rows[size_t(i)] * D, v + (rows[size_t(i)] + 1) * D, &xg[size_t(i * D)]);
+      std::copy(src + rows[size_t(i)] * D, src + (rows[size_t(i)] + 1) * D, &xg[size_t(i * D)]);
     g.resize(size_t(n * F));
     u.resize(size_t(n * F));
     linear_quant(ex.w1, xg.data(), n, g.data(), exact);
@@ -78,29 +81,92 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     round(dst, n * D);
   };
 
-  // Routed experts, grouped: expert_out[i, j] is row i's j-th expert (ascending id).
-  std::vector<float> expert_out(size_t(N * k * D));
-  {
+  // The routed experts this rank holds, grouped by expert (each expert's weights are read once
+  // for all its rows), over rows xs [nr, D] routed by rid/rwt [nr, k]. slots[i, j] receives row
+  // i's j-th expert (ascending id) when this rank holds it, and stays zero otherwise.
+  auto routed = [&](const float* xs, int64_t nr, const int32_t* rid, const float* rwt,
+                    float* slots /*[nr, k, D]*/) {
     DI_REGION("moe.experts");
-    std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E));
-    std::vector<std::vector<int64_t>> slot_of(static_cast<size_t>(E));
-    for (int64_t i = 0; i < N; ++i)
+    std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E)),
+        slot_of(static_cast<size_t>(E));
+    for (int64_t i = 0; i < nr; ++i)
       for (int64_t j = 0; j < k; ++j) {
-        rows_of[size_t(ids[size_t(i * k + j)])].push_back(i);
-        slot_of[size_t(ids[size_t(i * k + j)])].push_back(i * k + j);
+        const int32_t e = rid[i * k + j];
+        if (e < ck.expert_begin || e >= ck.expert_end) continue;
+        rows_of[size_t(e)].push_back(i);
+        slot_of[size_t(e)].push_back(i * k + j);
       }
     std::vector<float> rw;
-    for (int64_t e = 0; e < E; ++e) {
-      if (rows_of[size_t(e)].empty()) continue;
+    for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e) {
       const auto& rows = rows_of[size_t(e)];
+      if (rows.empty()) continue;
       rw.resize(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) rw[i] = weights[size_t(slot_of[size_t(e)][i])];
+      for (size_t i = 0; i < rows.size(); ++i) rw[i] = rwt[slot_of[size_t(e)][i]];
       y.resize(rows.size() * size_t(D));
-      run_expert(W.experts[size_t(e - ck.expert_begin)], rows, rw.data(), y.data());
+      run_expert(P.experts[size_t(e - ck.expert_begin)], xs, rows, rw.data(), y.data());
       for (size_t i = 0; i < rows.size(); ++i)
-        std::copy(&y[i * size_t(D)], &y[(i + 1) * size_t(D)],
-                  &expert_out[size_t(slot_of[size_t(e)][i] * D)]);
+        std::copy(&y[i * size_t(D)], &y[(i + 1) * size_t(D)], &slots[slot_of[size_t(e)][i] * D]);
     }
+  };
+
+  std::vector<float> expert_out(size_t(N * k * D), 0.0f);  // [N, k, D]
+  dist::Group* ep = opt.parallel.ep;
+  if (!ep) {
+    routed(v, N, ids.data(), weights.data(), expert_out.data());
+  } else if (!opt.parallel.ep_dispatch) {
+    // Every member has the same rows: each fills the slots of its experts, and the sum over
+    // the group (one term per slot non-zero) gives every rank the single-rank slots exactly.
+    routed(v, N, ids.data(), weights.data(), expert_out.data());
+    DI_REGION("comm.moe_all_reduce");
+    ep->all_reduce(expert_out.data(), expert_out.size());
+  } else {
+    // Members bring different rows: gather everyone's rows and routes, run the local experts on
+    // all of them, and return each member its rows' slots with a reduce-scatter.
+    std::vector<uint8_t> mine;
+    {
+      dist::Writer w;
+      w.put_vector(std::span<const float>(v, size_t(N * D)));
+      w.put_vector(ids);
+      w.put_vector(weights);
+      mine = w.take();
+    }
+    std::vector<std::vector<uint8_t>> parts;
+    {
+      DI_REGION("comm.moe_dispatch");
+      parts = ep->all_gather_v(mine);
+    }
+    std::vector<float> xs, ws;
+    std::vector<int32_t> rs;
+    std::vector<int64_t> count;
+    for (const auto& part : parts) {
+      dist::Reader r(part, "expert dispatch message");
+      const auto pv = r.get_vector<float>();
+      const auto pi = r.get_vector<int32_t>();
+      const auto pw = r.get_vector<float>();
+      r.expect_end();
+      count.push_back(int64_t(pi.size()) / k);
+      xs.insert(xs.end(), pv.begin(), pv.end());
+      rs.insert(rs.end(), pi.begin(), pi.end());
+      ws.insert(ws.end(), pw.begin(), pw.end());
+    }
+    const int64_t n_all = int64_t(rs.size()) / k;
+    const int64_t n_max = *std::max_element(count.begin(), count.end());
+    std::vector<float> slots(size_t(n_all * k * D), 0.0f);
+    routed(xs.data(), n_all, rs.data(), ws.data(), slots.data());
+    // Pad each member's rows to n_max for the reduce-scatter.
+    std::vector<float> padded(size_t(int64_t(parts.size()) * n_max * k * D), 0.0f),
+        back(size_t(n_max * k * D));
+    int64_t at = 0;
+    for (size_t pr = 0; pr < parts.size(); ++pr) {
+      std::copy_n(&slots[size_t(at * k * D)], count[pr] * k * D,
+                  &padded[size_t(int64_t(pr) * n_max * k * D)]);
+      at += count[pr];
+    }
+    {
+      DI_REGION("comm.moe_combine");
+      ep->reduce_scatter(padded.data(), size_t(n_max * k * D), back.data());
+    }
+    std::copy_n(back.data(), N * k * D, expert_out.data());
   }
   // Shared expert on every row.
   std::vector<float> shared(size_t(N * D));
@@ -108,7 +174,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     DI_REGION("moe.shared");
     std::vector<int64_t> all(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) all[size_t(i)] = i;
-    run_expert(W.shared, all, nullptr, shared.data());
+    run_expert(P.shared, v, all, nullptr, shared.data());
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.
   for (int64_t i = 0; i < N; ++i)

@@ -108,7 +108,7 @@ TEST_P(SchedulerWorkload, EveryRequestCompletesWithoutLeaks) {
   }
   drive(s, cfg, &got);
   EXPECT_EQ(got, want);
-  EXPECT_EQ(s.pool().num_used(), 0) << "blocks leaked";
+  EXPECT_EQ(s.blocks_used(), 0) << "blocks leaked";
   EXPECT_EQ(s.num_running() + s.num_waiting(), 0u);
 }
 
@@ -146,9 +146,9 @@ TEST(Scheduler, AbortFreesBlocks) {
   Scheduler s(cfg, 10, cfg.max_num_seqs);
   ASSERT_EQ(s.add(make_request(1, 100, 5)), "");
   s.update(s.schedule(), {3});
-  EXPECT_GT(s.pool().num_used(), 0);
+  EXPECT_GT(s.blocks_used(), 0);
   EXPECT_TRUE(s.abort(1));
-  EXPECT_EQ(s.pool().num_used(), 0);
+  EXPECT_EQ(s.blocks_used(), 0);
   EXPECT_EQ(s.take_finished().size(), 1u);
 }
 

@@ -1,0 +1,62 @@
+// Ranks of one run and who does what (DESIGN.md §1, §3).
+//
+// A run has dp data-parallel replicas. Inside a replica all ranks see the same tokens: with
+// context parallelism (cp) they split each sequence's compressed KV and index keys (block i of a
+// sequence on replica rank i mod cp); with expert parallelism (ep) they split the routed experts
+// and combine them with one all-reduce ("static MoE"). Replica rank 0 runs the scheduler and the
+// sampler and sends each step's SchedOutput to the others, which replay it. Across replicas
+// (dp > 1, one rank per replica) every rank schedules its own requests; experts may be split
+// over all of them (ep = dp), tokens then travel to the experts with an all-gather and come back
+// with a reduce-scatter, and the ranks step in lockstep: every --prefill-attempt-interval steps
+// they vote on whether the step may prefill, and a rank with nothing to do runs an empty step.
+//
+// Supported shapes: dp = 1 with cp, ep in {1, g} (g = max(cp, ep) ranks); dp > 1 with cp = 1 and
+// ep in {1, dp}.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/group.h"
+#include "dist/world.h"
+#include "engine/scheduler.h"
+
+namespace deepinfer {
+
+struct ParallelConfig {
+  int dp = 1, cp = 1, ep = 1;
+  int prefill_attempt_interval = 1;
+  std::string engram_sharding = "auto";  // auto | on | off
+
+  // Ranks per replica: with dp > 1 a replica is one rank (experts then span the replicas).
+  int replica_size() const { return dp > 1 ? 1 : (cp > ep ? cp : ep); }
+  int world_size() const { return dp * replica_size(); }
+  void validate(int n_experts) const;
+};
+
+// This rank's place in the run, and the groups it talks over.
+struct RankLayout {
+  ParallelConfig cfg;
+  int world_rank = 0, dp_rank = 0, replica_rank = 0;
+  int expert_begin = 0, expert_end = 0;
+  bool scheduler = true;                 // runs a scheduler and a sampler (replica rank 0)
+  std::unique_ptr<dist::Group> replica;  // ranks sharing tokens (size 1: none)
+  std::unique_ptr<dist::Group> dp;       // one rank per replica (for the vote), null if dp = 1
+  dist::Group* cp_group = nullptr;       // null: no context parallelism
+  dist::Group* ep_group = nullptr;       // null: every expert here
+  bool ep_dispatch = false;              // EP group ranks hold different tokens
+  dist::Group* engram_group = nullptr;   // null: every rank reads the rows it needs itself
+  dist::StepChannel* channel = nullptr;  // replica rank 0 -> the others (dp = 1 only)
+};
+
+// Builds the layout over `world` (which must have cfg.world_size() ranks). `shared_host`: all
+// ranks on one host (decides --engram-sharding auto).
+RankLayout make_rank_layout(const ParallelConfig& cfg, dist::World& world, int n_experts);
+
+// The step message replica followers replay.
+std::vector<uint8_t> encode_sched_output(const SchedOutput& out);
+SchedOutput decode_sched_output(std::span<const uint8_t> bytes);
+
+}  // namespace deepinfer

@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "engine/parallel.h"
+
+namespace deepinfer {
+namespace {
+
+Request make_request(RequestId id, int64_t prompt, int64_t max_tokens) {
+  Request r;
+  r.id = id;
+  r.prompt_ids.assign(size_t(prompt), 3);
+  r.params.max_tokens = max_tokens;
+  return r;
+}
+
+TEST(CpBlockPools, BlocksComeFromPoolsInTurn) {
+  CpBlockPools p(3, 2);  // pools of 2 blocks on 3 ranks
+  EXPECT_EQ(p.reachable_blocks(0), 6);
+  p.pool_of(0).allocate();              // block 0 on rank 0
+  p.pool_of(3).allocate();              // block 3 on rank 0: rank 0 is now empty
+  EXPECT_EQ(p.reachable_blocks(1), 3);  // blocks 1 (rank 1), 2 (rank 2), then rank 0 is empty
+  EXPECT_EQ(p.reachable_blocks(0), 0);
+  EXPECT_EQ(p.num_used(), 2);
+  EXPECT_EQ(p.num_free(), 4);
+}
+
+TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
+  SchedulerConfig cfg;
+  cfg.block_tokens = 4;
+  cfg.max_model_len = 1000;
+  Scheduler s(cfg, 4, cfg.max_num_seqs, 3);  // 4 blocks per rank, 3 ranks: 48 tokens
+  EXPECT_EQ(s.blocks_total(), 12);
+  EXPECT_EQ(s.add(make_request(1, 40, 8)), "");
+  EXPECT_NE(s.add(make_request(2, 45, 8)), "");  // 53 tokens: 14 blocks
+  std::vector<int32_t> sampled;
+  while (s.has_work()) {
+    SchedOutput out = s.schedule();
+    sampled.assign(out.seqs.size(), 5);
+    for (Sequence* q : s.update(out, sampled))
+      if (q->num_generated() >= q->req.params.max_tokens) s.finish(q, FinishReason::Length);
+  }
+  EXPECT_EQ(s.blocks_used(), 0);
+}
+
+TEST(StepMessage, RoundTrip) {
+  SchedOutput out;
+  out.step = 42;
+  SchedSeq q;
+  q.seq_id = 7;
+  q.slot = 3;
+  q.start_pos = 100;
+  q.tokens = {1, 2, 3};
+  q.n_padding = 5;
+  q.reset_blocks = true;
+  q.new_blocks = {9, 8};
+  q.sample = true;
+  out.seqs.push_back(q);
+  out.released = {4, 5};
+  const auto bytes = encode_sched_output(out);
+  const SchedOutput back = decode_sched_output(bytes);
+  ASSERT_EQ(back.seqs.size(), 1u);
+  EXPECT_EQ(back.step, 42u);
+  EXPECT_EQ(back.seqs[0].tokens, q.tokens);
+  EXPECT_EQ(back.seqs[0].new_blocks, q.new_blocks);
+  EXPECT_EQ(back.seqs[0].start_pos, 100);
+  EXPECT_TRUE(back.seqs[0].reset_blocks && back.seqs[0].sample && !back.seqs[0].decode);
+  EXPECT_EQ(back.released, out.released);
+  std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 3);
+  EXPECT_THROW(decode_sched_output(cut), Error);
+}
+
+TEST(ParallelConfig, RejectsUnsupportedShapes) {
+  ParallelConfig c;
+  c.cp = 2;
+  c.ep = 4;
+  EXPECT_THROW(c.validate(8), Error);  // within a replica both must be 1 or the replica size
+  c = ParallelConfig();
+  c.dp = 2;
+  c.cp = 2;
+  EXPECT_THROW(c.validate(8), Error);
+  c = ParallelConfig();
+  c.ep = 3;
+  EXPECT_THROW(c.validate(8), Error);  // 3 does not divide 8 experts
+  c = ParallelConfig();
+  c.dp = 2;
+  c.ep = 2;
+  EXPECT_NO_THROW(c.validate(8));
+  EXPECT_EQ(c.world_size(), 2);
+}
+
+}  // namespace
+}  // namespace deepinfer
