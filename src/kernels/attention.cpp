@@ -74,6 +74,6 @@ void sparse_attention_ref(const SparseAttnArgs& a) {
   }
 }
 
-void sparse_attention(const SparseAttnArgs& a) { sparse_attention_ref(a); }
+// sparse_attention (the dispatch to the vector paths) is in attention_fast.cpp.
 
 }  // namespace deepinfer

@@ -51,8 +51,10 @@ void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float*
   const float rho = rms_inv(x, MD, p.norm_eps);
   float m[kMaxMixes];
   const float* fn = p.fn->f32();
+  if (!p.exact && p.fn_packed) linear_dense(*p.fn_packed, x, 1, m);  // the canonical order
   for (int64_t i = 0; i < n_mix; ++i) {
-    const float proj = p.exact ? dot_f64(fn + i * MD, x, MD) : canonical_dot(fn + i * MD, x, MD);
+    const float proj = p.exact                ? dot_f64(fn + i * MD, x, MD)
+                       : p.fn_packed ? m[i] : canonical_dot(fn + i * MD, x, MD);
     m[i] = proj * rho;  // project first, then scale
   }
   for (int64_t c = 0; c < M; ++c) {

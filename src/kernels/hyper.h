@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/weight.h"
+#include "kernels/linear.h"
 
 namespace deepinfer {
 
@@ -19,6 +20,7 @@ struct HcParams {
   float norm_eps, hc_eps;
   int sinkhorn_iters;
   bool exact;           // the [(2+M)M, M*D] projection summed in double (else the canonical order)
+  const PreparedLinear* fn_packed = nullptr;  // `fn` repacked: the fast path of the projection
 };
 
 // x: [M, D] one token's stream. pre: [M], post: [M], comb: [M, M] (row j, column k).

@@ -55,7 +55,15 @@ int64_t tile_bytes_of(WeightFormat f, int64_t K) {
   return 0;
 }
 
-// Tile t of `w` into dst (k-major: 16 rows per input; fp4: 16 rows per byte pair of inputs).
+// Byte offset, inside an fp8 tile, of input k of row o: groups of 4 inputs take 64 bytes, in
+// which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs so that the
+// AVX-512 byte unpacks produce bf16 pairs in row order (kernels/linear_avx512.cpp).
+int64_t fp8_offset(int64_t k, int64_t o) {
+  const int64_t i = 2 * o + (k & 1);  // word index within the pair
+  return (k / 4) * 64 + 16 * (i / 8) + 8 * ((k / 2) & 1) + (i % 8);
+}
+
+// Tile t of `w` into dst (layouts: kernels/linear.h).
 void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
   const int64_t K = w.cols(), rows = w.rows();
   for (int64_t o = 0; o < 16; ++o) {
@@ -64,7 +72,7 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
     switch (w.format) {
       case WeightFormat::Fp8Block: {
         const uint8_t* src = w.u8() + r * K;
-        for (int64_t k = 0; k < K; ++k) dst[k * 16 + o] = src[k];
+        for (int64_t k = 0; k < K; ++k) dst[fp8_offset(k, o)] = src[k];
         break;
       }
       case WeightFormat::Fp4Row: {
@@ -77,7 +85,7 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
       case WeightFormat::BF16: {
         const uint16_t* src = w.bf16() + r * K;
         uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t k = 0; k < K; ++k) d[k * 16 + o] = src[k];
+        for (int64_t k = 0; k < K; ++k) d[(k / 2) * 32 + 2 * o + (k & 1)] = src[k];
         break;
       }
       case WeightFormat::F32: {
@@ -94,9 +102,21 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
 
 // --- dispatch ---
 
+// The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
+// Lake has them); without, the AVX2 kernels run.
+bool has_vbmi() {
+#if defined(__x86_64__)
+  static const bool v = __builtin_cpu_supports("avx512vbmi");
+  return v;
+#else
+  return false;
+#endif
+}
+
 const linear_isa::Kernels* kernels_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512:
+      if (!has_vbmi()) return &linear_isa::avx2_kernels();
       return &linear_isa::avx512_kernels();
     case Isa::Avx2:
       return &linear_isa::avx2_kernels();
@@ -106,7 +126,7 @@ const linear_isa::Kernels* kernels_for(Isa isa) {
   return nullptr;
 }
 
-bool bf16_gemm_ok() {
+bool bf16_products_ok() {
   static const bool ok = cpu_best_isa() == Isa::Avx512 && linear_isa::avx512_dpbf16_is_canonical();
   return ok;
 }
@@ -142,7 +162,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const linear_isa::Kernels& kern = *kernels_for(isa);
   LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
   if (path == LinearPath::Auto) path = n <= linear_isa::kGemvRows ? LinearPath::Gemv : LinearPath::Gemm;
-  const bool bf16 = quant && path == LinearPath::Gemm && kern.gemm_bf16 && bf16_gemm_ok();
+  const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
   linear_isa::Job base;
@@ -156,26 +176,22 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
 
-  if (quant) {  // the act_quant of §3.4, once per row for every output
-    const int64_t q_bytes = round_up(n * K * 4, 64), qb_bytes = bf16 ? round_up(n * K * 2, 64) : 0;
-    uint8_t* s = t_act.get(size_t(q_bytes + qb_bytes + n * (K / 32) * 4));
-    float* q = reinterpret_cast<float*>(s);
-    uint16_t* qb = bf16 ? reinterpret_cast<uint16_t*>(s + q_bytes) : nullptr;
-    float* xs = reinterpret_cast<float*>(s + q_bytes + qb_bytes);
+  if (quant) {  // the act_quant QDQ of §3.4, once per row for every output
+    const int64_t q_bytes = round_up(n * K * 4, 64);
+    uint8_t* s = t_act.get(size_t(q_bytes + (bf16 ? n * K * 2 : 0)));
+    float* xq = reinterpret_cast<float*>(s);
+    uint16_t* xqb = bf16 ? reinterpret_cast<uint16_t*>(s + q_bytes) : nullptr;
     auto quantize = [&](int64_t i0, int64_t i1) {
-      kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, q + i0 * K, qb ? qb + i0 * K : nullptr,
-                    xs + i0 * (K / 32));
+      kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
     };
     if (n >= 16)
       pool.parallel_for(n, 8, quantize);
     else
       quantize(0, n);
-    base.x = q;
+    base.x = xq;
     base.ldx = K;
-    base.xb = qb;
+    base.xb = xqb;
     base.ldxb = K;
-    base.xs = xs;
-    base.ldxs = K / 32;
   }
 
   const int64_t n_tiles = t_end - t_begin;
@@ -190,7 +206,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
         linear_isa::Job j = base;
         j.n = std::min(linear_isa::kGemvRows, n - i0);
         j.x = base.x + i0 * base.ldx;
-        if (base.xs) j.xs = base.xs + i0 * base.ldxs;
+        if (base.xb) j.xb = base.xb + i0 * base.ldxb;
         j.y = a.y + i0 * a.ldy;
         j.t0 = t_begin + c0;
         j.t1 = t_begin + c1;
@@ -216,7 +232,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
       j.n = r1 - r0;
       j.x = base.x + r0 * base.ldx;
       if (base.xb) j.xb = base.xb + r0 * base.ldxb;
-      if (base.xs) j.xs = base.xs + r0 * base.ldxs;
       j.y = a.y + r0 * a.ldy;
       j.t0 = t_begin + p * pt;
       j.t1 = std::min(t_end, j.t0 + pt);

@@ -55,9 +55,11 @@ inline __m256i load_u8x8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-// e4m3 -> fp32, exact (see fp8x16 in linear_avx512.cpp).
-inline __m256 fp8x8(const uint8_t* p) {
-  __m256i u = _mm256_srai_epi32(_mm256_slli_epi32(load_u8x8(p), 24), 4);
+// e4m3 (the low 8 bytes of v) -> fp32, exact (subnormals included; the NaN codes decode as
+// ±480, which no checkpoint stores): the magnitude bits placed as an fp32 2^120 times too small,
+// then scaled back.
+inline __m256 fp8x8(__m128i v) {
+  __m256i u = _mm256_srai_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(v), 24), 4);
   u = _mm256_and_si256(u, _mm256_set1_epi32(int32_t(0x87f00000u)));
   return _mm256_mul_ps(_mm256_castsi256_ps(u), _mm256_set1_ps(0x1p120f));
 }
@@ -86,19 +88,30 @@ inline __m256 e8m0x8(const uint8_t* p) {
   return _mm256_castsi256_ps(u);
 }
 
-// Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of a tile.
+// Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of a tile, from the layouts
+// of kernels/linear.h.
 template <int F>
 inline void load_pair(const uint8_t* tile, int64_t k0, int h, __m256& w0, __m256& w1) {
   if constexpr (F == kFp8) {
-    w0 = fp8x8(tile + k0 * 16 + h * 8);
-    w1 = fp8x8(tile + k0 * 16 + 16 + h * 8);
+    // Pair (k0, k0+1) of group k0/4: two 8-byte runs of (even, odd) bytes for rows 8h..8h+3 and
+    // 8h+4..8h+7; a byte shuffle separates the even and the odd input.
+    const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h + 8 * ((k0 / 2) & 1);
+    const __m128i v =
+        _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
+                           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
+    const __m128i eo =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    w0 = fp8x8(eo);
+    w1 = fp8x8(_mm_unpackhi_epi64(eo, eo));
   } else if constexpr (F == kFp4) {
     const __m256i d = load_u8x8(tile + k0 * 8 + h * 8);
     w0 = e2m1x8(d);
     w1 = e2m1x8(_mm256_srli_epi32(d, 4));
   } else if constexpr (F == kBf16) {
-    w0 = bf16x8(tile + k0 * 32 + h * 16);
-    w1 = bf16x8(tile + k0 * 32 + 32 + h * 16);
+    // (even, odd) bf16 pairs per row: the even input is the low half of each 32-bit lane.
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + k0 * 32 + h * 32));
+    w0 = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    w1 = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(int32_t(0xffff0000u))));
   } else {
     w0 = _mm256_loadu_ps(reinterpret_cast<const float*>(tile) + k0 * 16 + h * 8);
     w1 = _mm256_loadu_ps(reinterpret_cast<const float*>(tile) + k0 * 16 + 16 + h * 8);
@@ -130,13 +143,18 @@ template <int F, bool FM, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         __m256* acc) {
   __m256 p[NB][NR];
+  #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
+    #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) p[bb][r] = _mm256_setzero_ps();
+  #pragma GCC unroll 16
   for (int kk = 0; kk < 16; ++kk) {
+    #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
       const int64_t k0 = (b0 + bb) * 32 + 2 * kk;
       __m256 w0, w1;
       load_pair<F>(tile, k0, h, w0, w1);
+      #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx;
         p[bb][r] = madd<FM>(_mm256_set1_ps(xr[k0 + 1]), w1, p[bb][r]);
@@ -144,13 +162,11 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
       }
     }
   }
+  #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb) {
     const __m256 ws = block_wscale<F>(*j.w, t, b0 + bb, h);
-    for (int r = 0; r < NR; ++r) {
-      const __m256 s =
-          j.xs ? _mm256_mul_ps(_mm256_set1_ps(j.xs[r * j.ldxs + b0 + bb]), ws) : ws;
-      acc[r] = _mm256_fmadd_ps(p[bb][r], s, acc[r]);
-    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) acc[r] = _mm256_fmadd_ps(p[bb][r], ws, acc[r]);
   }
 }
 
@@ -161,14 +177,18 @@ void gemv_rows(const Job& j) {
   for (int64_t t = j.t0; t < j.t1; ++t) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
     alignas(32) float out[NR][16];
+    #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       __m256 acc[NR];
+      #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
       int64_t b = 0;
       for (; b + NB <= nb; b += NB) gemv_blocks<F, FM, NR, NB>(j, tile, t, b, h, acc);
       for (; b < nb; ++b) gemv_blocks<F, FM, NR, 1>(j, tile, t, b, h, acc);
+      #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) _mm256_store_ps(out[r] + h * 8, acc[r]);
     }
+    #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) store_tile(j, r, t, out[r]);
   }
 }
@@ -224,12 +244,16 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, int64_t nt, int64_
            const float* bp, const float* ws, float* c /*[n][kNt*16]*/) {
   for (int64_t b = 0; b < kc / 32; ++b) {
     __m256 p[MR][2];
+    #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm256_setzero_ps();
+    #pragma GCC unroll 16
     for (int kk = 0; kk < 16; ++kk) {
       const int64_t k0 = b * 32 + 2 * kk;
+      #pragma GCC unroll 16
       for (int odd = 1; odd >= 0; --odd) {
         const float* w = bp + ((k0 + odd) * nt + t) * 16;
         const __m256 w0 = _mm256_load_ps(w), w1 = _mm256_load_ps(w + 8);
+        #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const __m256 a = _mm256_broadcast_ss(j.x + (i0 + i) * j.ldx + kc0 + k0 + odd);
           p[i][0] = madd<FM>(a, w0, p[i][0]);
@@ -237,14 +261,13 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, int64_t nt, int64_
         }
       }
     }
+    #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* ci = c + (i0 + i) * (kNt * 16) + t * 16;
+      #pragma GCC unroll 16
       for (int h = 0; h < 2; ++h) {
         const __m256 wsv = _mm256_load_ps(ws + (b * nt + t) * 16 + h * 8);
-        const __m256 sc =
-            j.xs ? _mm256_mul_ps(_mm256_set1_ps(j.xs[(i0 + i) * j.ldxs + kc0 / 32 + b]), wsv)
-                 : wsv;
-        _mm256_store_ps(ci + h * 8, _mm256_fmadd_ps(p[i][h], sc, _mm256_load_ps(ci + h * 8)));
+        _mm256_store_ps(ci + h * 8, _mm256_fmadd_ps(p[i][h], wsv, _mm256_load_ps(ci + h * 8)));
       }
     }
   }
@@ -282,6 +305,7 @@ void gemm_fmt(const Job& j) {
     for (int64_t t = 0; t < nt; ++t) {
       const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
       for (int64_t k = 0; k < kc; k += 2)
+        #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
           __m256 w0, w1;
           load_pair<F>(tile, kc0 + k, h, w0, w1);
@@ -289,6 +313,7 @@ void gemm_fmt(const Job& j) {
           _mm256_store_ps(bp + ((k + 1) * nt + t) * 16 + h * 8, w1);
         }
       for (int64_t b = 0; b < kc / 32; ++b)
+        #pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
           _mm256_store_ps(ws + (b * nt + t) * 16 + h * 8,
                           block_wscale<F>(*j.w, j.t0 + t, kc0 / 32 + b, h));
@@ -337,8 +362,7 @@ inline __m256 round_e4m3(__m256 v) {
   return _mm256_or_ps(_mm256_blendv_ps(_mm256_castsi256_ps(u), sub, small), sign);
 }
 
-void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* q, uint16_t* qb,
-              float* xs) {
+void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   for (int64_t i = 0; i < n; ++i) {
     const float* xr = x + i * ldx;
@@ -355,17 +379,17 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* q, uint1
       uint32_t tb;
       std::memcpy(&tb, &t, 4);
       const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
-      xs[i * (K / 32) + b] = e8m0f(uint8_t(code));
+      const __m256 sg = _mm256_set1_ps(e8m0f(uint8_t(code)));
       const __m256 vi = _mm256_set1_ps(e8m0f(uint8_t(254 - code)));
       for (int h = 0; h < 4; ++h) {
         __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + b * 32 + h * 8), vi);
         v = _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(-448.0f)), _mm256_set1_ps(448.0f));
-        const __m256 r = round_e4m3(v);
-        _mm256_storeu_ps(q + i * K + b * 32 + h * 8, r);
-        if (qb) {
+        const __m256 r = _mm256_mul_ps(round_e4m3(v), sg);  // exact: σ is a power of two
+        _mm256_storeu_ps(xq + i * K + b * 32 + h * 8, r);
+        if (xqb) {
           alignas(32) uint32_t bits[8];
           _mm256_store_si256(reinterpret_cast<__m256i*>(bits), _mm256_castps_si256(r));
-          for (int l = 0; l < 8; ++l) qb[i * K + b * 32 + h * 8 + l] = uint16_t(bits[l] >> 16);
+          for (int l = 0; l < 8; ++l) xqb[i * K + b * 32 + h * 8 + l] = uint16_t(bits[l] >> 16);
         }
       }
     }

@@ -13,17 +13,18 @@ namespace deepinfer::linear_isa {
 constexpr int64_t kGemvRows = 4;
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
-constexpr int64_t kGemmPanelTiles = 3;
+constexpr int64_t kGemmPanelTiles = 5;
 
 // One call over tiles [t0, t1) of a packed weight for `n` rows.
 struct Job {
   const PackedWeight* w = nullptr;
-  const float* x = nullptr;  // [n, ldx] fp32 values: inputs (dense) or e4m3 codes (quantized)
+  // [n, ldx] fp32 inputs: the values themselves (dense) or their act_quant QDQ values
+  // x̃ = q·σ (quantized). Since σ is a power of two, a block's partial over x̃ is exactly σ times
+  // the partial over the codes q, so every path scales partials by the weight scale only.
+  const float* x = nullptr;
   int64_t ldx = 0;
-  const uint16_t* xb = nullptr;  // [n, ldxb] bf16 codes (quantized, bf16 GEMM) or null
+  const uint16_t* xb = nullptr;  // [n, ldxb] the same x̃ as bf16 (exact) for vdpbf16ps, or null
   int64_t ldxb = 0;
-  const float* xs = nullptr;  // [n, ldxs] block scales of quantized inputs; null when dense
-  int64_t ldxs = 0;
   int64_t n = 0;
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
   int64_t ldy = 0;
@@ -36,14 +37,13 @@ struct Job {
 };
 
 struct Kernels {
-  // act_quant of n rows (V41_SPEC.md §3.4): q[n, K] the e4m3 values, qb[n, K] the same as bf16
-  // (when non-null), xs[n, K/32] the scales σ.
-  void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* q, uint16_t* qb,
-                   float* xs);
+  // act_quant QDQ of n rows (V41_SPEC.md §3.4): xq[n, K] the values q·σ, xqb[n, K] the same as
+  // bf16 (when non-null).
+  void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb);
   void (*gemv)(const Job& j);  // n <= kGemvRows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
-  bool gemm_bf16;  // whether quantized GEMMs may take bf16 codes
+  bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
 };
 
 const Kernels& avx512_kernels();
