@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
+#include "kernels/quant_isa.h"
 
 namespace deepinfer {
 
 namespace {
+bool use_avx512() {
+  return cpu_isa() == Isa::Avx512;
+}
+
 constexpr float kInv448 = 1.0f / 448.0f;  // f32(1/448)
 constexpr float kInv6 = 1.0f / 6.0f;      // f32(1/6)
 constexpr float kActFloor = 1e-4f;
@@ -61,8 +67,14 @@ void act_quant_qdq(float* x, int64_t n) {
   }
 }
 
-void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
+void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / 32]);
+}
+void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
+  if (use_avx512() && n % 32 == 0)
+    quant_isa::fp8_dequant_avx512(codes, scales, n, out);
+  else
+    fp8_dequant_ref(codes, scales, n, out);
 }
 
 // --- fp4 I ---
@@ -82,9 +94,15 @@ void fp4i_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
   }
 }
 
-void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = e2m1_packed_get(packed, size_t(i)) * e8m0_to_f32(scales[i / 32]);
+}
+void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+  if (use_avx512() && n % 32 == 0)
+    quant_isa::fp4i_dequant_avx512(packed, scales, n, out);
+  else
+    fp4i_dequant_ref(packed, scales, n, out);
 }
 
 void fp4i_qdq(float* x, int64_t n) {
@@ -101,7 +119,8 @@ void fp4i_qdq(float* x, int64_t n) {
 namespace {
 float fp4c_scale(const float* x, uint8_t* code) {
   const float a = std::max(block_amax(x, 16), kFp4CFloor);
-  *code = f32_to_e4m3(a / 6.0f);
+  // Saturating, as the kernels' satfinite conversion (a scale past 448 would be NaN).
+  *code = f32_to_e4m3(std::min(a / 6.0f, 448.0f));
   return e4m3_to_f32(*code);
 }
 }  // namespace
@@ -117,9 +136,15 @@ void fp4c_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
   }
 }
 
-void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i)
     out[i] = e2m1_packed_get(packed, size_t(i)) * e4m3_to_f32(scales[i / 16]);
+}
+void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+  if (use_avx512() && n % 32 == 0)
+    quant_isa::fp4c_dequant_avx512(packed, scales, n, out);
+  else
+    fp4c_dequant_ref(packed, scales, n, out);
 }
 
 void fp4c_qdq(float* x, int64_t n) {
@@ -131,8 +156,14 @@ void fp4c_qdq(float* x, int64_t n) {
   }
 }
 
-void round_bf16_inplace(float* x, int64_t n) {
+void round_bf16_inplace_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+}
+void round_bf16_inplace(float* x, int64_t n) {
+  if (use_avx512())
+    quant_isa::round_bf16_avx512(x, n);
+  else
+    round_bf16_inplace_ref(x, n);
 }
 
 }  // namespace deepinfer
