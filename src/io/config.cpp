@@ -273,7 +273,7 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
 ModelConfig ModelConfig::load(const std::string& path) {
   std::string file = path;
   std::error_code ec;  // an odd path (too long, no permission) is reported below as unreadable
-  DI_REQUIRE(fs::exists(path, ec), path,
+  DI_REQUIRE(fs::exists(path, ec) || ec, path,
              ": does not exist (expected a checkpoint directory or its config.json)");
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   std::ifstream in(file);

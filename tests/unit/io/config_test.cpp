@@ -188,7 +188,7 @@ TEST(Config, LoadsFromADirectoryAndNamesMissingFiles) {
   write_text(dir / "config.json", read_text(kReleased));
   expect_same(ModelConfig::load(dir.path().string()), ModelConfig::load(kReleased));
   EXPECT_TRUE(mentions(error_of([&] { ModelConfig::load(dir / "nope.json"); }),
-                       {dir / "nope.json", "cannot read"}));
+                       {dir / "nope.json", "does not exist"}));
   const std::string long_path = "/tmp/" + std::string(5000, 'x');
   EXPECT_TRUE(mentions(error_of([&] { ModelConfig::load(long_path); }), {"cannot read"}));
   ScratchDir empty;
