@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "deepinfer 0.1.0");
   deepinfer::app::add_make_tiny(app);
   deepinfer::app::add_inspect(app);
+  deepinfer::app::add_bench(app);
   deepinfer::app::add_generate(app);
   try {
     app.parse(argc, argv);

@@ -35,9 +35,9 @@ inline __m256 madd(__m256 a, __m256 b, __m256 c) {
 // round_bf16 (RNE) of finite values.
 inline __m256 round_bf16(__m256 v) {
   __m256i u = _mm256_castps_si256(v);
-  u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
-                                           _mm256_and_si256(_mm256_srli_epi32(u, 16),
-                                                            _mm256_set1_epi32(1))));
+  u = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff),
+                          _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1))));
   return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32(int32_t(0xffff0000u))));
 }
 
@@ -117,10 +117,10 @@ template <bool FQK, bool FPV>
 void run_group(const Job& jb) {
   const SparseAttnArgs& a = *jb.a;
   const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh;
-  float* qT = jb.scratch;           // [Dh][8]
-  float* z = qT + Dh * kLanes;      // [nk][8]
-  float* p = z + nk * kLanes;       // [64][8]
-  float* v = p + kBlock * kLanes;   // [4][8]
+  float* qT = jb.scratch;          // [Dh][8]
+  float* z = qT + Dh * kLanes;     // [nk][8]
+  float* p = z + nk * kLanes;      // [64][8]
+  float* v = p + kBlock * kLanes;  // [4][8]
   for (int64_t d = 0; d < Dh; ++d)
     for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
   int64_t j = 0;
@@ -137,7 +137,8 @@ void run_group(const Job& jb) {
       m_new = _mm256_max_ps(_mm256_load_ps(z + (j0 + jj) * kLanes), m_new);
     _mm256_store_ps(v, _mm256_sub_ps(m, m_new));
     for (int64_t jj = 0; jj < nb; ++jj)
-      _mm256_store_ps(p + jj * kLanes, _mm256_sub_ps(_mm256_load_ps(z + (j0 + jj) * kLanes), m_new));
+      _mm256_store_ps(p + jj * kLanes,
+                      _mm256_sub_ps(_mm256_load_ps(z + (j0 + jj) * kLanes), m_new));
     jb.exp_n(v, kLanes);
     jb.exp_n(p, nb * kLanes);
     const __m256 beta = _mm256_load_ps(v);

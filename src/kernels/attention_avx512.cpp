@@ -34,9 +34,9 @@ inline __m512 madd(__m512 a, __m512 b, __m512 c) {
 // round_bf16 (RNE) of finite values.
 inline __m512 round_bf16(__m512 v) {
   __m512i u = _mm512_castps_si512(v);
-  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                                           _mm512_and_si512(_mm512_srli_epi32(u, 16),
-                                                            _mm512_set1_epi32(1))));
+  u = _mm512_add_epi32(
+      u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                          _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
   return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32(int32_t(0xffff0000u))));
 }
 
@@ -116,10 +116,10 @@ template <bool FQK, bool FPV>
 void run_group(const Job& jb) {
   const SparseAttnArgs& a = *jb.a;
   const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh;
-  float* qT = jb.scratch;           // [Dh][16]
-  float* z = qT + Dh * kLanes;      // [nk][16]
-  float* p = z + nk * kLanes;       // [64][16]
-  float* v = p + kBlock * kLanes;   // [4][16]
+  float* qT = jb.scratch;          // [Dh][16]
+  float* z = qT + Dh * kLanes;     // [nk][16]
+  float* p = z + nk * kLanes;      // [64][16]
+  float* v = p + kBlock * kLanes;  // [4][16]
   for (int64_t d = 0; d < Dh; ++d)
     for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
   int64_t j = 0;
@@ -136,7 +136,8 @@ void run_group(const Job& jb) {
       m_new = _mm512_max_ps(_mm512_load_ps(z + (j0 + jj) * kLanes), m_new);
     _mm512_store_ps(v, _mm512_sub_ps(m, m_new));
     for (int64_t jj = 0; jj < nb; ++jj)
-      _mm512_store_ps(p + jj * kLanes, _mm512_sub_ps(_mm512_load_ps(z + (j0 + jj) * kLanes), m_new));
+      _mm512_store_ps(p + jj * kLanes,
+                      _mm512_sub_ps(_mm512_load_ps(z + (j0 + jj) * kLanes), m_new));
     jb.exp_n(v, kLanes);
     jb.exp_n(p, nb * kLanes);
     const __m512 beta = _mm512_load_ps(v);
@@ -182,8 +183,7 @@ void group_avx512(const Job& j) {
 bool all_bf16_avx512(const float* x, int64_t n) {
   __m512i acc = _mm512_setzero_si512();
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    acc = _mm512_or_si512(acc, _mm512_loadu_si512(x + i));
+  for (; i + 16 <= n; i += 16) acc = _mm512_or_si512(acc, _mm512_loadu_si512(x + i));
   uint32_t low = uint32_t(_mm512_reduce_or_epi32(_mm512_and_si512(acc, _mm512_set1_epi32(0xffff))));
   for (; i < n; ++i) {
     uint32_t u;

@@ -11,9 +11,9 @@ namespace deepinfer::attention_isa {
 // One group of consecutive heads (16 for AVX-512, 8 for AVX2) of one query.
 struct Job {
   const SparseAttnArgs* a = nullptr;
-  int64_t h0 = 0, nh = 0;  // heads [h0, h0 + nh)
-  bool fma_qk = false;     // q·k products are exact (bf16 values): fused multiply-adds agree
-  bool fma_pv = false;     // p·v products are exact
+  int64_t h0 = 0, nh = 0;    // heads [h0, h0 + nh)
+  bool fma_qk = false;       // q·k products are exact (bf16 values): fused multiply-adds agree
+  bool fma_pv = false;       // p·v products are exact
   float* scratch = nullptr;  // scratch_floats(a) floats, 64-byte aligned
   // x[i] = f32(exp(double(x[i]))): the reference's exp, out of line so the ISA files do not
   // instantiate it.

@@ -33,8 +33,21 @@ void indexer_scores_ref(const IndexerScoreArgs& a) {
   }
 }
 
-void indexer_scores(const IndexerScoreArgs& a) {
-  indexer_scores_ref(a);
+// indexer_scores (the dispatch to the vector paths) is in indexer_fast.cpp.
+
+namespace {
+// Per-thread buffers, so that a selection allocates only when a longer list than ever comes.
+thread_local std::vector<ScoredId> t_items;
+}  // namespace
+
+// min(k, m) best of in[0..m) to the front, best first: an O(m) selection, then a sort of the kept
+// ones. `better` is a strict total order (ids are distinct), so the result is unique.
+static int64_t keep_best(ScoredId* in, int64_t m, int64_t k) {
+  const int64_t keep = std::min(k, m);
+  if (keep <= 0) return 0;
+  if (keep < m) std::nth_element(in, in + keep - 1, in + m, better);
+  std::sort(in, in + keep, better);
+  return keep;
 }
 
 void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb, int64_t ck,
@@ -42,18 +55,18 @@ void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb,
   std::fill(mask, mask + T, uint8_t(0));
   const int64_t nblocks = (T + cb - 1) / cb;
   if (nblocks == 0) return;
-  std::vector<float> bs(size_t(nblocks), -INFINITY);
-  for (int64_t t = 0; t < T; ++t) bs[size_t(t / cb)] = std::max(bs[size_t(t / cb)], scores[t]);
-  if (visible > 0) bs[size_t((visible - 1) / cb)] = INFINITY;
-  std::vector<int64_t> order(static_cast<size_t>(nblocks));
-  for (int64_t b = 0; b < nblocks; ++b) order[size_t(b)] = b;
-  const int64_t keep = std::min(ck, nblocks);
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), [&](int64_t x, int64_t y) {
-    return bs[size_t(x)] != bs[size_t(y)] ? bs[size_t(x)] > bs[size_t(y)] : x < y;
-  });
+  t_items.resize(static_cast<size_t>(nblocks));
+  ScoredId* bs = t_items.data();
+  for (int64_t b = 0; b < nblocks; ++b) {
+    float m = -INFINITY;
+    for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) m = std::max(m, scores[t]);
+    bs[b] = {m, int32_t(b)};
+  }
+  if (visible > 0) bs[(visible - 1) / cb].score = INFINITY;
+  const int64_t keep = keep_best(bs, nblocks, ck);
   for (int64_t i = 0; i < keep; ++i) {
-    const int64_t b = order[size_t(i)];
-    if (bs[size_t(b)] == -INFINITY) continue;
+    if (bs[i].score == -INFINITY) continue;
+    const int64_t b = bs[i].id;
     for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) mask[t] = 1;
   }
 }
@@ -62,23 +75,19 @@ int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
   int64_t m = 0;
   for (int64_t i = 0; i < n; ++i)
     if (in[i].score != -INFINITY) in[m++] = in[i];
-  const int64_t keep = std::min(k, m);
-  std::partial_sort(in, in + keep, in + m, better);
+  const int64_t keep = keep_best(in, m, k);
   std::copy(in, in + keep, out);
   return keep;
 }
 
 int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out) {
-  std::vector<int32_t> rows;
-  rows.reserve(static_cast<size_t>(visible));
+  t_items.resize(static_cast<size_t>(std::max<int64_t>(visible, 0)));
+  int64_t m = 0;
   for (int64_t t = 0; t < visible; ++t)
-    if (scores[t] != -INFINITY) rows.push_back(int32_t(t));
-  const int64_t n = std::min<int64_t>(k, int64_t(rows.size()));
-  std::partial_sort(rows.begin(), rows.begin() + n, rows.end(), [&](int32_t x, int32_t y) {
-    return scores[x] != scores[y] ? scores[x] > scores[y] : x < y;
-  });
-  std::sort(rows.begin(), rows.begin() + n);
-  std::copy(rows.begin(), rows.begin() + n, out);
+    if (scores[t] != -INFINITY) t_items[size_t(m++)] = {scores[t], int32_t(t)};
+  const int64_t n = keep_best(t_items.data(), m, k);
+  for (int64_t i = 0; i < n; ++i) out[i] = t_items[size_t(i)].id;
+  std::sort(out, out + n);
   return n;
 }
 

@@ -100,6 +100,15 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
   }
 }
 
+// Whether every bf16 value is 0 or has magnitude in [2^-56, max] (finite).
+bool bf16_not_tiny(const uint16_t* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int e = (v[i] >> 7) & 0xff;
+    if ((v[i] & 0x7fff) != 0 && (e < 127 - 56 || e == 255)) return false;
+  }
+  return true;
+}
+
 // --- dispatch ---
 
 // The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
@@ -161,7 +170,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   if (n <= 0 || n_out == 0) return;
   const linear_isa::Kernels& kern = *kernels_for(isa);
   LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
-  if (path == LinearPath::Auto) path = n <= linear_isa::kGemvRows ? LinearPath::Gemv : LinearPath::Gemm;
+  if (path == LinearPath::Auto)
+    path = n <= linear_isa::kGemvRows ? LinearPath::Gemv : LinearPath::Gemm;
   const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
@@ -175,6 +185,14 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   base.hi = a.row0 + n_out;
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
+  if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
+    // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
+    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.get(size_t(n * K * 2)));
+    if (kern.to_bf16(a.x, a.ldx, n, K, xb)) {
+      base.xb = xb;
+      base.ldxb = K;
+    }
+  }
 
   if (quant) {  // the act_quant QDQ of §3.4, once per row for every output
     const int64_t q_bytes = round_up(n * K * 4, 64);
@@ -280,6 +298,8 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   buf_.reset(buf);
   uint8_t* scale_dst = buf + data_bytes;
   p_.data = buf;
+  p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||
+                     (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
   if (w.format == WeightFormat::Fp4Row) {
     p_.scale = scale_dst;
   } else if (w.format == WeightFormat::Fp8Block) {

@@ -56,6 +56,10 @@ struct PackedWeight {
   const uint8_t* data = nullptr;   // [n_tiles, tile_bytes]
   const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [n_tiles, K/32, 16]
   int64_t scale_cols = 0;          // Fp8Block: row length of the grid
+  // Every value is a bf16 value whose magnitude is 0 or >= 2^-56 (codes always; bf16 weights
+  // when checked so): with inputs alike, no product or partial sum can be subnormal, so the
+  // bf16 dot-product instruction gives exactly the canonical multiply-then-add.
+  bool bf16_products = false;
 };
 
 class PreparedLinear {

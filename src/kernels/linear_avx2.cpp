@@ -96,9 +96,8 @@ inline void load_pair(const uint8_t* tile, int64_t k0, int h, __m256& w0, __m256
     // Pair (k0, k0+1) of group k0/4: two 8-byte runs of (even, odd) bytes for rows 8h..8h+3 and
     // 8h+4..8h+7; a byte shuffle separates the even and the odd input.
     const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h + 8 * ((k0 / 2) & 1);
-    const __m128i v =
-        _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
-                           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
+    const __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
     const __m128i eo =
         _mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
     w0 = fp8x8(eo);
@@ -143,18 +142,18 @@ template <int F, bool FM, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         __m256* acc) {
   __m256 p[NB][NR];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) p[bb][r] = _mm256_setzero_ps();
-  #pragma GCC unroll 16
+#pragma GCC unroll 2
   for (int kk = 0; kk < 16; ++kk) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
       const int64_t k0 = (b0 + bb) * 32 + 2 * kk;
       __m256 w0, w1;
       load_pair<F>(tile, k0, h, w0, w1);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx;
         p[bb][r] = madd<FM>(_mm256_set1_ps(xr[k0 + 1]), w1, p[bb][r]);
@@ -162,10 +161,10 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
       }
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb) {
     const __m256 ws = block_wscale<F>(*j.w, t, b0 + bb, h);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) acc[r] = _mm256_fmadd_ps(p[bb][r], ws, acc[r]);
   }
 }
@@ -177,18 +176,18 @@ void gemv_rows(const Job& j) {
   for (int64_t t = j.t0; t < j.t1; ++t) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
     alignas(32) float out[NR][16];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       __m256 acc[NR];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
       int64_t b = 0;
       for (; b + NB <= nb; b += NB) gemv_blocks<F, FM, NR, NB>(j, tile, t, b, h, acc);
       for (; b < nb; ++b) gemv_blocks<F, FM, NR, 1>(j, tile, t, b, h, acc);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) _mm256_store_ps(out[r] + h * 8, acc[r]);
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) store_tile(j, r, t, out[r]);
   }
 }
@@ -244,16 +243,16 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, int64_t nt, int64_
            const float* bp, const float* ws, float* c /*[n][kNt*16]*/) {
   for (int64_t b = 0; b < kc / 32; ++b) {
     __m256 p[MR][2];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) p[i][0] = p[i][1] = _mm256_setzero_ps();
-    #pragma GCC unroll 16
+#pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
       const int64_t k0 = b * 32 + 2 * kk;
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int odd = 1; odd >= 0; --odd) {
         const float* w = bp + ((k0 + odd) * nt + t) * 16;
         const __m256 w0 = _mm256_load_ps(w), w1 = _mm256_load_ps(w + 8);
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
           const __m256 a = _mm256_broadcast_ss(j.x + (i0 + i) * j.ldx + kc0 + k0 + odd);
           p[i][0] = madd<FM>(a, w0, p[i][0]);
@@ -261,10 +260,10 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, int64_t nt, int64_
         }
       }
     }
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       float* ci = c + (i0 + i) * (kNt * 16) + t * 16;
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int h = 0; h < 2; ++h) {
         const __m256 wsv = _mm256_load_ps(ws + (b * nt + t) * 16 + h * 8);
         _mm256_store_ps(ci + h * 8, _mm256_fmadd_ps(p[i][h], wsv, _mm256_load_ps(ci + h * 8)));
@@ -305,7 +304,7 @@ void gemm_fmt(const Job& j) {
     for (int64_t t = 0; t < nt; ++t) {
       const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
       for (int64_t k = 0; k < kc; k += 2)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int h = 0; h < 2; ++h) {
           __m256 w0, w1;
           load_pair<F>(tile, kc0 + k, h, w0, w1);
@@ -313,7 +312,7 @@ void gemm_fmt(const Job& j) {
           _mm256_store_ps(bp + ((k + 1) * nt + t) * 16 + h * 8, w1);
         }
       for (int64_t b = 0; b < kc / 32; ++b)
-        #pragma GCC unroll 16
+#pragma GCC unroll 16
         for (int h = 0; h < 2; ++h)
           _mm256_store_ps(ws + (b * nt + t) * 16 + h * 8,
                           block_wscale<F>(*j.w, j.t0 + t, kc0 / 32 + b, h));
@@ -352,9 +351,9 @@ inline __m256 round_e4m3(__m256 v) {
   const __m256 sign = _mm256_and_ps(v, sign_mask);
   const __m256 a = _mm256_andnot_ps(sign_mask, v);
   __m256i u = _mm256_castps_si256(a);
-  u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff),
-                                           _mm256_and_si256(_mm256_srli_epi32(u, 20),
-                                                            _mm256_set1_epi32(1))));
+  u = _mm256_add_epi32(
+      u, _mm256_add_epi32(_mm256_set1_epi32(0x7ffff),
+                          _mm256_and_si256(_mm256_srli_epi32(u, 20), _mm256_set1_epi32(1))));
   u = _mm256_and_si256(u, _mm256_set1_epi32(int32_t(0xfff00000u)));
   const __m256 sub =
       _mm256_sub_ps(_mm256_add_ps(a, _mm256_set1_ps(16384.0f)), _mm256_set1_ps(16384.0f));
@@ -399,7 +398,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 }  // namespace
 
 const Kernels& avx2_kernels() {
-  static const Kernels k{quantize, gemv, gemm, gemm_scratch_bytes, false};
+  static const Kernels k{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false};
   return k;
 }
 

@@ -105,15 +105,14 @@ inline Luts make_luts() {
 inline __m512i fp4_pair(const uint8_t* p, const Luts& L) {
   const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   // Low nibble (even input) to the low word, high nibble to the high word: (d | d << 12) & mask.
-  const __m512i w = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12),
-                                              _mm512_set1_epi32(0x000f000f), 0xA8);
+  const __m512i w =
+      _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0x000f000f), 0xA8);
   return _mm512_permutexvar_epi16(w, L.e2m1);
 }
 
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs.
 template <int F>
-inline void decode_group(const uint8_t* tile, int64_t g, const Luts& L, __m512i& p0,
-                         __m512i& p1) {
+inline void decode_group(const uint8_t* tile, int64_t g, const Luts& L, __m512i& p0, __m512i& p1) {
   if constexpr (F == kFp8) {
     // The 64 bytes are stored so that the in-lane byte unpacks below put the pairs in order.
     const __m512i b = _mm512_loadu_si512(tile + g * 64);
@@ -213,14 +212,14 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, __m512 (&p)[NB][NR
 
 // Quantized rows: bf16 codes times bf16 pairs.
 template <int F, int NR, int NB>
-inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
-                           const Luts& L, __m512* acc) {
+inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
+                           __m512* acc) {
   __m512 p[NB][NR];
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) p[bb][r] = _mm512_setzero_ps();
-#pragma GCC unroll 8
+#pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
@@ -239,14 +238,14 @@ inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t
 
 // fp32 values times fp32 weights, in the pair order (odd input first).
 template <int F, bool FM, int NR, int NB>
-inline void gemv_fp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
-                           const Luts& L, __m512* acc) {
+inline void gemv_fp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
+                           __m512* acc) {
   __m512 p[NB][NR];
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) p[bb][r] = _mm512_setzero_ps();
-#pragma GCC unroll 8
+#pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
@@ -319,7 +318,7 @@ void gemv_n(const Job& j) {
 
 template <int F>
 void gemv_fmt(const Job& j) {
-  if constexpr (F == kFp8 || F == kFp4) {
+  if constexpr (F != kF32) {
     if (j.xb) return gemv_n<F, 0>(j);
   }
   if (j.fma)
@@ -343,7 +342,7 @@ void gemv(const Job& j) {
 
 // --- GEMM ---
 
-constexpr int kMr = 4;            // rows per micro-kernel call
+constexpr int kMr = 8;            // rows per micro-kernel call
 constexpr int64_t kKcBf16 = 256;  // inputs per packed chunk (bf16 pairs: 24 KiB for 3 tiles)
 constexpr int64_t kKcF32 = 128;   // (fp32: 24 KiB)
 constexpr int64_t kNt = kGemmPanelTiles;
@@ -405,7 +404,7 @@ void micro_bf16(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScr
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) p[i][t] = _mm512_setzero_ps();
-#pragma GCC unroll 16
+#pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
       __m512bh w[NT];
 #pragma GCC unroll 16
@@ -441,7 +440,7 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 16
       for (int t = 0; t < NT; ++t) p[i][t] = _mm512_setzero_ps();
-#pragma GCC unroll 16
+#pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
       const int64_t k0 = b * 32 + 2 * kk;
 #pragma GCC unroll 2
@@ -531,9 +530,9 @@ inline __m512 round_e4m3(__m512 v) {
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(INT32_MIN));
   const __m512 a = _mm512_abs_ps(v);
   __m512i u = _mm512_castps_si512(a);
-  u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7ffff),
-                                           _mm512_and_si512(_mm512_srli_epi32(u, 20),
-                                                            _mm512_set1_epi32(1))));
+  u = _mm512_add_epi32(
+      u, _mm512_add_epi32(_mm512_set1_epi32(0x7ffff),
+                          _mm512_and_si512(_mm512_srli_epi32(u, 20), _mm512_set1_epi32(1))));
   u = _mm512_and_si512(u, _mm512_set1_epi32(int32_t(0xfff00000u)));
   const __m512 sub =
       _mm512_sub_ps(_mm512_add_ps(a, _mm512_set1_ps(16384.0f)), _mm512_set1_ps(16384.0f));
@@ -565,18 +564,34 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
         const __m512 r = _mm512_mul_ps(round_e4m3(v), sg);  // exact: σ is a power of two
         _mm512_storeu_ps(xq + i * K + b * 32 + h * 16, r);
         if (xqb)
-          _mm256_storeu_si256(
-              reinterpret_cast<__m256i*>(xqb + i * K + b * 32 + h * 16),
-              _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(r), 16)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(xqb + i * K + b * 32 + h * 16),
+                              _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(r), 16)));
       }
     }
   }
 }
 
+bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < K; k += 16) {  // K is a multiple of 32
+      const __m512i u = _mm512_loadu_si512(x + i * ldx + k);
+      const __m512i e = _mm512_and_si512(_mm512_srli_epi32(u, 23), _mm512_set1_epi32(0xff));
+      const __mmask16 zero = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
+      const __mmask16 in_range = _mm512_cmpge_epi32_mask(e, _mm512_set1_epi32(127 - 56)) &
+                                 _mm512_cmple_epi32_mask(e, _mm512_set1_epi32(254));
+      const __mmask16 low = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xffff));
+      bad |= __mmask16(low | ~(zero | in_range));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + i * K + k),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+    }
+  return bad == 0;
+}
+
 }  // namespace
 
 const Kernels& avx512_kernels() {
-  static const Kernels k{quantize, gemv, gemm, gemm_scratch_bytes, true};
+  static const Kernels k{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true};
   return k;
 }
 
@@ -606,8 +621,8 @@ bool avx512_dpbf16_is_canonical() {
     }
     for (int l = 0; l < 16; ++l) {
       const uint64_t r = next();
-      const uint32_t u = uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) |
-                                  ((r >> 8) & 0x7fffff));
+      const uint32_t u =
+          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff));
       std::memcpy(&acc[l], &u, 4);
     }
     const __m512 res =

@@ -13,7 +13,7 @@ namespace deepinfer::linear_isa {
 constexpr int64_t kGemvRows = 4;
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
-constexpr int64_t kGemmPanelTiles = 5;
+constexpr int64_t kGemmPanelTiles = 3;
 
 // One call over tiles [t0, t1) of a packed weight for `n` rows.
 struct Job {
@@ -40,6 +40,10 @@ struct Kernels {
   // act_quant QDQ of n rows (V41_SPEC.md §3.4): xq[n, K] the values q·σ, xqb[n, K] the same as
   // bf16 (when non-null).
   void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb);
+  // Converts n rows of fp32 inputs to bf16 (xb[n, K]) and returns whether every value is a bf16
+  // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
+  // ISA has no bf16 products.
+  bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
   void (*gemv)(const Job& j);  // n <= kGemvRows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);

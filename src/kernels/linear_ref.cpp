@@ -83,9 +83,8 @@ void run(const Weight& w, const LinearArgs& a, bool quant) {
   ThreadPool::global().parallel_for(n_out, 64, [&](int64_t o0, int64_t o1) {
     for (int64_t i = 0; i < a.n; ++i)
       for (int64_t o = o0; o < o1; ++o)
-        a.y[i * a.ldy + o] =
-            dot_row(w, a.row0 + o, xv + i * ldv, quant ? qs.data() + i * (K / 32) : nullptr,
-                    a.exact);
+        a.y[i * a.ldy + o] = dot_row(w, a.row0 + o, xv + i * ldv,
+                                     quant ? qs.data() + i * (K / 32) : nullptr, a.exact);
   });
 }
 

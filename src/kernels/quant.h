@@ -24,20 +24,24 @@ void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
 void act_quant_values(const float* x, int64_t n, float* qvals, uint8_t* scales);
 void act_quant_qdq(float* x, int64_t n);
 void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
+void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 
 // --- fp4 variant I (e2m1, block 32, e8m0 scales); n % 32 == 0 ---
 // packed[n/2] (low nibble = even element), scales[n/32].
 void fp4i_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
 void fp4i_qdq(float* x, int64_t n);
 void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 
 // --- fp4 variant C (e2m1, block 16, e4m3 scales); n % 16 == 0 ---
 // packed[n/2], scales[n/16] e4m3.
 void fp4c_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
 void fp4c_qdq(float* x, int64_t n);
 void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 
 // Rounds every element to bf16 (RNE), in place.
 void round_bf16_inplace(float* x, int64_t n);
+void round_bf16_inplace_ref(float* x, int64_t n);
 
 }  // namespace deepinfer

@@ -42,8 +42,7 @@ inline float block_dot(const float* a, const float* b, int64_t n) {
 // last block is shorter).
 inline float canonical_dot(const float* a, const float* b, int64_t n) {
   float acc = 0;
-  for (int64_t k = 0; k < n; k += 32)
-    acc += block_dot(a + k, b + k, n - k < 32 ? n - k : 32);
+  for (int64_t k = 0; k < n; k += 32) acc += block_dot(a + k, b + k, n - k < 32 ? n - k : 32);
   return acc;
 }
 

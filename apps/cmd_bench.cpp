@@ -1,0 +1,174 @@
+// `deepinfer bench ...`: kernel and end-to-end benchmarks, each printing its figure, the machine
+// limit measured in the same run, and their ratio (JSON lines with --json).
+#include <malloc.h>
+
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+#ifdef DEEPINFER_HAVE_BENCH
+#include "bench/bench_decode.h"
+#include "bench/bench_linear.h"
+#endif
+
+namespace deepinfer::app {
+
+#ifdef DEEPINFER_HAVE_BENCH
+namespace {
+
+struct BenchFlags {
+  bool json = false;
+  int threads = 0;
+};
+
+void apply(const BenchFlags& f) {
+  if (f.threads > 0) ThreadPool::set_global_threads(f.threads);
+  // The model's per-step buffers are freed and allocated again every step; keep freed memory in
+  // the heap instead of returning it to the kernel, so that steps do not pay page faults.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // the largest value glibc accepts
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+// "a,b,c" -> numbers.
+template <typename T>
+std::vector<T> parse_list(const std::string& s, const char* what) {
+  std::vector<T> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      DI_REQUIRE(used == item.size() && v > 0, "");
+      out.push_back(T(v));
+    } catch (const std::exception&) {
+      throw Error(
+          str_cat(what, ": '", item, "' is not a positive integer (expected a list like 1,4,16)"));
+    }
+  }
+  DI_REQUIRE(!out.empty(), what, ": empty list");
+  return out;
+}
+
+void add_common(CLI::App* cmd, BenchFlags& f) {
+  cmd->add_flag("--json", f.json, "One JSON object per result line");
+  cmd->add_option("--threads", f.threads, "Threads (default: DEEPINFER_NUM_THREADS or all cores)");
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks against the machine's limits");
+  bench->require_subcommand(1);
+
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto mib = std::make_shared<int>(1024);
+    auto reps = std::make_shared<int>(5);
+    CLI::App* cmd =
+        bench->add_subcommand("bandwidth", "Read bandwidth, all threads (decode limit)");
+    add_common(cmd, *f);
+    cmd->add_option("--mib", *mib, "Buffer size in MiB (well above the last-level cache)");
+    cmd->add_option("--reps", *reps, "Repetitions (best is reported)");
+    cmd->callback([f, mib, reps] {
+      apply(*f);
+      DI_REQUIRE(*mib >= 64, "--mib ", *mib, ": expected at least 64");
+      bench::Reporter rep(f->json);
+      bench::bench_bandwidth(rep, uint64_t(*mib) << 20, *reps);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto opt = std::make_shared<bench::LinearBenchOptions>();
+    auto formats = std::make_shared<std::string>("fp8,fp4");
+    auto rows = std::make_shared<std::string>("16,128,512");
+    auto ws = std::make_shared<int>(256);
+    auto no_dnn = std::make_shared<bool>(false);
+    auto shapes = std::make_shared<std::string>();
+    CLI::App* cmd = bench->add_subcommand(
+        "linear", "fp8/fp4 GEMV (GB/s vs read bandwidth) and GEMM (GFLOP/s vs oneDNN bf16)");
+    add_common(cmd, *f);
+    cmd->add_option("--formats", *formats, "Weight formats: fp8, fp4");
+    cmd->add_option("--rows", *rows, "GEMM row counts");
+    cmd->add_option("--shapes", *shapes,
+                    "in:out pairs, e.g. 5120:1280,2304:5120 (default: V4.1-Flash)");
+    cmd->add_option("--working-set-mib", *ws, "Weights cycled through per measurement");
+    cmd->add_option("--reps", opt->reps, "Repetitions (best is reported)");
+    cmd->add_flag("--no-onednn", *no_dnn, "Skip the oneDNN comparison");
+    auto no_gemm = std::make_shared<bool>(false);
+    cmd->add_flag("--no-gemm", *no_gemm, "GEMV only");
+    cmd->callback([f, opt, formats, rows, ws, no_dnn, no_gemm, shapes] {
+      apply(*f);
+      opt->formats.clear();
+      std::stringstream ss(*formats);
+      for (std::string s; std::getline(ss, s, ',');) opt->formats.push_back(s);
+      opt->gemm_rows = parse_list<int64_t>(*rows, "--rows");
+      if (*no_gemm) opt->gemm_rows.clear();
+      DI_REQUIRE(*ws >= 1, "--working-set-mib ", *ws, ": expected at least 1");
+      opt->working_set = uint64_t(*ws) << 20;
+      opt->onednn = !*no_dnn;
+      std::stringstream sh(*shapes);
+      for (std::string s; std::getline(sh, s, ',');) {
+        const size_t colon = s.find(':');
+        DI_REQUIRE(colon != std::string::npos, "--shapes: '", s, "' is not in:out");
+        const auto in = parse_list<int64_t>(s.substr(0, colon), "--shapes");
+        const auto out = parse_list<int64_t>(s.substr(colon + 1), "--shapes");
+        DI_REQUIRE(in[0] % 32 == 0, "--shapes: input dim ", in[0], " is not a multiple of 32");
+        opt->shapes.push_back({in[0], out[0], s});
+      }
+      bench::Reporter rep(f->json);
+      bench::bench_linear(rep, *opt);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto opt = std::make_shared<bench::DecodeBenchOptions>();
+    auto batches = std::make_shared<std::string>("1,4,16");
+    CLI::App* cmd = bench->add_subcommand(
+        "decode", "Decode tok/s vs the bandwidth roofline; prefill tok/s vs the FLOP limit");
+    add_common(cmd, *f);
+    cmd->add_option("--model", opt->model_dir, "Checkpoint directory")->required();
+    cmd->add_option("--batches", *batches, "Decode batch sizes");
+    cmd->add_option("--prompt", opt->prompt, "Context tokens before the timed decode steps");
+    cmd->add_option("--steps", opt->steps, "Timed decode steps");
+    cmd->add_option("--prefill", opt->prefill_tokens, "Prompt length of the prefill measurement");
+    cmd->add_flag("--regions", opt->regions, "Print the model's time per region (stderr)");
+    cmd->callback([f, opt, batches] {
+      apply(*f);
+      opt->batches = parse_list<int>(*batches, "--batches");
+      DI_REQUIRE(opt->prompt >= 1 && opt->steps >= 1 && opt->prefill_tokens >= 1,
+                 "--prompt, --steps and --prefill must be positive");
+      bench::Reporter rep(f->json);
+      bench::bench_decode(rep, *opt);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto calls = std::make_shared<int>(20000);
+    CLI::App* cmd = bench->add_subcommand("pool", "Thread-pool overhead per parallel_for");
+    add_common(cmd, *f);
+    cmd->add_option("--calls", *calls, "Calls timed");
+    cmd->callback([f, calls] {
+      apply(*f);
+      bench::Reporter rep(f->json);
+      bench::bench_pool(rep, std::max(1, *calls));
+    });
+  }
+}
+
+#else
+
+void add_bench(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (not in this build)");
+  cmd->allow_extras();
+  cmd->callback([] {
+    throw Error("this build has no benchmarks (configure with -DDEEPINFER_BUILD_BENCH=ON)");
+  });
+}
+
+#endif
+
+}  // namespace deepinfer::app

@@ -1,0 +1,164 @@
+#include "bench_decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "onednn_matmul.h"
+
+namespace deepinfer::bench {
+
+namespace {
+
+// Weight bytes one decode step of `batch` tokens reads: the dense weights once, a row of the
+// embedding and Engram tables per token, and the experts the batch activates (expected number of
+// distinct experts when each token picks k of E at random).
+double step_bytes(const ModelConfig& c, const WeightFootprint& f, int batch) {
+  const double E = c.n_routed_experts, k = c.n_activated_experts;
+  const double distinct = E * (1.0 - std::pow(1.0 - k / E, batch));
+  return double(f.dense_per_token) + double(f.experts_per_token) / k * distinct;
+}
+
+// Multiply-accumulates per token of a long prompt: every linear once (routed experts at k of E),
+// the head once per prompt, table lookups and attention not counted.
+double macs_per_token(const ModelConfig& c, int prompt) {
+  double macs = 0;
+  const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
+  for (const TensorSpec& s : checkpoint_schema(c)) {
+    if (s.shape.ndim != 2 || s.name.find(".scale") != std::string::npos) continue;
+    const std::string& n = s.name;
+    if (n == "embed.weight" || n.find(".engram.embed.") != std::string::npos) continue;
+    const double numel = double(s.shape.numel());
+    if (n == "head.weight")
+      macs += numel / prompt;
+    else if (n.find(".ffn.experts.") != std::string::npos)
+      macs += numel * share;
+    else
+      macs += numel;
+  }
+  return macs;
+}
+
+// Reads one byte per page of a mapped weight, so that page faults of tables read one row per
+// token (embedding, Engram) are not charged to the timed steps.
+void touch_pages(const Weight& w) {
+  const volatile uint8_t* p = static_cast<const uint8_t*>(w.data);
+  uint8_t sink = 0;
+  for (uint64_t off = 0; w.data && off < w.nbytes(); off += 4096) sink ^= p[off];
+  (void)sink;
+}
+
+struct Runner {
+  Model& model;
+  KvCache& kv;
+  const std::vector<int32_t>& blocks;  // [max_seqs, per_seq]
+  int64_t per_seq;
+  int64_t vocab;
+  std::mt19937 rng{3};
+  std::vector<float> logits;
+
+  int32_t token() { return int32_t(rng() % uint32_t(vocab)); }
+
+  // One step: sequences [0, n) each feed `len` tokens at `start`; logits of each last token.
+  void step(int n, int64_t start, int64_t len) {
+    ForwardBatch b;
+    for (int s = 0; s < n; ++s) {
+      ForwardSeq q;
+      q.start_pos = start;
+      q.n_tokens = len;
+      q.kv = {s, blocks.data() + size_t(s) * size_t(per_seq), per_seq};
+      q.logits_from = len - 1;
+      b.seqs.push_back(q);
+      for (int64_t i = 0; i < len; ++i) b.tokens.push_back(token());
+    }
+    logits.resize(size_t(b.n_logit_rows() * vocab));
+    model.forward(b, kv, logits.data());
+  }
+};
+
+}  // namespace
+
+void bench_decode(Reporter& rep, const DecodeBenchOptions& opt) {
+  DI_REQUIRE(!opt.model_dir.empty(), "bench decode: --model DIR is required");
+  const double t_load = now_s();
+  auto ck = Checkpoint::load(opt.model_dir);
+  Model model(*ck, ModelOptions{});
+  const double load_s = now_s() - t_load;
+  const ModelConfig& c = model.config();
+  const WeightFootprint fp = weight_footprint(c);
+  touch_pages(ck->embed);
+  for (const LayerWeights& L : ck->layers) touch_pages(L.engram_table);
+  ThreadPool& pool = ThreadPool::global();
+  rep.note(str_cat("model ", opt.model_dir, ": ", human_bytes(double(fp.total)), " of weights, ",
+                   human_bytes(double(fp.per_token)),
+                   " read per decoded token; repacked for the kernels: ",
+                   human_bytes(double(model.prepared_weight_bytes())), " (load + repack ", load_s,
+                   " s); isa ", isa_name(cpu_isa()), ", ", pool.size(), " threads"));
+
+  const int max_batch = *std::max_element(opt.batches.begin(), opt.batches.end());
+  const int64_t ctx = std::max<int64_t>(opt.prompt + opt.steps + 2, opt.prefill_tokens + 1);
+  KvCacheOptions ko;
+  ko.block_tokens = 16;
+  ko.max_seqs = max_batch;
+  const int64_t per_seq = (ctx + ko.block_tokens - 1) / ko.block_tokens;
+  ko.num_blocks = int32_t(per_seq * max_batch);
+  KvCache kv(c, ko);
+  std::vector<int32_t> blocks(size_t(ko.num_blocks));
+  for (int32_t i = 0; i < ko.num_blocks; ++i) blocks[size_t(i)] = i;
+  Runner run{model, kv, blocks, per_seq, c.vocab_size, std::mt19937(3), {}};
+  if (opt.regions) RegionTimer::set_enabled(true);
+
+  for (int B : opt.batches) {
+    run.step(B, 0, opt.prompt);  // context (all sequences in one step)
+    run.step(B, opt.prompt, 1);  // warm-up
+    if (opt.regions) RegionTimer::reset();
+    const double bw = read_bandwidth_gbs(uint64_t(1) << 30, 3);
+    const double t0 = now_s();
+    for (int s = 0; s < opt.steps; ++s) run.step(B, opt.prompt + 1 + s, 1);
+    const double dt = now_s() - t0;
+    const double tok_s = double(B) * opt.steps / dt;
+    const double bytes = step_bytes(c, fp, B);
+    const double roof = double(B) * bw * 1e9 / bytes;
+    rep.print(Row("decode")
+                  .add("batch", B)
+                  .add("context", int64_t(opt.prompt))
+                  .add("ms_per_step", dt / opt.steps * 1e3, 2)
+                  .add("tok_s", tok_s, 2)
+                  .add("bytes_per_step", human_bytes(bytes))
+                  .add("bandwidth_gbs", bw, 2)
+                  .add("roofline_tok_s", roof, 2)
+                  .add("ratio", tok_s / roof, 3));
+    if (opt.regions) RegionTimer::print(stderr);
+  }
+
+  // Prefill: one prompt in one call.
+  const double peak = opt.onednn && onednn_available() ? onednn_peak_gflops(pool.size()) : 0;
+  run.step(1, 0, std::min<int64_t>(opt.prefill_tokens, 16));  // warm-up
+  if (opt.regions) RegionTimer::reset();
+  const double t0 = now_s();
+  run.step(1, 0, opt.prefill_tokens);
+  const double dt = now_s() - t0;
+  const double tok_s = opt.prefill_tokens / dt;
+  const double flops = 2 * macs_per_token(c, opt.prefill_tokens);
+  Row row("prefill");
+  row.add("tokens", int64_t(opt.prefill_tokens))
+      .add("s", dt, 3)
+      .add("tok_s", tok_s, 1)
+      .add("gflop_per_token", flops / 1e9, 3)
+      .add("gflops", tok_s * flops / 1e9, 1);
+  if (peak > 0)
+    row.add("flop_limit_gflops", peak, 1)
+        .add("roofline_tok_s", peak * 1e9 / flops, 1)
+        .add("ratio", tok_s * flops / 1e9 / peak, 3);
+  rep.print(row);
+  if (opt.regions) RegionTimer::print(stderr);
+}
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,25 @@
+// `deepinfer bench decode`: end-to-end decode and prefill through Model::forward with a KvCache
+// (no serving engine), against the machine's limits measured in the same run: read bandwidth /
+// weight bytes touched per step for decode, the matmul FLOP ceiling / FLOPs per token for prefill.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+
+namespace deepinfer::bench {
+
+struct DecodeBenchOptions {
+  std::string model_dir;
+  std::vector<int> batches = {1, 4, 16};
+  int prompt = 32;           // tokens of context before the timed decode steps
+  int steps = 16;            // timed decode steps per batch size
+  int prefill_tokens = 256;  // one prompt in one forward call
+  bool regions = false;      // print the model's region timings
+  bool onednn = true;        // the FLOP ceiling for prefill
+};
+
+void bench_decode(Reporter& rep, const DecodeBenchOptions& opt);
+
+}  // namespace deepinfer::bench

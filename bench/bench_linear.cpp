@@ -1,0 +1,196 @@
+#include "bench_linear.h"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/linear.h"
+#include "onednn_matmul.h"
+
+namespace deepinfer::bench {
+
+namespace {
+
+constexpr uint64_t kBandwidthBytes = uint64_t(1) << 30;
+
+// A checkpoint-format weight with valid random codes (no e4m3 NaN) and realistic scales.
+struct SynthWeight {
+  std::vector<uint8_t> data, scale;
+  Weight w;
+};
+
+SynthWeight synth_weight(const std::string& fmt, int64_t out, int64_t in, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  SynthWeight s;
+  Weight& w = s.w;
+  w.name = fmt + "[" + std::to_string(out) + "x" + std::to_string(in) + "]";
+  w.shape = Shape{out, in};
+  if (fmt == "fp8") {
+    w.format = WeightFormat::Fp8Block;
+    s.data.resize(size_t(out * in));
+    for (auto& b : s.data) {
+      b = uint8_t(rng());
+      if ((b & 0x7f) == 0x7f) b ^= 1;
+    }
+    w.scale_cols = (in + 31) / 32;
+    s.scale.resize(size_t((out + 31) / 32 * w.scale_cols));
+  } else if (fmt == "fp4") {
+    w.format = WeightFormat::Fp4Row;
+    s.data.resize(size_t(out * in / 2));
+    for (auto& b : s.data) b = uint8_t(rng());
+    w.scale_cols = in / 32;
+    s.scale.resize(size_t(out * w.scale_cols));
+  } else {
+    throw Error(str_cat("bench linear: unknown format '", fmt, "' (expected fp8 or fp4)"));
+  }
+  for (auto& b : s.scale) b = uint8_t(118 + rng() % 6);
+  w.data = s.data.data();
+  w.scale = s.scale.data();
+  return s;
+}
+
+std::vector<float> random_rows(int64_t n, int64_t k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(size_t(n * k));
+  for (auto& v : x) v = round_bf16(nd(rng));
+  return x;
+}
+
+// Best time of `reps` passes of fn over `calls` calls.
+template <typename F>
+double best_time(int reps, int64_t calls, F&& fn) {
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_s();
+    for (int64_t c = 0; c < calls; ++c) fn(c);
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+void settle() {  // lets the other library's spinning threads go to sleep
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+}
+
+}  // namespace
+
+std::vector<LinearShape> flash_shapes() {
+  return {{5120, 1280, "wq_a"},    {1280, 32768, "wq_b"}, {8192, 5120, "wo_b"},
+          {5120, 2304, "w1/w3"},   {2304, 5120, "w2"},    {5120, 512, "wkv"},
+          {1280, 4096, "idx.wq_b"}};
+}
+
+void bench_bandwidth(Reporter& rep, uint64_t bytes, int reps) {
+  const double bw = read_bandwidth_gbs(bytes, reps);
+  rep.print(Row("bandwidth")
+                .add("threads", ThreadPool::global().size())
+                .add("buffer", human_bytes(double(bytes)))
+                .add("read_gbs", bw, 2));
+}
+
+void bench_pool(Reporter& rep, int calls) {
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t n = pool.size();
+  std::vector<int64_t> sink(static_cast<size_t>(n));
+  auto body = [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) ++sink[size_t(i)];
+  };
+  pool.parallel_for(n, 1, body);
+  const double t = best_time(3, calls, [&](int64_t) { pool.parallel_for(n, 1, body); });
+  rep.print(Row("pool")
+                .add("threads", pool.size())
+                .add("calls", int64_t(calls))
+                .add("us_per_parallel_for", t / calls * 1e6, 3));
+}
+
+void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
+  ThreadPool& pool = ThreadPool::global();
+  const int threads = pool.size();
+  const std::vector<LinearShape> shapes = opt.shapes.empty() ? flash_shapes() : opt.shapes;
+  rep.note(str_cat("isa ", isa_name(cpu_isa()), ", ", threads, " threads; working set >= ",
+                   human_bytes(double(opt.working_set)), " of weights per measurement"));
+  const bool use_dnn = opt.onednn && onednn_available();
+  const double peak = use_dnn ? onednn_peak_gflops(threads) : 0;
+  settle();
+  for (const std::string& fmt : opt.formats)
+    for (const LinearShape& sh : shapes) {
+      const SynthWeight sw = synth_weight(fmt, sh.out, sh.in, uint64_t(sh.in * 31 + sh.out));
+      const uint64_t bytes = sw.w.nbytes();
+      const int64_t copies = std::max<int64_t>(2, int64_t(opt.working_set / bytes) + 1);
+      std::vector<PreparedLinear> ws;
+      ws.reserve(size_t(copies));
+      for (int64_t c = 0; c < copies; ++c) ws.emplace_back(sw.w);
+      std::vector<float> y(size_t(opt.gemm_rows.empty() ? 1
+                                                        : *std::max_element(opt.gemm_rows.begin(),
+                                                                            opt.gemm_rows.end())) *
+                           size_t(sh.out));
+      // --- GEMV, one row: the decode case ---
+      const double bw = read_bandwidth_gbs(kBandwidthBytes, 5);
+      const auto x1 = random_rows(1, sh.in, 1);
+      const double t = best_time(opt.reps, copies, [&](int64_t c) {
+        linear_quant(ws[size_t(c)], x1.data(), 1, y.data());
+      });
+      const double gbs = double(bytes) * double(copies) / t / 1e9;
+      rep.print(Row("linear_gemv")
+                    .add("format", fmt)
+                    .add("shape", str_cat(sh.in, "->", sh.out))
+                    .add("layer", sh.name)
+                    .add("rows", int64_t(1))
+                    .add("working_set", human_bytes(double(bytes * copies)))
+                    .add("us_per_call", t / double(copies) * 1e6, 1)
+                    .add("gbs", gbs, 2)
+                    .add("bandwidth_gbs", bw, 2)
+                    .add("ratio", gbs / bw, 3));
+      // --- GEMM: prefill and batched decode ---
+      std::unique_ptr<OnednnMatmul> dn;
+      std::vector<float> deq;
+      for (int64_t M : opt.gemm_rows) {
+        const auto x = random_rows(M, sh.in, 2);
+        const double flops = 2.0 * double(M) * double(sh.in) * double(sh.out);
+        // Enough calls for ~0.3 s per pass, cycling through the copies.
+        const double t_one =
+            best_time(1, 1, [&](int64_t) { linear_quant(ws[0], x.data(), M, y.data()); });
+        const int64_t calls = std::max<int64_t>(copies, int64_t(0.3 / std::max(t_one, 1e-6)));
+        const double tg = best_time(opt.reps, calls, [&](int64_t c) {
+          linear_quant(ws[size_t(c % copies)], x.data(), M, y.data());
+        });
+        const double ours = flops * double(calls) / tg / 1e9;
+        Row row("linear_gemm");
+        row.add("format", fmt)
+            .add("shape", str_cat(sh.in, "->", sh.out))
+            .add("layer", sh.name)
+            .add("rows", M)
+            .add("gflops", ours, 1);
+        if (use_dnn) {
+          settle();
+          onednn_set_threads(threads);
+          dn = std::make_unique<OnednnMatmul>(M, sh.in, sh.out);
+          if (deq.empty()) {
+            deq.resize(size_t(sh.out * sh.in));
+            for (int64_t r = 0; r < sh.out; ++r) weight_row(sw.w, r, deq.data() + r * sh.in);
+          }
+          const int64_t dcopies =
+              std::max<int64_t>(2, int64_t(opt.working_set / uint64_t(sh.in * sh.out * 2)) + 1);
+          for (int64_t c = 0; c < dcopies; ++c) dn->add_weight(deq.data());
+          dn->run(0);
+          const double td1 = best_time(1, 1, [&](int64_t) { dn->run(0); });
+          const int64_t dcalls = std::max<int64_t>(dcopies, int64_t(0.3 / std::max(td1, 1e-6)));
+          const double td =
+              best_time(opt.reps, dcalls, [&](int64_t c) { dn->run(int(c % dcopies)); });
+          const double theirs = flops * double(dcalls) / td / 1e9;
+          dn.reset();
+          settle();
+          row.add("onednn_bf16_gflops", theirs, 1).add("ratio", ours / theirs, 3);
+        }
+        if (peak > 0) row.add("peak_gflops", peak, 1);
+        rep.print(row);
+      }
+    }
+}
+
+}  // namespace deepinfer::bench

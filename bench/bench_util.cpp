@@ -1,0 +1,116 @@
+#include "bench_util.h"
+
+#include <emmintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::bench {
+
+Row& Row::add(const std::string& key, const std::string& value) {
+  fields_.push_back({key, value, false, 0});
+  return *this;
+}
+
+Row& Row::add(const std::string& key, double value, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", precision, value);
+  fields_.push_back({key, buf, true, value});
+  return *this;
+}
+
+Row& Row::add(const std::string& key, int64_t value) {
+  fields_.push_back({key, std::to_string(value), true, double(value)});
+  return *this;
+}
+
+void Reporter::print(const Row& r) {
+  if (json_) {
+    nlohmann::ordered_json j;
+    for (const auto& f : r.fields()) {
+      if (f.number)
+        j[f.key] = std::strtod(f.text.c_str(), nullptr);
+      else
+        j[f.key] = f.text;
+    }
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::string line;
+    for (const auto& f : r.fields()) line += (line.empty() ? "" : "  ") + f.key + "=" + f.text;
+    std::printf("%s\n", line.c_str());
+  }
+  std::fflush(stdout);
+}
+
+void Reporter::note(const std::string& text) {
+  std::fprintf(json_ ? stderr : stdout, "# %s\n", text.c_str());
+  std::fflush(json_ ? stderr : stdout);
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+namespace {
+// Sums 64-bit lanes of [p, p + n) (n a multiple of 128 bytes) with eight independent
+// accumulators; 16-byte loads keep the loop in the baseline ISA and still outrun DRAM.
+uint64_t sum_range(const uint8_t* p, uint64_t n) {
+  __m128i a[8];
+  for (auto& v : a) v = _mm_setzero_si128();
+  for (uint64_t i = 0; i < n; i += 128)
+    for (int k = 0; k < 8; ++k)
+      a[k] = _mm_add_epi64(a[k], _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16 * k)));
+  for (int k = 1; k < 8; ++k) a[0] = _mm_add_epi64(a[0], a[k]);
+  uint64_t out[2];
+  std::memcpy(out, &a[0], 16);
+  return out[0] + out[1];
+}
+}  // namespace
+
+double read_bandwidth_gbs(uint64_t bytes, int reps) {
+  bytes = bytes / 4096 * 4096;
+  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  DI_REQUIRE(buf, "bench: cannot allocate ", bytes, " bytes for the bandwidth buffer");
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t parts = pool.size();
+  const uint64_t part = bytes / uint64_t(parts) / 128 * 128;
+  pool.parallel_for(parts, 1, [&](int64_t b, int64_t e) {  // first touch by the reading thread
+    for (int64_t i = b; i < e; ++i) std::memset(buf + uint64_t(i) * part, int(i + 1), part);
+  });
+  std::vector<uint64_t> sink(static_cast<size_t>(parts));
+  double best = 0;
+  for (int r = 0; r < reps; ++r) {
+    const double t0 = now_s();
+    pool.parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) sink[size_t(i)] = sum_range(buf + uint64_t(i) * part, part);
+    });
+    const double dt = now_s() - t0;
+    best = std::max(best, double(part) * double(parts) / dt / 1e9);
+  }
+  uint64_t check = 0;
+  for (uint64_t s : sink) check += s;
+  std::free(buf);
+  return check == 1 ? 0 : best;  // `check` keeps the sums alive
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace deepinfer::bench

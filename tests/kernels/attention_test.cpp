@@ -1,0 +1,86 @@
+// Sparse attention: the vector paths against sparse_attention_ref (bit-exact) over head counts
+// that do and do not fill a vector, head dims, key counts around the 64-key softmax blocks,
+// bf16 and fp32 inputs, ISAs and thread counts; the reference against the exact formula.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "kernels/attention.h"
+
+namespace deepinfer::testing {
+namespace {
+
+struct AttnInputs {
+  std::vector<float> q, keys, sink;
+};
+
+AttnInputs make_inputs(int64_t H, int64_t Dh, int64_t nk, bool bf16, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd;
+  AttnInputs in;
+  in.q.resize(size_t(H * Dh));
+  in.keys.resize(size_t(nk * Dh));
+  in.sink.resize(static_cast<size_t>(H));
+  for (auto& v : in.q) v = nd(rng) * 2.0f;
+  for (auto& v : in.keys) v = nd(rng);
+  for (auto& v : in.sink) v = nd(rng) * 3.0f;
+  if (bf16) {
+    for (auto& v : in.q) v = round_bf16(v);
+    for (auto& v : in.keys) v = round_bf16(v);
+  }
+  return in;
+}
+
+SparseAttnArgs args_of(const AttnInputs& in, int64_t H, int64_t Dh, int64_t nk, bool bf16_probs,
+                       float* out) {
+  return {
+      in.q.data(), in.keys.data(), nk, in.sink.data(), H, Dh, float(1.0 / std::sqrt(double(Dh))),
+      bf16_probs,  false,          out};
+}
+
+TEST(AttentionFast, MatchesRef) {
+  KernelEnvGuard guard;
+  uint64_t seed = 1;
+  for (int64_t H : {1, 3, 8, 16, 17, 40})
+    for (int64_t Dh : {32, 96, 512})
+      for (int64_t nk : {1, 5, 63, 64, 65, 130})
+        for (int mode = 0; mode < 3; ++mode) {
+          // 0: bf16 inputs and probabilities (bf16 numerics), 1: fp32 inputs with bf16
+          // probabilities, 2: fp32 throughout.
+          const bool bf16_in = mode == 0, bf16_probs = mode != 2;
+          const AttnInputs in = make_inputs(H, Dh, nk, bf16_in, seed++);
+          std::vector<float> want(size_t(H * Dh));
+          set_cpu_isa(Isa::Scalar);
+          sparse_attention_ref(args_of(in, H, Dh, nk, bf16_probs, want.data()));
+          for (Isa isa : machine_isas())
+            for (int threads : {1, 3}) {
+              set_cpu_isa(isa);
+              if (ThreadPool::global().size() != threads) ThreadPool::set_global_threads(threads);
+              std::vector<float> got(size_t(H * Dh), -1.0f);
+              sparse_attention(args_of(in, H, Dh, nk, bf16_probs, got.data()));
+              const int64_t d = first_diff(want.data(), got.data(), H * Dh);
+              ASSERT_EQ(d, -1) << "H=" << H << " Dh=" << Dh << " nk=" << nk << " mode " << mode
+                               << " isa=" << isa_name(isa) << " threads=" << threads << ": element "
+                               << d << " ref " << want[size_t(d)] << " got " << got[size_t(d)];
+            }
+        }
+}
+
+TEST(AttentionRef, CloseToExactFormula) {
+  const int64_t H = 4, Dh = 64, nk = 150;
+  const AttnInputs in = make_inputs(H, Dh, nk, true, 77);
+  std::vector<float> ref(size_t(H * Dh)), exact(size_t(H * Dh));
+  sparse_attention_ref(args_of(in, H, Dh, nk, false, ref.data()));
+  SparseAttnArgs e = args_of(in, H, Dh, nk, false, exact.data());
+  e.exact = true;
+  sparse_attention_ref(e);
+  for (size_t i = 0; i < ref.size(); ++i)
+    EXPECT_NEAR(ref[i], exact[i], 1e-5f * (1.0f + std::fabs(exact[i]))) << i;
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

@@ -1,0 +1,207 @@
+// The fast linears against linear_*_ref (bit-exact) over formats, odd shapes and tails, output
+// sub-ranges, strides, both paths, every ISA and several thread counts; and the reference
+// itself against an independent double-precision evaluation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <tuple>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernel_test_util.h"
+#include "kernels/linear.h"
+#include "kernels/linear_isa.h"
+#include "kernels/quant.h"
+
+namespace deepinfer::testing {
+namespace {
+
+const char* fmt_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::Fp8Block:
+      return "fp8";
+    case WeightFormat::Fp4Row:
+      return "fp4";
+    case WeightFormat::BF16:
+      return "bf16";
+    case WeightFormat::F32:
+      return "f32";
+    default:
+      return "?";
+  }
+}
+
+struct Case {
+  WeightFormat fmt;
+  bool quant;
+  int64_t rows, cols, n;
+  int64_t row0 = 0, n_out = -1;
+  int64_t pad_x = 0, pad_y = 0;
+};
+
+// Runs one case on every ISA, path and a few thread counts; each must equal the reference.
+void check_case(const Case& c, uint64_t seed) {
+  KernelEnvGuard guard;
+  const OwnedWeight ow = make_weight(c.fmt, c.rows, c.cols, seed);
+  const PreparedLinear pw(ow.w);
+  const int64_t n_out = c.n_out < 0 ? c.rows - c.row0 : c.n_out;
+  const int64_t ldx = c.cols + c.pad_x, ldy = n_out + c.pad_y;
+  const auto x =
+      make_activations(c.n, c.cols, ldx, seed + 1, !c.quant && c.fmt != WeightFormat::F32);
+  std::vector<float> want(size_t(c.n * ldy), -7.0f);
+  const LinearArgs ref_args{x.data(), c.n, ldx, want.data(), ldy, c.row0, c.n_out};
+  if (c.quant)
+    linear_quant_ref(ow.w, ref_args);
+  else
+    linear_dense_ref(ow.w, ref_args);
+  for (Isa isa : machine_isas())
+    for (LinearPath path : {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm})
+      for (int threads : {1, 2, 3}) {
+        set_cpu_isa(isa);
+        set_linear_path(path);
+        if (ThreadPool::global().size() != threads) ThreadPool::set_global_threads(threads);
+        std::vector<float> got(size_t(c.n * ldy), -7.0f);  // sentinel in the padding
+        const LinearArgs a{x.data(), c.n, ldx, got.data(), ldy, c.row0, c.n_out};
+        if (c.quant)
+          linear_quant(pw, a);
+        else
+          linear_dense(pw, a);
+        const int64_t d = first_diff(want.data(), got.data(), int64_t(want.size()));
+        ASSERT_EQ(d, -1) << fmt_name(c.fmt) << (c.quant ? " quant" : " dense") << " " << c.rows
+                         << "x" << c.cols << " n=" << c.n << " rows [" << c.row0 << "+" << n_out
+                         << "] isa=" << isa_name(isa) << " path=" << int(path)
+                         << " threads=" << threads << ": element " << d << " (row " << d / ldy
+                         << ", col " << d % ldy << ") ref " << want[size_t(d)] << " got "
+                         << got[size_t(d)];
+      }
+}
+
+TEST(LinearFast, QuantSweepMatchesRef) {
+  uint64_t seed = 1;
+  for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
+    for (int64_t cols : {32, 64, 96, 160, 288})
+      for (int64_t rows : {1, 15, 16, 17, 47, 50, 96})
+        for (int64_t n : {1, 2, 3, 4, 5, 9, 17}) check_case({f, true, rows, cols, n}, seed++);
+}
+
+TEST(LinearFast, DenseSweepMatchesRef) {
+  uint64_t seed = 1000;
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F32, WeightFormat::Fp8Block})
+    for (int64_t cols : {32, 96, 256})
+      for (int64_t rows : {1, 16, 33, 70})
+        for (int64_t n : {1, 3, 4, 6, 13}) check_case({f, false, rows, cols, n}, seed++);
+}
+
+TEST(LinearFast, SubRangesAndStrides) {
+  uint64_t seed = 2000;
+  for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
+    for (auto [row0, n_out] :
+         {std::pair<int64_t, int64_t>{0, 5}, {3, 20}, {17, 31}, {32, 64}, {50, 14}, {63, 1}})
+      for (int64_t n : {1, 4, 11}) check_case({f, true, 96, 128, n, row0, n_out, 7, 5}, seed++);
+  for (auto [row0, n_out] : {std::pair<int64_t, int64_t>{0, 32}, {32, 32}, {9, 40}})
+    check_case({WeightFormat::Fp8Block, false, 96, 64, 5, row0, n_out, 32, 3}, seed++);
+}
+
+TEST(LinearFast, LargerShapesMatchRef) {
+  // Several K-chunks of the GEMM and many panels, with rows that are not a multiple of the
+  // micro-kernel height.
+  check_case({WeightFormat::Fp8Block, true, 200, 1056, 37}, 3001);
+  check_case({WeightFormat::Fp4Row, true, 150, 800, 29}, 3002);
+  check_case({WeightFormat::BF16, false, 130, 544, 21}, 3003);
+  check_case({WeightFormat::Fp8Block, true, 64, 4096, 2}, 3004);
+}
+
+TEST(LinearFast, RowsAreIndependentOfBatch) {
+  // Batch invariance at the kernel level: a row's outputs are the same alone and among others,
+  // whatever the path the batch size selects.
+  KernelEnvGuard guard;
+  const OwnedWeight ow = make_weight(WeightFormat::Fp4Row, 80, 320, 7);
+  const PreparedLinear pw(ow.w);
+  const int64_t n = 20;
+  const auto x = make_activations(n, 320, 320, 8, false);
+  for (Isa isa : machine_isas()) {
+    set_cpu_isa(isa);
+    std::vector<float> all(size_t(n * 80));
+    linear_quant(pw, x.data(), n, all.data());
+    for (int64_t take : {1, 2, 4, 7}) {
+      for (int64_t r0 = 0; r0 + take <= n; r0 += take) {
+        std::vector<float> part(size_t(take * 80));
+        linear_quant(pw, x.data() + r0 * 320, take, part.data());
+        ASSERT_TRUE(bit_equal(part.data(), all.data() + r0 * 80, take * 80))
+            << isa_name(isa) << " rows " << r0 << "+" << take;
+      }
+    }
+  }
+}
+
+// The reference against double precision from the spec's definitions (dequantized weights,
+// act_quant QDQ inputs): a few fp32 ulps of the sum of magnitudes.
+TEST(LinearRef, MatchesDoublePrecision) {
+  for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row, WeightFormat::BF16}) {
+    const bool quant = f != WeightFormat::BF16;
+    const int64_t rows = 40, cols = 256, n = 3;
+    const OwnedWeight ow = make_weight(f, rows, cols, 11);
+    const auto x = make_activations(n, cols, cols, 12, !quant);
+    std::vector<float> y(size_t(n * rows));
+    const LinearArgs args{x.data(), n, cols, y.data(), rows};
+    if (quant)
+      linear_quant_ref(ow.w, args);
+    else
+      linear_dense_ref(ow.w, args);
+    std::vector<float> wrow(static_cast<size_t>(cols)), xq(static_cast<size_t>(cols));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy(x.begin() + i * cols, x.begin() + (i + 1) * cols, xq.begin());
+      if (quant) act_quant_qdq(xq.data(), cols);
+      for (int64_t o = 0; o < rows; ++o) {
+        weight_row(ow.w, o, wrow.data());
+        double s = 0, mag = 0;
+        for (int64_t k = 0; k < cols; ++k) {
+          s += double(xq[size_t(k)]) * wrow[size_t(k)];
+          mag += std::fabs(double(xq[size_t(k)]) * wrow[size_t(k)]);
+        }
+        EXPECT_NEAR(y[size_t(i * rows + o)], s, mag * 64 * 0x1p-24 + 1e-30)
+            << fmt_name(f) << " row " << i << " out " << o;
+      }
+    }
+  }
+}
+
+// The vector act_quant QDQ used inside the fast linears equals act_quant_qdq, and its bf16 copy
+// is exact.
+TEST(LinearFast, ActQuantMatchesRef) {
+  const int64_t K = 32 * 64, n = 24;
+  const auto x = make_activations(n, K, K, 21, false);
+  std::vector<float> want(x);
+  for (int64_t i = 0; i < n; ++i) act_quant_qdq(want.data() + i * K, K);
+  for (Isa isa : machine_isas()) {
+    if (isa == Isa::Scalar) continue;
+    const auto& k = isa == Isa::Avx512 ? linear_isa::avx512_kernels() : linear_isa::avx2_kernels();
+    std::vector<float> q(size_t(n * K));
+    std::vector<uint16_t> qb(size_t(n * K));
+    k.quantize(x.data(), K, n, K, q.data(), qb.data());
+    EXPECT_EQ(first_diff(want.data(), q.data(), n * K), -1) << isa_name(isa);
+    for (int64_t i = 0; i < n * K; ++i)
+      ASSERT_EQ(bf16_to_f32(qb[size_t(i)]), q[size_t(i)]) << isa_name(isa) << " bf16 value " << i;
+  }
+}
+
+TEST(LinearFast, Dpbf16IsCanonicalHere) {
+  if (cpu_best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX512_BF16";
+  EXPECT_TRUE(linear_isa::avx512_dpbf16_is_canonical());
+}
+
+TEST(LinearFast, PreparedSizes) {
+  const OwnedWeight a = make_weight(WeightFormat::Fp8Block, 50, 64, 1);
+  EXPECT_EQ(PreparedLinear(a.w).packed_bytes(), uint64_t(64 * 64));  // 4 tiles of 16 rows
+  const OwnedWeight b = make_weight(WeightFormat::Fp4Row, 32, 64, 1);
+  EXPECT_EQ(PreparedLinear(b.w).packed_bytes(), uint64_t(32 * 32 + 32 * 2));
+  Weight fp8row = a.w;
+  fp8row.format = WeightFormat::Fp8Row;
+  EXPECT_THROW(PreparedLinear{fp8row}, Error);
+  Weight odd = b.w;
+  odd.shape = Shape{32, 48};
+  EXPECT_THROW(PreparedLinear{odd}, Error);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
