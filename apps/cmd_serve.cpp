@@ -1,0 +1,113 @@
+// `deepinfer serve`: the OpenAI-compatible HTTP server (src/server) on the engine. SIGTERM or
+// SIGINT starts a graceful shutdown (stop accepting, let calls in flight finish within
+// --shutdown-timeout, cancel the rest); a second signal cancels at once.
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "commands.h"
+#include "core/error.h"
+#include "engine_options.h"
+#include "server/http_server.h"
+
+namespace deepinfer::app {
+
+namespace {
+
+struct ServeOptions {
+  EngineOptions eo;
+  server::ServerOptions so;
+  std::string served_model_name;
+  int64_t max_body_mib = 8;
+  uint64_t seed = 0;
+};
+
+void serve(ServeOptions& o) {
+  // Signals go to one watcher thread; every thread started from here on inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+
+  DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
+  o.so.max_body_bytes = size_t(o.max_body_mib) << 20;
+  o.eo.engine.seed = o.seed;
+  LoadedEngine le = load_engine(o.eo);
+
+  server::ModelInfo info;
+  const std::string given = o.eo.model.empty() ? "deepinfer-tiny" : o.eo.model;
+  std::string name = o.served_model_name;
+  if (name.empty())
+    name = o.eo.model.empty() ? given : std::filesystem::path(o.eo.model).filename().string();
+  if (name.empty()) name = given;  // a path ending in '/'
+  info.names = {name, given};
+  info.tokenizer = le.tokenizer.get();
+  info.vocab_size = le.checkpoint->config().vocab_size;
+  info.max_model_len = o.eo.engine.sched.max_model_len;
+  info.created = int64_t(std::time(nullptr));
+
+  server::ApiServer srv(*le.engine, info, o.so);
+  const int port = srv.bind();
+  std::fprintf(stderr, "deepinfer: serving '%s' on http://%s:%d%s\n", name.c_str(),
+               o.so.host.c_str(), port, o.so.api_key.empty() ? "" : " (API key required)");
+
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    int count = 0;
+    const timespec tick{0, 200'000'000};
+    while (!done) {
+      const int sig = sigtimedwait(&sigs, nullptr, &tick);
+      if (sig <= 0) continue;
+      if (count++ == 0) {
+        std::fprintf(stderr, "deepinfer: %s: shutting down (again to cancel running requests)\n",
+                     sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        srv.shutdown();
+      } else {
+        std::fprintf(stderr, "deepinfer: cancelling running requests\n");
+        srv.cancel_all();
+      }
+    }
+  });
+  srv.run();
+  done = true;
+  watcher.join();
+  std::fprintf(stderr, "deepinfer: server stopped\n");
+}
+
+}  // namespace
+
+void add_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  add_engine_options(cmd, &o->eo);
+  server::ServerOptions& so = o->so;
+  cmd->add_option("--host", so.host, "Address to listen on")
+      ->envname("DEEPINFER_HOST")
+      ->capture_default_str();
+  cmd->add_option("--port", so.port, "Port to listen on (0: any free port)")
+      ->envname("DEEPINFER_PORT")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on the API")
+      ->envname("DEEPINFER_API_KEY");
+  cmd->add_option("--served-model-name", o->served_model_name,
+                  "Model name clients use (default: the model directory's name)");
+  cmd->add_option("--max-body-mib", o->max_body_mib, "Largest request body accepted")
+      ->capture_default_str();
+  cmd->add_option("--http-threads", so.http_threads, "Connections served at once")
+      ->capture_default_str();
+  cmd->add_option("--shutdown-timeout", so.shutdown_timeout_s,
+                  "Seconds running requests get to finish after SIGTERM")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seeds requests that bring no seed")->capture_default_str();
+  cmd->callback([o] { serve(*o); });
+}
+
+}  // namespace deepinfer::app

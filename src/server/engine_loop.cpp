@@ -1,0 +1,215 @@
+#include "server/engine_loop.h"
+
+#include <cstdio>
+
+namespace deepinfer::server {
+
+namespace {
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+// --- Call ---
+
+bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); })) return false;
+  while (!updates_.empty()) {
+    if (updates_.front().end) ++taken_ended_;
+    out->push_back(std::move(updates_.front()));
+    updates_.pop_front();
+  }
+  return true;
+}
+
+bool Call::done() const {
+  std::lock_guard lk(mu_);
+  return taken_ended_ == num_choices_;
+}
+
+void Call::push(CallUpdate u) {
+  {
+    std::lock_guard lk(mu_);
+    if (u.end) ++ended_;
+    updates_.push_back(std::move(u));
+  }
+  cv_.notify_all();
+}
+
+// --- EngineLoop ---
+
+EngineLoop::EngineLoop(Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {
+  publish_gauges();
+}
+
+EngineLoop::~EngineLoop() {
+  stop();
+}
+
+void EngineLoop::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+}
+
+void EngineLoop::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
+  std::unique_lock lk(mu_);
+  if (stop_) return "the server is shutting down";
+  for (Request& r : requests) {
+    r.id = next_id_++;
+    call->ids_.push_back(r.id);
+  }
+  submissions_.push_back({call, std::move(requests)});
+  cv_.notify_all();
+  admitted_cv_.wait(lk, [&] { return call->admitted_; });
+  return call->error_;
+}
+
+void EngineLoop::cancel(const std::shared_ptr<Call>& call) {
+  {
+    std::lock_guard lk(mu_);
+    cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end());
+  }
+  cv_.notify_all();
+}
+
+void EngineLoop::cancel_all() {
+  {
+    std::lock_guard lk(mu_);
+    cancel_all_ = true;
+  }
+  cv_.notify_all();
+}
+
+EngineGauges EngineLoop::gauges() const {
+  std::lock_guard lk(gauges_mu_);
+  return gauges_;
+}
+
+void EngineLoop::run() {
+  for (;;) {
+    std::deque<Submission> subs;
+    std::vector<RequestId> cancels;
+    bool cancel_all = false, stopping = false;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] {
+        return stop_ || cancel_all_ || !submissions_.empty() || !cancels_.empty() ||
+               engine_.has_unfinished();
+      });
+      subs.swap(submissions_);
+      cancels.swap(cancels_);
+      std::swap(cancel_all, cancel_all_);
+      stopping = stop_;
+      for (Submission& s : subs) admit(s);  // under mu_: admission is published with it
+    }
+    admitted_cv_.notify_all();
+    if (cancel_all || stopping) {
+      for (const auto& [id, live] : live_) engine_.abort(id);
+    } else {
+      for (RequestId id : cancels) engine_.abort(id);
+    }
+    if (engine_.has_unfinished()) {
+      try {
+        std::vector<TokenEvent> events = engine_.step();
+        route(events);
+        finish_outputs(FinishReason::None);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "deepinfer: engine step failed, ending %zu requests: %s\n",
+                     live_.size(), e.what());
+        for (const auto& [id, live] : live_) engine_.abort(id);
+        finish_outputs(FinishReason::Error);
+      }
+    } else {
+      finish_outputs(FinishReason::None);  // requests aborted before their first step
+    }
+    publish_gauges();
+    if (stopping && live_.empty() && !engine_.has_unfinished()) break;
+  }
+}
+
+// Adds a call's requests to the engine, all or none.
+void EngineLoop::admit(Submission& s) {
+  const auto now = std::chrono::steady_clock::now();
+  std::string error;
+  size_t added = 0;
+  if (stop_) error = "the server is shutting down";
+  for (; error.empty() && added < s.requests.size(); ++added) {
+    Request& r = s.requests[added];
+    const int64_t prompt_tokens = int64_t(r.prompt_ids.size());
+    const RequestId id = r.id;
+    error = engine_.add_request(std::move(r));
+    if (!error.empty()) break;
+    metrics_.request_admitted(prompt_tokens);
+    live_[id] = Live{s.call, int32_t(added), now, now, false};
+  }
+  if (!error.empty()) {
+    // The ones already added never show their ends: they are forgotten here and their aborts
+    // come back from the engine as unknown ids.
+    for (size_t i = 0; i < added; ++i) {
+      engine_.abort(s.requests[i].id);
+      live_.erase(s.requests[i].id);
+    }
+  }
+  s.call->error_ = error;
+  s.call->admitted_ = true;
+}
+
+void EngineLoop::route(std::vector<TokenEvent>& events) {
+  const auto now = std::chrono::steady_clock::now();
+  for (TokenEvent& ev : events) {
+    auto it = live_.find(ev.id);
+    if (it == live_.end()) continue;
+    Live& l = it->second;
+    metrics_.token_generated(seconds_between(l.has_token ? l.last_token : l.arrival, now),
+                             !l.has_token);
+    l.has_token = true;
+    l.last_token = now;
+    CallUpdate u;
+    u.choice = l.choice;
+    u.token = std::move(ev);
+    l.call->push(std::move(u));
+  }
+}
+
+void EngineLoop::finish_outputs(FinishReason override_reason) {
+  const auto now = std::chrono::steady_clock::now();
+  for (RequestOutput& out : engine_.take_finished()) {
+    auto it = live_.find(out.id);
+    if (it == live_.end()) continue;
+    CallUpdate u;
+    u.choice = it->second.choice;
+    u.end = true;
+    u.finish = override_reason != FinishReason::None ? override_reason : out.finish;
+    u.stop_text = std::move(out.stop_text);
+    metrics_.request_finished(u.finish, seconds_between(it->second.arrival, now));
+    it->second.call->push(std::move(u));
+    live_.erase(it);
+  }
+}
+
+void EngineLoop::publish_gauges() {
+  EngineGauges g;
+  g.running = int64_t(engine_.num_running());
+  g.waiting = int64_t(engine_.num_waiting());
+  g.kv_blocks_used = engine_.kv_blocks_used();
+  g.kv_blocks_total = engine_.num_kv_blocks();
+  const EngineStats st = engine_.stats();
+  g.steps = st.steps;
+  g.preemptions = st.preemptions;
+  std::lock_guard lk(gauges_mu_);
+  gauges_ = g;
+}
+
+}  // namespace deepinfer::server

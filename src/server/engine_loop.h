@@ -1,0 +1,130 @@
+// The thread that owns the Engine. HTTP handler threads never touch the engine: they submit the
+// requests of one API call together with a Call (a small channel), and read tokens and endings
+// from it; cancellations travel the other way through the loop's queue.
+//
+// The loop: take new submissions and cancellations, step the engine while it has work (else
+// sleep on a condition variable), route each TokenEvent to its call, and report each finished
+// request. A step that throws ends every request in flight with FinishReason::Error; the loop
+// carries on with the next submissions.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/metrics.h"
+
+namespace deepinfer::server {
+
+// What a call's reader receives: a token of choice `choice`, or the end of that choice.
+struct CallUpdate {
+  int32_t choice = 0;
+  bool end = false;
+  TokenEvent token;                          // when !end
+  FinishReason finish = FinishReason::None;  // when end
+  std::string stop_text;                     // when end
+};
+
+// One API call's engine requests (its choices) and the updates flowing back. Shared by the
+// handler thread and the engine thread.
+class Call {
+ public:
+  explicit Call(int32_t num_choices) : num_choices_(num_choices) {}
+
+  int32_t num_choices() const { return num_choices_; }
+  // Handler side: waits up to `timeout` for updates and moves them to `out` (false: none came).
+  bool wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout);
+  // Every choice has ended and every update has been taken.
+  bool done() const;
+
+  // Engine side.
+  void push(CallUpdate u);
+
+ private:
+  friend class EngineLoop;
+  const int32_t num_choices_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<CallUpdate> updates_;
+  int32_t ended_ = 0, taken_ended_ = 0;
+  // Set by the engine thread at admission.
+  bool admitted_ = false;
+  std::string error_;
+  std::vector<RequestId> ids_;
+};
+
+struct EngineGauges {
+  int64_t running = 0, waiting = 0;
+  int32_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t steps = 0, preemptions = 0;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(Engine& engine, Metrics& metrics);
+  ~EngineLoop();
+  EngineLoop(const EngineLoop&) = delete;
+  EngineLoop& operator=(const EngineLoop&) = delete;
+
+  void start();
+  // Aborts whatever is still running and joins the thread.
+  void stop();
+
+  // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and waits
+  // until the engine thread has taken them: returns "" when all were accepted, else the engine's
+  // reason for refusing one (then none of them runs).
+  std::string submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
+  // Aborts the call's requests that are still running; their ends arrive as Abort.
+  void cancel(const std::shared_ptr<Call>& call);
+  // Aborts every request in the engine.
+  void cancel_all();
+  EngineGauges gauges() const;
+
+ private:
+  struct Submission {
+    std::shared_ptr<Call> call;
+    std::vector<Request> requests;
+  };
+  // Per engine request: where its tokens go and when they came (for latency metrics).
+  struct Live {
+    std::shared_ptr<Call> call;
+    int32_t choice = 0;
+    std::chrono::steady_clock::time_point arrival, last_token;
+    bool has_token = false;
+  };
+
+  void run();
+  void admit(Submission& s);
+  void route(std::vector<TokenEvent>& events);
+  void finish_outputs(FinishReason override_reason);
+  void publish_gauges();
+
+  Engine& engine_;
+  Metrics& metrics_;
+  std::thread thread_;
+  std::atomic<uint64_t> next_id_{1};
+
+  std::mutex mu_;  // guards the queues and stop_
+  std::condition_variable cv_;
+  std::deque<Submission> submissions_;
+  std::vector<RequestId> cancels_;
+  bool cancel_all_ = false;
+  bool stop_ = false;
+  std::condition_variable admitted_cv_;  // handlers wait here for their admission
+
+  std::unordered_map<RequestId, Live> live_;  // engine thread only
+
+  mutable std::mutex gauges_mu_;
+  EngineGauges gauges_;
+};
+
+}  // namespace deepinfer::server

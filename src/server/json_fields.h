@@ -1,0 +1,39 @@
+// Typed access to fields of a request body, with OpenAI-style errors naming the field. Internal
+// to src/server (it carries nlohmann/json); the public headers never include it.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "server/api_request.h"
+
+namespace deepinfer::server {
+
+// Ordered, so that objects passed on as text (tool schemas) keep the key order the client chose.
+using Json = nlohmann::ordered_json;
+
+// Dumps for the wire: invalid UTF-8 (partial characters of a token's bytes) becomes U+FFFD
+// instead of throwing.
+std::string dump_json(const Json& j);
+
+// The body as a JSON object; malformed JSON, excessive nesting or another type is a 400.
+Json parse_body(std::string_view body);
+
+// The field, or null when it is absent or JSON null (the API treats both as "not given").
+const Json* find_field(const Json& obj, const char* key);
+
+[[noreturn]] void throw_bad_type(const std::string& name, const char* expected, const Json& got);
+[[noreturn]] void throw_bad_value(const std::string& name, const std::string& what);
+
+std::string get_string(const Json& v, const std::string& name);
+bool get_bool(const Json& v, const std::string& name);
+// An integer within [lo, hi]; numbers with a fraction are wrong types, as in the OpenAI API.
+int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi);
+// A finite number within [lo, hi].
+double get_number(const Json& v, const std::string& name, double lo, double hi);
+// A token id in [0, vocab).
+int32_t get_token_id(const Json& v, const std::string& name, int64_t vocab);
+
+}  // namespace deepinfer::server

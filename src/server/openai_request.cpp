@@ -1,0 +1,465 @@
+// Request bodies of /v1/completions, /v1/chat/completions, /tokenize and /detokenize -> engine
+// requests. Every field is type-checked and range-checked here, so what reaches the engine is
+// already valid; the engine's own checks stay as a second line.
+#include <algorithm>
+
+#include "server/json_fields.h"
+#include "tokenizer/chat.h"
+
+namespace deepinfer::server {
+
+namespace {
+
+constexpr int64_t kMaxChoices = 128;         // n
+constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
+constexpr int64_t kMaxLogprobs = 20;
+constexpr size_t kMaxStops = 16;
+
+std::string check_model(const Json& j, const ModelInfo& info) {
+  const Json* m = find_field(j, "model");
+  if (!m) return info.names.at(0);
+  const std::string name = get_string(*m, "model");
+  if (std::find(info.names.begin(), info.names.end(), name) == info.names.end())
+    throw ApiError(404,
+                   str_cat("The model '", name, "' does not exist; this server serves '",
+                           info.names.at(0), "'."),
+                   "model", "model_not_found");
+  return info.names.at(0);
+}
+
+const Tokenizer& need_tokenizer(const ModelInfo& info, const std::string& param, const char* what) {
+  if (!info.tokenizer)
+    throw ApiError(400,
+                   str_cat("This model has no tokenizer, so ", what,
+                           " cannot be used; send prompts as token ids."),
+                   param, "no_tokenizer");
+  return *info.tokenizer;
+}
+
+std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab) {
+  if (!v.is_array()) throw_bad_type(name, "an array of token ids", v);
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ids.push_back(get_token_id(v[i], str_cat(name, "[", i, "]"), vocab));
+  return ids;
+}
+
+// "prompt": a string, an array of strings, an array of token ids, or an array of those.
+std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& info) {
+  const Json* p = find_field(j, "prompt");
+  if (!p) throw ApiError(400, "Missing required parameter: 'prompt'.", "prompt", "missing");
+  auto text = [&](const Json& s, const std::string& name) {
+    return need_tokenizer(info, name, "text prompts").encode(s.get<std::string>(), false);
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  if (p->is_string()) {
+    prompts.push_back(text(*p, "prompt"));
+  } else if (p->is_array()) {
+    if (p->empty()) throw_bad_value("prompt", "the prompt list is empty.");
+    const Json& first = (*p)[0];
+    if (first.is_number()) {
+      prompts.push_back(token_list(*p, "prompt", info.vocab_size));
+    } else {
+      for (size_t i = 0; i < p->size(); ++i) {
+        const Json& e = (*p)[i];
+        const std::string name = str_cat("prompt[", i, "]");
+        if (first.is_string() && e.is_string())
+          prompts.push_back(text(e, name));
+        else if (first.is_array() && e.is_array())
+          prompts.push_back(token_list(e, name, info.vocab_size));
+        else
+          throw_bad_type(name, "all strings or all arrays of token ids", e);
+      }
+    }
+  } else {
+    throw_bad_type("prompt", "a string, an array of strings or an array of token ids", *p);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (prompts[i].empty())
+      throw_bad_value(prompts.size() == 1 ? "prompt" : str_cat("prompt[", i, "]"),
+                      "the prompt is empty.");
+  return prompts;
+}
+
+// --- chat ---
+
+ChatRole parse_role(const Json& v, const std::string& name) {
+  const std::string r = get_string(v, name);
+  if (r == "system") return ChatRole::kSystem;
+  if (r == "user") return ChatRole::kUser;
+  if (r == "assistant") return ChatRole::kAssistant;
+  if (r == "tool") return ChatRole::kTool;
+  if (r == "developer") return ChatRole::kDeveloper;
+  throw_bad_value(name,
+                  str_cat("'", r, "' is not one of system, user, assistant, tool, developer."));
+}
+
+// A string, or an array of {"type": "text", "text": ...} parts (joined by newlines).
+std::string parse_content(const Json& v, const std::string& name) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_array()) throw_bad_type(name, "a string or an array of content parts", v);
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string part = str_cat(name, "[", i, "]");
+    if (!v[i].is_object()) throw_bad_type(part, "an object", v[i]);
+    const Json* type = find_field(v[i], "type");
+    const std::string t = type ? get_string(*type, part + ".type") : "";
+    if (t != "text")
+      throw ApiError(400, str_cat("Content part type '", t, "' is not supported; only 'text' is."),
+                     part + ".type", "unsupported_value");
+    const Json* text = find_field(v[i], "text");
+    if (!text) throw ApiError(400, "A text part needs 'text'.", part + ".text", "missing");
+    if (i) out += '\n';
+    out += get_string(*text, part + ".text");
+  }
+  return out;
+}
+
+std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& name) {
+  if (!v.is_array()) throw_bad_type(name, "an array", v);
+  std::vector<ChatToolCall> calls;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string c = str_cat(name, "[", i, "]");
+    if (!v[i].is_object()) throw_bad_type(c, "an object", v[i]);
+    ChatToolCall call;
+    if (const Json* id = find_field(v[i], "id")) call.id = get_string(*id, c + ".id");
+    const Json* f = find_field(v[i], "function");
+    if (!f || !f->is_object())
+      throw ApiError(400, "A tool call needs a 'function' object.", c + ".function", "missing");
+    const Json* fname = find_field(*f, "name");
+    if (!fname) throw ApiError(400, "A tool call needs a name.", c + ".function.name", "missing");
+    call.name = get_string(*fname, c + ".function.name");
+    // Arguments are JSON text in the API; an object sent as such is accepted too.
+    const Json* args = find_field(*f, "arguments");
+    if (!args)
+      call.arguments = "{}";
+    else if (args->is_string())
+      call.arguments = args->get<std::string>();
+    else if (args->is_object())
+      call.arguments = dump_json(*args);
+    else
+      throw_bad_type(c + ".function.arguments", "a JSON string", *args);
+    calls.push_back(std::move(call));
+  }
+  return calls;
+}
+
+std::vector<ChatMessage> parse_messages(const Json& j) {
+  const Json* m = find_field(j, "messages");
+  if (!m) throw ApiError(400, "Missing required parameter: 'messages'.", "messages", "missing");
+  if (!m->is_array()) throw_bad_type("messages", "an array", *m);
+  if (m->empty()) throw_bad_value("messages", "at least one message is needed.");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < m->size(); ++i) {
+    const Json& e = (*m)[i];
+    const std::string name = str_cat("messages[", i, "]");
+    if (!e.is_object()) throw_bad_type(name, "an object", e);
+    const Json* role = find_field(e, "role");
+    if (!role) throw ApiError(400, "A message needs a 'role'.", name + ".role", "missing");
+    ChatMessage msg;
+    msg.role = parse_role(*role, name + ".role");
+    if (const Json* c = find_field(e, "content"))
+      msg.content = parse_content(*c, name + ".content");
+    if (msg.role == ChatRole::kAssistant) {
+      if (const Json* r = find_field(e, "reasoning_content"))
+        msg.reasoning_content = get_string(*r, name + ".reasoning_content");
+      if (const Json* t = find_field(e, "tool_calls"))
+        msg.tool_calls = parse_tool_calls(*t, name + ".tool_calls");
+    }
+    if (msg.role == ChatRole::kTool)
+      if (const Json* id = find_field(e, "tool_call_id"))
+        msg.tool_call_id = get_string(*id, name + ".tool_call_id");
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+// "tools" checked for shape (the encoder reads it as text) and "tool_choice". Returns the text
+// to offer, empty when no tools are offered.
+std::string parse_tools(const Json& j) {
+  const Json* tools = find_field(j, "tools");
+  std::string choice = "auto";
+  if (const Json* c = find_field(j, "tool_choice")) {
+    if (!c->is_string())
+      throw ApiError(400, "Only tool_choice 'auto' and 'none' are supported.", "tool_choice",
+                     "unsupported_value");
+    choice = c->get<std::string>();
+    if (choice != "auto" && choice != "none")
+      throw ApiError(400,
+                     str_cat("tool_choice '", choice, "' is not supported; use 'auto' or 'none'."),
+                     "tool_choice", "unsupported_value");
+  }
+  if (!tools) return {};
+  if (!tools->is_array()) throw_bad_type("tools", "an array", *tools);
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const Json& t = (*tools)[i];
+    const std::string name = str_cat("tools[", i, "]");
+    if (!t.is_object()) throw_bad_type(name, "an object", t);
+    const Json* type = find_field(t, "type");
+    if (type && get_string(*type, name + ".type") != "function")
+      throw_bad_value(name + ".type", "only 'function' tools are supported.");
+    const Json* f = find_field(t, "function");
+    if (!f || !f->is_object())
+      throw ApiError(400, "A tool needs a 'function' object.", name + ".function", "missing");
+    const Json* fname = find_field(*f, "name");
+    if (!fname) throw ApiError(400, "A function needs a name.", name + ".function.name", "missing");
+    get_string(*fname, name + ".function.name");
+  }
+  // tool_choice "none": the model is not told about the tools, so it cannot call them.
+  if (choice == "none" || tools->empty()) return {};
+  return dump_json(*tools);
+}
+
+int parse_effort(const Json& v, const std::string& name) {
+  if (v.is_string()) {
+    const std::string s = v.get<std::string>();
+    // OpenAI's middle setting is the format's default.
+    if (s == "medium") return 50;
+    try {
+      return reasoning_effort_from_name(s);
+    } catch (const Error&) {
+      throw_bad_value(name, str_cat("'", s, "' is not one of low, medium, high, xhigh, max."));
+    }
+  }
+  return int(get_int(v, name, 1, 100));
+}
+
+// The thinking switch: "thinking": true | {"type": "enabled"|"disabled"}, or
+// chat_template_kwargs.thinking / enable_thinking. A reasoning effort alone turns it on.
+ChatOptions parse_chat_options(const Json& j) {
+  ChatOptions o;
+  std::optional<bool> thinking;
+  if (const Json* t = find_field(j, "thinking")) {
+    if (t->is_object()) {
+      const Json* type = find_field(*t, "type");
+      const std::string s = type ? get_string(*type, "thinking.type") : "";
+      if (s != "enabled" && s != "disabled")
+        throw_bad_value("thinking.type", "expected 'enabled' or 'disabled'.");
+      thinking = s == "enabled";
+    } else {
+      thinking = get_bool(*t, "thinking");
+    }
+  }
+  const Json* kwargs = find_field(j, "chat_template_kwargs");
+  if (kwargs && !kwargs->is_object()) throw_bad_type("chat_template_kwargs", "an object", *kwargs);
+  for (const char* key : {"thinking", "enable_thinking"})
+    if (const Json* t = kwargs ? find_field(*kwargs, key) : nullptr)
+      thinking = get_bool(*t, str_cat("chat_template_kwargs.", key));
+  const Json* effort = find_field(j, "reasoning_effort");
+  if (!effort && kwargs) effort = find_field(*kwargs, "reasoning_effort");
+  if (effort) o.reasoning_effort = parse_effort(*effort, "reasoning_effort");
+  o.thinking = thinking.value_or(effort != nullptr);
+  o.tools_json = parse_tools(j);
+  if (const Json* v = find_field(j, "add_generation_prompt"))
+    o.add_generation_prompt = get_bool(*v, "add_generation_prompt");
+  if (const Json* v = find_field(j, "continue_final_message"))
+    o.continue_final_message = get_bool(*v, "continue_final_message");
+  if (o.continue_final_message) o.add_generation_prompt = false;
+  if (const Json* rf = find_field(j, "response_format")) {
+    if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
+    const Json* type = find_field(*rf, "type");
+    if (!type || !type->is_string() || type->get<std::string>() != "text")
+      throw ApiError(400, "Only response_format {\"type\": \"text\"} is supported.",
+                     "response_format", "unsupported_value");
+  }
+  return o;
+}
+
+std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info,
+                                        ChatOptions* options) {
+  const Tokenizer& tok = need_tokenizer(info, "messages", "the chat API");
+  const std::vector<ChatMessage> messages = parse_messages(j);
+  *options = parse_chat_options(j);
+  std::string text;
+  try {
+    text = encode_chat(messages, *options);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "messages", "invalid_value");
+  }
+  // The chat text carries its own BOS.
+  return tok.encode(text, false);
+}
+
+// --- sampling ---
+
+void parse_stops(const Json& j, const ModelInfo& info, SamplingParams* p) {
+  if (const Json* s = find_field(j, "stop")) {
+    if (s->is_string()) {
+      p->stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > kMaxStops)
+        throw_bad_value("stop", str_cat("at most ", kMaxStops, " stop strings are allowed."));
+      for (size_t i = 0; i < s->size(); ++i)
+        p->stop.push_back(get_string((*s)[i], str_cat("stop[", i, "]")));
+    } else {
+      throw_bad_type("stop", "a string or an array of strings", *s);
+    }
+    for (const auto& stop : p->stop)
+      if (stop.empty()) throw_bad_value("stop", "stop strings must not be empty.");
+    if (!p->stop.empty()) need_tokenizer(info, "stop", "stop strings");
+  }
+  if (const Json* s = find_field(j, "stop_token_ids"))
+    p->stop_token_ids = token_list(*s, "stop_token_ids", info.vocab_size);
+}
+
+void parse_sampling(const Json& j, const ModelInfo& info, ApiRequest* r) {
+  SamplingParams& p = r->params;
+  if (const Json* v = find_field(j, "temperature"))
+    p.temperature = float(get_number(*v, "temperature", 0, 1e6));
+  if (const Json* v = find_field(j, "top_p")) {
+    p.top_p = float(get_number(*v, "top_p", 0, 1));
+    if (p.top_p <= 0) throw_bad_value("top_p", "expected a number in (0, 1].");
+  }
+  if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
+    p.top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
+  if (const Json* v = find_field(j, "min_p")) p.min_p = float(get_number(*v, "min_p", 0, 1));
+  if (const Json* v = find_field(j, "presence_penalty"))
+    p.presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
+  if (const Json* v = find_field(j, "frequency_penalty"))
+    p.frequency_penalty = float(get_number(*v, "frequency_penalty", -2, 2));
+  if (const Json* v = find_field(j, "repetition_penalty")) {
+    p.repetition_penalty = float(get_number(*v, "repetition_penalty", 0, 1e6));
+    if (p.repetition_penalty <= 0) throw_bad_value("repetition_penalty", "expected a number > 0.");
+  }
+  if (const Json* v = find_field(j, "seed"))
+    p.seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
+  if (const Json* v = find_field(j, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
+  parse_stops(j, info, &p);
+  if (const Json* v = find_field(j, "n")) r->n = int32_t(get_int(*v, "n", 1, kMaxChoices));
+  if (const Json* v = find_field(j, "best_of"); v && get_int(*v, "best_of", 1, kMaxChoices) != r->n)
+    throw ApiError(400, "best_of other than n is not supported.", "best_of", "unsupported_value");
+  if (const Json* v = find_field(j, "logit_bias"); v && !(v->is_object() && v->empty()))
+    throw ApiError(400, "logit_bias is not supported.", "logit_bias", "unsupported_value");
+  if (const Json* v = find_field(j, "stream")) r->stream = get_bool(*v, "stream");
+  if (const Json* v = find_field(j, "stream_options")) {
+    if (!r->stream)
+      throw ApiError(400, "stream_options is only allowed when stream is true.", "stream_options",
+                     "invalid_value");
+    if (!v->is_object()) throw_bad_type("stream_options", "an object", *v);
+    if (const Json* u = find_field(*v, "include_usage"))
+      r->include_usage = get_bool(*u, "stream_options.include_usage");
+  }
+  if (const Json* v = find_field(j, "return_token_ids"))
+    r->return_token_ids = get_bool(*v, "return_token_ids");
+  if (!info.tokenizer) r->return_token_ids = true;  // ids are the only output then
+}
+
+void parse_logprobs(const Json& j, ApiRequest* r) {
+  if (r->endpoint == Endpoint::kCompletions) {
+    if (const Json* v = find_field(j, "logprobs")) {
+      // Completions: "logprobs": K asks for the top K alternatives (0: the sampled token only).
+      r->top_logprobs = int32_t(get_int(*v, "logprobs", 0, kMaxLogprobs));
+      r->logprobs = true;
+    }
+    if (const Json* v = find_field(j, "echo"); v && get_bool(*v, "echo"))
+      throw ApiError(400, "echo is not supported.", "echo", "unsupported_value");
+    if (const Json* v = find_field(j, "suffix"); v && !(v->is_string() && v->empty()))
+      throw ApiError(400, "suffix is not supported.", "suffix", "unsupported_value");
+    return;
+  }
+  if (const Json* v = find_field(j, "logprobs")) r->logprobs = get_bool(*v, "logprobs");
+  if (const Json* v = find_field(j, "top_logprobs")) {
+    r->top_logprobs = int32_t(get_int(*v, "top_logprobs", 0, kMaxLogprobs));
+    if (!r->logprobs)
+      throw ApiError(400, "top_logprobs needs logprobs set to true.", "top_logprobs",
+                     "invalid_value");
+  }
+}
+
+// max_tokens against the context: the prompt must leave room for at least one token, and an
+// explicit max_tokens must fit beside it. Without one, completions default to 16 and chat to
+// the rest of the context.
+void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
+  const bool chat = r->endpoint == Endpoint::kChat;
+  // Chat names it max_completion_tokens now; max_tokens is the older spelling.
+  const Json* given = nullptr;
+  std::string given_name = "max_tokens";
+  if (chat && (given = find_field(j, "max_completion_tokens")))
+    given_name = "max_completion_tokens";
+  if (!given) given = find_field(j, "max_tokens");
+  int64_t max_tokens = 0;
+  if (given) max_tokens = get_int(*given, given_name, 1, INT64_MAX / 2);
+  size_t longest = 0;
+  for (const auto& p : r->prompts) longest = std::max(longest, p.size());
+  const int64_t len = int64_t(longest);
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (len >= info.max_model_len)
+    throw ApiError(
+        400,
+        str_cat("This model's maximum context length is ", info.max_model_len,
+                " tokens, and the prompt has ", len, ", which leaves no room for a completion."),
+        prompt_param, "context_length_exceeded");
+  if (given && len + max_tokens > info.max_model_len)
+    throw ApiError(400,
+                   str_cat("This model's maximum context length is ", info.max_model_len,
+                           " tokens; the prompt has ", len, " and ", given_name, " asks for ",
+                           max_tokens, " more (", len + max_tokens, " in all)."),
+                   given_name, "context_length_exceeded");
+  if (!given)
+    max_tokens = chat ? info.max_model_len - len : std::min<int64_t>(16, info.max_model_len - len);
+  r->params.max_tokens = max_tokens;
+}
+
+}  // namespace
+
+uint64_t choice_seed(uint64_t seed, int32_t i) {
+  return seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;
+}
+
+ApiRequest parse_api_request(Endpoint endpoint, std::string_view body, const ModelInfo& info) {
+  const Json j = parse_body(body);
+  ApiRequest r;
+  r.endpoint = endpoint;
+  r.model = check_model(j, info);
+  if (endpoint == Endpoint::kChat) {
+    ChatOptions options;
+    r.prompts.push_back(encode_chat_prompt(j, info, &options));
+    r.chat.enabled = true;
+    r.chat.thinking = options.thinking;
+  } else {
+    r.prompts = parse_prompts(j, info);
+  }
+  parse_sampling(j, info, &r);
+  parse_logprobs(j, &r);
+  if (int64_t(r.prompts.size()) * r.n > kMaxEngineRequests)
+    throw_bad_value(endpoint == Endpoint::kChat ? "n" : "prompt",
+                    str_cat(r.prompts.size(), " prompts x n = ", r.n, " is more than ",
+                            kMaxEngineRequests, " sequences in one request."));
+  fit_max_tokens(j, info, &r);
+  // The sampled token's logprob is looked up among the engine's top alternatives, so ask for
+  // at least the 20 OpenAI documents.
+  r.params.logprobs = r.logprobs ? std::max<int64_t>(r.top_logprobs, kMaxLogprobs) : 0;
+  return r;
+}
+
+std::vector<int32_t> parse_tokenize_request(std::string_view body, const ModelInfo& info) {
+  const Json j = parse_body(body);
+  check_model(j, info);
+  const bool has_prompt = find_field(j, "prompt"), has_messages = find_field(j, "messages");
+  if (has_prompt == has_messages)
+    throw ApiError(400, "Give exactly one of 'prompt' or 'messages'.",
+                   has_prompt ? "messages" : "prompt", "invalid_value");
+  if (has_messages) {
+    ChatOptions options;
+    return encode_chat_prompt(j, info, &options);
+  }
+  const Json& p = *find_field(j, "prompt");
+  if (p.is_array()) return token_list(p, "prompt", info.vocab_size);
+  const std::string text = get_string(p, "prompt");
+  bool bos = false;
+  if (const Json* v = find_field(j, "add_special_tokens")) bos = get_bool(*v, "add_special_tokens");
+  return need_tokenizer(info, "prompt", "text prompts").encode(text, bos);
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body, const ModelInfo& info) {
+  const Json j = parse_body(body);
+  check_model(j, info);
+  const Json* t = find_field(j, "tokens");
+  if (!t) throw ApiError(400, "Missing required parameter: 'tokens'.", "tokens", "missing");
+  std::vector<int32_t> ids = token_list(*t, "tokens", info.vocab_size);
+  need_tokenizer(info, "tokens", "/detokenize");
+  return ids;
+}
+
+}  // namespace deepinfer::server

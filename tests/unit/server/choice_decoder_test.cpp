@@ -1,0 +1,163 @@
+// The per-choice text pipeline against independent oracles: Tokenizer::decode for the text,
+// the offline runner's cut at the stop string, and parse_completion on the whole text for chat
+// reasoning / content / tool calls, with tokens arriving one at a time.
+#include <gtest/gtest.h>
+
+#include "server/choice_decoder.h"
+#include "server_test_util.h"
+
+namespace deepinfer::server {
+namespace {
+
+struct Decoded {
+  ChoiceDelta all;
+  std::vector<std::string> emitted;  // the text of every delta, in order
+  std::vector<int32_t> ids;          // the tokens fed before the stop
+  std::string stop_text;
+};
+
+// Feeds `ids` one by one, stopping like the engine does: when the decoded output contains a stop
+// string (the first in list order), or after the last id.
+Decoded drive(const Tokenizer* tok, const std::vector<int32_t>& ids,
+              const std::vector<std::string>& stops, ChatMode chat = {}) {
+  ChoiceDecoder dec(tok, stops, chat, false, 0);
+  Decoded run;
+  std::vector<int32_t> out;
+  std::string stop_text;
+  for (int32_t id : ids) {
+    out.push_back(id);
+    TokenEvent ev;
+    ev.token = id;
+    ChoiceDelta d = dec.push(ev);
+    run.emitted.push_back(d.content);
+    run.all.append(std::move(d));
+    const std::string text = tok ? tok->decode(out, true) : "";
+    for (const auto& s : stops)
+      if (text.find(s) != std::string::npos) {
+        stop_text = s;
+        break;
+      }
+    if (!stop_text.empty()) break;
+  }
+  ChoiceDelta d = dec.finish(stop_text);
+  run.emitted.push_back(d.content);
+  run.all.append(std::move(d));
+  EXPECT_EQ(dec.num_tokens(), int64_t(out.size()));
+  EXPECT_EQ(run.all.token_ids, out) << "every token is reported exactly once";
+  run.ids = out;
+  run.stop_text = stop_text;
+  return run;
+}
+
+TEST(ChoiceDecoder, WithoutTokenizerIdsPassStraightThrough) {
+  ChoiceDecoder dec(nullptr, {}, {}, false, 0);
+  for (int32_t id : {10, 20, 30}) {
+    TokenEvent ev;
+    ev.token = id;
+    const ChoiceDelta d = dec.push(ev);
+    EXPECT_EQ(d.token_ids, std::vector<int32_t>{id});
+    EXPECT_TRUE(d.content.empty());
+  }
+  EXPECT_TRUE(dec.finish("").token_ids.empty());
+}
+
+TEST(ChoiceDecoder, TextIsTheDecodeOfAllTokens) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const std::string text = "Grüße, 世界! 😀👩‍👩‍👧 end\n\ttabs";
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  const Decoded r = drive(tok, ids, {});
+  EXPECT_EQ(r.all.content, tok->decode(ids, true));
+  EXPECT_EQ(r.all.content, text);
+}
+
+TEST(ChoiceDecoder, StopStringsCutTextAndNothingPastThemIsSent) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const std::string text = "The quick brown fox jumps over the lazy dog";
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  for (const std::vector<std::string>& stops :
+       std::vector<std::vector<std::string>>{{"fox j"}, {"ver t", "brown"}, {"o"}, {"dog"}}) {
+    // {"ver t", "brown"}: "brown" comes first in the text, so it ends the request.
+    const Decoded r = drive(tok, ids, stops);
+    // The offline runner's rule: decode everything, cut at the stop string that ended it.
+    const std::string full = tok->decode(r.ids, true);
+    ASSERT_FALSE(r.stop_text.empty());
+    const std::string expected = full.substr(0, full.find(r.stop_text));
+    EXPECT_EQ(r.all.content, expected) << stops[0];
+    for (const auto& s : stops) EXPECT_EQ(r.all.content.find(s), std::string::npos) << s;
+    std::string sent;
+    for (const auto& piece : r.emitted) {
+      sent += piece;
+      EXPECT_EQ(expected.compare(0, sent.size(), sent), 0) << "sent text past the cut: " << sent;
+    }
+  }
+}
+
+TEST(ChoiceDecoder, HeldBackPrefixIsReleasedWhenNoStopComes) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const std::string text = "It ends with a dog";
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  ChoiceDecoder dec(tok, {"dog!"}, {}, false, 0);
+  std::string sent;
+  for (int32_t id : ids) {
+    TokenEvent ev;
+    ev.token = id;
+    sent += dec.push(ev).content;
+  }
+  EXPECT_EQ(sent.find("dog"), std::string::npos) << "a possible stop-string start is held";
+  sent += dec.finish("").content;  // ended by length: all of it goes out
+  EXPECT_EQ(sent, text);
+}
+
+TEST(ChoiceDecoder, ChatSplitsReasoningContentAndToolCallsLikeTheParser) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const std::string calls =
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n"
+      "<｜DSML｜ parameter name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n"
+      "<｜DSML｜ parameter name=\"days\" string=\"false\">3</｜DSML｜ parameter>\n"
+      "</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  const std::string text = "The user wants weather.</think>Let me check." + calls;
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  const ParsedCompletion want = parse_completion(text, true);
+  ASSERT_EQ(want.tool_calls.size(), 1u);
+  const Decoded r = drive(tok, ids, {}, ChatMode{true, true});
+  EXPECT_EQ(r.all.reasoning, want.reasoning);
+  EXPECT_EQ(r.all.content, want.content);
+  ASSERT_EQ(r.all.tool_calls.size(), 1u);
+  EXPECT_EQ(r.all.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(r.all.tool_calls[0].arguments, want.tool_calls[0].arguments);
+  EXPECT_EQ(r.all.tool_calls[0].arguments, R"({"city": "Paris", "days": 3})");
+  EXPECT_EQ(r.all.tool_calls[0].id.rfind("call_", 0), 0u);
+
+  // Without thinking everything before the block is content.
+  const Decoded plain = drive(tok, tok->encode("Sure." + calls, false), {}, ChatMode{true, false});
+  EXPECT_EQ(plain.all.content, "Sure.");
+  EXPECT_TRUE(plain.all.reasoning.empty());
+  EXPECT_EQ(plain.all.tool_calls.size(), 1u);
+}
+
+TEST(ChoiceDecoder, MalformedToolCallBlockBecomesContent) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const std::string text = "Answer.\n\n<｜DSML｜ calls>\nnot a call at all";
+  const Decoded r = drive(tok, tok->encode(text, false), {}, ChatMode{true, false});
+  EXPECT_EQ(r.all.content, text);
+  EXPECT_TRUE(r.all.tool_calls.empty());
+}
+
+TEST(ChoiceDecoder, LogprobsOfTheSampledTokenAndTopAlternatives) {
+  ChoiceDecoder dec(nullptr, {}, {}, true, 1);
+  TokenEvent ev;
+  ev.token = 6;
+  ev.logprobs = {{5, -0.5f}, {6, -1.5f}, {7, -3.0f}};
+  ChoiceDelta d = dec.push(ev);
+  ASSERT_EQ(d.logprobs.size(), 1u);
+  EXPECT_EQ(d.logprobs[0].token, 6);
+  EXPECT_FLOAT_EQ(d.logprobs[0].logprob, -1.5f);
+  ASSERT_EQ(d.logprobs[0].top.size(), 1u);
+  EXPECT_EQ(d.logprobs[0].top[0].first, 5);
+  ev.token = 9;  // not among the alternatives
+  d = dec.push(ev);
+  EXPECT_FLOAT_EQ(d.logprobs[0].logprob, -9999.0f);
+}
+
+}  // namespace
+}  // namespace deepinfer::server

@@ -1,0 +1,196 @@
+// The engine thread on the built-in tiny model: calls submitted from many threads get exactly the
+// tokens a direct Engine run gives (greedy), cancellation ends a call and frees its KV, a refused
+// choice refuses its whole call, and stopping ends what is left.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "io/checkpoint.h"
+#include "model/builtin.h"
+#include "server/engine_loop.h"
+
+namespace deepinfer::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Tiny {
+  std::unique_ptr<Checkpoint> ck;
+  std::unique_ptr<Model> model;
+  Tiny() {
+    ck = Checkpoint::load(default_model_dir());
+    model = std::make_unique<Model>(*ck, ModelOptions{});
+  }
+};
+
+Tiny& tiny() {
+  static Tiny t;
+  return t;
+}
+
+std::unique_ptr<Engine> make_engine() {
+  EngineConfig cfg;
+  cfg.sched.max_num_seqs = 4;
+  cfg.sched.max_model_len = 256;
+  return std::make_unique<Engine>(*tiny().model, cfg);
+}
+
+Request greedy(std::vector<int32_t> prompt, int64_t max_tokens) {
+  Request r;
+  r.prompt_ids = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_tokens = max_tokens;
+  r.params.ignore_eos = true;
+  return r;
+}
+
+struct Collected {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<FinishReason> finish;
+};
+
+Collected collect(Call& call, std::chrono::seconds limit = 60s) {
+  Collected c;
+  c.tokens.resize(size_t(call.num_choices()));
+  c.finish.resize(size_t(call.num_choices()));
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!call.done() && std::chrono::steady_clock::now() < deadline) {
+    std::vector<CallUpdate> ups;
+    call.wait(&ups, 100ms);
+    for (const CallUpdate& u : ups) {
+      if (u.end)
+        c.finish[size_t(u.choice)] = u.finish;
+      else
+        c.tokens[size_t(u.choice)].push_back(u.token.token);
+    }
+  }
+  EXPECT_TRUE(call.done()) << "call did not end in time";
+  return c;
+}
+
+std::vector<int32_t> prompt_of(int i) {
+  std::vector<int32_t> p;
+  for (int t = 0; t < 5 + i; ++t) p.push_back(1000 + 37 * i + 11 * t);
+  return p;
+}
+
+bool wait_idle(const EngineLoop& loop) {
+  for (int i = 0; i < 500; ++i) {
+    const EngineGauges g = loop.gauges();
+    if (g.running == 0 && g.waiting == 0 && g.kv_blocks_used == 0) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
+TEST(EngineLoop, ConcurrentCallsMatchADirectRun) {
+  constexpr int kCalls = 8;
+  // Reference: one engine, all requests at once, run to completion.
+  std::map<RequestId, std::vector<int32_t>> want;
+  {
+    auto engine = make_engine();
+    for (int i = 0; i < kCalls; ++i) {
+      Request r = greedy(prompt_of(i), 6 + i);
+      r.id = RequestId(i);
+      ASSERT_EQ(engine->add_request(r), "");
+    }
+    while (engine->has_unfinished()) {
+      engine->step();
+      for (auto& o : engine->take_finished()) want[o.id] = o.output_ids;
+    }
+  }
+  auto engine = make_engine();
+  Metrics metrics;
+  EngineLoop loop(*engine, metrics);
+  loop.start();
+  std::vector<Collected> got(kCalls);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kCalls; ++i) {
+    clients.emplace_back([&, i] {
+      auto call = std::make_shared<Call>(1);
+      ASSERT_EQ(loop.submit(call, {greedy(prompt_of(i), 6 + i)}), "");
+      got[size_t(i)] = collect(*call);
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(got[size_t(i)].tokens[0], want[RequestId(i)]) << "call " << i;
+    EXPECT_EQ(got[size_t(i)].finish[0], FinishReason::Length);
+  }
+  EXPECT_TRUE(wait_idle(loop));
+  const std::string m = metrics.render(loop.gauges(), 0);
+  EXPECT_NE(m.find("deepinfer_requests_finished_total{finish_reason=\"length\"} 8"),
+            std::string::npos)
+      << m;
+}
+
+TEST(EngineLoop, ChoicesOfOneCallRunSideBySide) {
+  auto engine = make_engine();
+  Metrics metrics;
+  EngineLoop loop(*engine, metrics);
+  loop.start();
+  auto call = std::make_shared<Call>(3);
+  std::vector<Request> reqs = {greedy(prompt_of(1), 4), greedy(prompt_of(1), 4),
+                               greedy(prompt_of(2), 5)};
+  ASSERT_EQ(loop.submit(call, reqs), "");
+  const Collected c = collect(*call);
+  EXPECT_EQ(c.tokens[0], c.tokens[1]) << "same prompt, greedy";
+  EXPECT_EQ(c.tokens[0].size(), 4u);
+  EXPECT_EQ(c.tokens[2].size(), 5u);
+}
+
+TEST(EngineLoop, CancelEndsTheCallAndFreesItsKv) {
+  auto engine = make_engine();
+  Metrics metrics;
+  EngineLoop loop(*engine, metrics);
+  loop.start();
+  auto call = std::make_shared<Call>(1);
+  ASSERT_EQ(loop.submit(call, {greedy(prompt_of(3), 200)}), "");
+  std::vector<CallUpdate> first;
+  while (first.empty()) call->wait(&first, 100ms);
+  // Gauges are published after the step that produced the token.
+  for (int i = 0; i < 100 && loop.gauges().kv_blocks_used == 0; ++i)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GT(loop.gauges().kv_blocks_used, 0);
+  loop.cancel(call);
+  const Collected c = collect(*call);
+  EXPECT_EQ(c.finish[0], FinishReason::Abort);
+  EXPECT_LT(c.tokens[0].size() + first.size(), 200u);
+  EXPECT_TRUE(wait_idle(loop)) << "KV blocks still held after cancel";
+}
+
+TEST(EngineLoop, ARefusedChoiceRefusesTheWholeCall) {
+  auto engine = make_engine();
+  Metrics metrics;
+  EngineLoop loop(*engine, metrics);
+  loop.start();
+  auto call = std::make_shared<Call>(2);
+  const std::string err =
+      loop.submit(call, {greedy(prompt_of(1), 4), greedy(std::vector<int32_t>(300, 5), 4)});
+  EXPECT_NE(err.find("max_model_len"), std::string::npos) << err;
+  EXPECT_TRUE(wait_idle(loop));
+  auto next = std::make_shared<Call>(1);
+  ASSERT_EQ(loop.submit(next, {greedy(prompt_of(1), 3)}), "");
+  EXPECT_EQ(collect(*next).tokens[0].size(), 3u);
+  std::vector<CallUpdate> stray;
+  EXPECT_FALSE(call->wait(&stray, 50ms)) << "the refused call got updates";
+}
+
+TEST(EngineLoop, StopEndsRunningCalls) {
+  auto engine = make_engine();
+  Metrics metrics;
+  EngineLoop loop(*engine, metrics);
+  loop.start();
+  auto call = std::make_shared<Call>(1);
+  ASSERT_EQ(loop.submit(call, {greedy(prompt_of(4), 240)}), "");
+  loop.stop();
+  const Collected c = collect(*call, 5s);
+  EXPECT_EQ(c.finish[0], FinishReason::Abort);
+  EXPECT_EQ(engine->kv_blocks_used(), 0);
+  auto late = std::make_shared<Call>(1);
+  EXPECT_NE(loop.submit(late, {greedy(prompt_of(1), 3)}), "");
+}
+
+}  // namespace
+}  // namespace deepinfer::server

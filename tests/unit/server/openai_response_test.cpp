@@ -1,0 +1,178 @@
+// Response shapes: the fields OpenAI clients read, for completions and chat, streaming and not,
+// built from synthetic engine updates.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_response.h"
+#include "server_test_util.h"
+
+namespace deepinfer::server {
+namespace {
+
+using nlohmann::json;
+
+CallUpdate token(int32_t choice, int32_t id) {
+  CallUpdate u;
+  u.choice = choice;
+  u.token.token = id;
+  return u;
+}
+
+CallUpdate end(int32_t choice, FinishReason why) {
+  CallUpdate u;
+  u.choice = choice;
+  u.end = true;
+  u.finish = why;
+  return u;
+}
+
+ApiRequest id_request(int32_t n, bool stream) {
+  ApiRequest r;
+  r.model = "tiny";
+  r.prompts = {{1, 2, 3}, {4, 5}};
+  r.n = n;
+  r.stream = stream;
+  r.return_token_ids = true;
+  return r;
+}
+
+TEST(OpenAiResponse, CompletionBodyNumbersChoicesPromptMajor) {
+  const ModelInfo info = test::model_info(nullptr);
+  ResponseBuilder b(id_request(2, false), info, "cmpl-x", 123);
+  EXPECT_TRUE(b.stream_start().empty());
+  for (int32_t c = 0; c < 4; ++c) {
+    EXPECT_TRUE(b.on_update(token(c, 100 + c)).empty());
+    EXPECT_FALSE(b.all_ended());
+    b.on_update(end(c, c == 3 ? FinishReason::Stop : FinishReason::Length));
+  }
+  ASSERT_TRUE(b.all_ended());
+  const json j = json::parse(b.full_body());
+  EXPECT_EQ(j["id"], "cmpl-x");
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["created"], 123);
+  EXPECT_EQ(j["model"], "tiny");
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (int c = 0; c < 4; ++c) {
+    const json& ch = j["choices"][c];
+    EXPECT_EQ(ch["index"], c);
+    EXPECT_EQ(ch["text"], "");
+    EXPECT_EQ(ch["token_ids"], json::array({100 + c}));
+    EXPECT_EQ(ch["prompt_token_ids"], c < 2 ? json::array({1, 2, 3}) : json::array({4, 5}));
+    EXPECT_EQ(ch["finish_reason"], c == 3 ? "stop" : "length");
+    EXPECT_TRUE(ch["logprobs"].is_null());
+  }
+  // Each prompt counts once, however many choices it has.
+  EXPECT_EQ(j["usage"],
+            json({{"prompt_tokens", 5}, {"completion_tokens", 4}, {"total_tokens", 9}}));
+}
+
+TEST(OpenAiResponse, CompletionStreamChunksAndUsage) {
+  const ModelInfo info = test::model_info(nullptr);
+  ApiRequest r = id_request(1, true);
+  r.prompts.resize(1);
+  r.include_usage = true;
+  ResponseBuilder b(r, info, "cmpl-y", 1);
+  std::vector<std::string> chunks = b.on_update(token(0, 7));
+  ASSERT_EQ(chunks.size(), 1u);
+  json c = json::parse(chunks[0]);
+  EXPECT_EQ(c["object"], "text_completion");
+  EXPECT_EQ(c["choices"][0]["token_ids"], json::array({7}));
+  EXPECT_EQ(c["choices"][0]["prompt_token_ids"], json::array({1, 2, 3})) << "first chunk only";
+  EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
+  EXPECT_TRUE(c.contains("usage") && c["usage"].is_null());
+  c = json::parse(b.on_update(token(0, 8)).at(0));
+  EXPECT_FALSE(c["choices"][0].contains("prompt_token_ids"));
+  c = json::parse(b.on_update(end(0, FinishReason::Length)).at(0));
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+  const std::vector<std::string> tail = b.stream_end();
+  ASSERT_EQ(tail.size(), 1u);
+  c = json::parse(tail[0]);
+  EXPECT_TRUE(c["choices"].empty());
+  EXPECT_EQ(c["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(c["usage"]["prompt_tokens"], 3);
+}
+
+TEST(OpenAiResponse, ChatStreamOpensWithTheRoleAndReportsToolCalls) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const ModelInfo info = test::model_info(tok, 4096);
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "tiny";
+  r.prompts = {{1}};
+  r.stream = true;
+  r.chat = {true, false};
+  ResponseBuilder b(r, info, "chatcmpl-z", 1);
+  const std::vector<std::string> start = b.stream_start();
+  ASSERT_EQ(start.size(), 1u);
+  json c = json::parse(start[0]);
+  EXPECT_EQ(c["object"], "chat.completion.chunk");
+  EXPECT_EQ(c["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
+  const std::string text =
+      "Checking.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n"
+      "<｜DSML｜ parameter name=\"x\" string=\"false\">1</｜DSML｜ parameter>\n"
+      "</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  std::string content;
+  json call;
+  for (int32_t id : tok->encode(text, false)) {
+    for (const std::string& s : b.on_update(token(0, id))) {
+      const json d = json::parse(s)["choices"][0]["delta"];
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("tool_calls")) call = d["tool_calls"];
+    }
+  }
+  const std::vector<std::string> last = b.on_update(end(0, FinishReason::Stop));
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(json::parse(last[0])["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(content, "Checking.");
+  ASSERT_EQ(call.size(), 1u);
+  EXPECT_EQ(call[0]["index"], 0);
+  EXPECT_EQ(call[0]["type"], "function");
+  EXPECT_EQ(call[0]["function"]["name"], "f");
+  EXPECT_EQ(call[0]["function"]["arguments"], "{\"x\": 1}");
+  EXPECT_TRUE(b.stream_end().empty()) << "no usage chunk unless asked";
+}
+
+TEST(OpenAiResponse, ChatBodyWithReasoningAndLogprobs) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const ModelInfo info = test::model_info(tok, 4096);
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  r.model = "tiny";
+  r.prompts = {{1, 2}};
+  r.chat = {true, true};
+  r.logprobs = true;
+  r.top_logprobs = 1;
+  ResponseBuilder b(r, info, "chatcmpl-w", 1);
+  const std::vector<int32_t> ids = tok->encode("Hmm.</think>Hello", false);
+  for (int32_t id : ids) {
+    CallUpdate u = token(0, id);
+    u.token.logprobs = {{id, -0.25f}};
+    b.on_update(u);
+  }
+  b.on_update(end(0, FinishReason::Stop));
+  const json j = json::parse(b.full_body());
+  EXPECT_EQ(j["object"], "chat.completion");
+  const json& m = j["choices"][0]["message"];
+  EXPECT_EQ(m["role"], "assistant");
+  EXPECT_EQ(m["reasoning_content"], "Hmm.");
+  EXPECT_EQ(m["content"], "Hello");
+  EXPECT_FALSE(m.contains("tool_calls"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const json& lp = j["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), ids.size());
+  EXPECT_EQ(lp[0]["logprob"], -0.25);
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 1u);
+  EXPECT_EQ(lp[0]["token"], std::string(tok->token_bytes(ids[0])));
+  EXPECT_EQ(j["usage"]["completion_tokens"], int64_t(ids.size()));
+}
+
+TEST(OpenAiResponse, FinishReasonNames) {
+  EXPECT_STREQ(api_finish_reason(FinishReason::Stop, false), "stop");
+  EXPECT_STREQ(api_finish_reason(FinishReason::Stop, true), "tool_calls");
+  EXPECT_STREQ(api_finish_reason(FinishReason::Length, true), "length");
+  EXPECT_STREQ(api_finish_reason(FinishReason::Abort, false), "abort");
+}
+
+}  // namespace
+}  // namespace deepinfer::server

