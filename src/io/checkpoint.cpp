@@ -294,6 +294,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
   for (auto& L : ck->layers) L.experts.resize(size_t(ck->expert_end - ck->expert_begin));
   for (const TensorSpec& s : mine) {
     Weight w = ck->bind(s);
+    ck->bound_bytes += w.nbytes();
     const std::string& n = s.name;
     if (n == "embed.weight")
       ck->embed = w;

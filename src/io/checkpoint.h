@@ -101,6 +101,7 @@ class Checkpoint {
 
   // Tensors in the files that the text model does not run (DSpark, vision), by prefix count.
   std::vector<std::string> skipped_tensors;
+  uint64_t bound_bytes = 0;      // bytes of the weights this checkpoint binds (its experts only)
   uint64_t converted_bytes = 0;  // bytes of owned converted buffers
 
  private:
