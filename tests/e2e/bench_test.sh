@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `deepinfer bench` as a user runs it, at small sizes: every subcommand prints, per result, the
+# measured figure, the limit measured in the same run and their ratio (JSON lines), and bad
+# arguments get clear errors. The figures themselves are not checked (this machine is shared).
+# Usage: bench_test.sh DEEPINFER_BINARY
+set -euo pipefail
+BIN=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+export DEEPINFER_NUM_THREADS=2
+
+"$BIN" make-tiny --out "$WORK/tiny" >/dev/null || fail "make-tiny"
+"$BIN" bench bandwidth --mib 64 --reps 1 --json > "$WORK/bw.jsonl" || fail "bench bandwidth"
+"$BIN" bench linear --shapes 256:512,512:96 --rows 16 --working-set-mib 8 --reps 1 --json \
+  > "$WORK/linear.jsonl" 2>"$WORK/linear.err" || { cat "$WORK/linear.err"; fail "bench linear"; }
+"$BIN" bench decode --model "$WORK/tiny" --batches 1,4 --steps 3 --prompt 16 --prefill 32 --json \
+  > "$WORK/decode.jsonl" 2>"$WORK/decode.err" || { cat "$WORK/decode.err"; fail "bench decode"; }
+"$BIN" bench pool --calls 50 --json > "$WORK/pool.jsonl" || fail "bench pool"
+
+python3 - "$WORK" <<'PY' || fail "bench output"
+import json, sys, os
+w = sys.argv[1]
+def near(ratio, a, b):  # the figures are printed rounded; the ratio is of the exact ones
+    return abs(ratio - a / b) <= 0.02 * (a / b) + 2e-3
+def rows(name):
+    return [json.loads(l) for l in open(os.path.join(w, name)) if l.strip()]
+bw = rows("bw.jsonl")
+assert len(bw) == 1 and bw[0]["bench"] == "bandwidth" and bw[0]["read_gbs"] > 0, bw
+lin = rows("linear.jsonl")
+gemv = [r for r in lin if r["bench"] == "linear_gemv"]
+gemm = [r for r in lin if r["bench"] == "linear_gemm"]
+# fp8 and fp4, two shapes, one GEMV and one GEMM row count each.
+assert len(gemv) == 4 and len(gemm) == 4, lin
+for r in gemv:
+    assert r["gbs"] > 0 and r["bandwidth_gbs"] > 0, r
+    assert near(r["ratio"], r["gbs"], r["bandwidth_gbs"]), r
+for r in gemm:
+    assert r["rows"] == 16 and r["gflops"] > 0, r
+    if "onednn_bf16_gflops" in r:
+        assert near(r["ratio"], r["gflops"], r["onednn_bf16_gflops"]), r
+dec = rows("decode.jsonl")
+steps = [r for r in dec if r["bench"] == "decode"]
+assert [r["batch"] for r in steps] == [1, 4], dec
+for r in steps:
+    assert r["tok_s"] > 0 and r["roofline_tok_s"] > 0, r
+    assert near(r["ratio"], r["tok_s"], r["roofline_tok_s"]), r
+pre = [r for r in dec if r["bench"] == "prefill"]
+assert len(pre) == 1 and pre[0]["tokens"] == 32 and pre[0]["gflops"] > 0, dec
+pool = rows("pool.jsonl")
+assert len(pool) == 1 and pool[0]["us_per_parallel_for"] > 0, pool
+PY
+
+expect_error() {
+  local want=$1
+  shift
+  if "$@" >"$WORK/out" 2>&1; then fail "expected an error from: $*"; fi
+  grep -q -- "$want" "$WORK/out" || { cat "$WORK/out"; fail "error lacks '$want': $*"; }
+}
+expect_error "not a multiple of 32" "$BIN" bench linear --shapes 100:64
+expect_error "expected at least 64" "$BIN" bench bandwidth --mib 0
+expect_error "does not exist" "$BIN" bench decode --model "$WORK/nowhere"
+echo "bench e2e: ok"
