@@ -39,7 +39,21 @@ void serve(ServeOptions& o) {
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
   o.so.max_body_bytes = size_t(o.max_body_mib) << 20;
   o.eo.engine.seed = o.seed;
+  DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
+             ": data-parallel replicas are not served yet (use --cp and --ep, or one server per "
+             "replica behind a load balancer)");
   LoadedEngine le = load_engine(o.eo);
+  if (le.is_follower()) {
+    // A context/expert-parallel rank: replays the leader's steps until the server stops. The
+    // leader handles SIGINT/SIGTERM (a terminal or a service manager signals every process) and
+    // ends the run; a follower whose leader dies notices and exits.
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
+    le.run_follower();
+    le.finish();
+    return;
+  }
 
   server::ModelInfo info;
   const std::string given = o.eo.model.empty() ? "deepinfer-tiny" : o.eo.model;
@@ -78,6 +92,7 @@ void serve(ServeOptions& o) {
   srv.run();
   done = true;
   watcher.join();
+  le.finish();  // other ranks: the shutdown message, then their exit
   std::fprintf(stderr, "deepinfer: server stopped\n");
 }
 

@@ -1,0 +1,82 @@
+// `deepinfer serve --cp 2 --ep 2`: the leader serves HTTP and schedules; a follower rank replays
+// its steps. Concurrent requests (streaming and not) return the single-rank offline runner's
+// tokens (fp32 numerics, where ranks are bit-identical to one rank), a follower ignores the
+// SIGTERM a service manager sends to every process, and SIGTERM to the leader ends both.
+// Data-parallel serving is refused with a clear error.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+
+import { cliArgs, generate, idle, sseData, startServer, waitMetrics } from './lib.mjs';
+
+const args = cliArgs();
+let server, dir, expected;
+const requests = Array.from({ length: 10 }, (_, i) => ({
+  prompt: Array.from({ length: 3 + 7 * i }, (_, j) => 2 + ((i * 7919 + j * 104729) % 129000)),
+  max_tokens: 4 + (i % 5) * 3,
+  temperature: 0,
+}));
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'deepinfer-ranks-'));
+  const file = join(dir, 'prompts.jsonl');
+  writeFileSync(file, requests.map((r) => JSON.stringify({
+    prompt_ids: r.prompt, max_tokens: r.max_tokens, temperature: 0,
+  })).join('\n') + '\n');
+  expected = generate(args.deepinfer, ['--dtype', 'fp32', '--prompts', file]);
+  server = await startServer(args.deepinfer,
+                             ['--cp', '2', '--ep', '2', '--dtype', 'fp32', '--max-num-seqs', '4']);
+});
+
+after(() => {
+  if (server) server.proc.kill('SIGKILL');
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const children = (pid) => readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+  .trim().split(/\s+/).filter(Boolean).map(Number);
+
+async function complete(req, stream) {
+  const res = await fetch(`${server.url}/v1/completions`, {
+    method: 'POST', body: JSON.stringify({ ...req, stream }),
+  });
+  assert.equal(res.status, 200);
+  if (!stream) return (await res.json()).choices[0].token_ids;
+  const ids = [];
+  for (const d of await sseData(res)) {
+    if (d === '[DONE]') continue;
+    for (const c of JSON.parse(d).choices) ids.push(...(c.token_ids ?? []));
+  }
+  return ids;
+}
+
+describe('serve with context and expert parallel ranks', () => {
+  it('concurrent requests give the single-rank tokens', async () => {
+    const got = await Promise.all(requests.map((r, i) => complete(r, i % 2 === 0)));
+    got.forEach((ids, i) => assert.deepEqual(ids, expected[i].output_ids, `request ${i}`));
+    await waitMetrics(server.url, idle);
+  });
+
+  it('a follower ignores SIGTERM; SIGTERM to the leader ends every rank', async () => {
+    const followers = children(server.proc.pid);
+    assert.equal(followers.length, 1, 'one follower process');
+    process.kill(followers[0], 'SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.ok(existsSync(`/proc/${followers[0]}`), 'the follower lives on');
+    assert.deepEqual(await complete(requests[3], true), expected[3].output_ids);
+    const { code } = await server.stop();
+    assert.equal(code, 0, server.log());
+    assert.ok(!existsSync(`/proc/${followers[0]}/status`) ||
+              /State:\s+Z/.test(readFileSync(`/proc/${followers[0]}/status`, 'utf8')),
+              'the follower exited');
+  });
+
+  it('data-parallel serving is refused with a clear error', () => {
+    const r = spawnSync(args.deepinfer, ['serve', '--port', '0', '--dp', '2'], { encoding: 'utf8' });
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /--dp 2: data-parallel replicas are not served/);
+  });
+});
