@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/cpu.h"
@@ -259,6 +260,68 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   });
 }
 
+// Several QLin GEMV calls (n <= kGemvRows each) as one parallel loop over all their tiles: one
+// wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
+// stream. Each output is computed exactly as run_fast's GEMV computes it.
+void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
+  const linear_isa::Kernels& kern = *kernels_for(isa);
+  const bool bf16 = kern.bf16 && bf16_products_ok();
+  size_t bytes = 0;
+  for (const LinearCall& c : calls) {
+    const int64_t K = c.w->cols();
+    bytes += size_t(round_up(c.a.n * K * 4, 64) + (bf16 ? round_up(c.a.n * K * 2, 64) : 0));
+  }
+  uint8_t* s = t_act.get(bytes);
+  std::vector<linear_isa::Job> jobs(calls.size());
+  std::vector<int64_t> first(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const PreparedLinear& pw = *calls[c].w;
+    const LinearArgs& a = calls[c].a;
+    const int64_t K = pw.cols();
+    const int64_t n_out = a.n_out < 0 ? pw.rows() - a.row0 : a.n_out;
+    float* xq = reinterpret_cast<float*>(s);
+    s += round_up(a.n * K * 4, 64);
+    uint16_t* xqb = nullptr;
+    if (bf16) {
+      xqb = reinterpret_cast<uint16_t*>(s);
+      s += round_up(a.n * K * 2, 64);
+    }
+    kern.quantize(a.x, a.ldx, a.n, K, xq, xqb);
+    linear_isa::Job& j = jobs[c];
+    j.w = &pw.packed();
+    j.x = xq;
+    j.ldx = K;
+    j.xb = xqb;
+    j.ldxb = K;
+    j.n = a.n;
+    j.y = a.y;
+    j.ldy = a.ldy;
+    j.lo = a.row0;
+    j.hi = a.row0 + n_out;
+    j.t0 = a.row0 / 16;
+    j.t1 = (a.row0 + n_out + 15) / 16;
+    j.fma = true;
+    first[c + 1] = first[c] + (j.t1 - j.t0);
+  }
+  const int64_t total = first.back();
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t grain = std::max<int64_t>(1, total / (pool.size() * 4));
+  pool.parallel_for(total, grain, [&](int64_t c0, int64_t c1) {
+    size_t c = size_t(std::upper_bound(first.begin(), first.end(), c0) - first.begin()) - 1;
+    for (int64_t at = c0; at < c1; ++c) {
+      const int64_t end = std::min(c1, first[c + 1]);
+      if (end > at) {
+        linear_isa::Job j = jobs[c];
+        const int64_t base = j.t0 - first[c];
+        j.t0 = base + at;
+        j.t1 = base + end;
+        kern.gemv(j);
+        at = end;
+      }
+    }
+  });
+}
+
 void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
   const Isa isa = cpu_isa();
   if (a.exact || isa == Isa::Scalar) {
@@ -272,6 +335,22 @@ void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
 }
 
 }  // namespace
+
+void linear_quant_many(std::span<const LinearCall> calls) {
+  const Isa isa = cpu_isa();
+  const bool gemv_ok = isa != Isa::Scalar && linear_path() != LinearPath::Gemm;
+  std::vector<LinearCall> small;
+  for (const LinearCall& c : calls) {
+    const LinearArgs& a = c.a;
+    if (a.n <= 0) continue;
+    check_call(c.w->weight(), a, a.n_out < 0 ? c.w->rows() - a.row0 : a.n_out, true);
+    if (gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
+      small.push_back(c);
+    else
+      run(*c.w, a, true);
+  }
+  if (!small.empty()) run_many_gemv(small, isa);
+}
 
 void PreparedLinear::FreeAligned::operator()(uint8_t* p) const {
   std::free(p);

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "core/weight.h"
 
@@ -91,6 +92,14 @@ class PreparedLinear {
 
 void linear_quant(const PreparedLinear& w, const LinearArgs& a);
 void linear_dense(const PreparedLinear& w, const LinearArgs& a);
+// Several independent QLin calls, each giving exactly what linear_quant gives it. Calls of at
+// most a few rows (decode) share one pass of the thread pool over all their weights, which
+// saves a pool wake-up per call and balances many small weights (the experts of a step) as one.
+struct LinearCall {
+  const PreparedLinear* w;
+  LinearArgs a;
+};
+void linear_quant_many(std::span<const LinearCall> calls);
 // Unprepared weights run the scalar path (tests, one-off uses).
 void linear_quant(const Weight& w, const LinearArgs& a);
 void linear_dense(const Weight& w, const LinearArgs& a);

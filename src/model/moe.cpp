@@ -59,26 +59,44 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     }
   }
 
-  // One expert over rows of `src`: dst[n, D] = w2(swiglu(w1 x, w3 x) * weight).
-  std::vector<float> xg, g, u, y;
-  auto run_expert = [&](const PreparedExpert& ex, const float* src /*[*, D]*/,
-                        const std::vector<int64_t>& rows, const float* row_weights,
-                        float* dst /*[n, D]*/) {
-    const int64_t n = int64_t(rows.size());
-    xg.resize(size_t(n * D));
-    for (int64_t i = 0; i < n; ++i)
-      std::copy(src + rows[size_t(i)] * D, src + (rows[size_t(i)] + 1) * D, &xg[size_t(i * D)]);
-    g.resize(size_t(n * F));
-    u.resize(size_t(n * F));
-    linear_quant(ex.w1, xg.data(), n, g.data(), exact);
-    linear_quant(ex.w3, xg.data(), n, u.data(), exact);
-    round(g.data(), n * F);
-    round(u.data(), n * F);
-    for (int64_t i = 0; i < n; ++i)
-      swiglu(&g[size_t(i * F)], &u[size_t(i * F)], F, limit, row_weights ? row_weights[i] : 1.0f);
-    round(g.data(), n * F);
-    linear_quant(ex.w2, g.data(), n, dst, exact);
-    round(dst, n * D);
+  // Experts over rows of `src`: dst_e[n_e, D] = w2(swiglu(w1 x, w3 x) * weight) for each
+  // expert e with rows. The w1/w3 linears of all of them run as one batch of calls, then the w2
+  // linears (one pass of the thread pool each when the rows are few, as in decode).
+  struct ExpertJob {
+    const PreparedExpert* ex;
+    const std::vector<int64_t>* rows;
+    const float* row_weights;  // null: weight 1
+    float* dst;
+    std::vector<float> xg, g, u;
+  };
+  auto run_experts = [&](std::vector<ExpertJob>& jobs, const float* src /*[*, D]*/) {
+    std::vector<LinearCall> calls;
+    for (ExpertJob& jb : jobs) {
+      const int64_t n = int64_t(jb.rows->size());
+      jb.xg.resize(size_t(n * D));
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t r = (*jb.rows)[size_t(i)];
+        std::copy(src + r * D, src + (r + 1) * D, &jb.xg[size_t(i * D)]);
+      }
+      jb.g.resize(size_t(n * F));
+      jb.u.resize(size_t(n * F));
+      calls.push_back({&jb.ex->w1, {jb.xg.data(), n, D, jb.g.data(), F, 0, -1, exact}});
+      calls.push_back({&jb.ex->w3, {jb.xg.data(), n, D, jb.u.data(), F, 0, -1, exact}});
+    }
+    linear_quant_many(calls);
+    calls.clear();
+    for (ExpertJob& jb : jobs) {
+      const int64_t n = int64_t(jb.rows->size());
+      round(jb.g.data(), n * F);
+      round(jb.u.data(), n * F);
+      for (int64_t i = 0; i < n; ++i)
+        swiglu(&jb.g[size_t(i * F)], &jb.u[size_t(i * F)], F, limit,
+               jb.row_weights ? jb.row_weights[i] : 1.0f);
+      round(jb.g.data(), n * F);
+      calls.push_back({&jb.ex->w2, {jb.g.data(), n, F, jb.dst, D, 0, -1, exact}});
+    }
+    linear_quant_many(calls);
+    for (ExpertJob& jb : jobs) round(jb.dst, int64_t(jb.rows->size()) * D);
   };
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once
@@ -96,17 +114,26 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
         rows_of[size_t(e)].push_back(i);
         slot_of[size_t(e)].push_back(i * k + j);
       }
-    std::vector<float> rw;
+    std::vector<std::vector<float>> rw(static_cast<size_t>(E)), y(static_cast<size_t>(E));
+    std::vector<ExpertJob> jobs;
     for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e) {
       const auto& rows = rows_of[size_t(e)];
       if (rows.empty()) continue;
-      rw.resize(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) rw[i] = rwt[slot_of[size_t(e)][i]];
-      y.resize(rows.size() * size_t(D));
-      run_expert(P.experts[size_t(e - ck.expert_begin)], xs, rows, rw.data(), y.data());
-      for (size_t i = 0; i < rows.size(); ++i)
-        std::copy(&y[i * size_t(D)], &y[(i + 1) * size_t(D)], &slots[slot_of[size_t(e)][i] * D]);
+      for (int64_t sl : slot_of[size_t(e)]) rw[size_t(e)].push_back(rwt[sl]);
+      y[size_t(e)].resize(rows.size() * size_t(D));
+      jobs.push_back({&P.experts[size_t(e - ck.expert_begin)],
+                      &rows,
+                      rw[size_t(e)].data(),
+                      y[size_t(e)].data(),
+                      {},
+                      {},
+                      {}});
     }
+    run_experts(jobs, xs);
+    for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e)
+      for (size_t i = 0; i < rows_of[size_t(e)].size(); ++i)
+        std::copy(&y[size_t(e)][i * size_t(D)], &y[size_t(e)][(i + 1) * size_t(D)],
+                  &slots[slot_of[size_t(e)][i] * D]);
   };
 
   std::vector<float> expert_out(size_t(N * k * D), 0.0f);  // [N, k, D]
@@ -174,7 +201,8 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     DI_REGION("moe.shared");
     std::vector<int64_t> all(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) all[size_t(i)] = i;
-    run_expert(P.shared, v, all, nullptr, shared.data());
+    std::vector<ExpertJob> jobs{{&P.shared, &all, nullptr, shared.data(), {}, {}, {}}};
+    run_experts(jobs, v);
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.
   for (int64_t i = 0; i < N; ++i)

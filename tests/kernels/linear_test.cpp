@@ -76,6 +76,62 @@ void check_case(const Case& c, uint64_t seed) {
       }
 }
 
+// A batch of calls (the experts of a decode step: mixed formats, shapes, row counts, output
+// ranges and strides, GEMV-sized and larger) gives each call exactly what linear_quant_ref gives
+// it, on every ISA and thread count.
+TEST(LinearFast, QuantManyMatchesEachCall) {
+  KernelEnvGuard guard;
+  struct Spec {
+    WeightFormat fmt;
+    int64_t rows, cols, n, row0, n_out, pad_x, pad_y;
+  };
+  const std::vector<Spec> specs = {
+      {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 32, 3},  // same weight shape, other input
+      {WeightFormat::Fp8Block, 70, 160, 3, 5, 50, 0, 1},
+      {WeightFormat::Fp4Row, 17, 64, 4, 0, -1, 0, 0},
+      {WeightFormat::Fp8Block, 256, 96, 2, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},  // more rows: the single-call path
+      {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
+  };
+  std::vector<OwnedWeight> ws;
+  std::vector<PreparedLinear> pws;
+  std::vector<std::vector<float>> xs, want;
+  std::vector<int64_t> ldy;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& s = specs[i];
+    ws.push_back(make_weight(s.fmt, s.rows, s.cols, 40 + i));
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& s = specs[i];
+    pws.emplace_back(ws[i].w);
+    xs.push_back(make_activations(s.n, s.cols, s.cols + s.pad_x, 90 + i, false));
+    const int64_t n_out = s.n_out < 0 ? s.rows - s.row0 : s.n_out;
+    ldy.push_back(n_out + s.pad_y);
+    want.emplace_back(size_t(s.n * ldy[i]), -7.0f);
+    linear_quant_ref(
+        ws[i].w, {xs[i].data(), s.n, s.cols + s.pad_x, want[i].data(), ldy[i], s.row0, s.n_out});
+  }
+  for (Isa isa : machine_isas())
+    for (int threads : {1, 2, 3}) {
+      set_cpu_isa(isa);
+      if (ThreadPool::global().size() != threads) ThreadPool::set_global_threads(threads);
+      std::vector<std::vector<float>> got;
+      std::vector<LinearCall> calls;
+      for (size_t i = 0; i < specs.size(); ++i) got.emplace_back(want[i].size(), -7.0f);
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const Spec& s = specs[i];
+        calls.push_back(
+            {&pws[i],
+             {xs[i].data(), s.n, s.cols + s.pad_x, got[i].data(), ldy[i], s.row0, s.n_out}});
+      }
+      linear_quant_many(calls);
+      for (size_t i = 0; i < specs.size(); ++i)
+        ASSERT_EQ(first_diff(want[i].data(), got[i].data(), int64_t(want[i].size())), -1)
+            << "call " << i << " isa=" << isa_name(isa) << " threads=" << threads;
+    }
+}
+
 TEST(LinearFast, QuantSweepMatchesRef) {
   uint64_t seed = 1;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
