@@ -1,8 +1,11 @@
 #include "kernels/hyper.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
 #include "kernels/reduce.h"
@@ -10,7 +13,8 @@
 namespace deepinfer {
 
 namespace {
-constexpr int64_t kMaxHcMult = 16, kMaxMixes = (2 + kMaxHcMult) * kMaxHcMult;
+constexpr int64_t kMaxHcMult = 16;
+constexpr int64_t kChunk = 256;  // elements summed at once by hc_pre / hc_post
 }  // namespace
 
 void sinkhorn(float* c, int64_t M, int iters, float eps) {
@@ -45,18 +49,14 @@ void sinkhorn(float* c, int64_t M, int iters, float eps) {
   }
 }
 
-void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb) {
+namespace {
+
+// The mix coefficients of one token from its projections m[(2+M)M] (not yet scaled by rho).
+void mixes_from_projections(const HcParams& p, const float* x, float* m, float* pre, float* post,
+                            float* comb) {
   const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
-  DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
   const float rho = rms_inv(x, MD, p.norm_eps);
-  float m[kMaxMixes];
-  const float* fn = p.fn->f32();
-  if (!p.exact && p.fn_packed) linear_dense(*p.fn_packed, x, 1, m);  // the canonical order
-  for (int64_t i = 0; i < n_mix; ++i) {
-    const float proj = p.exact                ? dot_f64(fn + i * MD, x, MD)
-                       : p.fn_packed ? m[i] : canonical_dot(fn + i * MD, x, MD);
-    m[i] = proj * rho;  // project first, then scale
-  }
+  for (int64_t i = 0; i < n_mix; ++i) m[i] = m[i] * rho;  // project first, then scale
   for (int64_t c = 0; c < M; ++c) {
     pre[c] = f32(sigmoid_d(m[c] * p.scale[0] + p.base[c])) + p.hc_eps;
     post[c] = 2.0f * f32(sigmoid_d(m[M + c] * p.scale[1] + p.base[M + c]));
@@ -65,21 +65,72 @@ void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float*
   sinkhorn(comb, M, p.sinkhorn_iters, p.hc_eps);
 }
 
+}  // namespace
+
+void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb) {
+  hc_mixes_rows(p, x, 1, pre, post, comb);
+}
+
+void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
+                   float* comb) {
+  const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
+  DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
+  std::vector<float> proj(size_t(n * n_mix));
+  const float* fn = p.fn->f32();
+  if (!p.exact && p.fn_packed) {
+    linear_dense(*p.fn_packed, x, n, proj.data());  // the canonical order; weights read once
+  } else {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < n_mix; ++i)
+        proj[size_t(r * n_mix + i)] = p.exact ? dot_f64(fn + i * MD, x + r * MD, MD)
+                                              : canonical_dot(fn + i * MD, x + r * MD, MD);
+  }
+  auto rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      mixes_from_projections(p, x + r * MD, &proj[size_t(r * n_mix)], pre + r * M, post + r * M,
+                             comb + r * M * M);
+  };
+  if (n == 1)
+    rows(0, 1);
+  else
+    ThreadPool::global().parallel_for(n, 1, rows);
+}
+
+// hc_pre and hc_post are elementwise over d (each element's sum runs over the copies in order,
+// in double), so vector code computes exactly what scalar code does; they are also built for
+// AVX-512 and AVX2, picked when the program loads.
+#define DEEPINFER_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+DEEPINFER_VECTOR_CLONES
 void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out) {
-  for (int64_t d = 0; d < D; ++d) {
-    double s = 0;
-    for (int64_t c = 0; c < M; ++c) s += double(pi[c]) * x[c * D + d];
-    out[d] = f32(s);
+  for (int64_t d0 = 0; d0 < D; d0 += kChunk) {
+    const int64_t n = std::min(kChunk, D - d0);
+    double s[kChunk];
+    for (int64_t d = 0; d < n; ++d) s[d] = 0;
+    for (int64_t c = 0; c < M; ++c) {
+      const double p = pi[c];
+      const float* xc = x + c * D + d0;
+      for (int64_t d = 0; d < n; ++d) s[d] += p * xc[d];
+    }
+    for (int64_t d = 0; d < n; ++d) out[d0 + d] = float(s[d]);
   }
 }
 
+DEEPINFER_VECTOR_CLONES
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int64_t M,
              int64_t D, float* out) {
   for (int64_t k = 0; k < M; ++k)
-    for (int64_t d = 0; d < D; ++d) {
-      double s = double(post[k]) * y[d];
-      for (int64_t j = 0; j < M; ++j) s += double(comb[j * M + k]) * x[j * D + d];
-      out[k * D + d] = f32(s);
+    for (int64_t d0 = 0; d0 < D; d0 += kChunk) {
+      const int64_t n = std::min(kChunk, D - d0);
+      double s[kChunk];
+      const double pk = post[k];
+      for (int64_t d = 0; d < n; ++d) s[d] = pk * y[d0 + d];
+      for (int64_t j = 0; j < M; ++j) {
+        const double c = comb[j * M + k];
+        const float* xj = x + j * D + d0;
+        for (int64_t d = 0; d < n; ++d) s[d] += c * xj[d];
+      }
+      for (int64_t d = 0; d < n; ++d) out[k * D + d0 + d] = float(s[d]);
     }
 }
 

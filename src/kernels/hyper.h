@@ -19,12 +19,16 @@ struct HcParams {
   int64_t M, D;
   float norm_eps, hc_eps;
   int sinkhorn_iters;
-  bool exact;           // the [(2+M)M, M*D] projection summed in double (else the canonical order)
+  bool exact;  // the [(2+M)M, M*D] projection summed in double (else the canonical order)
   const PreparedLinear* fn_packed = nullptr;  // `fn` repacked: the fast path of the projection
 };
 
 // x: [M, D] one token's stream. pre: [M], post: [M], comb: [M, M] (row j, column k).
 void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb);
+// The same for n tokens at once (x [n, M, D], pre [n, M], post [n, M], comb [n, M, M]): each
+// token's results are those of hc_mixes; the projection weights are read once for all of them.
+void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
+                   float* comb);
 // Sinkhorn normalisation of c [M, M] in place (§7.1 step 4).
 void sinkhorn(float* c, int64_t M, int iters, float eps);
 // out[D] = Σ_c pi_c · x_c (fp32, copies in order).

@@ -170,9 +170,15 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   check_call(w, a, n_out, quant);
   if (n <= 0 || n_out == 0) return;
   const linear_isa::Kernels& kern = *kernels_for(isa);
+  const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
+  const int64_t n_tiles = t_end - t_begin;
   LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
+  // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
+  // (the hyper-connection projections, the router): then GEMV tasks over groups of rows.
   if (path == LinearPath::Auto)
-    path = n <= linear_isa::kGemvRows ? LinearPath::Gemv : LinearPath::Gemm;
+    path = n <= linear_isa::kGemvRows || n_tiles <= 2 * linear_isa::kGemmPanelTiles
+               ? LinearPath::Gemv
+               : LinearPath::Gemm;
   const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
@@ -184,7 +190,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   base.ldy = a.ldy;
   base.lo = a.row0;
   base.hi = a.row0 + n_out;
-  const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
@@ -213,22 +218,27 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
     base.ldxb = K;
   }
 
-  const int64_t n_tiles = t_end - t_begin;
   const int64_t threads = pool.size();
   if (path == LinearPath::Gemv) {
-    // Small weights are not worth waking the pool for.
+    // Tasks are (group of up to kGemvRows rows, run of tiles). A small weight is not split
+    // (nor worth waking the pool for, with one group of rows).
+    const int64_t groups = (n + linear_isa::kGemvRows - 1) / linear_isa::kGemvRows;
     const int64_t bytes = n_tiles * pk.tile_bytes;
-    const int64_t grain =
-        bytes < (int64_t(64) << 10) ? n_tiles : std::max<int64_t>(1, n_tiles / (threads * 2));
-    pool.parallel_for(n_tiles, grain, [&](int64_t c0, int64_t c1) {
-      for (int64_t i0 = 0; i0 < n; i0 += linear_isa::kGemvRows) {
+    const int64_t run =
+        bytes < (int64_t(64) << 10)
+            ? n_tiles
+            : std::max<int64_t>(1, n_tiles / std::max<int64_t>(1, threads * 2 / groups));
+    const int64_t runs = (n_tiles + run - 1) / run;
+    pool.parallel_for(groups * runs, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i0 = (c / runs) * linear_isa::kGemvRows, r0 = (c % runs) * run;
         linear_isa::Job j = base;
         j.n = std::min(linear_isa::kGemvRows, n - i0);
         j.x = base.x + i0 * base.ldx;
         if (base.xb) j.xb = base.xb + i0 * base.ldxb;
         j.y = a.y + i0 * a.ldy;
-        j.t0 = t_begin + c0;
-        j.t1 = t_begin + c1;
+        j.t0 = t_begin + r0;
+        j.t1 = t_begin + std::min(n_tiles, r0 + run);
         kern.gemv(j);
       }
     });

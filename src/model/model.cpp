@@ -7,6 +7,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "core/thread_pool.h"
 #include "io/npy.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
@@ -172,6 +173,20 @@ void Model::Impl::engram_ids(Step& st) {
   }
 }
 
+namespace {
+
+// fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
+// alone, so the split changes nothing).
+template <typename F>
+void for_rows(int64_t n, F&& fn) {
+  if (n == 1) return fn(0);
+  ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) fn(i);
+  });
+}
+
+}  // namespace
+
 void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   Step st;
   prepare_step(st, batch, kv);
@@ -218,11 +233,10 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
         eps,          float(c.hc_eps),     c.hc_sinkhorn_iters,  exact, &lin[size_t(l)].hc_ffn_fn};
     {
       DI_REGION("model.hc");
-      for (int64_t i = 0; i < N; ++i) {
-        hc_mixes(hca, &x[size_t(i * MD)], &pre_a[size_t(i * M)], &post_a[size_t(i * M)],
-                 &comb_a[size_t(i * M * M)]);
+      hc_mixes_rows(hca, x.data(), N, pre_a.data(), post_a.data(), comb_a.data());
+      for_rows(N, [&](int64_t i) {
         hc_pre(&x[size_t(i * MD)], &pi[size_t(i * M)], M, D, &u[size_t(i * D)]);
-      }
+      });
       round(u.data(), N * D);
       rmsnorm(u.data(), N, D, W.attn_norm, eps, u.data());
       round(u.data(), N * D);
@@ -231,17 +245,17 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     attention(l, st, u.data(), y.data());
     {
       DI_REGION("model.hc");
-      for (int64_t i = 0; i < N; ++i)
+      for_rows(N, [&](int64_t i) {
         hc_post(&y[size_t(i * D)], &x[size_t(i * MD)], &post_a[size_t(i * M)],
                 &comb_a[size_t(i * M * M)], M, D, &x1[size_t(i * MD)]);
+      });
       round(x1.data(), N * MD);
       dump(st, L + "hc.x1", x1.data(), {N, M, D});
-      for (int64_t i = 0; i < N; ++i) {
-        hc_mixes(hcf, &x1[size_t(i * MD)], &pre_f[size_t(i * M)], &post_f[size_t(i * M)],
-                 &comb_f[size_t(i * M * M)]);
-        // The FFN collapses with the attention's pre coefficients (§7.3).
+      hc_mixes_rows(hcf, x1.data(), N, pre_f.data(), post_f.data(), comb_f.data());
+      // The FFN collapses with the attention's pre coefficients (§7.3).
+      for_rows(N, [&](int64_t i) {
         hc_pre(&x1[size_t(i * MD)], &pre_a[size_t(i * M)], M, D, &u[size_t(i * D)]);
-      }
+      });
       round(u.data(), N * D);
       rmsnorm(u.data(), N, D, W.ffn_norm, eps, u.data());
       round(u.data(), N * D);
@@ -251,9 +265,10 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     dump(st, L + "ffn.out", y.data(), {N, D});
     {
       DI_REGION("model.hc");
-      for (int64_t i = 0; i < N; ++i)
+      for_rows(N, [&](int64_t i) {
         hc_post(&y[size_t(i * D)], &x1[size_t(i * MD)], &post_f[size_t(i * M)],
                 &comb_f[size_t(i * M * M)], M, D, &x2[size_t(i * MD)]);
+      });
       round(x2.data(), N * MD);
     }
     dump(st, L + "hc.x2", x2.data(), {N, M, D});
