@@ -135,16 +135,18 @@ LoadedEngine load_engine(const EngineOptions& o) {
     const Tokenizer* tok = le.tokenizer.get();
     decoder = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
   }
-  if (le.world->size() > 1 || o.parallel.ep > 1) {
-    // Each rank's share of the weights (what expert parallelism divides).
+  {
+    // This rank's share of the weights (what expert parallelism divides), after the repack.
     std::ifstream status("/proc/self/status");
     std::string line, rss = "?";
     while (std::getline(status, line))
       if (line.rfind("VmRSS:", 0) == 0) rss = line.substr(6);
+    const std::string who =
+        le.world->size() > 1 ? str_cat("rank ", le.world->rank(), ": ") : std::string();
     std::fprintf(stderr,
-                 "deepinfer: rank %d: experts [%d, %d), weights %.2f GiB mapped + %.2f GiB "
-                 "repacked, resident%s\n",
-                 le.world->rank(), le.layout.expert_begin, le.layout.expert_end,
+                 "deepinfer: %sexperts [%d, %d), weights %.2f GiB mapped + %.2f GiB repacked, "
+                 "resident%s\n",
+                 who.c_str(), le.layout.expert_begin, le.layout.expert_end,
                  double(le.checkpoint->bound_bytes) / (1 << 30),
                  double(le.model->prepared_weight_bytes()) / (1 << 30), rss.c_str());
   }

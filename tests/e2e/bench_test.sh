@@ -21,8 +21,11 @@ export DEEPINFER_NUM_THREADS=2
 python3 - "$WORK" <<'PY' || fail "bench output"
 import json, sys, os
 w = sys.argv[1]
-def near(ratio, a, b):  # the figures are printed rounded; the ratio is of the exact ones
-    return abs(ratio - a / b) <= 0.02 * (a / b) + 2e-3
+def near(ratio, a, b):  # a and b are printed rounded (to 0.01 at most); the ratio is of the exact ones
+    h = 0.05
+    lo = (a - h) / (b + h) if a > h else 0.0
+    hi = (a + h) / (b - h) if b > h else float("inf")
+    return 0.99 * lo - 2e-3 <= ratio <= 1.01 * hi + 2e-3
 def rows(name):
     return [json.loads(l) for l in open(os.path.join(w, name)) if l.strip()]
 bw = rows("bw.jsonl")
