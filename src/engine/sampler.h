@@ -28,6 +28,7 @@ class Sampler {
   int64_t vocab_;
   std::vector<float> work_;
   std::vector<int32_t> ids_;
+  std::vector<double> prob_;
   std::vector<int32_t> counts_;
 };
 
