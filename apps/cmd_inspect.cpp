@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.h"
+#include "core/format.h"
 #include "io/checkpoint.h"
 #include "kv/kv_layout.h"
 #include "model/builtin.h"
@@ -10,18 +11,6 @@
 namespace deepinfer::app {
 
 namespace {
-
-std::string human(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
-  return buf;
-}
 
 std::string join(const std::vector<int>& v) {
   std::string s = "[";
@@ -69,24 +58,26 @@ void inspect(const std::string& dir) {
     e.second += t.nbytes;
   }
   std::printf("tensors: %zu (%s)", ck->store().size(),
-              human(double(ck->store().total_bytes())).c_str());
+              human_bytes(double(ck->store().total_bytes())).c_str());
   if (!ck->skipped_tensors.empty())
     std::printf(", of which %zu not run by the text model (DSpark/vision)",
                 ck->skipped_tensors.size());
   std::printf("\n");
   for (const auto& [dt, e] : by_dtype)
-    std::printf("  %-8s %6zu tensors  %s\n", dt.c_str(), e.first, human(double(e.second)).c_str());
+    std::printf("  %-8s %6zu tensors  %s\n", dt.c_str(), e.first,
+                human_bytes(double(e.second)).c_str());
 
   const WeightFootprint w = weight_footprint(c);
   std::printf("weights read per decoded token: %s (dense %s incl. head %s, experts %s)\n",
-              human(double(w.per_token)).c_str(), human(double(w.dense_per_token)).c_str(),
-              human(double(w.head)).c_str(), human(double(w.experts_per_token)).c_str());
+              human_bytes(double(w.per_token)).c_str(),
+              human_bytes(double(w.dense_per_token)).c_str(), human_bytes(double(w.head)).c_str(),
+              human_bytes(double(w.experts_per_token)).c_str());
   const KvFootprint kv = kv_footprint(c);
   std::printf(
       "KV cache: %.1f B per token of context (compressed KV fp4 + index keys fp4); "
       "fixed per sequence %s (window rings fp8 %s, compressor carry %s)\n",
-      kv.bytes_per_token, human(double(kv.fixed_bytes_per_seq())).c_str(),
-      human(double(kv.window_bytes)).c_str(), human(double(kv.carry_bytes)).c_str());
+      kv.bytes_per_token, human_bytes(double(kv.fixed_bytes_per_seq())).c_str(),
+      human_bytes(double(kv.window_bytes)).c_str(), human_bytes(double(kv.carry_bytes)).c_str());
 }
 
 }  // namespace

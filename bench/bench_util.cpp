@@ -101,16 +101,4 @@ double read_bandwidth_gbs(uint64_t bytes, int reps) {
   return check == 1 ? 0 : best;  // `check` keeps the sums alive
 }
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
 }  // namespace deepinfer::bench

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/format.h"
+
 namespace deepinfer::bench {
 
 // One result: ordered fields. Numbers keep their type in JSON.
@@ -46,7 +48,5 @@ double now_s();
 // Read bandwidth in GB/s (1e9 B/s) over a fresh buffer of `bytes` (keep it well above the
 // last-level cache): every thread of the global pool sums its contiguous share; best of `reps`.
 double read_bandwidth_gbs(uint64_t bytes, int reps);
-
-std::string human_bytes(double bytes);
 
 }  // namespace deepinfer::bench

@@ -1,0 +1,19 @@
+#include "core/format.h"
+
+#include <cstdio>
+
+namespace deepinfer {
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace deepinfer
