@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/attention_isa.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -27,12 +28,10 @@ void exp_n(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = float(std::exp(double(x[i])));
 }
 
-thread_local std::vector<float> t_scratch;
+thread_local AlignedScratch t_scratch;
 
 float* scratch(int64_t floats) {
-  if (int64_t(t_scratch.size()) < floats + 16) t_scratch.resize(size_t(floats + 16));
-  const uintptr_t p = reinterpret_cast<uintptr_t>(t_scratch.data());
-  return t_scratch.data() + ((64 - (p & 63)) & 63) / 4;
+  return t_scratch.floats(floats);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "kernels/attention_isa.h"
 #include "kernels/indexer.h"
 #include "kernels/indexer_isa.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -23,12 +24,10 @@ int64_t scratch_floats(const IndexerScoreArgs& a) {
 
 namespace {
 
-thread_local std::vector<float> t_scratch;
+thread_local AlignedScratch t_scratch;
 
 float* scratch(int64_t floats) {
-  if (int64_t(t_scratch.size()) < floats + 16) t_scratch.resize(size_t(floats + 16));
-  const uintptr_t p = reinterpret_cast<uintptr_t>(t_scratch.data());
-  return t_scratch.data() + ((64 - (p & 63)) & 63) / 4;
+  return t_scratch.floats(floats);
 }
 
 }  // namespace

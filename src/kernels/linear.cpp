@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/linear_isa.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -26,15 +27,7 @@ std::atomic<int> g_path{int(LinearPath::Auto)};
 
 // Growable 64-byte aligned per-thread buffers: one for the activations a call quantizes, one for
 // the GEMM panels of the tasks a thread runs (the caller runs tasks too).
-struct Scratch {
-  std::vector<uint8_t> buf;
-  uint8_t* get(size_t bytes) {
-    if (buf.size() < bytes + 64) buf.resize(bytes + 64);
-    const uintptr_t p = reinterpret_cast<uintptr_t>(buf.data());
-    return buf.data() + ((64 - (p & 63)) & 63);
-  }
-};
-thread_local Scratch t_act, t_task;
+thread_local AlignedScratch t_act, t_task;
 
 int64_t round_up(int64_t v, int64_t m) {
   return (v + m - 1) / m * m;
@@ -210,7 +203,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
-    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.get(size_t(n * K * 2)));
+    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) {
       base.xb = xb;
       base.ldxb = K;
@@ -219,7 +212,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
 
   if (quant) {  // the act_quant QDQ of §3.4, once per row for every output
     const int64_t q_bytes = round_up(n * K * 4, 64);
-    uint8_t* s = t_act.get(size_t(q_bytes + (bf16 ? n * K * 2 : 0)));
+    uint8_t* s = t_act.bytes(size_t(q_bytes + (bf16 ? n * K * 2 : 0)));
     float* xq = reinterpret_cast<float*>(s);
     uint16_t* xqb = bf16 ? reinterpret_cast<uint16_t*>(s + q_bytes) : nullptr;
     auto quantize = [&](int64_t i0, int64_t i1) {
@@ -281,7 +274,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
       j.y = a.y + r0 * a.ldy;
       j.t0 = t_begin + p * pt;
       j.t1 = std::min(t_end, j.t0 + pt);
-      j.scratch = t_task.get(size_t(kern.gemm_scratch_bytes(j.n, K)));
+      j.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, K)));
       kern.gemm(j);
     }
   });
@@ -298,7 +291,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const int64_t K = c.w->cols();
     bytes += size_t(round_up(c.a.n * K * 4, 64) + (bf16 ? round_up(c.a.n * K * 2, 64) : 0));
   }
-  uint8_t* s = t_act.get(bytes);
+  uint8_t* s = t_act.bytes(bytes);
   std::vector<linear_isa::Job> jobs(calls.size());
   std::vector<int64_t> first(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
