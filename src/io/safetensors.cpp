@@ -172,7 +172,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_s
 // --- SafetensorsFile ---
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking, so that a named pipe (or a device) is refused below instead of waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   DI_REQUIRE(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

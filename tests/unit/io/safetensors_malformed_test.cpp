@@ -2,6 +2,7 @@
 // whose message names the file and says what is wrong, never a crash or a silently wrong tensor.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/safetensors.h"
@@ -196,6 +197,11 @@ TEST(SafetensorsMalformed, NotAFile) {
                        {dir / "absent.safetensors", "cannot open"}));
   EXPECT_TRUE(mentions(error_of([&] { SafetensorsFile::open(dir.path().string()); }),
                        {dir.path().string(), "not a regular file"}));
+  // A named pipe with no writer: refused at once, not waited on (a hang fails by timeout).
+  const std::string fifo = dir / "pipe.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_TRUE(
+      mentions(error_of([&] { SafetensorsFile::open(fifo); }), {fifo, "not a regular file"}));
 }
 
 // --- checkpoint directories ---
