@@ -18,7 +18,7 @@ const char* weight_format_name(WeightFormat f) {
   return "?";
 }
 
-uint64_t Weight::nbytes() const {
+uint64_t Weight::value_bytes() const {
   if (!data) return 0;
   const uint64_t n = uint64_t(shape.numel());
   switch (format) {
@@ -26,14 +26,27 @@ uint64_t Weight::nbytes() const {
       return 4 * n;
     case WeightFormat::BF16:
       return 2 * n;
+    case WeightFormat::Fp4Row:
+      return n / 2;
+    case WeightFormat::Fp8Block:
+    case WeightFormat::Fp8Row:
+      return n;
+  }
+  return 0;
+}
+
+uint64_t Weight::nbytes() const {
+  if (!data) return 0;
+  const uint64_t n = uint64_t(shape.numel());
+  switch (format) {
     case WeightFormat::Fp8Block:
       return n + uint64_t((rows() + 31) / 32) * uint64_t((cols() + 31) / 32);
     case WeightFormat::Fp4Row:
-      return n / 2 + n / 32;
     case WeightFormat::Fp8Row:
-      return n + n / 32;
+      return value_bytes() + n / 32;
+    default:
+      return value_bytes();
   }
-  return 0;
 }
 
 }  // namespace deepinfer

@@ -31,7 +31,8 @@ struct Weight {
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.ndim > 1 ? shape[1] : 1; }
-  uint64_t nbytes() const;  // data + scale bytes
+  uint64_t nbytes() const;       // data + scale bytes
+  uint64_t value_bytes() const;  // data bytes only (codes or values, without scales)
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
   const float* f32() const { return static_cast<const float*>(data); }
   const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }

@@ -1,5 +1,8 @@
 #include "io/checkpoint.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -372,6 +375,18 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
     }
   }
   return ck;
+}
+
+void Checkpoint::release_resident(const Weight& w) const {
+#ifdef MADV_PAGEOUT  // Linux 5.4; older kernels ignore unknown advice anyway
+  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(w.data);
+  const uintptr_t lo = (begin + page - 1) & ~(page - 1);  // whole pages inside the values only
+  const uintptr_t hi = (begin + uintptr_t(w.value_bytes())) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
+#else
+  (void)w;
+#endif
 }
 
 }  // namespace deepinfer

@@ -94,6 +94,10 @@ class Checkpoint {
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
   const TensorStore& store() const { return *store_; }
+  // For a weight whose values the caller has copied (repacked): lets the kernel reclaim the
+  // mapped pages of its values from this process's resident set. Nothing changes for readers:
+  // the file is mapped read-only, so a later read faults the same bytes back in.
+  void release_resident(const Weight& w) const;
 
   Weight embed, norm, head;  // [V, D] bf16, [D] bf16, [V, D] bf16 (used as f32)
   std::vector<LayerWeights> layers;

@@ -4,8 +4,6 @@
 // split nor the thread count changes a bit).
 #include "kernels/linear.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -103,21 +101,6 @@ bool bf16_not_tiny(const uint16_t* v, int64_t n) {
     if ((v[i] & 0x7fff) != 0 && (e < 127 - 56 || e == 255)) return false;
   }
   return true;
-}
-
-// Bytes of a weight's values (without scales) in the checkpoint layout.
-int64_t data_bytes_of(const Weight& w) {
-  const int64_t n = w.shape.numel();
-  switch (w.format) {
-    case WeightFormat::F32:
-      return 4 * n;
-    case WeightFormat::BF16:
-      return 2 * n;
-    case WeightFormat::Fp4Row:
-      return n / 2;
-    default:
-      return n;
-  }
 }
 
 // --- dispatch ---
@@ -414,16 +397,6 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
       pack_tile(w, t, d, s);
     }
   });
-  // The kernels read the copy: let the kernel reclaim the source values from this process's
-  // resident set (a file-backed mapping reads them back if the scalar path ever needs them;
-  // heap memory is left alone, and a kernel without MADV_PAGEOUT just ignores the advice).
-#ifdef MADV_PAGEOUT
-  const int64_t values = data_bytes_of(w);
-  const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t lo = (reinterpret_cast<uintptr_t>(w.data) + page - 1) & ~(page - 1);
-  const uintptr_t hi = (reinterpret_cast<uintptr_t>(w.data) + uintptr_t(values)) & ~(page - 1);
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_PAGEOUT);
-#endif
 }
 
 void linear_quant(const PreparedLinear& w, const LinearArgs& a) {

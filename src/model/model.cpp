@@ -67,6 +67,7 @@ void Model::Impl::prepare_linears() {
   auto prep = [&](PreparedLinear& dst, const Weight& w) {
     dst = PreparedLinear(w);
     prepared_bytes += dst.packed_bytes();
+    ck.release_resident(w);  // the kernels read the repacked copy
   };
   lin.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {

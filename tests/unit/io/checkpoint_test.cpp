@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -288,6 +289,34 @@ TEST(Checkpoint, ExpertRangesBindOnlyTheirExperts) {
     EXPECT_TRUE(mentions(error_of([&] { Checkpoint::load(tiny_dir(), opt); }),
                          {tiny_dir(), "expert range"}));
   }
+}
+
+// A weight whose values were copied leaves the resident set when released, and still reads the
+// same bytes afterwards (the mapping is read-only; the pages come back from the file).
+TEST(Checkpoint, ReleasedWeightsLeaveTheResidentSetAndReadTheSame) {
+  auto ck = Checkpoint::load(tiny_dir());
+  const Weight& head = ck->head;  // the largest tensor of tiny (bf16 [vocab, dim])
+  const uint64_t bytes = head.value_bytes();
+  ASSERT_GE(bytes, uint64_t(8) << 20);
+  auto rss_kib = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+    return -1LL;
+  };
+  auto checksum = [&] {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < bytes; ++i) sum = sum * 31 + head.u8()[i];
+    return sum;
+  };
+  const uint64_t before = checksum();  // every page of the values is now resident
+  const long long touched = rss_kib();
+  ck->release_resident(head);
+  const long long released = rss_kib();
+  EXPECT_GT(touched - released, (long long)(bytes / 1024 / 2))
+      << "RSS " << touched << " -> " << released << " KiB for " << bytes / 1024 << " KiB of values";
+  EXPECT_EQ(checksum(), before);
 }
 
 }  // namespace
