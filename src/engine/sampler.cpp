@@ -68,36 +68,20 @@ int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
     return best;
   }
   for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
-  const double u01 = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt)));
-  if ((p.top_k <= 0 || p.top_k >= V) && p.top_p >= 1.0f && p.min_p <= 0.0f) {
-    // No cut: the whole distribution, walked in id order (no sort needed).
-    float mx = l[0];
-    for (int64_t i = 1; i < V; ++i) mx = std::max(mx, l[i]);
-    prob_.resize(size_t(V));
-    double total = 0;
-    for (int64_t i = 0; i < V; ++i) total += (prob_[size_t(i)] = std::exp(double(l[i] - mx)));
-    const double u = u01 * total;
-    double cum = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      cum += prob_[size_t(i)];
-      if (u < cum) return int32_t(i);
-    }
-    int64_t last = V - 1;  // rounding left u at the very top: the last token with mass
-    while (last > 0 && prob_[size_t(last)] == 0) --last;
-    return int32_t(last);
-  }
-  // Candidates in (value desc, id asc) order, cut by top-k.
+  // Candidates: the top-k tokens, or all. The top-p and min-p cuts walk them in (value desc,
+  // id asc) order; without those cuts id order serves as well and the vocabulary is not sorted.
   ids_.resize(size_t(V));
   for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
   int64_t n = V;
   if (p.top_k > 0 && p.top_k < V) {
     n = p.top_k;
     std::partial_sort(ids_.begin(), ids_.begin() + n, ids_.end(), ByValueThenId{l});
-  } else {
+  } else if (p.top_p < 1.0f || p.min_p > 0.0f) {
     std::sort(ids_.begin(), ids_.end(), ByValueThenId{l});
   }
   // Probabilities of the candidates (softmax over them), then top-p and min-p cuts.
-  const float mx = l[ids_[0]];
+  float mx = l[ids_[0]];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, l[ids_[size_t(i)]]);
   prob_.resize(size_t(n));
   std::vector<double>& prob = prob_;
   double total = 0;
@@ -122,13 +106,15 @@ int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
   }
   double kept = 0;
   for (int64_t i = 0; i < keep; ++i) kept += prob[size_t(i)];
-  const double u = u01 * kept;
+  const double u = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt))) * kept;
   double cum = 0;
   for (int64_t i = 0; i < keep; ++i) {
     cum += prob[size_t(i)];
     if (u < cum) return ids_[size_t(i)];
   }
-  return ids_[size_t(keep - 1)];
+  int64_t last = keep - 1;  // rounding left u at the very top: the last candidate with mass
+  while (last > 0 && prob[size_t(last)] == 0) --last;
+  return ids_[size_t(last)];
 }
 
 }  // namespace deepinfer
