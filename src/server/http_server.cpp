@@ -82,9 +82,9 @@ std::pair<std::string, int> endpoint_of(const sockaddr_storage& a) {
   return {"", -1};
 }
 
-// The descriptor of the connection a request came on (-1 if not found). cpp-httplib does not hand
+// The descriptor of the connection with these two ends (-1 if not found). cpp-httplib does not hand
 // it to handlers, so it is found by its two ends; it stays open until the handler returns.
-int client_socket(const httplib::Request& req) {
+int client_socket(int local_port, const std::string& remote_addr, int remote_port) {
   DIR* d = opendir("/proc/self/fd");
   if (!d) return -1;
   int found = -1;
@@ -97,8 +97,8 @@ int client_socket(const httplib::Request& req) {
     if (getsockname(int(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
         getpeername(int(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0)
       continue;
-    if (endpoint_of(local).second == req.local_port &&
-        endpoint_of(peer) == std::pair(req.remote_addr, req.remote_port)) {
+    if (endpoint_of(local).second == local_port &&
+        endpoint_of(peer) == std::pair(remote_addr, remote_port)) {
       found = int(fd);
       break;
     }
@@ -140,7 +140,11 @@ struct CallContext {
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
   bool stream = false, started = false, finished = false, cancelled = false;
-  int socket = -1;  // the client's connection, watched while nothing is written to it
+  // The client's connection, watched while nothing is written to it: its two ends, and its
+  // descriptor once looked up (-2: not yet; -1: not found).
+  int local_port = -1, remote_port = -1;
+  std::string remote_addr;
+  int socket = -2;
   Clock::time_point last_check = Clock::now();
 };
 
@@ -249,7 +253,9 @@ void ApiServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib
     if (draining) throw ApiError(503, "The server is shutting down.", {}, "service_unavailable");
     ctx->call = std::make_shared<Call>(int32_t(requests.size()));
     ctx->stream = ar.stream;
-    ctx->socket = client_socket(req);
+    ctx->local_port = req.local_port;
+    ctx->remote_addr = req.remote_addr;
+    ctx->remote_port = req.remote_port;
     const char* prefix = ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
     const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
@@ -292,6 +298,10 @@ bool ApiServer::Impl::pump(CallContext& ctx, httplib::DataSink& sink) {
   const auto now = Clock::now();
   if (out.empty() && !ctx.builder->all_ended() && now - ctx.last_check >= kPollInterval) {
     ctx.last_check = now;
+    // Looked up only for a call that goes a poll interval without writing (a streaming one
+    // that writes notices a departed client from its writes).
+    if (ctx.socket == -2)
+      ctx.socket = client_socket(ctx.local_port, ctx.remote_addr, ctx.remote_port);
     if (!sink.is_writable() || (ctx.socket >= 0 && peer_closed(ctx.socket))) {
       disconnect(ctx);
       return false;
