@@ -75,19 +75,21 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
                    float* comb) {
   const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
   DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
-  std::vector<float> proj(size_t(n * n_mix));
+  thread_local std::vector<float> t_proj;  // reused: no allocation once it is large enough
+  t_proj.resize(size_t(n * n_mix));
+  float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
   const float* fn = p.fn->f32();
   if (!p.exact && p.fn_packed) {
-    linear_dense(*p.fn_packed, x, n, proj.data());  // the canonical order; weights read once
+    linear_dense(*p.fn_packed, x, n, proj);  // the canonical order; weights read once
   } else {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)
-        proj[size_t(r * n_mix + i)] = p.exact ? dot_f64(fn + i * MD, x + r * MD, MD)
-                                              : canonical_dot(fn + i * MD, x + r * MD, MD);
+        proj[r * n_mix + i] = p.exact ? dot_f64(fn + i * MD, x + r * MD, MD)
+                                      : canonical_dot(fn + i * MD, x + r * MD, MD);
   }
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      mixes_from_projections(p, x + r * MD, &proj[size_t(r * n_mix)], pre + r * M, post + r * M,
+      mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
                              comb + r * M * M);
   };
   if (n == 1)
