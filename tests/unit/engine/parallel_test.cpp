@@ -2,17 +2,12 @@
 
 #include "core/error.h"
 #include "engine/parallel.h"
+#include "unit/engine/engine_test_util.h"
 
 namespace deepinfer {
 namespace {
 
-Request make_request(RequestId id, int64_t prompt, int64_t max_tokens) {
-  Request r;
-  r.id = id;
-  r.prompt_ids.assign(size_t(prompt), 3);
-  r.params.max_tokens = max_tokens;
-  return r;
-}
+using testing::make_request;
 
 TEST(CpBlockPools, BlocksComeFromPoolsInTurn) {
   CpBlockPools p(3, 2);  // pools of 2 blocks on 3 ranks

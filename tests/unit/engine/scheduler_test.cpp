@@ -6,17 +6,12 @@
 #include <random>
 
 #include "engine/scheduler.h"
+#include "unit/engine/engine_test_util.h"
 
 namespace deepinfer {
 namespace {
 
-Request make_request(RequestId id, int64_t prompt, int64_t max_tokens) {
-  Request r;
-  r.id = id;
-  r.prompt_ids.assign(size_t(prompt), 7);
-  r.params.max_tokens = max_tokens;
-  return r;
-}
+using testing::make_request;
 
 // Runs the scheduler to completion, finishing each sequence after max_tokens; checks budgets
 // every step. Returns the number of steps.
