@@ -155,6 +155,42 @@ bool rows_are_bf16(const float* x, int64_t n, int64_t ld, int64_t K) {
   return true;
 }
 
+// Scratch for n rows of act-quantized inputs: the QDQ values, then (bf16) the same as bf16.
+int64_t quant_scratch_bytes(int64_t n, int64_t K, bool bf16) {
+  return round_up(n * K * 4, 64) + (bf16 ? round_up(n * K * 2, 64) : 0);
+}
+
+// Quantizes rows [i0, i1) of a call's input into scratch `s` (laid out as above).
+void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t K, bool bf16,
+                   uint8_t* s, int64_t i0, int64_t i1) {
+  float* xq = reinterpret_cast<float*>(s);
+  uint16_t* xqb = bf16 ? reinterpret_cast<uint16_t*>(s + round_up(a.n * K * 4, 64)) : nullptr;
+  kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
+}
+
+// The job of a whole call over outputs [row0, row0 + n_out); quantized inputs (when `q` is
+// set) come from scratch laid out as above.
+linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, int64_t n_out,
+                         const uint8_t* q, bool bf16) {
+  const int64_t K = pw.cols();
+  linear_isa::Job j;
+  j.w = &pw.packed();
+  j.x = q ? reinterpret_cast<const float*>(q) : a.x;
+  j.ldx = q ? K : a.ldx;
+  if (q && bf16) {
+    j.xb = reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64));
+    j.ldxb = K;
+  }
+  j.n = a.n;
+  j.y = a.y;
+  j.ldy = a.ldy;
+  j.lo = a.row0;
+  j.hi = a.row0 + n_out;
+  j.t0 = a.row0 / 16;
+  j.t1 = (a.row0 + n_out + 15) / 16;
+  return j;
+}
+
 void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa) {
   const Weight& w = pw.weight();
   const PackedWeight& pk = pw.packed();
@@ -175,14 +211,16 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
-  linear_isa::Job base;
-  base.w = &pk;
-  base.x = a.x;
-  base.ldx = a.ldx;
-  base.y = a.y;
-  base.ldy = a.ldy;
-  base.lo = a.row0;
-  base.hi = a.row0 + n_out;
+  // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
+  uint8_t* q = quant ? t_act.bytes(size_t(quant_scratch_bytes(n, K, bf16))) : nullptr;
+  if (quant) {
+    auto quantize = [&](int64_t i0, int64_t i1) { quantize_rows(kern, a, K, bf16, q, i0, i1); };
+    if (n >= 16)
+      pool.parallel_for(n, 8, quantize);
+    else
+      quantize(0, n);
+  }
+  linear_isa::Job base = call_job(pw, a, n_out, q, bf16);
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
@@ -191,24 +229,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
       base.xb = xb;
       base.ldxb = K;
     }
-  }
-
-  if (quant) {  // the act_quant QDQ of §3.4, once per row for every output
-    const int64_t q_bytes = round_up(n * K * 4, 64);
-    uint8_t* s = t_act.bytes(size_t(q_bytes + (bf16 ? n * K * 2 : 0)));
-    float* xq = reinterpret_cast<float*>(s);
-    uint16_t* xqb = bf16 ? reinterpret_cast<uint16_t*>(s + q_bytes) : nullptr;
-    auto quantize = [&](int64_t i0, int64_t i1) {
-      kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
-    };
-    if (n >= 16)
-      pool.parallel_for(n, 8, quantize);
-    else
-      quantize(0, n);
-    base.x = xq;
-    base.ldx = K;
-    base.xb = xqb;
-    base.ldxb = K;
   }
 
   const int64_t threads = pool.size();
@@ -269,42 +289,18 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = *kernels_for(isa);
   const bool bf16 = kern.bf16 && bf16_products_ok();
-  size_t bytes = 0;
-  for (const LinearCall& c : calls) {
-    const int64_t K = c.w->cols();
-    bytes += size_t(round_up(c.a.n * K * 4, 64) + (bf16 ? round_up(c.a.n * K * 2, 64) : 0));
-  }
-  uint8_t* s = t_act.bytes(bytes);
+  std::vector<int64_t> at(calls.size() + 1, 0);  // each call's scratch offset
+  for (size_t c = 0; c < calls.size(); ++c)
+    at[c + 1] = at[c] + quant_scratch_bytes(calls[c].a.n, calls[c].w->cols(), bf16);
+  uint8_t* s = t_act.bytes(size_t(at.back()));
   std::vector<linear_isa::Job> jobs(calls.size());
   std::vector<int64_t> first(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
-    const int64_t K = pw.cols();
-    const int64_t n_out = a.n_out < 0 ? pw.rows() - a.row0 : a.n_out;
-    float* xq = reinterpret_cast<float*>(s);
-    s += round_up(a.n * K * 4, 64);
-    uint16_t* xqb = nullptr;
-    if (bf16) {
-      xqb = reinterpret_cast<uint16_t*>(s);
-      s += round_up(a.n * K * 2, 64);
-    }
-    kern.quantize(a.x, a.ldx, a.n, K, xq, xqb);
-    linear_isa::Job& j = jobs[c];
-    j.w = &pw.packed();
-    j.x = xq;
-    j.ldx = K;
-    j.xb = xqb;
-    j.ldxb = K;
-    j.n = a.n;
-    j.y = a.y;
-    j.ldy = a.ldy;
-    j.lo = a.row0;
-    j.hi = a.row0 + n_out;
-    j.t0 = a.row0 / 16;
-    j.t1 = (a.row0 + n_out + 15) / 16;
-    j.fma = true;
-    first[c + 1] = first[c] + (j.t1 - j.t0);
+    quantize_rows(kern, a, pw.cols(), bf16, s + at[c], 0, a.n);
+    jobs[c] = call_job(pw, a, a.n_out < 0 ? pw.rows() - a.row0 : a.n_out, s + at[c], bf16);
+    first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
   ThreadPool& pool = ThreadPool::global();
