@@ -1,3 +1,4 @@
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -66,6 +67,27 @@ void inspect(const std::string& dir) {
   for (const auto& [dt, e] : by_dtype)
     std::printf("  %-8s %6zu tensors  %s\n", dt.c_str(), e.first,
                 human_bytes(double(e.second)).c_str());
+
+  // How each slot was loaded: layer and expert numbers folded into '*'.
+  std::map<std::string, std::map<std::string, size_t>> forms;  // slot -> "stored -> computes" -> n
+  std::vector<std::string> order;
+  for (const Checkpoint::Form& f : ck->forms) {
+    std::string slot;
+    for (size_t i = 0; i < f.name.size();) {
+      if (std::isdigit(static_cast<unsigned char>(f.name[i])) && i > 0 && f.name[i - 1] == '.') {
+        while (i < f.name.size() && std::isdigit(static_cast<unsigned char>(f.name[i]))) ++i;
+        slot += '*';
+      } else {
+        slot += f.name[i++];
+      }
+    }
+    if (!forms.count(slot)) order.push_back(slot);
+    ++forms[slot][f.stored + " -> " + f.computes];
+  }
+  std::printf("slots as loaded (stored dtype -> computation):\n");
+  for (const std::string& slot : order)
+    for (const auto& [form, n] : forms[slot])
+      std::printf("  %-42s %4zux %s\n", slot.c_str(), n, form.c_str());
 
   const WeightFootprint w = weight_footprint(c);
   std::printf("weights read per decoded token: %s (dense %s incl. head %s, experts %s)\n",

@@ -10,8 +10,8 @@ namespace deepinfer::app {
 
 void add_make_tiny(CLI::App& app) {
   struct Opts {
-    std::string out, preset = "tiny", tokenizer;
-    uint64_t seed = 0;
+    std::string out, preset = "tiny", tokenizer, layout = "release";
+    uint64_t seed = 0, random_config = 0;
   };
   auto o = std::make_shared<Opts>();
   std::string presets;
@@ -21,15 +21,34 @@ void add_make_tiny(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output directory")->required();
   cmd->add_option("--preset", o->preset, "One of: " + presets)->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  CLI::Option* random =
+      cmd->add_option("--random-config", o->random_config,
+                      "Draw the config from this seed (any layer pattern the reference accepts) "
+                      "instead of a preset");
+  cmd->get_option("--preset")->excludes(random);
+  cmd->add_option("--layout", o->layout,
+                  "release (fp8/fp4 + scales, as DeepSeek ships it) or runtime (the reference's "
+                  "state after loading: wo_a BF16, ratio>1 compressor F32, norms and gate F32)")
+      ->check(CLI::IsMember({"release", "runtime"}))
+      ->capture_default_str();
   cmd->add_option("--tokenizer", o->tokenizer,
                   "Copy this tokenizer (tokenizer.json or its directory) into the checkpoint");
-  cmd->callback([o] {
+  cmd->callback([o, random] {
     const auto t0 = std::chrono::steady_clock::now();
-    const uint64_t bytes = make_tiny_checkpoint(o->out, o->preset, o->seed, o->tokenizer);
+    TinyCheckpoint t;
+    t.preset = o->preset;
+    t.random = random->count() > 0;
+    t.config_seed = o->random_config;
+    t.seed = o->seed;
+    t.layout = parse_tiny_layout(o->layout);
+    t.tokenizer = o->tokenizer;
+    const uint64_t bytes = make_tiny_checkpoint(o->out, t);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("wrote preset %s (seed %llu) to %s: %.1f MiB of tensors in %.1f s\n",
-                o->preset.c_str(), static_cast<unsigned long long>(o->seed), o->out.c_str(),
-                double(bytes) / (1 << 20), s);
+    const std::string what =
+        t.random ? "random config " + std::to_string(o->random_config) : "preset " + o->preset;
+    std::printf("wrote %s (seed %llu, %s layout) to %s: %.1f MiB of tensors in %.1f s\n",
+                what.c_str(), static_cast<unsigned long long>(o->seed), o->layout.c_str(),
+                o->out.c_str(), double(bytes) / (1 << 20), s);
   });
 }
 

@@ -27,6 +27,10 @@ struct Weight {
   const void* data = nullptr;      // f32 / bf16 (uint16) / e4m3 / packed e2m1 bytes
   const uint8_t* scale = nullptr;  // e8m0 scales for the quantized formats
   int64_t scale_cols = 0;          // row length of the scale grid
+  // The input of this linear is act-quantized (V41_SPEC.md §3.4) before the product: true for
+  // fp8/fp4 weights in slots the reference computes as quantized linears, false for weights it
+  // computes on plain values (its `linear()` dispatches on the stored dtype the same way).
+  bool quant_input = false;
 
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape[0]; }

@@ -30,67 +30,74 @@ std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin
   const int64_t D = c.dim, M = c.hc_mult, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
   const int64_t G = c.o_groups, Ro = c.o_lora_rank, F = c.moe_inter_dim;
   const int64_t n_mix = (2 + M) * M;
-  std::vector<TensorSpec> s;
-  auto add = [&](std::string name, WeightFormat f, Shape shape) {
-    s.push_back({std::move(name), f, shape});
-  };
   using WF = WeightFormat;
-  add("embed.weight", WF::BF16, {c.vocab_size, D});
+  using SK = SlotKind;
+  // The release's storage of the model's default-dtype linears and of the routed experts.
+  const WF dense = c.dtype == "fp8" ? WF::Fp8Block : WF::BF16;
+  const WF expert = c.expert_dtype == "fp4" ? WF::Fp4Row : dense;
+  std::vector<TensorSpec> s;
+  auto add = [&](std::string name, SK k, WF f, Shape shape) {
+    s.push_back({std::move(name), k, f, shape});
+  };
+  add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D});
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& r = roles[size_t(l)];
     const std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", WF::BF16, {D});
-    add(p + "ffn_norm.weight", WF::BF16, {D});
+    add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D});
+    add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D});
     for (const char* part : {"attn", "ffn"}) {
-      add(p + "hc_" + part + "_fn", WF::F32, {n_mix, M * D});
-      add(p + "hc_" + part + "_base", WF::F32, {n_mix});
-      add(p + "hc_" + part + "_scale", WF::F32, {3});
+      add(p + "hc_" + part + "_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D});
+      add(p + "hc_" + part + "_base", SK::Fp32, WF::F32, {n_mix});
+      add(p + "hc_" + part + "_scale", SK::Fp32, WF::F32, {3});
     }
     const std::string a = p + "attn.";
-    add(a + "wq_a.weight", WF::Fp8Block, {Q, D});
-    add(a + "q_norm.weight", WF::BF16, {Q});
-    add(a + "wq_b.weight", WF::Fp8Block, {H * Dh, Q});
-    add(a + "wkv.weight", WF::Fp8Block, {Dh, D});
-    add(a + "kv_norm.weight", WF::BF16, {Dh});
-    add(a + "attn_sink", WF::F32, {H});
-    add(a + "wo_a.weight", WF::Fp8Block, {G * Ro, H * Dh / G});
-    add(a + "wo_b.weight", WF::Fp8Block, {D, G * Ro});
+    add(a + "wq_a.weight", SK::QLinear, dense, {Q, D});
+    add(a + "q_norm.weight", SK::Bf16, WF::BF16, {Q});
+    add(a + "wq_b.weight", SK::QLinear, dense, {H * Dh, Q});
+    add(a + "wkv.weight", SK::QLinear, dense, {Dh, D});
+    add(a + "kv_norm.weight", SK::Bf16, WF::BF16, {Dh});
+    add(a + "attn_sink", SK::Fp32, WF::F32, {H});
+    add(a + "wo_a.weight", SK::Bf16Linear, dense, {G * Ro, H * Dh / G});
+    add(a + "wo_b.weight", SK::QLinear, dense, {D, G * Ro});
     if (r.kv_source) {
-      add(a + "compressor.wkv.weight", WF::BF16, {Dh, D});
-      if (r.ratio > 1) add(a + "compressor.wgate.weight", WF::BF16, {Dh, D});
-      add(a + "compressor.norm.weight", WF::BF16, {Dh});
+      const SK cmp = r.ratio > 1 ? SK::Fp32Linear : SK::Bf16Linear;
+      add(a + "compressor.wkv.weight", cmp, WF::BF16, {Dh, D});
+      if (r.ratio > 1) add(a + "compressor.wgate.weight", cmp, WF::BF16, {Dh, D});
+      add(a + "compressor.norm.weight", SK::Bf16, WF::BF16, {Dh});
     }
     if (r.index_source) {
-      add(a + "indexer.wq_b.weight", WF::Fp8Block, {c.index_n_heads * c.index_head_dim, Q});
-      add(a + "indexer.weights_proj.weight", WF::BF16, {c.index_n_heads, D});
+      add(a + "indexer.wq_b.weight", SK::QLinear, dense, {c.index_n_heads * c.index_head_dim, Q});
+      add(a + "indexer.weights_proj.weight", SK::Bf16Linear, WF::BF16, {c.index_n_heads, D});
       if (r.key_owner) {
-        add(a + "indexer.wk.weight", WF::BF16, {c.index_head_dim, Dh});
-        add(a + "indexer.k_norm.weight", WF::BF16, {c.index_head_dim});
+        add(a + "indexer.wk.weight", SK::Bf16Linear, WF::BF16, {c.index_head_dim, Dh});
+        add(a + "indexer.k_norm.weight", SK::Bf16, WF::BF16, {c.index_head_dim});
       }
     }
     const std::string f = p + "ffn.";
-    add(f + "gate.weight", WF::BF16, {c.n_routed_experts, D});
-    add(f + "gate.bias", WF::F32, {c.n_routed_experts});
+    add(f + "gate.weight", SK::Bf16, WF::BF16, {c.n_routed_experts, D});
+    add(f + "gate.bias", SK::Fp32, WF::F32, {c.n_routed_experts});
     for (int e = expert_begin; e < expert_end; ++e) {
       const std::string x = f + "experts." + std::to_string(e) + ".";
-      add(x + "w1.weight", WF::Fp4Row, {F, D});
-      add(x + "w2.weight", WF::Fp4Row, {D, F});
-      add(x + "w3.weight", WF::Fp4Row, {F, D});
+      add(x + "w1.weight", SK::QLinear, expert, {F, D});
+      add(x + "w2.weight", SK::QLinear, expert, {D, F});
+      add(x + "w3.weight", SK::QLinear, expert, {F, D});
     }
-    add(f + "shared_experts.w1.weight", WF::Fp8Block, {F, D});
-    add(f + "shared_experts.w2.weight", WF::Fp8Block, {D, F});
-    add(f + "shared_experts.w3.weight", WF::Fp8Block, {F, D});
+    add(f + "shared_experts.w1.weight", SK::QLinear, dense, {F, D});
+    add(f + "shared_experts.w2.weight", SK::QLinear, dense, {D, F});
+    add(f + "shared_experts.w3.weight", SK::QLinear, dense, {F, D});
     const int z = c.engram_index(l);
     if (z >= 0) {
       const std::string e = p + "engram.";
-      add(e + "embed.weight", WF::Fp8Row, {c.engram_num_embeddings[size_t(z)], c.engram_head_dim});
-      add(e + "wkv.weight", WF::Fp8Block, {(M + 1) * D, c.engram_columns() * c.engram_head_dim});
-      add(e + "q_weight", WF::BF16, {M, D});
-      add(e + "k_weight", WF::BF16, {M, D});
+      add(e + "embed.weight", SK::Fp8Table, WF::Fp8Row,
+          {c.engram_num_embeddings[size_t(z)], c.engram_head_dim});
+      add(e + "wkv.weight", SK::QLinear, dense,
+          {(M + 1) * D, c.engram_columns() * c.engram_head_dim});
+      add(e + "q_weight", SK::Bf16, WF::BF16, {M, D});
+      add(e + "k_weight", SK::Bf16, WF::BF16, {M, D});
     }
   }
-  add("norm.weight", WF::BF16, {D});
-  add("head.weight", WF::BF16, {c.vocab_size, D});
+  add("norm.weight", SK::Bf16, WF::BF16, {D});
+  add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D});
   return s;
 }
 
@@ -164,87 +171,160 @@ const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::st
 
 }  // namespace
 
+namespace {
+
+bool is_float(DType d) {
+  return d == DType::F32 || d == DType::BF16 || d == DType::F16;
+}
+
+float float_at(const TensorInfo& t, int64_t i) {
+  if (t.dtype == DType::F32) {
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, t.data + 2 * i, 2);
+  return t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+// The stored forms a slot kind accepts, for refusals.
+std::string accepted_forms(SlotKind k, const Shape& shape) {
+  const std::string s = shape.str();
+  if (k == SlotKind::Fp32 || k == SlotKind::Fp32Linear)
+    return str_cat("F32 ", s, " (or BF16/F16, widened exactly)");
+  if (k == SlotKind::Bf16) return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16)");
+  if (k == SlotKind::Fp8Table)
+    return str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", shape[0], ", ", shape[1] / 32, "]");
+  const int64_t o = shape[0], i = shape[1];
+  const std::string fp8 =
+      str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", (o + 31) / 32, ", ", (i + 31) / 32, "]");
+  if (k == SlotKind::Bf16Linear)
+    return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16) without a scale, or ", fp8);
+  return str_cat(fp8, ", packed fp4 as I8 [", o, ", ", i / 2, "] (or F4 ", s,
+                 ") with F8_E8M0 scales [", o, ", ", i / 32, "], or BF16/F32/F16 ", s,
+                 " without a scale");
+}
+
+}  // namespace
+
+std::string loaded_form(SlotKind kind, const Weight& w) {
+  const bool f32 = w.format == WeightFormat::F32;
+  switch (kind) {
+    case SlotKind::QLinear:
+      if (w.format == WeightFormat::Fp8Block)
+        return "fp8 e4m3 + e8m0 32x32 -> act_quant + fp8 QLin";
+      if (w.format == WeightFormat::Fp4Row) return "fp4 e2m1 + e8m0 per 32 -> act_quant + fp4 QLin";
+      return f32 ? "f32 values -> plain linear (input not quantized)"
+                 : "bf16 values -> plain linear (input not quantized)";
+    case SlotKind::Bf16Linear:
+      return w.format == WeightFormat::Fp8Block ? "fp8 dequantized (exact) -> plain bf16 linear"
+                                                : "bf16 -> plain bf16 linear";
+    case SlotKind::Fp32Linear:
+      return f32 ? "f32 -> fp32 linear" : "bf16 widened -> fp32 linear";
+    case SlotKind::Fp32:
+      return "f32";
+    case SlotKind::Bf16:
+      return "bf16";
+    case SlotKind::Fp8Table:
+      return "fp8 e4m3 rows + e8m0 per 32 (table)";
+  }
+  return "?";
+}
+
+const void* Checkpoint::convert(const TensorInfo& t, DType want) {
+  const int64_t n = t.shape.numel();
+  std::vector<uint8_t> buf(size_t(n) * (want == DType::F32 ? 4 : 2));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = float_at(t, i);
+    if (want == DType::F32) {
+      std::memcpy(buf.data() + 4 * i, &v, 4);
+    } else {
+      const uint16_t h = f32_to_bf16(v);  // round to nearest even, as the reference's load does
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+    }
+  }
+  converted_bytes += buf.size();
+  owned_.push_back(std::move(buf));
+  return owned_.back().data();
+}
+
+// One slot of the table in checkpoint.h: the stored dtype decides the format and whether the
+// input is quantized.
 Weight Checkpoint::bind(const TensorSpec& spec) {
   const TensorInfo* t = store_->find(spec.name);
-  DI_REQUIRE(t, dir_, ": missing tensor '", spec.name, "' (", weight_format_name(spec.format), " ",
-             spec.shape.str(), ")");
+  DI_REQUIRE(t, dir_, ": missing tensor '", spec.name, "' (", accepted_forms(spec.kind, spec.shape),
+             ")");
   Weight w;
   w.name = spec.name;
-  w.format = spec.format;
   w.shape = spec.shape;
-  const int64_t n = spec.shape.numel();
-  auto bad = [&](const char* want) {
-    throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ", want,
-                        " ", spec.shape.str()));
+  const bool matrix = spec.shape.ndim == 2;
+  const bool takes_scale = spec.kind == SlotKind::QLinear || spec.kind == SlotKind::Bf16Linear ||
+                           spec.kind == SlotKind::Fp8Table;
+  const TensorInfo* st = takes_scale ? store_->find(scale_name(spec.name)) : nullptr;
+  const bool fp8 = t->dtype == DType::E4M3 && t->shape == spec.shape;
+  const bool fp4 = matrix && ((t->dtype == DType::E2M1 && t->shape == spec.shape) ||
+                              ((t->dtype == DType::I8 || t->dtype == DType::U8) &&
+                               t->shape == Shape{spec.shape[0], spec.shape[1] / 2}));
+  const bool flt = is_float(t->dtype) && t->shape == spec.shape;
+  auto refuse = [&] {
+    throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ",
+                        accepted_forms(spec.kind, spec.shape)));
   };
-  switch (spec.format) {
-    case WeightFormat::F32:
-    case WeightFormat::BF16: {
-      if (!(t->shape == spec.shape)) bad(spec.format == WeightFormat::F32 ? "F32" : "BF16");
-      const DType want = spec.format == WeightFormat::F32 ? DType::F32 : DType::BF16;
-      if (t->dtype == want) {
-        w.data = t->data;
-        break;
+  auto scales = [&](WeightFormat f) {
+    const Shape ss = f == WeightFormat::Fp8Block ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
+                                                 : Shape{w.rows(), w.cols() / 32};
+    DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (F8_E8M0 scales ",
+               ss.str(), " of the ", describe(*t), " weight '", spec.name, "')");
+    w.format = f;
+    w.data = t->data;
+    w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
+    w.scale_cols = ss[1];
+  };
+  auto as_float = [&](DType want) {  // want: F32 or BF16; other float dtypes are converted
+    w.format = want == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
+    w.data = t->dtype == want ? t->data : convert(*t, want);
+  };
+  if (flt && st)
+    throw Error(str_cat(dir_, ": tensor '", scale_name(spec.name), "' scales '", spec.name,
+                        "', which is stored ", describe(*t),
+                        ": only fp8/fp4 weights carry scales (expected ",
+                        accepted_forms(spec.kind, spec.shape), ")"));
+  switch (spec.kind) {
+    case SlotKind::QLinear:
+      if (fp8 || fp4) {
+        scales(fp8 ? WeightFormat::Fp8Block : WeightFormat::Fp4Row);
+        w.quant_input = true;
+      } else if (flt) {  // the reference's F.linear on the stored values
+        as_float(t->dtype == DType::BF16 ? DType::BF16 : DType::F32);
+      } else {
+        refuse();
       }
-      if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
-        bad(spec.format == WeightFormat::F32 ? "F32" : "BF16");
-      // Stored in another float type: convert as the reference's load does (to the parameter's
-      // dtype, rounding to nearest even).
-      std::vector<uint8_t> buf(size_t(n) * (want == DType::F32 ? 4 : 2));
-      for (int64_t i = 0; i < n; ++i) {
-        float v;
-        if (t->dtype == DType::F32)
-          std::memcpy(&v, t->data + 4 * i, 4);
-        else {
-          uint16_t h;
-          std::memcpy(&h, t->data + 2 * i, 2);
-          v = t->dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-        }
-        if (want == DType::F32)
-          std::memcpy(buf.data() + 4 * i, &v, 4);
-        else {
-          const uint16_t h = f32_to_bf16(v);
-          std::memcpy(buf.data() + 2 * i, &h, 2);
-        }
-      }
-      converted_bytes += buf.size();
-      owned_.push_back(std::move(buf));
-      w.data = owned_.back().data();
       break;
-    }
-    case WeightFormat::Fp8Block:
-    case WeightFormat::Fp8Row: {
-      if (!(t->shape == spec.shape) ||
-          (t->dtype != DType::E4M3 && t->dtype != DType::U8 && t->dtype != DType::I8))
-        bad("F8_E4M3");
-      w.data = t->data;
-      const Shape ss = spec.format == WeightFormat::Fp8Block
-                           ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
-                           : Shape{w.rows(), w.cols() / 32};
-      const TensorInfo* st = store_->find(scale_name(spec.name));
-      DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (e8m0 scales ", ss.str(),
-                 " of '", spec.name, "')");
-      w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
-      w.scale_cols = ss[1];
+    case SlotKind::Bf16Linear:
+      if (fp8)
+        scales(WeightFormat::Fp8Block);  // e4m3 x 2^k: exact in bf16, no input quantization
+      else if (flt)
+        as_float(DType::BF16);
+      else
+        refuse();
       break;
-    }
-    case WeightFormat::Fp4Row: {
-      const Shape packed{w.rows(), w.cols() / 2};
-      const bool ok = (t->dtype == DType::E2M1 && t->shape == spec.shape) ||
-                      ((t->dtype == DType::I8 || t->dtype == DType::U8) && t->shape == packed);
-      if (!ok)
-        throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t),
-                            ", expected packed fp4 as I8 ", packed.str(), " (or F4 ",
-                            spec.shape.str(), ")"));
-      w.data = t->data;
-      const Shape ss{w.rows(), w.cols() / 32};
-      const TensorInfo* st = store_->find(scale_name(spec.name));
-      DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (e8m0 scales ", ss.str(),
-                 " of '", spec.name, "')");
-      w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
-      w.scale_cols = ss[1];
+    case SlotKind::Fp32Linear:
+      if (!flt) refuse();
+      as_float(t->dtype == DType::BF16 ? DType::BF16 : DType::F32);  // bf16 widens exactly
       break;
-    }
+    case SlotKind::Fp32:
+      if (!flt) refuse();
+      as_float(DType::F32);
+      break;
+    case SlotKind::Bf16:
+      if (!flt) refuse();
+      as_float(DType::BF16);
+      break;
+    case SlotKind::Fp8Table:
+      if (!fp8) refuse();
+      scales(WeightFormat::Fp8Row);
+      break;
   }
   return w;
 }
@@ -267,8 +347,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
   std::set<std::string> known;
   for (const auto& s : all) {
     known.insert(s.name);
-    if (s.format == WeightFormat::Fp8Block || s.format == WeightFormat::Fp8Row ||
-        s.format == WeightFormat::Fp4Row)
+    if (s.kind == SlotKind::QLinear || s.kind == SlotKind::Bf16Linear ||
+        s.kind == SlotKind::Fp8Table)
       known.insert(scale_name(s.name));
   }
   std::vector<std::string> unexpected;
@@ -289,7 +369,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
   // Presence of every expert (also those another rank serves) is checked from the headers.
   for (const auto& s : all)
     DI_REQUIRE(ck->store_->find(s.name), dir, ": missing tensor '", s.name, "' (",
-               weight_format_name(s.format), " ", s.shape.str(), ")");
+               accepted_forms(s.kind, s.shape), ")");
 
   // Bind in schema order.
   const std::vector<TensorSpec> mine = checkpoint_schema(c, ck->expert_begin, ck->expert_end);
@@ -298,6 +378,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
   for (const TensorSpec& s : mine) {
     Weight w = ck->bind(s);
     ck->bound_bytes += w.nbytes();
+    ck->forms.push_back({s.name, s.kind, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
+                         loaded_form(s.kind, w)});
     const std::string& n = s.name;
     if (n == "embed.weight")
       ck->embed = w;

@@ -1,16 +1,18 @@
 // Official-format V4.1 checkpoints: tensor names -> typed weights (V41_SPEC.md §2).
 //
-// `checkpoint_schema(config)` lists every tensor the text model needs with its storage format and
-// logical shape; the loader checks each one is present with that shape and an accepted dtype, and
-// that every other tensor in the files belongs to a known part the text model does not run (DSpark
-// `mtp.*`, vision `vision.*`/`aligner.*`/`image_*`, the image-token router bias `bias_vl`).
-// Anything else is an error: nothing is silently ignored. make-tiny writes checkpoints from the
-// same schema.
+// `checkpoint_schema(config)` lists every tensor the text model needs with its slot kind (what
+// the reference declares for it), its released storage format and logical shape; the loader checks
+// each one is present with that shape and a stored form its slot accepts, and that every other
+// tensor in the files belongs to a known part the text model does not run (DSpark `mtp.*`, vision
+// `vision.*`/`aligner.*`/`image_*`, the image-token router bias `bias_vl`). Anything else is an
+// error: nothing is silently ignored. make-tiny writes checkpoints from the same schema.
 //
-// Weights stay in the mapped files (zero-copy) in the format the checkpoint stores them; the few
-// that need a conversion the reference also performs at load (norm weights stored in another float
-// type are rounded to bf16; fp8 scales stored as exact powers of two in F32 become e8m0) are
-// converted into buffers the Checkpoint owns.
+// As in the reference's `linear()`, the stored dtype decides the computation; the one table of
+// what each slot kind accepts and computes is `SlotKind` below (the loader's `bind` follows it).
+// Weights stay in the mapped files (zero-copy) in the form the checkpoint stores them; the
+// conversions the reference also performs at load (a value stored in a wider or other float type
+// than its parameter's is rounded to bf16 or widened to fp32; fp8 scales stored as exact powers of
+// two in F32 become e8m0) go into buffers the Checkpoint owns.
 #pragma once
 
 #include <cstdint>
@@ -25,10 +27,35 @@
 
 namespace deepinfer {
 
+// What the reference declares for a tensor, and so which stored forms load into it and what each
+// computes (V41_SPEC.md §2.3):
+//
+//   kind        slots                               stored form            computes
+//   QLinear     wq_a, wq_b, wkv, wo_b, indexer.wq_b, fp8 e4m3 + 32x32 e8m0  act_quant + fp8 QLin
+//               shared and routed experts,          fp4 (I8/F4) + per-32    act_quant + fp4 QLin
+//               engram.wkv (the model's dtype)      BF16 / F32 / F16        plain linear on the
+//                                                                           stored values
+//   Bf16Linear  wo_a, compressor.wkv (r = 1),       BF16                    plain bf16 linear
+//               indexer.wk, indexer.weights_proj    F32 / F16 -> bf16 (RNE)
+//                                                   fp8 e4m3 + 32x32 e8m0   dequantized exactly
+//   Fp32Linear  compressor.wkv/wgate (r > 1),       F32                     fp32 linear
+//               head, hc_*_fn                       BF16 / F16 (exact)
+//   Fp32        hc_*_base/scale, attn_sink,         F32; BF16 / F16 widened into an F32 copy
+//               gate.bias
+//   Bf16        embed, norms, router gate weight,   BF16; F32 / F16 rounded to bf16 (RNE)
+//               engram q/k weights
+//   Fp8Table    engram.embed                        fp8 e4m3 + per-row-per-32 e8m0
+//
+// Plain linears never quantize their input (bf16 inputs, fp32 sums, bf16 output in bf16 mode; fp32
+// throughout in fp32 mode). Scales only ever accompany fp8/fp4 weights.
+enum class SlotKind : uint8_t { QLinear, Bf16Linear, Fp32Linear, Fp32, Bf16, Fp8Table };
+
 // One tensor the text model reads: the weight's name (scales are `<name minus .weight>.scale`),
-// its format and logical shape.
+// its slot kind, the format the release (and make-tiny's release layout) stores it in for this
+// config's dtype/expert_dtype, and its logical shape.
 struct TensorSpec {
   std::string name;
+  SlotKind kind;
   WeightFormat format;
   Shape shape;
 };
@@ -81,6 +108,10 @@ struct LayerWeights {
   Weight engram_q, engram_k;  // [M, D] bf16
 };
 
+// What a weight loaded into a slot of `kind` is computed as, in words ("fp8 e4m3 + e8m0 32x32 ->
+// act_quant + fp8 QLin"), for `inspect`.
+std::string loaded_form(SlotKind kind, const Weight& w);
+
 struct LoadOptions {
   int expert_begin = 0;
   int expert_end = -1;  // < 0: all experts
@@ -105,12 +136,22 @@ class Checkpoint {
 
   // Tensors in the files that the text model does not run (DSpark, vision), by prefix count.
   std::vector<std::string> skipped_tensors;
+  // How each bound tensor was stored and what it computes, in schema order.
+  struct Form {
+    std::string name;
+    SlotKind kind;
+    std::string stored;    // the stored dtype ("BF16")
+    std::string computes;  // loaded_form()
+  };
+  std::vector<Form> forms;
   uint64_t bound_bytes = 0;      // bytes of the weights this checkpoint binds (its experts only)
   uint64_t converted_bytes = 0;  // bytes of owned converted buffers
 
  private:
   Checkpoint() = default;
   Weight bind(const TensorSpec& spec);
+  // A copy of a float tensor's values as `want` (F32, or BF16 rounded to nearest even).
+  const void* convert(const TensorInfo& t, DType want);
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;

@@ -243,20 +243,26 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
     }
     assign(c, f, *v, where);
   }
+  if (!hf) {
+    // The reference's `expert_dtype: null`: experts stored in the model's dtype.
+    const auto it = root.find("expert_dtype");
+    if (it != root.end() && it->is_null()) c.expert_dtype = "";
+  }
   if (hf) {
     // Storage formats come from quantization_config in the Hugging Face form.
     const json* q = lookup(src, "quantization_config");
     if (!q) q = lookup(root, "quantization_config");
     if (!q) {
       c.dtype = "bf16";
-      c.expert_dtype = "bf16";
+      c.expert_dtype = "";
     } else {
       DI_REQUIRE(q->is_object(), label, ": quantization_config must be an object");
       const json* m = lookup(*q, "quant_method");
       DI_REQUIRE(m && m->is_string(), label, ": quantization_config.quant_method missing");
       c.dtype = m->get<std::string>();
       const json* e = lookup(*q, "expert_dtype");
-      c.expert_dtype = e && e->is_string() ? e->get<std::string>() : c.dtype;
+      c.expert_dtype = e && e->is_string() ? e->get<std::string>() : "";
+      if (c.expert_dtype == c.dtype) c.expert_dtype = "";  // experts in the model's dtype
       if (const json* b = lookup(*q, "weight_block_size"))
         DI_REQUIRE(*b == json::array({32, 32}), label,
                    ": quantization_config.weight_block_size must be [32, 32], got ", show(*b));
@@ -285,6 +291,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
 std::string ModelConfig::to_json() const {
   nlohmann::ordered_json j;
   for (const Field& f : kFields) std::visit([&](auto ptr) { j[f.ref] = this->*ptr; }, f.ptr);
+  if (expert_dtype.empty()) j["expert_dtype"] = nullptr;
   return j.dump(2) + "\n";
 }
 
@@ -339,10 +346,10 @@ void ModelConfig::validate(const std::string& label) const {
   require_positive(label, "n_routed_experts", n_routed_experts);
   require_positive(label, "n_activated_experts", n_activated_experts);
   DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
-  DI_REQUIRE(dtype == "fp8", label, ": dtype '", dtype,
-             "' is not supported (the released V4.1 checkpoints use fp8 dense weights)");
-  DI_REQUIRE(expert_dtype == "fp4", label, ": expert_dtype '", expert_dtype,
-             "' is not supported (the released V4.1 checkpoints use fp4 routed experts)");
+  DI_REQUIRE(dtype == "fp8" || dtype == "bf16", label, ": dtype = '", dtype,
+             "' must be \"fp8\" or \"bf16\"");
+  DI_REQUIRE(expert_dtype == "fp4" || expert_dtype.empty(), label, ": expert_dtype = '",
+             expert_dtype, "' must be \"fp4\" or null (experts stored as dtype)");
   DI_REQUIRE(score_func == "sqrtsoftplus", label, ": score_func '", score_func,
              "' is not supported (V4.1 uses sqrtsoftplus)");
   DI_REQUIRE(gate_temp > 0, label, ": gate_temp must be > 0");
@@ -353,14 +360,22 @@ void ModelConfig::validate(const std::string& label) const {
   require_mult(label, "dim", dim, 32, q);
   require_mult(label, "q_lora_rank", q_lora_rank, 32, q);
   require_mult(label, "moe_inter_dim", moe_inter_dim, 32, q);
-  require_mult(label, "o_lora_rank", o_lora_rank, 32, q);
+  // wo_b's input: the groups' outputs side by side, quantized in blocks across group boundaries.
+  DI_REQUIRE(int64_t(o_groups) * o_lora_rank % 32 == 0, label,
+             ": o_groups * o_lora_rank = ", o_groups, " * ", o_lora_rank, " = ",
+             int64_t(o_groups) * o_lora_rank,
+             " must be a multiple of 32 (wo_b's quantized input is blocks of 32)");
   require_mult(label, "head_dim", head_dim, 32, "fp8 window KV blocks of 32");
   DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
              ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
              "]");
-  // G | H implies G | H * Dh (and avoids the product, which can overflow).
-  DI_REQUIRE(n_heads % o_groups == 0, label, ": o_groups = ", o_groups,
-             " must divide n_heads = ", n_heads);
+  // The attention output [H * Dh] splits into o_groups groups, each wo_a's input; the kernels read
+  // a linear's input in blocks of 32, which G | H always gives (Dh is a multiple of 32).
+  DI_REQUIRE(int64_t(n_heads) * head_dim % o_groups == 0, label, ": o_groups = ", o_groups,
+             " must divide n_heads * head_dim = ", int64_t(n_heads) * head_dim);
+  DI_REQUIRE(int64_t(n_heads) * head_dim / o_groups % 32 == 0, label,
+             ": n_heads * head_dim / o_groups = ", int64_t(n_heads) * head_dim / o_groups,
+             " (wo_a's input width) must be a multiple of 32");
   DI_REQUIRE(norm_eps >= 0 && hc_eps >= 0, label, ": norm_eps and hc_eps must be >= 0");
   DI_REQUIRE(swiglu_limit >= 0, label, ": swiglu_limit must be >= 0");
   DI_REQUIRE(rope_theta > 0 && compress_rope_theta > 0, label, ": rope thetas must be > 0");

@@ -63,6 +63,9 @@ struct ModelConfig {
   int64_t engram_pad_id = 2;
   int64_t engram_compressed_vocab_size = 0;
   // --- storage ---
+  // What the release stores (make-tiny writes it; the loader goes by each tensor's stored dtype):
+  // dtype "fp8" or "bf16" for the default-dtype linears; expert_dtype "fp4", or "" (null in
+  // config.json) when the routed experts take `dtype` too.
   std::string dtype = "fp8";
   std::string expert_dtype = "fp4";
   // --- tokens ---

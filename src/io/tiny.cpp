@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -177,6 +178,106 @@ ModelConfig tiny_preset_config(const std::string& name) {
   return c;
 }
 
+// --- random configs ---
+
+namespace {
+uint64_t splitmix64(uint64_t& s);
+}
+
+ModelConfig random_tiny_config(uint64_t seed) {
+  uint64_t st = seed * 0x2545f4914f6cdd1dull + 0x51ed27;
+  auto pick = [&](int64_t lo, int64_t hi) {  // uniform in [lo, hi]
+    return lo + int64_t(splitmix64(st) % uint64_t(hi - lo + 1));
+  };
+  ModelConfig c = tiny_preset_config("tiny");  // fixed constants (eps, score function, ...)
+  c.vocab_size = pick(300, 1500);
+  c.dim = 32 * pick(1, 3);
+  c.moe_inter_dim = 32 * pick(1, 2);
+  c.q_lora_rank = 32 * pick(1, 2);
+  c.head_dim = 32 * pick(1, 3);
+  c.index_head_dim = 32 * pick(1, 2);
+  c.rope_head_dim = 2 * pick(1, std::min(c.head_dim, c.index_head_dim) / 4);
+  c.n_heads = int(pick(1, 4));
+  if (pick(0, 1)) c.n_heads = 4;
+  // o_groups divides n_heads; o_groups * o_lora_rank is a multiple of 32, o_lora_rank alone need
+  // not be (with 2 or 4 groups it usually is not).
+  std::vector<int> divisors;
+  for (int g = 1; g <= c.n_heads; ++g)
+    if (c.n_heads % g == 0) divisors.push_back(g);
+  // Even group counts most of the time, so that o_lora_rank need only be a multiple of 16 or 8.
+  c.o_groups = pick(0, 2) && c.n_heads % 2 == 0
+                   ? (c.n_heads % 4 == 0 ? 4 : 2)
+                   : divisors[size_t(pick(0, int64_t(divisors.size()) - 1))];
+  const int64_t step = 32 / std::gcd<int64_t>(c.o_groups, 32);
+  c.o_lora_rank = step * pick(1, std::max<int64_t>(1, 64 / step));
+  c.n_routed_experts = int(pick(2, 9));
+  c.n_activated_experts = int(pick(1, std::min(c.n_routed_experts, 4)));
+  c.route_scale = double(pick(5, 25)) / 10;
+  c.swiglu_limit = pick(0, 1) ? double(pick(3, 12)) : 0.0;
+  c.window_size = int(pick(2, 9));
+  c.hc_mult = int(pick(1, 4));
+  c.hc_sinkhorn_iters = int(pick(1, 20));
+  c.original_seq_len = pick(0, 1) ? 32 * pick(1, 8) : 0;
+  c.rope_factor = double(pick(2, 16));
+  c.compress_rope_theta = double(pick(2, 20)) * 10000;
+  c.rope_theta = double(pick(1, 3)) * 5000;
+
+  // Layer pattern: ratios 0/1/2 in any order. A compressed layer either starts a new KV source
+  // (also an index source, owning its keys) or reads the latest one, which must have its ratio;
+  // readers are index sources (own top-k over the shared keys) or plain consumers.
+  c.n_layers = int(pick(2, 6));
+  c.compress_ratios.assign(size_t(c.n_layers), 0);
+  c.kv_source_layers.clear();
+  c.index_source_layers.clear();
+  int last_kv_ratio = 0;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int r = int(pick(0, 2));
+    c.compress_ratios[size_t(l)] = r;
+    if (r == 0) continue;
+    if (r != last_kv_ratio || pick(0, 3) == 0) {
+      c.kv_source_layers.push_back(l);
+      c.index_source_layers.push_back(l);
+      last_kv_ratio = r;
+    } else if (pick(0, 1)) {
+      c.index_source_layers.push_back(l);
+    }
+  }
+  c.index_n_heads = int(pick(1, 4));
+  c.index_topk = int(pick(1, 6));
+  // The candidate filter needs every index source after the candidate source to share its ratio.
+  c.candidate_source_layer = -1;
+  if (!c.index_source_layers.empty() && pick(0, 2)) {
+    const auto& ix = c.index_source_layers;
+    size_t i = ix.size() - 1;
+    while (i > 0 && c.compress_ratios[size_t(ix[i - 1])] == c.compress_ratios[size_t(ix.back())])
+      --i;
+    c.candidate_source_layer = ix[size_t(pick(int64_t(i), int64_t(ix.size()) - 1))];
+    c.candidate_block_size = int(pick(1, 4));
+    c.candidate_topk_blocks = int(
+        (c.index_topk - 1 + c.candidate_block_size - 1) / c.candidate_block_size + 1 + pick(0, 2));
+  }
+  // Engram: any subset of layers, n-grams up to 2..4.
+  c.engram_layer_ids.clear();
+  for (int l = 0; l < c.n_layers; ++l)
+    if (pick(0, 2) == 0) c.engram_layer_ids.push_back(l);
+  c.engram_max_ngram_size = int(pick(2, 4));
+  c.engram_n_heads = int(pick(1, 3));
+  c.engram_head_dim = 32 * pick(1, 2);
+  c.engram_vocab_size = pick(40, 400);
+  c.engram_pad_id = pick(0, 5);
+  c.engram_compressed_vocab_size = c.vocab_size;
+  c.dtype = pick(0, 4) == 0 ? "bf16" : "fp8";
+  c.expert_dtype = pick(0, 4) == 0 ? "" : "fp4";
+  c.compress_ratios.resize(size_t(c.n_layers + c.n_mtp_layers), 0);
+  return c;
+}
+
+TinyLayout parse_tiny_layout(const std::string& name) {
+  if (name == "release") return TinyLayout::Release;
+  if (name == "runtime") return TinyLayout::Runtime;
+  throw Error(str_cat("unknown layout '", name, "' (expected release or runtime)"));
+}
+
 // --- random weights ---
 
 namespace {
@@ -210,12 +311,11 @@ struct Init {
   float center = 0, stddev = 1;
 };
 
+bool ends_with(const std::string& s, const char* suffix);
+
 Init init_for(const TensorSpec& s, const ModelConfig& c) {
   const std::string& n = s.name;
-  auto ends = [&](const char* suf) {
-    const size_t k = std::strlen(suf);
-    return n.size() >= k && n.compare(n.size() - k, k, suf) == 0;
-  };
+  auto ends = [&](const char* suf) { return ends_with(n, suf); };
   const float fan_in = s.shape.ndim > 1 ? float(s.shape[1]) : 1.0f;
   if (ends("norm.weight")) return {1.0f, 0.1f};
   if (n == "embed.weight") return {0, 1.0f};
@@ -251,7 +351,29 @@ struct Encoded {
   std::vector<uint8_t> scale;
 };
 
-Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed) {
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t k = std::strlen(suffix);
+  return s.size() >= k && s.compare(s.size() - k, k, suffix) == 0;
+}
+
+// The form a tensor is written in under `layout` (TinyLayout in tiny.h).
+WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
+  if (layout == TinyLayout::Release) return s.format;
+  switch (s.kind) {
+    case SlotKind::Bf16Linear:
+      return WeightFormat::BF16;
+    case SlotKind::Fp32Linear:
+      return s.name == "head.weight" ? WeightFormat::BF16 : WeightFormat::F32;
+    case SlotKind::Bf16:
+      return ends_with(s.name, "norm.weight") || ends_with(s.name, "gate.weight")
+                 ? WeightFormat::F32
+                 : WeightFormat::BF16;
+    default:
+      return s.format;
+  }
+}
+
+Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed, TinyLayout layout) {
   Rng rng(seed ^ name_hash(s.name));
   const Init in = init_for(s, c);
   const float amp = in.stddev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
@@ -259,7 +381,8 @@ Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed) {
   Encoded e;
   e.shape = s.shape;
   auto draw = [&] { return in.center + amp * rng.uniform(); };
-  switch (s.format) {
+  const WeightFormat format = stored_format(s, layout);
+  switch (format) {
     case WeightFormat::F32: {
       e.dtype = DType::F32;
       e.bytes.resize(size_t(n) * 4);
@@ -282,8 +405,8 @@ Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed) {
     case WeightFormat::Fp8Row:
     case WeightFormat::Fp4Row: {
       const int64_t R = s.shape[0], C = s.shape[1];
-      const bool fp4 = s.format == WeightFormat::Fp4Row;
-      const bool block = s.format == WeightFormat::Fp8Block;
+      const bool fp4 = format == WeightFormat::Fp4Row;
+      const bool block = format == WeightFormat::Fp8Block;
       std::vector<float> w(static_cast<size_t>(n));
       for (auto& v : w) v = draw();
       // Per-block magnitude factors in {1/2, 1, 2}, so the scale grid is not uniform.
@@ -365,7 +488,7 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
     std::vector<Encoded> enc(b1 - b0);
     pool.parallel_for(int64_t(b1 - b0), 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
-        enc[size_t(i)] = generate(schema[b0 + size_t(i)], config, opt.seed);
+        enc[size_t(i)] = generate(schema[b0 + size_t(i)], config, opt.seed, opt.layout);
     });
     for (size_t i = b0; i < b1; ++i) {
       Encoded& e = enc[i - b0];

@@ -25,9 +25,25 @@ std::vector<std::string> tiny_preset_names();
 // (computed from the config by the kernels library), which the caller fills in.
 ModelConfig tiny_preset_config(const std::string& name);
 
+// A config drawn at random within what the reference accepts (io/config.h's rules): any layer
+// pattern of ratios 0/1/2 (window-only layers between compressed ones too), n-gram sizes 2..4,
+// o_lora_rank not a multiple of 32 where the group count allows, odd expert counts and top-k,
+// dtype bf16 / expert_dtype null now and then (every linear stored unquantized). Small enough for
+// the numpy reference to run it in seconds. `engram_num_embeddings` is left empty, as for presets.
+ModelConfig random_tiny_config(uint64_t seed);
+
+// Which tensors a synthetic checkpoint stores in which form (both load; checkpoint.h's table).
+enum class TinyLayout {
+  Release,  // as the release: fp8/fp4 + e8m0 scales (bf16 linears for dtype bf16), BF16 params
+  Runtime,  // as the reference holds its state after loading: wo_a BF16, compressor wkv/wgate of
+            // ratio > 1 F32 (values not bf16-representable), norms and router gate F32, head BF16
+};
+TinyLayout parse_tiny_layout(const std::string& name);  // "release" | "runtime"
+
 struct TinyWriteOptions {
   uint64_t seed = 0;
   uint64_t max_shard_bytes = uint64_t(4) << 20;  // split into shards (exercises the index)
+  TinyLayout layout = TinyLayout::Release;
 };
 
 // Writes config.json and safetensors shards (+ index) for `config` into `dir` (created; existing

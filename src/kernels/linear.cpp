@@ -142,6 +142,8 @@ void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant)
   if (quant)
     DI_CHECK(w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row, w.name,
              ": QLin needs fp8 or fp4 weights");
+  else
+    DI_CHECK(w.format != WeightFormat::Fp4Row, w.name, ": a plain linear over fp4 codes");
 }
 
 // Whether every input is a bf16 value (then a bf16 or fp8 weight's products are exact in fp32).
@@ -335,18 +337,19 @@ void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
 
 }  // namespace
 
-void linear_quant_many(std::span<const LinearCall> calls) {
+void linear_many(std::span<const LinearCall> calls) {
   const Isa isa = cpu_isa();
   const bool gemv_ok = isa != Isa::Scalar && linear_path() != LinearPath::Gemm;
   std::vector<LinearCall> small;
   for (const LinearCall& c : calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
-    check_call(c.w->weight(), a, a.n_out < 0 ? c.w->rows() - a.row0 : a.n_out, true);
-    if (gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
+    const bool quant = c.w->weight().quant_input;
+    check_call(c.w->weight(), a, a.n_out < 0 ? c.w->rows() - a.row0 : a.n_out, quant);
+    if (quant && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
       small.push_back(c);
     else
-      run(*c.w, a, true);
+      run(*c.w, a, quant);
   }
   if (!small.empty()) run_many_gemv(small, isa);
 }
@@ -400,6 +403,9 @@ void linear_quant(const PreparedLinear& w, const LinearArgs& a) {
 }
 void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
   run(w, a, false);
+}
+void linear(const PreparedLinear& w, const LinearArgs& a) {
+  run(w, a, w.weight().quant_input);
 }
 void linear_quant(const Weight& w, const LinearArgs& a) {
   linear_quant_ref(w, a);

@@ -92,14 +92,17 @@ class PreparedLinear {
 
 void linear_quant(const PreparedLinear& w, const LinearArgs& a);
 void linear_dense(const PreparedLinear& w, const LinearArgs& a);
-// Several independent QLin calls, each giving exactly what linear_quant gives it. Calls of at
+// The model's entry point, as the reference's `linear()`: the weight's stored form decides the
+// computation (Weight::quant_input: linear_quant, else linear_dense).
+void linear(const PreparedLinear& w, const LinearArgs& a);
+// Several independent calls, each giving exactly what `linear` gives it. Quantized calls of at
 // most a few rows (decode) share one pass of the thread pool over all their weights, which
 // saves a pool wake-up per call and balances many small weights (the experts of a step) as one.
 struct LinearCall {
   const PreparedLinear* w;
   LinearArgs a;
 };
-void linear_quant_many(std::span<const LinearCall> calls);
+void linear_many(std::span<const LinearCall> calls);
 // Unprepared weights run the scalar path (tests, one-off uses).
 void linear_quant(const Weight& w, const LinearArgs& a);
 void linear_dense(const Weight& w, const LinearArgs& a);
@@ -120,6 +123,10 @@ inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, flo
 inline void linear_dense(const PreparedLinear& w, const float* x, int64_t n, float* y,
                          bool exact = false) {
   linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
+}
+inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y,
+                   bool exact = false) {
+  linear(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
 }
 
 // Row `r` of W decoded to float (exact): out[W.cols()].

@@ -44,11 +44,11 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<float> qr(size_t(N * Q)), q(size_t(N * H * Dh));
   {
     DI_REGION("attn.q");
-    linear_quant(P.wq_a, u, N, qr.data(), exact);
+    linear(P.wq_a, u, N, qr.data(), exact);
     round(qr.data(), N * Q);
     rmsnorm(qr.data(), N, Q, W.q_norm, eps, qr.data());
     round(qr.data(), N * Q);
-    linear_quant(P.wq_b, qr.data(), N, q.data(), exact);
+    linear(P.wq_b, qr.data(), N, q.data(), exact);
     round(q.data(), N * H * Dh);
     for (int64_t i = 0; i < N; ++i) {
       rope_angles(rope, st.pos[size_t(i)], cs.data());
@@ -64,7 +64,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   std::vector<uint8_t> kv_packed(size_t(N * wrow));
   {
     DI_REGION("attn.kv");
-    linear_quant(P.wkv, u, N, kv.data(), exact);
+    linear(P.wkv, u, N, kv.data(), exact);
     round(kv.data(), N * Dh);
     rmsnorm(kv.data(), N, Dh, W.kv_norm, eps, kv.data());
     round(kv.data(), N * Dh);
@@ -170,10 +170,10 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     std::vector<float> a(size_t(N * G * Ro));
     const int64_t group_in = H * Dh / G;
     for (int64_t g = 0; g < G; ++g)
-      linear_dense(P.wo_a, {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro,
-                            Ro, exact});
+      linear(P.wo_a,
+             {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact});
     round(a.data(), N * G * Ro);
-    linear_quant(P.wo_b, a.data(), N, out, exact);
+    linear(P.wo_b, a.data(), N, out, exact);
     round(out, N * c.dim);
   }
   dump(st, L + "attn.out", out, {N, c.dim});

@@ -25,21 +25,31 @@ std::string cache_dir() {
   return (fs::temp_directory_path() / "deepinfer-cache").string();
 }
 
-ModelConfig preset_config(const std::string& preset) {
-  ModelConfig c = tiny_preset_config(preset);
+namespace {
+ModelConfig with_engram_rows(ModelConfig c, const std::string& label) {
   if (!c.engram_layer_ids.empty()) {
     const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
     const EngramTables t = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads,
                                               c.engram_vocab_size, c.engram_compressed_vocab_size);
     c.engram_num_embeddings = t.rows;
   }
-  c.validate("preset " + preset);
+  c.validate(label);
   return c;
 }
+}  // namespace
 
-uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset, uint64_t seed,
-                              const std::string& tokenizer) {
-  ModelConfig c = preset_config(preset);
+ModelConfig preset_config(const std::string& preset) {
+  return with_engram_rows(tiny_preset_config(preset), "preset " + preset);
+}
+
+ModelConfig random_config(uint64_t seed) {
+  return with_engram_rows(random_tiny_config(seed), "random config " + std::to_string(seed));
+}
+
+uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
+  ModelConfig c = spec.random ? random_config(spec.config_seed) : preset_config(spec.preset);
+  const std::string preset = spec.random ? "random" : spec.preset;
+  const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
   if (!tokenizer.empty()) {
     const fs::path t(tokenizer);
@@ -55,9 +65,13 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset,
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
   fs::remove_all(tmp);
   TinyWriteOptions opt;
-  opt.seed = seed;
-  // Small presets get several shards so the index path is exercised; big ones 1 GiB shards.
-  opt.max_shard_bytes = preset == "small" ? (uint64_t(1) << 30) : (uint64_t(4) << 20);
+  opt.seed = spec.seed;
+  opt.layout = spec.layout;
+  // Small presets get several shards so the index path is exercised (random configs, being
+  // smaller, shards split inside layers); big ones 1 GiB shards.
+  opt.max_shard_bytes = preset == "small"    ? (uint64_t(1) << 30)
+                        : preset == "random" ? (uint64_t(96) << 10)
+                                             : (uint64_t(4) << 20);
   const uint64_t bytes = write_tiny_checkpoint(tmp.string(), c, opt);
   if (!tok_json.empty()) {
     fs::copy_file(tok_json, tmp / "tokenizer.json");

@@ -7,18 +7,37 @@
 #include <string>
 
 #include "io/config.h"
+#include "io/tiny.h"
 
 namespace deepinfer {
 
 std::string cache_dir();
 // A preset config with everything derived filled in (Engram table rows).
 ModelConfig preset_config(const std::string& preset);
-// Writes preset `preset` with `seed` into `dir` (atomically: a temporary directory renamed into
-// place). With `tokenizer` (a tokenizer.json, or a directory holding it and tokenizer_config.json)
-// the tokenizer files are copied in and engram_compressed_vocab_size is set to the size of its
-// Engram token map, so text prompts work. Returns the tensor bytes written.
-uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset, uint64_t seed,
-                              const std::string& tokenizer = "");
+// The same for io/tiny.h's random_tiny_config(seed).
+ModelConfig random_config(uint64_t seed);
+
+struct TinyCheckpoint {
+  std::string preset = "tiny";
+  bool random = false;  // draw the config with random_config(config_seed) instead of the preset
+  uint64_t config_seed = 0;
+  uint64_t seed = 0;  // of the weights
+  TinyLayout layout = TinyLayout::Release;
+  // A tokenizer.json, or a directory holding it and tokenizer_config.json: copied in, and
+  // engram_compressed_vocab_size set to the size of its Engram token map, so text prompts work.
+  std::string tokenizer;
+};
+// Writes the checkpoint into `dir` (atomically: a temporary directory renamed into place).
+// Returns the tensor bytes written.
+uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec);
+inline uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset,
+                                     uint64_t seed, const std::string& tokenizer = "") {
+  TinyCheckpoint t;
+  t.preset = preset;
+  t.seed = seed;
+  t.tokenizer = tokenizer;
+  return make_tiny_checkpoint(dir, t);
+}
 // The directory of the built-in model (preset tiny, seed 0), creating it if needed.
 std::string default_model_dir();
 

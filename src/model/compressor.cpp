@@ -30,14 +30,14 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
   std::vector<float> k(size_t(N * Dh)), g;
   if (r == 1) {
-    linear_dense(P.cmp_wkv, u, N, k.data(), exact);
+    linear(P.cmp_wkv, u, N, k.data(), exact);
     round(k.data(), N * Dh);
     rmsnorm(k.data(), N, Dh, W.cmp_norm, eps, k.data());
     round(k.data(), N * Dh);
   } else {
     g.resize(size_t(N * Dh));
-    linear_dense(P.cmp_wkv, u, N, k.data(), exact);
-    linear_dense(P.cmp_wgate, u, N, g.data(), exact);
+    linear(P.cmp_wkv, u, N, k.data(), exact);
+    linear(P.cmp_wgate, u, N, g.data(), exact);
   }
 
   std::vector<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh))),
@@ -88,7 +88,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       }
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
-        linear_dense(P.idx_wk, latent.data(), 1, key.data(), exact);
+        linear(P.idx_wk, latent.data(), 1, key.data(), exact);
         round(key.data(), Di);
         rmsnorm(key.data(), 1, Di, W.idx_k_norm, eps, key.data());
         round(key.data(), Di);

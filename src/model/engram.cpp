@@ -42,7 +42,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
     shard->all_reduce(ev.data(), ev.size());
   }
   std::vector<float> kv(size_t(N * (M + 1) * D));
-  linear_quant(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data(), exact);
+  linear(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data(), exact);
   round(kv.data(), N * (M + 1) * D);
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));

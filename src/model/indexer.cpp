@@ -24,7 +24,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
   std::vector<float> qi(size_t(N * Hi * Di)), w(size_t(N * Hi));
-  linear_quant(P.idx_wq_b, qr, N, qi.data(), exact);
+  linear(P.idx_wq_b, qr, N, qi.data(), exact);
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) {
     rope_angles(rope_compressed, st.pos[size_t(i)], cs.data());
@@ -34,7 +34,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
-  linear_dense(P.idx_weights_proj, u, N, w.data(), exact);
+  linear(P.idx_weights_proj, u, N, w.data(), exact);
   round(w.data(), N * Hi);
   const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
   for (auto& v : w) v *= wscale;

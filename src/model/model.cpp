@@ -293,7 +293,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     }
   }
   const int64_t n_logits = int64_t(h.size()) / D;
-  if (n_logits > 0) linear_dense(head, h.data(), n_logits, logits, exact);
+  if (n_logits > 0) linear(head, h.data(), n_logits, logits, exact);
   if (st.dump && n_logits == N) dump(st, "logits", logits, {N, c.vocab_size});
 }
 

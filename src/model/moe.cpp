@@ -44,7 +44,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   std::vector<float> weights(size_t(N * k));
   {
     DI_REGION("moe.router");
-    linear_dense(P.gate, v, N, logits.data(), exact);
+    linear(P.gate, v, N, logits.data(), exact);
     for (int64_t i = 0; i < N; ++i) {
       RouteArgs a{&logits[size_t(i * E)],
                   W.gate_bias.f32(),
@@ -83,7 +83,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       calls.push_back({&jb.ex->w1, {jb.xg.data(), n, D, jb.g.data(), F, 0, -1, exact}});
       calls.push_back({&jb.ex->w3, {jb.xg.data(), n, D, jb.u.data(), F, 0, -1, exact}});
     }
-    linear_quant_many(calls);
+    linear_many(calls);
     calls.clear();
     for (ExpertJob& jb : jobs) {
       const int64_t n = int64_t(jb.rows->size());
@@ -95,7 +95,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       round(jb.g.data(), n * F);
       calls.push_back({&jb.ex->w2, {jb.g.data(), n, F, jb.dst, D, 0, -1, exact}});
     }
-    linear_quant_many(calls);
+    linear_many(calls);
     for (ExpertJob& jb : jobs) round(jb.dst, int64_t(jb.rows->size()) * D);
   };
 

@@ -14,6 +14,25 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$BIN" inspect "$WORK/tiny" > "$WORK/inspect.txt"
 grep -q "KV cache: 79.5 B per token" "$WORK/inspect.txt" || fail "inspect KV bytes"
 grep -q "weights read per decoded token" "$WORK/inspect.txt" || fail "inspect bytes per token"
+grep -q "layers.\*.attn.wo_a.weight .* F8_E4M3 -> fp8 dequantized (exact) -> plain bf16 linear" \
+  "$WORK/inspect.txt" || fail "inspect: loaded form of wo_a"
+# The runtime layout (the reference's loaded state) and a random config load and generate.
+"$BIN" make-tiny --out "$WORK/rt" --preset tiny-c --layout runtime | grep -q "runtime layout" ||
+  fail "make-tiny --layout runtime"
+"$BIN" inspect "$WORK/rt" > "$WORK/inspect_rt.txt"
+grep -q "layers.\*.attn.wo_a.weight .* BF16 -> bf16 -> plain bf16 linear" "$WORK/inspect_rt.txt" &&
+  grep -q "compressor.wgate.weight .* F32 -> f32 -> fp32 linear" "$WORK/inspect_rt.txt" &&
+  grep -q "layers.\*.attn_norm.weight .* F32 -> bf16" "$WORK/inspect_rt.txt" ||
+  { cat "$WORK/inspect_rt.txt"; fail "inspect: runtime layout forms"; }
+"$BIN" make-tiny --out "$WORK/rand" --random-config 26 | grep -q "wrote random config 26" ||
+  fail "make-tiny --random-config"
+"$BIN" inspect "$WORK/rand" | grep -q "bf16 values -> plain linear (input not quantized)" ||
+  fail "inspect: random config 26 stores dtype bf16 linears"
+for m in rt rand; do
+  "$BIN" generate --model "$WORK/$m" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \
+    --output "$WORK/$m.jsonl" 2>/dev/null || fail "generate on $m"
+  grep -q '"finish_reason":"length"' "$WORK/$m.jsonl" || fail "generate on $m: no output"
+done
 
 # The built-in model is created on first use.
 "$BIN" generate --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 > "$WORK/out0.jsonl" 2>/dev/null
@@ -76,6 +95,8 @@ expect_error "does not exist" "$BIN" inspect "$WORK/nowhere"
 expect_error "exactly one of" "$BIN" generate --model "$WORK/tiny"
 expect_error "not an integer token id" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1,x
 expect_error "unknown preset" "$BIN" make-tiny --out "$WORK/x" --preset huge
+expect_error "layout" "$BIN" make-tiny --out "$WORK/x" --layout other
+expect_error "excludes" "$BIN" make-tiny --out "$WORK/x" --preset tiny --random-config 3
 mkdir -p "$WORK/broken" && cp "$WORK/tiny/config.json" "$WORK/broken/"
 expect_error "no model.safetensors" "$BIN" inspect "$WORK/broken"
 echo "{" > "$WORK/broken/config.json"

@@ -12,12 +12,25 @@ namespace deepinfer::testing {
 
 namespace fs = std::filesystem;
 
-std::string preset_dir(const std::string& preset, uint64_t seed) {
+std::string preset_dir(const std::string& model, uint64_t seed) {
   const fs::path dir =
-      fs::path(cache_dir()) / "test-models" / (preset + "-seed" + std::to_string(seed));
+      fs::path(cache_dir()) / "test-models" / (model + "-seed" + std::to_string(seed));
   if (!fs::exists(dir / "config.json")) {
     fs::create_directories(dir.parent_path());
-    make_tiny_checkpoint(dir.string(), preset, seed);
+    TinyCheckpoint t;
+    std::string name = model;
+    if (const size_t at = name.find('@'); at != std::string::npos) {
+      t.layout = parse_tiny_layout(name.substr(at + 1));
+      name.resize(at);
+    }
+    if (name.rfind("random-", 0) == 0) {
+      t.random = true;
+      t.config_seed = std::stoull(name.substr(7));
+    } else {
+      t.preset = name;
+    }
+    t.seed = seed;
+    make_tiny_checkpoint(dir.string(), t);
   }
   return dir.string();
 }

@@ -12,8 +12,10 @@
 
 namespace deepinfer::testing {
 
-// The checkpoint directory of `preset` (seed `seed`), created once under the test cache.
-std::string preset_dir(const std::string& preset, uint64_t seed = 0);
+// The checkpoint directory of `model` (weights seed `seed`), created once under the test cache.
+// `model` is a preset name or `random-<config seed>` (io/tiny.h's random_tiny_config), with
+// `@runtime` for the runtime layout (default: release).
+std::string preset_dir(const std::string& model, uint64_t seed = 0);
 
 struct LoadedModel {
   std::unique_ptr<Checkpoint> ck;

@@ -76,8 +76,11 @@ std::pair<int64_t, double> argmax_margin(const double* x, int64_t n) {
 
 class Golden : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Golden, Fp32LogitsAndGreedyTokensMatchTheReference) {
-  const std::string preset = GetParam();
+// fp32 logits of prefill, token-by-token and every chunking against the reference, and greedy
+// continuation.
+void check_fp32_against_reference(const std::string& preset);
+
+void check_fp32_against_reference(const std::string& preset) {
   LoadedModel m = load_model(preset, Numerics::Fp32);
   const int64_t V = m.model->config().vocab_size, L = 40, steps = 32;
   const auto prompt = random_tokens(L, V, 7);
@@ -132,6 +135,10 @@ TEST_P(Golden, Fp32LogitsAndGreedyTokensMatchTheReference) {
   }
   std::printf("[%s] greedy: %lld of %lld steps identical\n", preset.c_str(), (long long)compared,
               (long long)steps);
+}
+
+TEST_P(Golden, Fp32LogitsAndGreedyTokensMatchTheReference) {
+  check_fp32_against_reference(GetParam());
 }
 
 TEST_P(Golden, Bf16TeacherForcedCloseToTheReference) {
@@ -227,12 +234,33 @@ TEST(GoldenDefect, DemoDecodeDefectSwitch) {
   EXPECT_EQ(std::memcmp(p1.data(), p2.data(), p1.size() * 4), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, Golden, ::testing::Values("tiny", "tiny-b", "tiny-c"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& ch : s)
+    if (ch == '-' || ch == '@') ch = '_';
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, Golden,
+                         ::testing::Values("tiny", "tiny-b", "tiny-c", "tiny@runtime",
+                                           "tiny-b@runtime"),
+                         param_name);
+
+// Random configs within what the reference accepts (io/tiny.h), in both layouts: the fp32 check
+// (prefill = token-by-token = every chunking = the reference, greedy tokens).
+class GoldenRandom : public Golden {};
+TEST_P(GoldenRandom, Fp32LogitsAndGreedyTokensMatchTheReference) {
+  check_fp32_against_reference(GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Configs, GoldenRandom,
+                         // Seeds picked to cover o_lora_rank of 8..56, 3..9 experts, window-only
+                         // layers between compressed ones, n-grams of 2..4, dtype bf16 and null
+                         // expert_dtype (every linear stored unquantized).
+                         ::testing::Values("random-1", "random-2", "random-5", "random-7",
+                                           "random-9@runtime", "random-10@runtime",
+                                           "random-22@runtime", "random-26", "random-28@runtime",
+                                           "random-32", "random-33", "random-39@runtime"),
+                         param_name);
 
 }  // namespace
 }  // namespace deepinfer::testing

@@ -77,21 +77,25 @@ void check_case(const Case& c, uint64_t seed) {
 }
 
 // A batch of calls (the experts of a decode step: mixed formats, shapes, row counts, output
-// ranges and strides, GEMV-sized and larger) gives each call exactly what linear_quant_ref gives
-// it, on every ISA and thread count.
-TEST(LinearFast, QuantManyMatchesEachCall) {
+// ranges and strides, GEMV-sized and larger, quantized and plain) gives each call exactly what
+// linear_quant_ref / linear_dense_ref give it, on every ISA and thread count.
+TEST(LinearFast, ManyMatchesEachCall) {
   KernelEnvGuard guard;
   struct Spec {
     WeightFormat fmt;
     int64_t rows, cols, n, row0, n_out, pad_x, pad_y;
+    bool quant = true;  // Weight::quant_input: QLin, else the plain linear
   };
   const std::vector<Spec> specs = {
       {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 0, 0},
       {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 32, 3},  // same weight shape, other input
       {WeightFormat::Fp8Block, 70, 160, 3, 5, 50, 0, 1},
+      {WeightFormat::BF16, 40, 64, 1, 0, -1, 0, 0, false},  // plain linears among the QLins
       {WeightFormat::Fp4Row, 17, 64, 4, 0, -1, 0, 0},
       {WeightFormat::Fp8Block, 256, 96, 2, 0, -1, 0, 0},
-      {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},  // more rows: the single-call path
+      {WeightFormat::F32, 20, 96, 2, 3, 10, 0, 2, false},
+      {WeightFormat::Fp8Block, 64, 64, 1, 0, -1, 0, 0, false},  // fp8 values, input unquantized
+      {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},          // more rows: the single-call path
       {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
   };
   std::vector<OwnedWeight> ws;
@@ -101,6 +105,7 @@ TEST(LinearFast, QuantManyMatchesEachCall) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
     ws.push_back(make_weight(s.fmt, s.rows, s.cols, 40 + i));
+    ws.back().w.quant_input = s.quant;
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
@@ -109,8 +114,12 @@ TEST(LinearFast, QuantManyMatchesEachCall) {
     const int64_t n_out = s.n_out < 0 ? s.rows - s.row0 : s.n_out;
     ldy.push_back(n_out + s.pad_y);
     want.emplace_back(size_t(s.n * ldy[i]), -7.0f);
-    linear_quant_ref(
-        ws[i].w, {xs[i].data(), s.n, s.cols + s.pad_x, want[i].data(), ldy[i], s.row0, s.n_out});
+    const LinearArgs a{xs[i].data(), s.n,    s.cols + s.pad_x, want[i].data(),
+                       ldy[i],       s.row0, s.n_out};
+    if (s.quant)
+      linear_quant_ref(ws[i].w, a);
+    else
+      linear_dense_ref(ws[i].w, a);
   }
   for (Isa isa : machine_isas())
     for (int threads : {1, 2, 3}) {
@@ -125,7 +134,7 @@ TEST(LinearFast, QuantManyMatchesEachCall) {
             {&pws[i],
              {xs[i].data(), s.n, s.cols + s.pad_x, got[i].data(), ldy[i], s.row0, s.n_out}});
       }
-      linear_quant_many(calls);
+      linear_many(calls);
       for (size_t i = 0; i < specs.size(); ++i)
         ASSERT_EQ(first_diff(want[i].data(), got[i].data(), int64_t(want[i].size())), -1)
             << "call " << i << " isa=" << isa_name(isa) << " threads=" << threads;

@@ -124,9 +124,13 @@ class Config:
             self.err("o_groups", "must divide n_heads*head_dim")
         if self.rope_head_dim % 2 or self.rope_head_dim > self.head_dim:
             self.err("rope_head_dim", "must be even and <= head_dim")
-        for f in ("dim", "q_lora_rank", "head_dim", "moe_inter_dim", "o_lora_rank"):
+        # activation blocks of 32 where the reference quantizes a linear's input; wo_b's input is
+        # the groups side by side, so only o_groups * o_lora_rank must be a multiple (not o_lora_rank)
+        for f in ("dim", "q_lora_rank", "head_dim", "moe_inter_dim"):
             if getattr(self, f) % 32:
                 self.err(f, "must be a multiple of 32")
+        if (self.o_groups * self.o_lora_rank) % 32:
+            self.err("o_lora_rank", "o_groups * o_lora_rank must be a multiple of 32")
         if self.head_dim % 16:
             self.err("head_dim", "must be a multiple of 16")
         r = self.compress_ratios

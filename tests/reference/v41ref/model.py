@@ -22,8 +22,6 @@ from .weights import RowTable, WeightReader
 def _load_layer(rd, cfg, l):
     D, H, Dh, Q = cfg.dim, cfg.n_heads, cfg.head_dim, cfg.q_lora_rank
     M, F = cfg.hc_mult, cfg.moe_inter_dim
-    dense = "fp8" if cfg.dtype == "fp8" else "bf16"
-    exp_kind = "fp4" if cfg.expert_dtype == "fp4" else dense
     p = f"layers.{l}."
     lw = types.SimpleNamespace()
     lw.attn_norm = rd.floats(p + "attn_norm.weight", (D,))
@@ -34,46 +32,46 @@ def _load_layer(rd, cfg, l):
         setattr(lw, f"hc_{k}_base", rd.floats(p + f"hc_{k}_base", (mix,), eff="f32"))
         setattr(lw, f"hc_{k}_scale", rd.floats(p + f"hc_{k}_scale", (3,), eff="f32"))
     a = p + "attn."
-    lw.wq_a = rd.linear(a + "wq_a", Q, D, dense)
+    lw.wq_a = rd.qlinear(a + "wq_a", Q, D)
     lw.q_norm = rd.floats(a + "q_norm.weight", (Q,))
-    lw.wq_b = rd.linear(a + "wq_b", H * Dh, Q, dense)
-    lw.wkv = rd.linear(a + "wkv", Dh, D, dense)
+    lw.wq_b = rd.qlinear(a + "wq_b", H * Dh, Q)
+    lw.wkv = rd.qlinear(a + "wkv", Dh, D)
     lw.kv_norm = rd.floats(a + "kv_norm.weight", (Dh,))
     lw.attn_sink = rd.floats(a + "attn_sink", (H,), eff="f32")
-    lw.wo_a = rd.bf16_from_any(a + "wo_a", cfg.o_groups * cfg.o_lora_rank, H * Dh // cfg.o_groups)
-    lw.wo_b = rd.linear(a + "wo_b", D, cfg.o_groups * cfg.o_lora_rank, dense)
+    lw.wo_a = rd.bf16_linear(a + "wo_a", cfg.o_groups * cfg.o_lora_rank, H * Dh // cfg.o_groups)
+    lw.wo_b = rd.qlinear(a + "wo_b", D, cfg.o_groups * cfg.o_lora_rank)
     r = cfg.compress_ratios[l]
     if cfg.is_kv_source(l):
         c = a + "compressor."
-        lw.cmp_wkv = rd.linear(c + "wkv", Dh, D, "bf16" if r == 1 else "f32")
+        lw.cmp_wkv = (rd.bf16_linear if r == 1 else rd.f32_linear)(c + "wkv", Dh, D)
         if r > 1:
-            lw.cmp_wgate = rd.linear(c + "wgate", Dh, D, "f32")
+            lw.cmp_wgate = rd.f32_linear(c + "wgate", Dh, D)
         lw.cmp_norm = rd.floats(c + "norm.weight", (Dh,))
     if cfg.is_index_source(l):
         i = a + "indexer."
         Hi, Di = cfg.index_n_heads, cfg.index_head_dim
-        lw.idx_wq_b = rd.linear(i + "wq_b", Hi * Di, Q, dense)
-        lw.idx_weights_proj = rd.linear(i + "weights_proj", Hi, D, "bf16")
+        lw.idx_wq_b = rd.qlinear(i + "wq_b", Hi * Di, Q)
+        lw.idx_weights_proj = rd.bf16_linear(i + "weights_proj", Hi, D)
         if cfg.owns_index_keys(l):
-            lw.idx_wk = rd.linear(i + "wk", Di, Dh, "bf16")
+            lw.idx_wk = rd.bf16_linear(i + "wk", Di, Dh)
             lw.idx_k_norm = rd.floats(i + "k_norm.weight", (Di,))
     f = p + "ffn."
     E = cfg.n_routed_experts
     lw.gate_w = rd.floats(f + "gate.weight", (E, D))  # bf16 parameter used as fp32
     lw.gate_bias = rd.floats(f + "gate.bias", (E,), eff="f32")
     lw.experts = [
-        (rd.linear(f"{f}experts.{e}.w1", F, D, exp_kind), rd.linear(f"{f}experts.{e}.w2", D, F, exp_kind),
-         rd.linear(f"{f}experts.{e}.w3", F, D, exp_kind))
+        (rd.qlinear(f"{f}experts.{e}.w1", F, D), rd.qlinear(f"{f}experts.{e}.w2", D, F),
+         rd.qlinear(f"{f}experts.{e}.w3", F, D))
         for e in range(E)
     ]
-    lw.shared = (rd.linear(f + "shared_experts.w1", F, D, dense), rd.linear(f + "shared_experts.w2", D, F, dense),
-                 rd.linear(f + "shared_experts.w3", F, D, dense))
+    lw.shared = (rd.qlinear(f + "shared_experts.w1", F, D), rd.qlinear(f + "shared_experts.w2", D, F),
+                 rd.qlinear(f + "shared_experts.w3", F, D))
     if l in cfg.engram_layer_ids:
         z = cfg.engram_layer_ids.index(l)
         e = p + "engram."
         Dm, NC = cfg.engram_head_dim, (cfg.engram_max_ngram_size - 1) * cfg.engram_n_heads
         lw.eng_table = RowTable(rd, e + "embed", int(cfg.engram_num_embeddings[z]), Dm, quantized=True)
-        lw.eng_wkv = rd.linear(e + "wkv", (M + 1) * D, NC * Dm, dense)
+        lw.eng_wkv = rd.qlinear(e + "wkv", (M + 1) * D, NC * Dm)
         lw.eng_q = rd.floats(e + "q_weight", (M, D))
         lw.eng_k = rd.floats(e + "k_weight", (M, D))
     return lw

@@ -15,7 +15,7 @@ FP4_DTYPES = ("I8", "U8", "F4")
 
 class Lin:
     """A linear layer y = x W^T. kind: 'fp8' / 'fp4' (activation act_quant first, output stored as
-    an activation), 'bf16' (no act quant, output stored as an activation), 'f32' (fp32 output)."""
+    an activation), 'plain' (no act quant, output stored as an activation), 'f32' (fp32 output)."""
 
     def __init__(self, w, kind):
         self.w, self.kind = w, kind  # w: float64 [out, in]
@@ -23,7 +23,7 @@ class Lin:
     def __call__(self, x, mode):
         if self.kind in ("fp8", "fp4"):
             return mode.ra(nx.act_quant(x, mode) @ self.w.T)
-        if self.kind == "bf16":
+        if self.kind == "plain":
             return mode.ra(x @ self.w.T)
         return mode.rf(x @ self.w.T)
 
@@ -79,20 +79,35 @@ class WeightReader:
         s = self._scale(name + ".scale", (out_dim, in_dim // 32))
         return nx.unpack_fp4(raw, in_dim) * np.repeat(s, 32, axis=1)
 
-    def linear(self, name, out_dim, in_dim, kind):
-        """kind 'fp8' / 'fp4' (quantized storage), 'bf16' / 'f32' (float storage, rounded to it)."""
-        if kind == "fp8":
-            return Lin(self.fp8(name, out_dim, in_dim), "fp8")
-        if kind == "fp4":
-            return Lin(self.fp4(name, out_dim, in_dim), "fp4")
-        return Lin(self.floats(name + ".weight", (out_dim, in_dim), eff=kind), kind)
+    # The stored dtype decides the computation, as in the reference's linear() (spec 2.3.6).
 
-    def bf16_from_any(self, name, out_dim, in_dim):
-        """A weight the reference computes with in bf16 but may store as fp8 (wo_a, spec 2.3)."""
+    def _float_weight(self, name, out_dim, in_dim, eff):
+        """A float weight with no scale next to it (a scale only ever goes with fp8/fp4)."""
         info = self.ckpt.info(name + ".weight")
-        if info.dtype == "F8_E4M3":
-            return Lin(nx.bf16(self.fp8(name, out_dim, in_dim)), "bf16")
-        return Lin(self.floats(name + ".weight", (out_dim, in_dim), eff="bf16"), "bf16")
+        if info.dtype in FLOAT_DTYPES and self.has(name + ".scale"):
+            raise CheckpointError(f"{self.ckpt.dir}: tensor {name}.scale scales a {info.dtype} weight")
+        return self.floats(name + ".weight", (out_dim, in_dim), eff=eff)
+
+    def qlinear(self, name, out_dim, in_dim):
+        """A linear of the model's default dtype: fp8 or fp4 + scale -> act_quant + quantized GEMM;
+        a float weight -> plain linear on its stored values."""
+        dtype = self.ckpt.info(name + ".weight").dtype
+        if dtype == "F8_E4M3":
+            return Lin(self.fp8(name, out_dim, in_dim), "fp8")
+        if dtype in FP4_DTYPES:
+            return Lin(self.fp4(name, out_dim, in_dim), "fp4")
+        return Lin(self._float_weight(name, out_dim, in_dim, "f64"), "plain")
+
+    def bf16_linear(self, name, out_dim, in_dim):
+        """A bf16 parameter linear (wo_a, compressor r = 1, indexer wk / weights_proj): float values
+        rounded to bf16; an fp8 weight (the release's wo_a) dequantized exactly (spec 2.3.1)."""
+        if self.ckpt.info(name + ".weight").dtype == "F8_E4M3":
+            return Lin(nx.bf16(self.fp8(name, out_dim, in_dim)), "plain")
+        return Lin(self._float_weight(name, out_dim, in_dim, "bf16"), "plain")
+
+    def f32_linear(self, name, out_dim, in_dim):
+        """An fp32 parameter linear (compressor wkv/wgate at r > 1): fp32 output."""
+        return Lin(self._float_weight(name, out_dim, in_dim, "f32"), "f32")
 
 
 def to_f64(raw, dtype):

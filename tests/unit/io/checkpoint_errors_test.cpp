@@ -251,6 +251,97 @@ TEST(CheckpointErrors, ExpertsStoredAsF4WithTheirLogicalShape) {
   EXPECT_EQ(ck->converted_bytes, 0u);
 }
 
+// The stored dtype decides the computation (checkpoint.h's table): an unquantized weight in a
+// normally fp8 slot is a plain linear on its stored values, bf16 linears round F32 to bf16, fp32
+// slots keep F32 values, and forms no slot accepts are refused naming what is.
+TEST(CheckpointErrors, StoredDtypeDecidesTheComputation) {
+  std::vector<float> vals(64 * 128);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = 0.01f * float(i % 97) + 1e-4f;  // not bf16
+  auto values_for = [&](const Shape& shape) {
+    return f32_bytes(std::vector<float>(vals.begin(), vals.begin() + shape.numel()));
+  };
+  auto unquantized = [&](const std::string& weight, DType dtype) {
+    return [=](const std::string& n, Stored& s) {
+      if (n == weight + ".scale") return false;
+      if (n == weight + ".weight") {
+        if (dtype == DType::F32)
+          s = {DType::F32, s.shape, values_for(s.shape)};
+        else
+          s = {DType::BF16, s.shape, std::vector<uint8_t>(size_t(s.shape.numel()) * 2, 0x3c)};
+      }
+      return true;
+    };
+  };
+  {  // wq_a [64, 64] stored F32: kept as stored, input not quantized
+    Rewritten r(unquantized("layers.0.attn.wq_a", DType::F32));
+    auto ck = Checkpoint::load(r.dir());
+    const Weight& w = ck->layers[0].wq_a;
+    EXPECT_EQ(w.format, WeightFormat::F32);
+    EXPECT_FALSE(w.quant_input);
+    EXPECT_EQ(w.f32()[5], vals[5]);
+    EXPECT_EQ(loaded_form(SlotKind::QLinear, w),
+              "f32 values -> plain linear (input not quantized)");
+    EXPECT_TRUE(ck->layers[0].wq_b.quant_input);  // its neighbours stay fp8 QLins
+    EXPECT_EQ(loaded_form(SlotKind::QLinear, ck->layers[0].wq_b),
+              "fp8 e4m3 + e8m0 32x32 -> act_quant + fp8 QLin");
+  }
+  {  // wo_a [64, 128] stored F32: a bf16 parameter, rounded
+    Rewritten r(unquantized("layers.0.attn.wo_a", DType::F32));
+    auto ck = Checkpoint::load(r.dir());
+    const Weight& w = ck->layers[0].wo_a;
+    EXPECT_EQ(w.format, WeightFormat::BF16);
+    EXPECT_EQ(w.bf16()[5], f32_to_bf16(vals[5]));
+  }
+  {  // the release's fp8 wo_a: dequantized values, input not quantized
+    auto ck = Checkpoint::load(micro_dir());
+    EXPECT_EQ(ck->layers[0].wo_a.format, WeightFormat::Fp8Block);
+    EXPECT_FALSE(ck->layers[0].wo_a.quant_input);
+    EXPECT_TRUE(ck->layers[0].experts[1].w1.quant_input);
+    EXPECT_TRUE(ck->layers[0].shared.w2.quant_input);
+  }
+  {  // the ratio-2 compressor of layer 2 stored F32: fp32 values kept (the schema once said BF16)
+    std::vector<float> cmp(64 * 64);
+    for (size_t i = 0; i < cmp.size(); ++i) cmp[i] = 1.0f + float(i) * 1e-6f;
+    Rewritten r([&](const std::string& n, Stored& s) {
+      if (n == "layers.2.attn.compressor.wgate.weight") s = {DType::F32, {64, 64}, f32_bytes(cmp)};
+      return true;
+    });
+    auto ck = Checkpoint::load(r.dir());
+    const Weight& w = ck->layers[2].cmp_wgate;
+    EXPECT_EQ(w.format, WeightFormat::F32);
+    EXPECT_EQ(w.f32()[7], cmp[7]);
+    EXPECT_NE(bf16_to_f32(f32_to_bf16(cmp[7])), cmp[7]);          // a value bf16 cannot hold
+    EXPECT_EQ(ck->layers[2].cmp_wkv.format, WeightFormat::BF16);  // released BF16 stays mapped
+  }
+  {  // a float weight with its scale left behind
+    Rewritten r([&](const std::string& n, Stored& s) {
+      if (n == "layers.0.attn.wkv.weight") s = {DType::F32, s.shape, values_for(s.shape)};
+      return true;
+    });
+    EXPECT_TRUE(mentions(r.load_error(), {"'layers.0.attn.wkv.scale'", "'layers.0.attn.wkv.weight'",
+                                          "F32 [64, 64]", "only fp8/fp4 weights carry scales"}));
+  }
+  {  // packed fp4 where the reference holds a bf16 parameter
+    Rewritten r([&](const std::string& n, Stored& s) {
+      if (n == "layers.0.attn.wo_a.weight") s = {DType::I8, {64, 64}, std::vector<uint8_t>(4096)};
+      if (n == "layers.0.attn.wo_a.scale")
+        s = {DType::E8M0, {64, 4}, std::vector<uint8_t>(256, 127)};
+      return true;
+    });
+    EXPECT_TRUE(mentions(r.load_error(), {"'layers.0.attn.wo_a.weight'", "I8 [64, 64]",
+                                          "expected BF16 [64, 128]", "or F8_E4M3 [64, 128]"}));
+  }
+  {  // fp8 codes in an fp32 slot
+    Rewritten r([&](const std::string& n, Stored& s) {
+      if (n == "head.weight") s = {DType::E4M3, s.shape, std::vector<uint8_t>(s.bytes.size() / 2)};
+      return true;
+    });
+    EXPECT_TRUE(
+        mentions(r.load_error(), {"'head.weight'", "F8_E4M3 [512, 64]",
+                                  "expected F32 [512, 64] (or BF16/F16, widened exactly)"}));
+  }
+}
+
 TEST(CheckpointErrors, NoConfig) {
   ScratchDir dir;
   EXPECT_TRUE(mentions(error_of([&] { Checkpoint::load(dir.path().string()); }), {"config.json"}));

@@ -268,8 +268,16 @@ TEST(Config, HuggingFaceQuantizationConfigIsChecked) {
     edit(j);
     return error_of([&] { ModelConfig::parse(j.dump(), "hf.json"); });
   };
-  EXPECT_TRUE(mentions(parse_with([](json& j) { j.erase("quantization_config"); }),
-                       {"hf.json", "dtype 'bf16' is not supported"}));
+  {  // no quantization_config: every linear stored bf16, as the reference's dtype "bf16"
+    json j = json::parse(kHfConfig);
+    j.erase("quantization_config");
+    const ModelConfig c = ModelConfig::parse(j.dump(), "hf.json");
+    EXPECT_EQ(c.dtype, "bf16");
+    EXPECT_EQ(c.expert_dtype, "");
+    j = json::parse(kHfConfig);
+    j["quantization_config"]["expert_dtype"] = "fp8";  // experts in the model's fp8
+    EXPECT_EQ(ModelConfig::parse(j.dump(), "hf.json").expert_dtype, "");
+  }
   EXPECT_TRUE(mentions(parse_with([](json& j) {
                          j["quantization_config"]["weight_block_size"] = {128, 128};
                        }),
@@ -279,8 +287,8 @@ TEST(Config, HuggingFaceQuantizationConfigIsChecked) {
   EXPECT_TRUE(mentions(parse_with([](json& j) { j["quantization_config"].erase("quant_method"); }),
                        {"hf.json", "quant_method"}));
   EXPECT_TRUE(
-      mentions(parse_with([](json& j) { j["quantization_config"]["expert_dtype"] = "fp8"; }),
-               {"hf.json", "expert_dtype 'fp8' is not supported"}));
+      mentions(parse_with([](json& j) { j["quantization_config"]["expert_dtype"] = "int4"; }),
+               {"hf.json", "expert_dtype = 'int4' must be \"fp4\" or null"}));
   EXPECT_TRUE(mentions(parse_with([](json& j) { j["text_config"].erase("hidden_size"); }),
                        {"hf.json", "missing required field 'hidden_size' in text_config"}));
   EXPECT_TRUE(mentions(parse_with([](json& j) { j["text_config"]["sliding_window"] = "128"; }),

@@ -126,12 +126,32 @@ TEST(ConfigValidation, SharedAttentionStructure) {
   EXPECT_EQ(ModelConfig::parse(j.dump(), "cfg.json").index_topk, 505);
 }
 
+// What the reference accepts loads: o_lora_rank that is not a multiple of 32 when the groups'
+// total is, dtype "bf16", expert_dtype null (flat form, written back as null).
+TEST(ConfigValidation, ReferenceAcceptedForms) {
+  json j = released();
+  j["o_lora_rank"] = 1004;  // 8 * 1004 = 8032 = 251 * 32
+  j["dtype"] = "bf16";
+  j["expert_dtype"] = nullptr;
+  const ModelConfig c = ModelConfig::parse(j.dump(), "cfg.json");
+  EXPECT_EQ(c.o_lora_rank, 1004);
+  EXPECT_EQ(c.dtype, "bf16");
+  EXPECT_EQ(c.expert_dtype, "");
+  const json back = json::parse(c.to_json());
+  EXPECT_TRUE(back.at("expert_dtype").is_null());
+  EXPECT_EQ(ModelConfig::parse(c.to_json(), "again").expert_dtype, "");
+}
+
 TEST(ConfigValidation, Dimensions) {
   check_all({
       {"dim", [](json& j) { j["dim"] = 5100; }, {"dim = 5100", "multiple of 32"}},
       {"q_lora_rank", [](json& j) { j["q_lora_rank"] = 1000; }, {"q_lora_rank = 1000", "32"}},
       {"moe_inter_dim", [](json& j) { j["moe_inter_dim"] = 2300; }, {"moe_inter_dim = 2300", "32"}},
-      {"o_lora_rank", [](json& j) { j["o_lora_rank"] = 1000; }, {"o_lora_rank = 1000", "32"}},
+      // wo_b's input (o_groups * o_lora_rank) is quantized in blocks of 32, o_lora_rank alone is
+      // not: 8 groups of 1000 = 8000 is rejected, 8 groups of 1004 = 8032 accepted (below).
+      {"o_groups * o_lora_rank",
+       [](json& j) { j["o_lora_rank"] = 1002; },
+       {"o_groups * o_lora_rank = 8 * 1002 = 8016", "multiple of 32"}},
       {"head_dim", [](json& j) { j["head_dim"] = 500; }, {"head_dim = 500", "32"}},
       {"index_head_dim",
        [](json& j) { j["index_head_dim"] = 100; },
@@ -139,9 +159,9 @@ TEST(ConfigValidation, Dimensions) {
       {"engram_head_dim",
        [](json& j) { j["engram_head_dim"] = 100; },
        {"engram_head_dim = 100", "multiple of 32"}},
-      {"o_groups not dividing n_heads",
+      {"o_groups not dividing n_heads * head_dim",
        [](json& j) { j["o_groups"] = 7; },
-       {"o_groups = 7", "must divide n_heads = 64"}},
+       {"o_groups = 7", "must divide n_heads * head_dim = 32768"}},
       {"o_groups zero", [](json& j) { j["o_groups"] = 0; }, {"o_groups", "> 0"}},
       {"rope_head_dim odd", [](json& j) { j["rope_head_dim"] = 63; }, {"rope_head_dim = 63"}},
       {"rope_head_dim past head_dim",
@@ -226,9 +246,11 @@ TEST(ConfigValidation, RequiredFieldsTypesAndFormats) {
                    set("dim", json::object({{"a", 1}})),
                    {"dim", "expected an integer"}});
   // Formats this engine does not run.
-  cases.push_back({"dense dtype", set("dtype", "bf16"), {"dtype 'bf16' is not supported"}});
   cases.push_back(
-      {"expert dtype", set("expert_dtype", "fp8"), {"expert_dtype 'fp8' is not supported"}});
+      {"dense dtype", set("dtype", "fp16"), {"dtype = 'fp16' must be \"fp8\" or \"bf16\""}});
+  cases.push_back({"expert dtype",
+                   set("expert_dtype", "fp8"),
+                   {"expert_dtype = 'fp8' must be \"fp4\" or null"}});
   cases.push_back({"router scoring", set("score_func", "softmax"), {"score_func 'softmax'"}});
   check_all(cases);
 

@@ -88,11 +88,14 @@ TEST(Footprint, ReleasedKvCache) {
 }
 
 TEST(Footprint, TensorSpecBytes) {
-  EXPECT_EQ(tensor_spec_bytes({"x", WeightFormat::Fp8Block, {33, 65}}), 33u * 65 + 2 * 3);
-  EXPECT_EQ(tensor_spec_bytes({"x", WeightFormat::Fp4Row, {4, 64}}), 4u * 32 + 4 * 2);
-  EXPECT_EQ(tensor_spec_bytes({"x", WeightFormat::Fp8Row, {10, 256}}), 10u * 256 + 10 * 8);
-  EXPECT_EQ(tensor_spec_bytes({"x", WeightFormat::BF16, {3, 5}}), 30u);
-  EXPECT_EQ(tensor_spec_bytes({"x", WeightFormat::F32, {7}}), 28u);
+  EXPECT_EQ(tensor_spec_bytes({"x", SlotKind::QLinear, WeightFormat::Fp8Block, {33, 65}}),
+            33u * 65 + 2 * 3);
+  EXPECT_EQ(tensor_spec_bytes({"x", SlotKind::QLinear, WeightFormat::Fp4Row, {4, 64}}),
+            4u * 32 + 4 * 2);
+  EXPECT_EQ(tensor_spec_bytes({"x", SlotKind::QLinear, WeightFormat::Fp8Row, {10, 256}}),
+            10u * 256 + 10 * 8);
+  EXPECT_EQ(tensor_spec_bytes({"x", SlotKind::QLinear, WeightFormat::BF16, {3, 5}}), 30u);
+  EXPECT_EQ(tensor_spec_bytes({"x", SlotKind::QLinear, WeightFormat::F32, {7}}), 28u);
   EXPECT_EQ(scale_name("layers.0.attn.wq_a.weight"), "layers.0.attn.wq_a.scale");
   EXPECT_EQ(scale_name("odd"), "odd.scale");
 }

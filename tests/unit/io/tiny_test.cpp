@@ -2,14 +2,17 @@
 // seed other weights), sharding through the index, and every preset loading back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "io/tiny.h"
 #include "io_test_util.h"
+#include "kernels/engram_hash.h"
 
 namespace deepinfer {
 namespace {
@@ -126,6 +129,77 @@ TEST(MakeTiny, EveryPresetValidatesAndTheSmallOnesLoad) {
                                                {});
                        }),
                        {dir / "file/ck", "cannot create directory"}));
+}
+
+// Random configs stay inside the config rules, and over a few hundred seeds they reach every shape
+// the generator promises (tiny.h).
+TEST(MakeTiny, RandomConfigsAreValidAndCoverTheRules) {
+  bool ro_not_32 = false, bf16 = false, null_experts = false, gap = false, odd_experts = false,
+       candidates = false, consumer = false;
+  std::set<int> ngrams;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    ModelConfig c = random_tiny_config(seed);
+    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+    c.engram_num_embeddings =
+        make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size,
+                           c.engram_compressed_vocab_size)
+            .rows;
+    ASSERT_NO_THROW(c.validate("seed " + std::to_string(seed))) << seed;
+    EXPECT_EQ(random_tiny_config(seed).to_json(), random_tiny_config(seed).to_json());
+    ro_not_32 |= c.o_lora_rank % 32 != 0;
+    bf16 |= c.dtype == "bf16";
+    null_experts |= c.expert_dtype.empty();
+    odd_experts |= c.n_routed_experts % 2 == 1 && c.n_activated_experts % 2 == 1;
+    candidates |= c.candidate_source_layer >= 0;
+    ngrams.insert(c.engram_max_ngram_size);
+    const auto& r = c.compress_ratios;
+    for (int l = 1; l + 1 < c.n_layers; ++l)
+      gap |= r[size_t(l)] == 0 &&
+             std::any_of(r.begin(), r.begin() + l, [](int x) { return x > 0; }) &&
+             std::any_of(r.begin() + l + 1, r.begin() + c.n_layers, [](int x) { return x > 0; });
+    for (const LayerRole& role : layer_roles(c))
+      consumer |= role.ratio > 0 && !role.kv_source && !role.index_source;
+  }
+  EXPECT_TRUE(ro_not_32 && bf16 && null_experts && gap && odd_experts && candidates && consumer);
+  EXPECT_EQ(ngrams, (std::set<int>{2, 3, 4}));
+}
+
+// The runtime layout stores what the reference holds after loading, and it loads into the forms
+// the table in checkpoint.h gives.
+TEST(MakeTiny, RuntimeLayoutLoadsInTheReferenceForms) {
+  const ModelConfig c = preset_with_engram_rows("tiny");
+  ScratchDir dir;
+  TinyWriteOptions opt;
+  opt.layout = TinyLayout::Runtime;
+  write_tiny_checkpoint(dir / "rt", c, opt);
+  auto store = TensorStore::open_dir(dir / "rt");
+  EXPECT_EQ(store->get("layers.0.attn.wo_a.weight").dtype, DType::BF16);
+  EXPECT_FALSE(store->find("layers.0.attn.wo_a.scale"));
+  EXPECT_EQ(store->get("layers.2.attn.compressor.wgate.weight").dtype, DType::F32);
+  EXPECT_EQ(store->get("layers.4.attn.compressor.wkv.weight").dtype, DType::BF16);  // ratio 1
+  EXPECT_EQ(store->get("layers.0.attn_norm.weight").dtype, DType::F32);
+  EXPECT_EQ(store->get("layers.0.ffn.gate.weight").dtype, DType::F32);
+  EXPECT_EQ(store->get("head.weight").dtype, DType::BF16);
+  EXPECT_EQ(store->get("layers.0.attn.wq_a.weight").dtype, DType::E4M3);
+  auto ck = Checkpoint::load(dir / "rt");
+  const LayerWeights& L2 = ck->layers[2];
+  EXPECT_EQ(L2.cmp_wgate.format, WeightFormat::F32);
+  int not_bf16 = 0;  // compressor values are genuinely fp32
+  for (int64_t i = 0; i < 64; ++i)
+    not_bf16 += bf16_to_f32(f32_to_bf16(L2.cmp_wgate.f32()[i])) != L2.cmp_wgate.f32()[i];
+  EXPECT_GT(not_bf16, 50);
+  EXPECT_EQ(L2.attn_norm.format, WeightFormat::BF16);  // rounded on load
+  EXPECT_EQ(L2.wo_a.format, WeightFormat::BF16);
+  EXPECT_FALSE(L2.wo_a.quant_input);
+  EXPECT_TRUE(L2.wq_a.quant_input);
+  bool saw_wo_a = false;
+  for (const Checkpoint::Form& f : ck->forms)
+    if (f.name == "layers.0.attn.wo_a.weight") {
+      saw_wo_a = true;
+      EXPECT_EQ(f.stored, "BF16");
+      EXPECT_EQ(f.computes, "bf16 -> plain bf16 linear");
+    }
+  EXPECT_TRUE(saw_wo_a);
 }
 
 }  // namespace
