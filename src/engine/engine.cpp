@@ -148,10 +148,10 @@ std::vector<TokenEvent> Engine::step() {
     allow_prefill = v[1] > 0 && lockstep_steps_ % layout_->cfg.prefill_attempt_interval == 0;
     ++lockstep_steps_;
   }
-  SchedOutput out;
+  SchedOutput& out = sched_out_;
   {
     DI_REGION("engine.schedule");
-    out = scheduler_->schedule(allow_prefill);
+    scheduler_->schedule(out, allow_prefill);
   }
   if (layout_ && layout_->channel) {
     DI_REGION("comm.step_send");
@@ -161,8 +161,10 @@ std::vector<TokenEvent> Engine::step() {
   const bool placeholder = dp && layout_->ep_dispatch;
   if (out.empty() && !placeholder) return events;
   const std::vector<float>& logits = runner_->execute(out, placeholder);
-  std::vector<int32_t> sampled;
-  std::vector<TopLogprobs> tops;
+  std::vector<int32_t>& sampled = sampled_;
+  std::vector<TopLogprobs>& tops = tops_;
+  sampled.clear();
+  tops.clear();
   bool has_prompt = false;
   {
     DI_REGION("engine.sample");
@@ -183,7 +185,8 @@ std::vector<TokenEvent> Engine::step() {
       ++k;
     }
   }
-  const std::vector<Sequence*> seqs = scheduler_->update(out, sampled);
+  const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled);
+  events.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
     TokenEvent ev;

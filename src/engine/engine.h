@@ -78,6 +78,10 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
   Sampler sampler_;
+  // Per-step buffers, kept for their capacity.
+  SchedOutput sched_out_;
+  std::vector<int32_t> sampled_;
+  std::vector<TopLogprobs> tops_;
   EngineStats stats_;
   const RankLayout* layout_ = nullptr;
   bool global_work_ = false;

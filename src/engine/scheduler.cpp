@@ -152,11 +152,11 @@ bool Scheduler::wants_prefill() const {
   return false;
 }
 
-SchedOutput Scheduler::schedule(bool allow_prefill) {
-  SchedOutput out;
+void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   out.step = step_++;
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
-  std::vector<std::pair<Sequence*, int64_t>> picked;  // sequence, real rows
+  std::vector<std::pair<Sequence*, int64_t>>& picked = picked_;
+  picked.clear();
   const int64_t preemptions_before = stats_.preemptions;
   auto chunk_of = [&](Sequence* s) -> int64_t {
     const int64_t pending = s->num_pending();
@@ -184,8 +184,8 @@ SchedOutput Scheduler::schedule(bool allow_prefill) {
   };
   // 1 + 2: running sequences, decode rows first, then prompt chunks (each phase oldest first).
   for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
-    const std::vector<Sequence*> order = running_;
-    for (Sequence* s : order) {
+    order_ = running_;  // preemption changes running_ while we walk it
+    for (Sequence* s : order_) {
       if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
       int64_t n = chunk_of(s);
       if (n == 0 || rows_of(s, n) > rows) continue;
@@ -218,8 +218,10 @@ SchedOutput Scheduler::schedule(bool allow_prefill) {
     grow_blocks(s, s->num_computed + n);
     take(s, n);
   }
-  for (auto& [s, n] : picked) {
-    SchedSeq q;
+  out.seqs.resize(picked.size());  // the entries keep their buffers from earlier steps
+  for (size_t i = 0; i < picked.size(); ++i) {
+    auto [s, n] = picked[i];
+    SchedSeq& q = out.seqs[i];
     q.seq_id = s->req.id;
     q.slot = s->slot;
     q.start_pos = s->num_computed;
@@ -231,15 +233,15 @@ SchedOutput Scheduler::schedule(bool allow_prefill) {
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
     q.decode = s->num_pending() == 1;
-    out.seqs.push_back(std::move(q));
   }
+  out.released.clear();
   out.released.swap(released_);
-  return out;
 }
 
-std::vector<Sequence*> Scheduler::update(const SchedOutput& out,
-                                         const std::vector<int32_t>& sampled) {
-  std::vector<Sequence*> sampled_seqs;
+const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
+                                                const std::vector<int32_t>& sampled) {
+  std::vector<Sequence*>& sampled_seqs = sampled_seqs_;
+  sampled_seqs.clear();
   size_t k = 0;
   for (const SchedSeq& q : out.seqs) {
     Sequence* s = seqs_.at(q.seq_id).get();

@@ -83,12 +83,19 @@ class Scheduler {
   std::string add(Request req);
   // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
   // prefill step).
-  SchedOutput schedule(bool allow_prefill = true);
+  // `out` is overwritten; reusing one object from step to step keeps its buffers.
+  void schedule(SchedOutput& out, bool allow_prefill = true);
+  SchedOutput schedule(bool allow_prefill = true) {
+    SchedOutput out;
+    schedule(out, allow_prefill);
+    return out;
+  }
   // True when some sequence has prompt (or recomputation) rows pending.
   bool wants_prefill() const;
   // After the model ran `out`: advances computed counts; `sampled[i]` is the token picked for the
-  // i-th sampling sequence of `out` (in order). Returns those sequences in the same order.
-  std::vector<Sequence*> update(const SchedOutput& out, const std::vector<int32_t>& sampled);
+  // i-th sampling sequence of `out` (in order). Returns those sequences in the same order (valid
+  // until the next call).
+  const std::vector<Sequence*>& update(const SchedOutput& out, const std::vector<int32_t>& sampled);
   // Ends a sequence (stop condition, abort): frees its blocks and slot.
   void finish(Sequence* s, FinishReason why);
   bool abort(RequestId id);  // false if unknown or already finished
@@ -124,6 +131,9 @@ class Scheduler {
   std::vector<uint64_t> released_;
   std::vector<std::unique_ptr<Sequence>> finished_;
   SchedulerStats stats_;
+  // Per-step working lists, kept for their capacity.
+  std::vector<std::pair<Sequence*, int64_t>> picked_;  // sequence, real rows
+  std::vector<Sequence*> order_, sampled_seqs_;
 };
 
 }  // namespace deepinfer

@@ -291,12 +291,18 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = *kernels_for(isa);
   const bool bf16 = kern.bf16 && bf16_products_ok();
-  std::vector<int64_t> at(calls.size() + 1, 0);  // each call's scratch offset
+  // Reused from call to call (no allocation once large enough). Named through references: the
+  // pool's workers must see this thread's vectors, not their own thread_local copies.
+  thread_local std::vector<int64_t> t_at, t_first;
+  thread_local std::vector<linear_isa::Job> t_jobs;
+  std::vector<int64_t>&at = t_at, &first = t_first;
+  std::vector<linear_isa::Job>& jobs = t_jobs;
+  at.assign(calls.size() + 1, 0);  // each call's scratch offset
   for (size_t c = 0; c < calls.size(); ++c)
     at[c + 1] = at[c] + quant_scratch_bytes(calls[c].a.n, calls[c].w->cols(), bf16);
   uint8_t* s = t_act.bytes(size_t(at.back()));
-  std::vector<linear_isa::Job> jobs(calls.size());
-  std::vector<int64_t> first(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
+  jobs.resize(calls.size());
+  first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
@@ -340,7 +346,9 @@ void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
 void linear_many(std::span<const LinearCall> calls) {
   const Isa isa = cpu_isa();
   const bool gemv_ok = isa != Isa::Scalar && linear_path() != LinearPath::Gemm;
-  std::vector<LinearCall> small;
+  thread_local std::vector<LinearCall> t_small;
+  std::vector<LinearCall>& small = t_small;
+  small.clear();
   for (const LinearCall& c : calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;

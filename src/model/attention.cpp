@@ -30,6 +30,7 @@ void rope_heads(float* row, int64_t n_heads, int64_t head_dim, int64_t rope_dim,
 }  // namespace
 
 void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
+  ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
@@ -37,11 +38,10 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
   const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
   const float eps = float(c.norm_eps);
-  const std::string L = "L" + std::to_string(l) + ".";
-  std::vector<float> cs(static_cast<size_t>(R));
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // --- query (§5.1) ---
-  std::vector<float> qr(size_t(N * Q)), q(size_t(N * H * Dh));
+  ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
   {
     DI_REGION("attn.q");
     linear(P.wq_a, u, N, qr.data(), exact);
@@ -56,12 +56,12 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     }
     round(q.data(), N * H * Dh);
   }
-  dump(st, L + "attn.q", q.data(), {N, H, Dh});
+  dump(st, l, "attn.q", q.data(), {N, H, Dh});
 
   // --- window KV (§5.2): packed fp8 rows and their exact values ---
   const int64_t wrow = window_kv_row_bytes(Dh);
-  std::vector<float> kv(size_t(N * Dh));
-  std::vector<uint8_t> kv_packed(size_t(N * wrow));
+  ArenaVec<float> kv(size_t(N * Dh), &arena);
+  ArenaVec<uint8_t> kv_packed(size_t(N * wrow), &arena);
   {
     DI_REGION("attn.kv");
     linear(P.wkv, u, N, kv.data(), exact);
@@ -78,7 +78,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       fp8_dequant(pk, pk + Dh, Dh, row);
     }
   }
-  dump(st, L + "attn.kv", kv.data(), {N, Dh});
+  dump(st, l, "attn.kv", kv.data(), {N, Dh});
 
   // --- compressor and indexer (§5.3-§6) ---
   if (role.kv_source) {
@@ -91,15 +91,15 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   }
 
   // --- sparse attention (§5.5, §5.6, §12.2) ---
-  std::vector<float> o(size_t(N * H * Dh));
+  ArenaVec<float> o(size_t(N * H * Dh), &arena);
   {
     DI_REGION("attn.sparse");
     const float scale = float(std::pow(double(Dh), -0.5));
     const int64_t K = c.index_topk;
-    std::vector<float> win, keys;
+    ArenaVec<float> win(&arena), keys(&arena);
     dist::Group* cp = opt.parallel.cp;
     const int64_t psize = attention_partial_size(H, Dh);
-    std::vector<double> partial(cp ? size_t(N * psize) : 0);
+    ArenaVec<double> partial(cp ? size_t(N * psize) : 0, &arena);
     for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
       const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
@@ -144,9 +144,9 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     }
     if (cp) {
       DI_REGION("comm.attn_partials");
-      std::vector<double> all(size_t(cp->size()) * partial.size());
+      ArenaVec<double> all(size_t(cp->size()) * partial.size(), &arena);
       cp->all_gather(partial.data(), partial.size() * sizeof(double), all.data());
-      std::vector<double> parts(size_t(cp->size() * psize));
+      ArenaVec<double> parts(size_t(cp->size() * psize), &arena);
       for (int64_t i = 0; i < N; ++i) {
         for (int pr = 0; pr < cp->size(); ++pr)
           std::copy_n(&all[size_t((int64_t(pr) * N + i) * psize)], psize,
@@ -157,7 +157,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     }
     round(o.data(), N * H * Dh);
   }
-  dump(st, L + "attn.o", o.data(), {N, H, Dh});
+  dump(st, l, "attn.o", o.data(), {N, H, Dh});
 
   // --- output projection (§5.7) ---
   {
@@ -167,7 +167,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       rope_heads(&o[size_t(i * H * Dh)], H, Dh, R, cs.data(), true);
     }
     round(o.data(), N * H * Dh);
-    std::vector<float> a(size_t(N * G * Ro));
+    ArenaVec<float> a(size_t(N * G * Ro), &arena);
     const int64_t group_in = H * Dh / G;
     for (int64_t g = 0; g < G; ++g)
       linear(P.wo_a,
@@ -176,7 +176,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     linear(P.wo_b, a.data(), N, out, exact);
     round(out, N * c.dim);
   }
-  dump(st, L + "attn.out", out, {N, c.dim});
+  dump(st, l, "attn.out", out, {N, c.dim});
 }
 
 }  // namespace deepinfer

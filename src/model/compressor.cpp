@@ -17,6 +17,7 @@
 namespace deepinfer {
 
 void Model::Impl::compressor(int l, Step& st, const float* u) {
+  ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
@@ -24,11 +25,10 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   const int64_t r = role.ratio;
   const float eps = float(c.norm_eps);
   const RopeTable& rope = rope_compressed;
-  const std::string L = "L" + std::to_string(l) + ".";
-  std::vector<float> cs(static_cast<size_t>(R));
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
-  std::vector<float> k(size_t(N * Dh)), g;
+  ArenaVec<float> k(size_t(N * Dh), &arena), g(&arena);
   if (r == 1) {
     linear(P.cmp_wkv, u, N, k.data(), exact);
     round(k.data(), N * Dh);
@@ -40,10 +40,10 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
     linear(P.cmp_wgate, u, N, g.data(), exact);
   }
 
-  std::vector<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh))),
-      idx_scratch(static_cast<size_t>(index_key_row_bytes(Di)));
-  std::vector<float> latent(static_cast<size_t>(Dh)), key(static_cast<size_t>(Di)), dump_cmp,
-      dump_idx;
+  ArenaVec<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh)), &arena),
+      idx_scratch(static_cast<size_t>(index_key_row_bytes(Di)), &arena);
+  ArenaVec<float> latent(static_cast<size_t>(Dh), &arena), key(static_cast<size_t>(Di), &arena),
+      dump_cmp(&arena), dump_idx(&arena);
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& sq = st.batch->seqs[s];
     const int64_t r0 = st.row0[s], s0 = sq.start_pos, real = st.real_rows(s);
@@ -125,9 +125,9 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       st.kv->last_key_layer(sq.kv.slot) = l;
   }
   if (st.dump) {
-    dump(st, L + "attn.cmp", dump_cmp.data(), {int64_t(dump_cmp.size()) / Dh, Dh});
+    dump(st, l, "attn.cmp", dump_cmp.data(), {int64_t(dump_cmp.size()) / Dh, Dh});
     if (role.key_owner)
-      dump(st, L + "attn.idxk", dump_idx.data(), {int64_t(dump_idx.size()) / Di, Di});
+      dump(st, l, "attn.idxk", dump_idx.data(), {int64_t(dump_idx.size()) / Di, Di});
   }
 }
 

@@ -15,6 +15,7 @@
 namespace deepinfer {
 
 void Model::Impl::engram_layer(int l, Step& st, float* x) {
+  ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
   const int z = c.engram_index(l);
   const int64_t N = st.N, M = c.hc_mult, D = c.dim, Dm = c.engram_head_dim;
@@ -27,7 +28,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   dist::Group* shard = opt.parallel.engram;
   const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
   const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
-  std::vector<float> ev(size_t(N * NC * Dm));
+  ArenaVec<float> ev(size_t(N * NC * Dm), &arena);
   for (int64_t i = 0; i < N; ++i)
     for (int64_t col = 0; col < NC; ++col) {
       const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
@@ -41,7 +42,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
     DI_REGION("comm.engram_lookup");
     shard->all_reduce(ev.data(), ev.size());
   }
-  std::vector<float> kv(size_t(N * (M + 1) * D));
+  ArenaVec<float> kv(size_t(N * (M + 1) * D), &arena);
   linear(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data(), exact);
   round(kv.data(), N * (M + 1) * D);
 

@@ -15,15 +15,15 @@
 namespace deepinfer {
 
 void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
+  ArenaScope scope(arena);
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Hi = c.index_n_heads, Di = c.index_head_dim, R = c.rope_head_dim;
   const int64_t K = c.index_topk, r = role.ratio;
-  const std::string L = "L" + std::to_string(l) + ".";
-  std::vector<float> cs(static_cast<size_t>(R));
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
-  std::vector<float> qi(size_t(N * Hi * Di)), w(size_t(N * Hi));
+  ArenaVec<float> qi(size_t(N * Hi * Di), &arena), w(size_t(N * Hi), &arena);
   linear(P.idx_wq_b, qr, N, qi.data(), exact);
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) {
@@ -52,12 +52,12 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   // source, the best candidate blocks it holds ((-inf, max) padding). They are merged over the
   // context-parallel group below; a single rank merges its own lists with the same code.
   const ScoredId pad{-INFINITY, INT32_MAX};
-  std::vector<ScoredId> top_local(size_t(N * K), pad), blk_local, work;
+  ArenaVec<ScoredId> top_local(size_t(N * K), pad, &arena), blk_local(&arena), work(&arena);
   if (role.candidate_source) blk_local.assign(size_t(N * Ck), pad);
-  std::vector<int64_t> rows_of_seq(static_cast<size_t>(N), 0);  // T of each row's sequence
-  std::vector<int64_t> own;  // rows of the sequence this rank holds, ascending
-  std::vector<float> keys, scores;
-  std::vector<uint8_t> kept;
+  ArenaVec<int64_t> rows_of_seq(static_cast<size_t>(N), 0, &arena);  // T of each row's sequence
+  ArenaVec<int64_t> own(&arena);  // rows of the sequence this rank holds, ascending
+  ArenaVec<float> keys(&arena), scores(&arena);
+  ArenaVec<uint8_t> kept(&arena);
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& sq = st.batch->seqs[s];
     const int64_t r0 = st.row0[s], s0 = sq.start_pos;
@@ -122,8 +122,8 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     }
   }
   // Merge over the context-parallel group: the global best are among the ranks' local best.
-  auto merge = [&](std::vector<ScoredId>& local, int64_t width, auto&& store) {
-    std::vector<ScoredId> all;
+  auto merge = [&](ArenaVec<ScoredId>& local, int64_t width, auto&& store) {
+    ArenaVec<ScoredId> all(&arena);
     int n_parts = 1;
     if (opt.parallel.cp) {
       DI_REGION("comm.indexer_gather");
@@ -133,7 +133,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     } else {
       all.swap(local);
     }
-    std::vector<ScoredId> cand(size_t(n_parts * width)), best(size_t(n_parts * width));
+    ArenaVec<ScoredId> cand(size_t(n_parts * width), &arena), best(size_t(n_parts * width), &arena);
     for (int64_t i = 0; i < N; ++i) {
       for (int pr = 0; pr < n_parts; ++pr)
         std::copy_n(&all[size_t((int64_t(pr) * N + i) * width)], width, &cand[size_t(pr * width)]);
@@ -156,11 +156,11 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   if (st.dump) {
     int64_t width = 0;
     for (int64_t i = 0; i < N; ++i) width = std::max<int64_t>(width, st.topk_width[size_t(i)]);
-    std::vector<int32_t> list(size_t(N * width), -1);
+    ArenaVec<int32_t> list(size_t(N * width), -1, &arena);
     for (int64_t i = 0; i < N; ++i)
       for (int32_t j = 0; j < st.topk_n[size_t(i)]; ++j)
         list[size_t(i * width + j)] = st.topk[size_t(i * K + j)];
-    dump_i32(st, L + "attn.topk", list.data(), {N, width});
+    dump_i32(st, l, "attn.topk", list.data(), {N, width});
   }
 }
 

@@ -104,20 +104,33 @@ void Model::Impl::round(float* x, int64_t n) const {
   if (bf16) round_bf16_inplace(x, n);
 }
 
-void Model::Impl::dump(const Step& st, const std::string& name, const float* data,
-                       std::vector<int64_t> shape) const {
-  if (st.dump) sink->put(name, data, shape);
+namespace {
+std::string dump_name(int layer, const char* name) {
+  return layer < 0 ? std::string(name) : "L" + std::to_string(layer) + "." + name;
+}
+}  // namespace
+
+void Model::Impl::dump(const Step& st, int layer, const char* name, const float* data,
+                       std::initializer_list<int64_t> shape) const {
+  if (st.dump) sink->put(dump_name(layer, name), data, shape);
 }
 
-void Model::Impl::dump_i32(const Step& st, const std::string& name, const int32_t* data,
-                           std::vector<int64_t> shape) const {
-  if (st.dump) sink->put_i32(name, data, shape);
+void Model::Impl::dump_i32(const Step& st, int layer, const char* name, const int32_t* data,
+                           std::initializer_list<int64_t> shape) const {
+  if (st.dump) sink->put_i32(dump_name(layer, name), data, shape);
 }
 
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
   st.batch = &batch;
   st.kv = &kv;
   st.N = batch.n_rows();
+  // Earlier calls' artefacts must not leak into this one; the vectors keep their capacity.
+  st.engram_ids.clear();
+  st.topk.clear();
+  st.topk_n.clear();
+  st.topk_width.clear();
+  st.cand.clear();
+  st.cand_n.clear();
   st.pos.assign(size_t(st.N), 0);
   st.seq_of_row.assign(size_t(st.N), 0);
   st.is_pad.assign(size_t(st.N), 0);
@@ -155,7 +168,7 @@ void Model::Impl::engram_ids(Step& st) {
     return opt.engram_token_map.empty() ? t : opt.engram_token_map[size_t(t)];
   };
   const int64_t pad = map(int32_t(c.engram_pad_id));
-  std::vector<int64_t> chunk;
+  ArenaVec<int64_t> chunk(&arena);
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& q = st.batch->seqs[s];
     const int64_t r0 = st.row0[s];
@@ -189,7 +202,8 @@ void for_rows(int64_t n, F&& fn) {
 }  // namespace
 
 void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
-  Step st;
+  arena.reset();  // nothing of the previous call is alive
+  Step& st = step;
   prepare_step(st, batch, kv);
   const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
   const float eps = float(c.norm_eps);
@@ -197,11 +211,12 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     DI_REGION("model.engram_hash");
     engram_ids(st);
   }
-  std::vector<float> x(size_t(N * MD)), x1(size_t(N * MD)), x2(size_t(N * MD));
-  std::vector<float> u(size_t(N * D)), y(size_t(N * D));
-  std::vector<float> pi(size_t(N * M), 0.0f), pre_a(size_t(N * M)), post_a(size_t(N * M)),
-      comb_a(size_t(N * M * M)), pre_f(size_t(N * M)), post_f(size_t(N * M)),
-      comb_f(size_t(N * M * M));
+  ArenaVec<float> x(size_t(N * MD), &arena), x1(size_t(N * MD), &arena), x2(size_t(N * MD), &arena);
+  ArenaVec<float> u(size_t(N * D), &arena), y(size_t(N * D), &arena);
+  ArenaVec<float> pi(size_t(N * M), 0.0f, &arena), pre_a(size_t(N * M), &arena),
+      post_a(size_t(N * M), &arena), comb_a(size_t(N * M * M), &arena),
+      pre_f(size_t(N * M), &arena), post_f(size_t(N * M), &arena),
+      comb_f(size_t(N * M * M), &arena);
   {
     DI_REGION("model.embed");
     for (int64_t i = 0; i < N; ++i) {
@@ -213,11 +228,10 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   }
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = ck.layers[size_t(l)];
-    const std::string L = "L" + std::to_string(l) + ".";
     if (c.is_engram_layer(l)) {
       DI_REGION("model.engram");
       engram_layer(l, st, x.data());
-      dump(st, L + "engram.x", x.data(), {N, M, D});
+      dump(st, l, "engram.x", x.data(), {N, M, D});
     }
     const HcParams hca{&W.hc_attn_fn,
                        W.hc_attn_base.f32(),
@@ -242,7 +256,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       rmsnorm(u.data(), N, D, W.attn_norm, eps, u.data());
       round(u.data(), N * D);
     }
-    dump(st, L + "attn.u", u.data(), {N, D});
+    dump(st, l, "attn.u", u.data(), {N, D});
     attention(l, st, u.data(), y.data());
     {
       DI_REGION("model.hc");
@@ -251,7 +265,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
                 &comb_a[size_t(i * M * M)], M, D, &x1[size_t(i * MD)]);
       });
       round(x1.data(), N * MD);
-      dump(st, L + "hc.x1", x1.data(), {N, M, D});
+      dump(st, l, "hc.x1", x1.data(), {N, M, D});
       hc_mixes_rows(hcf, x1.data(), N, pre_f.data(), post_f.data(), comb_f.data());
       // The FFN collapses with the attention's pre coefficients (§7.3).
       for_rows(N, [&](int64_t i) {
@@ -261,9 +275,9 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       rmsnorm(u.data(), N, D, W.ffn_norm, eps, u.data());
       round(u.data(), N * D);
     }
-    dump(st, L + "ffn.v", u.data(), {N, D});
+    dump(st, l, "ffn.v", u.data(), {N, D});
     moe(l, st, u.data(), y.data());
-    dump(st, L + "ffn.out", y.data(), {N, D});
+    dump(st, l, "ffn.out", y.data(), {N, D});
     {
       DI_REGION("model.hc");
       for_rows(N, [&](int64_t i) {
@@ -272,7 +286,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       });
       round(x2.data(), N * MD);
     }
-    dump(st, L + "hc.x2", x2.data(), {N, M, D});
+    dump(st, l, "hc.x2", x2.data(), {N, M, D});
     std::swap(x, x2);
     std::swap(pi, pre_f);
   }
@@ -283,8 +297,8 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   round(u.data(), N * D);
   rmsnorm(u.data(), N, D, ck.norm, eps, u.data());
   round(u.data(), N * D);
-  dump(st, "final.h", u.data(), {N, D});
-  std::vector<float> h;
+  dump(st, -1, "final.h", u.data(), {N, D});
+  ArenaVec<float> h(&arena);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const ForwardSeq& q = batch.seqs[s];
     for (int64_t i = q.logits_from; i < q.n_tokens - q.n_padding; ++i) {
@@ -294,7 +308,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   }
   const int64_t n_logits = int64_t(h.size()) / D;
   if (n_logits > 0) linear(head, h.data(), n_logits, logits, exact);
-  if (st.dump && n_logits == N) dump(st, "logits", logits, {N, c.vocab_size});
+  if (st.dump && n_logits == N) dump(st, -1, "logits", logits, {N, c.vocab_size});
 }
 
 void NpyActivationDump::begin_call() {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "kernels/engram_hash.h"
 #include "kernels/linear.h"
 #include "kernels/rope.h"
@@ -70,6 +71,11 @@ struct Model::Impl {
   std::vector<PreparedLayer> lin;  // [n_layers]
   PreparedLinear head;
   uint64_t prepared_bytes = 0;
+  // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the
+  // step's row metadata keeps its capacity from call to call, so a step of a shape seen before
+  // makes no heap allocation.
+  Arena arena;
+  Step step;
 
   void round(float* x, int64_t n) const;
   // Context parallelism: does this rank hold compressed row `row` of `layer` (ratio r)?
@@ -82,10 +88,12 @@ struct Model::Impl {
   const RopeTable& rope_for(int layer) const {
     return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;
   }
-  void dump(const Step& st, const std::string& name, const float* data,
-            std::vector<int64_t> shape) const;
-  void dump_i32(const Step& st, const std::string& name, const int32_t* data,
-                std::vector<int64_t> shape) const;
+  // Activation `name` of layer `layer` (-1: none) to the sink, when this call dumps; builds
+  // nothing otherwise.
+  void dump(const Step& st, int layer, const char* name, const float* data,
+            std::initializer_list<int64_t> shape) const;
+  void dump_i32(const Step& st, int layer, const char* name, const int32_t* data,
+                std::initializer_list<int64_t> shape) const;
 
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);

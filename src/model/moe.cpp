@@ -32,6 +32,7 @@ void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
 }  // namespace
 
 void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
+  ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
   const int64_t N = st.N, D = c.dim, F = c.moe_inter_dim, E = c.n_routed_experts;
@@ -39,9 +40,9 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   const float limit = float(c.swiglu_limit);
 
   // Router (fp32 linear over the bf16 input, §8.1).
-  std::vector<float> logits(size_t(N * E));
-  std::vector<int32_t> ids(size_t(N * k));
-  std::vector<float> weights(size_t(N * k));
+  ArenaVec<float> logits(size_t(N * E), &arena);
+  ArenaVec<int32_t> ids(size_t(N * k), &arena);
+  ArenaVec<float> weights(size_t(N * k), &arena);
   {
     DI_REGION("moe.router");
     linear(P.gate, v, N, logits.data(), exact);
@@ -64,39 +65,44 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   // linears (one pass of the thread pool each when the rows are few, as in decode).
   struct ExpertJob {
     const PreparedExpert* ex;
-    const std::vector<int64_t>* rows;
+    const int64_t* rows;  // [n] rows of the source
+    int64_t n;
     const float* row_weights;  // null: weight 1
-    float* dst;
-    std::vector<float> xg, g, u;
+    float* dst;                // [n, D]
   };
-  auto run_experts = [&](std::vector<ExpertJob>& jobs, const float* src /*[*, D]*/) {
-    std::vector<LinearCall> calls;
-    for (ExpertJob& jb : jobs) {
-      const int64_t n = int64_t(jb.rows->size());
-      jb.xg.resize(size_t(n * D));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t r = (*jb.rows)[size_t(i)];
-        std::copy(src + r * D, src + (r + 1) * D, &jb.xg[size_t(i * D)]);
-      }
-      jb.g.resize(size_t(n * F));
-      jb.u.resize(size_t(n * F));
-      calls.push_back({&jb.ex->w1, {jb.xg.data(), n, D, jb.g.data(), F, 0, -1, exact}});
-      calls.push_back({&jb.ex->w3, {jb.xg.data(), n, D, jb.u.data(), F, 0, -1, exact}});
+  auto run_experts = [&](std::span<const ExpertJob> jobs, const float* src /*[*, D]*/) {
+    ArenaScope scope(arena);
+    int64_t total = 0;
+    for (const ExpertJob& jb : jobs) total += jb.n;
+    ArenaVec<float> xg(size_t(total * D), &arena), g(size_t(total * F), &arena),
+        u(size_t(total * F), &arena);
+    ArenaVec<LinearCall> calls(&arena);
+    calls.reserve(2 * jobs.size());
+    int64_t at = 0;
+    for (const ExpertJob& jb : jobs) {
+      float* x = &xg[size_t(at * D)];
+      for (int64_t i = 0; i < jb.n; ++i)
+        std::copy(src + jb.rows[i] * D, src + (jb.rows[i] + 1) * D, x + i * D);
+      calls.push_back({&jb.ex->w1, {x, jb.n, D, &g[size_t(at * F)], F, 0, -1, exact}});
+      calls.push_back({&jb.ex->w3, {x, jb.n, D, &u[size_t(at * F)], F, 0, -1, exact}});
+      at += jb.n;
     }
     linear_many(calls);
     calls.clear();
-    for (ExpertJob& jb : jobs) {
-      const int64_t n = int64_t(jb.rows->size());
-      round(jb.g.data(), n * F);
-      round(jb.u.data(), n * F);
-      for (int64_t i = 0; i < n; ++i)
-        swiglu(&jb.g[size_t(i * F)], &jb.u[size_t(i * F)], F, limit,
+    round(g.data(), total * F);
+    round(u.data(), total * F);
+    at = 0;
+    for (const ExpertJob& jb : jobs) {
+      float* gj = &g[size_t(at * F)];
+      for (int64_t i = 0; i < jb.n; ++i)
+        swiglu(gj + i * F, &u[size_t((at + i) * F)], F, limit,
                jb.row_weights ? jb.row_weights[i] : 1.0f);
-      round(jb.g.data(), n * F);
-      calls.push_back({&jb.ex->w2, {jb.g.data(), n, F, jb.dst, D, 0, -1, exact}});
+      calls.push_back({&jb.ex->w2, {gj, jb.n, F, jb.dst, D, 0, -1, exact}});
+      at += jb.n;
     }
+    round(g.data(), total * F);
     linear_many(calls);
-    for (ExpertJob& jb : jobs) round(jb.dst, int64_t(jb.rows->size()) * D);
+    for (const ExpertJob& jb : jobs) round(jb.dst, jb.n * D);
   };
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once
@@ -105,38 +111,38 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   auto routed = [&](const float* xs, int64_t nr, const int32_t* rid, const float* rwt,
                     float* slots /*[nr, k, D]*/) {
     DI_REGION("moe.experts");
-    std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(E)),
-        slot_of(static_cast<size_t>(E));
+    ArenaScope scope(arena);
+    // Counting sort of the (row, slot) pairs by expert, rows ascending within an expert.
+    ArenaVec<int64_t> first(size_t(E + 1), 0, &arena), fill(&arena);
+    for (int64_t i = 0; i < nr * k; ++i)
+      if (rid[i] >= ck.expert_begin && rid[i] < ck.expert_end) ++first[size_t(rid[i] + 1)];
+    for (int64_t e = 0; e < E; ++e) first[size_t(e + 1)] += first[size_t(e)];
+    fill.assign(first.begin(), first.end() - 1);
+    const int64_t n_mine = first[size_t(E)];
+    ArenaVec<int64_t> rows(size_t(n_mine), &arena), slot(size_t(n_mine), &arena);
+    ArenaVec<float> rw(size_t(n_mine), &arena), y(size_t(n_mine * D), &arena);
     for (int64_t i = 0; i < nr; ++i)
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = rid[i * k + j];
         if (e < ck.expert_begin || e >= ck.expert_end) continue;
-        rows_of[size_t(e)].push_back(i);
-        slot_of[size_t(e)].push_back(i * k + j);
+        const int64_t at = fill[size_t(e)]++;
+        rows[size_t(at)] = i;
+        slot[size_t(at)] = i * k + j;
+        rw[size_t(at)] = rwt[i * k + j];
       }
-    std::vector<std::vector<float>> rw(static_cast<size_t>(E)), y(static_cast<size_t>(E));
-    std::vector<ExpertJob> jobs;
+    ArenaVec<ExpertJob> jobs(&arena);
     for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e) {
-      const auto& rows = rows_of[size_t(e)];
-      if (rows.empty()) continue;
-      for (int64_t sl : slot_of[size_t(e)]) rw[size_t(e)].push_back(rwt[sl]);
-      y[size_t(e)].resize(rows.size() * size_t(D));
-      jobs.push_back({&P.experts[size_t(e - ck.expert_begin)],
-                      &rows,
-                      rw[size_t(e)].data(),
-                      y[size_t(e)].data(),
-                      {},
-                      {},
-                      {}});
+      const int64_t b = first[size_t(e)], n = first[size_t(e + 1)] - b;
+      if (n == 0) continue;
+      jobs.push_back({&P.experts[size_t(e - ck.expert_begin)], &rows[size_t(b)], n, &rw[size_t(b)],
+                      &y[size_t(b * D)]});
     }
     run_experts(jobs, xs);
-    for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e)
-      for (size_t i = 0; i < rows_of[size_t(e)].size(); ++i)
-        std::copy(&y[size_t(e)][i * size_t(D)], &y[size_t(e)][(i + 1) * size_t(D)],
-                  &slots[slot_of[size_t(e)][i] * D]);
+    for (int64_t i = 0; i < n_mine; ++i)
+      std::copy(&y[size_t(i * D)], &y[size_t((i + 1) * D)], &slots[slot[size_t(i)] * D]);
   };
 
-  std::vector<float> expert_out(size_t(N * k * D), 0.0f);  // [N, k, D]
+  ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
   dist::Group* ep = opt.parallel.ep;
   if (!ep) {
     routed(v, N, ids.data(), weights.data(), expert_out.data());
@@ -153,8 +159,8 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     {
       dist::Writer w;
       w.put_vector(std::span<const float>(v, size_t(N * D)));
-      w.put_vector(ids);
-      w.put_vector(weights);
+      w.put_vector(std::span<const int32_t>(ids));
+      w.put_vector(std::span<const float>(weights));
       mine = w.take();
     }
     std::vector<std::vector<uint8_t>> parts;
@@ -196,13 +202,13 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     std::copy_n(back.data(), N * k * D, expert_out.data());
   }
   // Shared expert on every row.
-  std::vector<float> shared(size_t(N * D));
+  ArenaVec<float> shared(size_t(N * D), &arena);
   {
     DI_REGION("moe.shared");
-    std::vector<int64_t> all(static_cast<size_t>(N));
+    ArenaVec<int64_t> all(static_cast<size_t>(N), &arena);
     for (int64_t i = 0; i < N; ++i) all[size_t(i)] = i;
-    std::vector<ExpertJob> jobs{{&P.shared, &all, nullptr, shared.data(), {}, {}, {}}};
-    run_experts(jobs, v);
+    const ExpertJob job{&P.shared, all.data(), N, nullptr, shared.data()};
+    run_experts({&job, 1}, v);
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.
   for (int64_t i = 0; i < N; ++i)

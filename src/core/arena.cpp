@@ -1,0 +1,70 @@
+#include "core/arena.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace deepinfer {
+
+namespace {
+constexpr size_t kAlign = 64;
+size_t round_up(size_t v, size_t m) {
+  return (v + m - 1) / m * m;
+}
+}  // namespace
+
+Arena::~Arena() {
+  for (const Chunk& c : chunks_) std::free(c.data);
+}
+
+size_t Arena::capacity() const {
+  size_t n = 0;
+  for (const Chunk& c : chunks_) n += c.size;
+  return n;
+}
+
+void Arena::add_chunk(size_t at_least) {
+  const size_t size = round_up(std::max(at_least, std::max<size_t>(capacity(), 1 << 16)), kAlign);
+  void* p = std::aligned_alloc(kAlign, size);
+  if (!p) throw std::bad_alloc();
+  chunks_.push_back({static_cast<uint8_t*>(p), size});
+  ++chunk_allocs_;
+}
+
+void Arena::reset() {
+  if (chunks_.size() > 1) {
+    const size_t total = capacity();
+    for (const Chunk& c : chunks_) std::free(c.data);
+    chunks_.clear();
+    add_chunk(total);
+  }
+  cur_ = used_ = 0;
+}
+
+void* Arena::do_allocate(size_t bytes, size_t align) {
+  const size_t a = std::max(align, kAlign);
+  for (;;) {
+    if (cur_ < chunks_.size()) {
+      const size_t at = round_up(used_, a);
+      if (at + bytes <= chunks_[cur_].size) {
+        used_ = at + bytes;
+        return chunks_[cur_].data + at;
+      }
+      if (cur_ + 1 < chunks_.size()) {  // a later chunk kept from an earlier release
+        ++cur_;
+        used_ = 0;
+        continue;
+      }
+    }
+    add_chunk(bytes + a);
+    cur_ = chunks_.size() - 1;
+    used_ = 0;
+  }
+}
+
+void Arena::do_deallocate(void* p, size_t bytes, size_t) {
+  // The latest allocation gives its bytes back; any other waits for its scope.
+  if (cur_ < chunks_.size() && static_cast<uint8_t*>(p) + bytes == chunks_[cur_].data + used_)
+    used_ = size_t(static_cast<uint8_t*>(p) - chunks_[cur_].data);
+}
+
+}  // namespace deepinfer
