@@ -213,6 +213,8 @@ void generate(GenerateOptions& o) {
   // Data parallelism: every replica reads the same inputs and serves every dp-th request.
   const int dp = le.layout.cfg.dp, dp_rank = le.layout.dp_rank;
   const Tokenizer* tok = le.tokenizer.get();
+  const std::vector<int32_t> chat_markers =
+      tok && o.chat ? chat_marker_tokens(*tok) : std::vector<int32_t>{};
   if (o.sampling_seed) o.params.seed = o.sampling_seed;
   std::vector<Input> inputs = read_inputs(o, tok, le.checkpoint->config().vocab_size);
   const size_t n = inputs.size();
@@ -247,7 +249,10 @@ void generate(GenerateOptions& o) {
         std::string text = tok->decode(out.output_ids, true);
         if (!out.stop_text.empty()) text = text.substr(0, text.find(out.stop_text));
         if (o.chat) {
-          const ParsedCompletion pc = parse_completion(text, o.thinking);
+          // The parser reads the markers even where the tokenizer marks them special.
+          std::string marked = tok->decode(out.output_ids, true, chat_markers);
+          if (!out.stop_text.empty()) marked = marked.substr(0, marked.find(out.stop_text));
+          const ParsedCompletion pc = parse_completion(marked, o.thinking);
           j["reasoning_content"] = pc.reasoning;
           j["content"] = pc.content;
         }

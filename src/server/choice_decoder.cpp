@@ -41,8 +41,13 @@ ChoiceDecoder::ChoiceDecoder(const Tokenizer* tokenizer, std::vector<std::string
       chat_(chat),
       logprobs_(logprobs),
       top_logprobs_(top_logprobs) {
-  // Special tokens produce no text, as in the offline runner and the engine's stop check.
-  if (tokenizer_) detok_ = std::make_unique<IncrementalDetokenizer>(*tokenizer_, true);
+  // Special tokens produce no text, as in the offline runner and the engine's stop check; in
+  // chat mode the markers the parser reads stay, even when the tokenizer marks them special
+  // (the parser takes them out of the visible text).
+  if (tokenizer_)
+    detok_ = std::make_unique<IncrementalDetokenizer>(
+        *tokenizer_, true,
+        chat_.enabled ? chat_marker_tokens(*tokenizer_) : std::vector<int32_t>{});
   if (chat_.enabled) parser_ = std::make_unique<CompletionParser>(chat_.thinking);
 }
 

@@ -1,5 +1,7 @@
 #include "server/json_fields.h"
 
+#include "tokenizer/py_json.h"
+
 #include <cmath>
 #include <limits>
 
@@ -28,6 +30,8 @@ const char* type_name(const Json& v) {
       return "an integer";
     case Json::value_t::number_float:
       return "a decimal number";
+    case Json::value_t::binary:
+      return "an integer beyond 64 bits";
     default:
       return "an unsupported value";
   }
@@ -79,13 +83,18 @@ Json parse_body(std::string_view body) {
   if (json_nesting_depth(body) > kMaxNesting)
     throw ApiError(400, str_cat("The request body nests deeper than ", kMaxNesting, " levels."), {},
                    "invalid_json");
-  Json j;
-  try {
-    j = Json::parse(body);
-  } catch (const Json::exception& e) {
-    // Drop the library's "[json.exception.parse_error.101] " prefix; keep where and why.
-    std::string what = e.what();
-    if (const size_t at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
+  // Integers beyond 64 bits keep their digits (tool schemas and arguments are rendered into the
+  // prompt as Python writes them).
+  Json j = tokenizer_internal::parse_json_exact(body);
+  if (j.is_discarded()) {
+    std::string what;
+    try {
+      (void)Json::parse(body);  // for the library's description of where and why
+    } catch (const Json::exception& e) {
+      // Drop the library's "[json.exception.parse_error.101] " prefix; keep where and why.
+      what = e.what();
+      if (const size_t at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
+    }
     throw ApiError(400, "The request body is not valid JSON: " + what, {}, "invalid_json");
   }
   if (!j.is_object())

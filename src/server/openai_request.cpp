@@ -5,6 +5,7 @@
 
 #include "server/json_fields.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/py_json.h"
 
 namespace deepinfer::server {
 
@@ -95,7 +96,8 @@ ChatRole parse_role(const Json& v, const std::string& name) {
                   str_cat("'", r, "' is not one of system, user, assistant, tool, developer."));
 }
 
-// A string, or an array of {"type": "text", "text": ...} parts (joined by newlines).
+// A string, or an array of {"type": "text", "text": ...} parts, joined by a blank line as the
+// reference encoder joins text blocks.
 std::string parse_content(const Json& v, const std::string& name) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) throw_bad_type(name, "a string or an array of content parts", v);
@@ -110,7 +112,7 @@ std::string parse_content(const Json& v, const std::string& name) {
                      part + ".type", "unsupported_value");
     const Json* text = find_field(v[i], "text");
     if (!text) throw ApiError(400, "A text part needs 'text'.", part + ".text", "missing");
-    if (i) out += '\n';
+    if (i) out += "\n\n";
     out += get_string(*text, part + ".text");
   }
   return out;
@@ -137,7 +139,7 @@ std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& nam
     else if (args->is_string())
       call.arguments = args->get<std::string>();
     else if (args->is_object())
-      call.arguments = dump_json(*args);
+      call.arguments = tokenizer_internal::py_json_dumps(*args);
     else
       throw_bad_type(c + ".function.arguments", "a JSON string", *args);
     calls.push_back(std::move(call));
@@ -208,25 +210,31 @@ std::string parse_tools(const Json& j) {
   }
   // tool_choice "none": the model is not told about the tools, so it cannot call them.
   if (choice == "none" || tools->empty()) return {};
-  return dump_json(*tools);
+  return tokenizer_internal::py_json_dumps(*tools);  // keeps big integers' digits
 }
 
+// 1..100, or 0 for "none" (thinking off).
 int parse_effort(const Json& v, const std::string& name) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
+    if (s == "none") return 0;
     // OpenAI's middle setting is the format's default.
     if (s == "medium") return 50;
     try {
       return reasoning_effort_from_name(s);
     } catch (const Error&) {
-      throw_bad_value(name, str_cat("'", s, "' is not one of low, medium, high, xhigh, max."));
+      throw_bad_value(name,
+                      str_cat("'", s, "' is not one of none, low, medium, high, xhigh, max."));
     }
   }
   return int(get_int(v, name, 1, 100));
 }
 
 // The thinking switch: "thinking": true | {"type": "enabled"|"disabled"}, or
-// chat_template_kwargs.thinking / enable_thinking. A reasoning effort alone turns it on.
+// chat_template_kwargs.thinking / enable_thinking. A reasoning effort alone turns it on, except
+// "none", which turns it off. chat_template_kwargs.drop_thinking: false keeps earlier turns'
+// reasoning in the prompt. response_format json_object / json_schema is rendered into the system
+// message as the encoder does (the output itself is not constrained).
 ChatOptions parse_chat_options(const Json& j) {
   ChatOptions o;
   std::optional<bool> thinking;
@@ -249,7 +257,14 @@ ChatOptions parse_chat_options(const Json& j) {
   const Json* effort = find_field(j, "reasoning_effort");
   if (!effort && kwargs) effort = find_field(*kwargs, "reasoning_effort");
   if (effort) o.reasoning_effort = parse_effort(*effort, "reasoning_effort");
+  if (effort && o.reasoning_effort == 0) {  // "none"
+    if (thinking.value_or(false))
+      throw_bad_value("reasoning_effort", "'none' turns thinking off, but thinking is enabled.");
+    thinking = false;
+  }
   o.thinking = thinking.value_or(effort != nullptr);
+  if (const Json* d = kwargs ? find_field(*kwargs, "drop_thinking") : nullptr)
+    o.drop_thinking = get_bool(*d, "chat_template_kwargs.drop_thinking");
   o.tools_json = parse_tools(j);
   if (const Json* v = find_field(j, "add_generation_prompt"))
     o.add_generation_prompt = get_bool(*v, "add_generation_prompt");
@@ -259,9 +274,23 @@ ChatOptions parse_chat_options(const Json& j) {
   if (const Json* rf = find_field(j, "response_format")) {
     if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
     const Json* type = find_field(*rf, "type");
-    if (!type || !type->is_string() || type->get<std::string>() != "text")
-      throw ApiError(400, "Only response_format {\"type\": \"text\"} is supported.",
-                     "response_format", "unsupported_value");
+    const std::string t = type ? get_string(*type, "response_format.type") : "";
+    if (t == "json_object") {
+      o.response_format_json = tokenizer_internal::py_json_dumps(*rf);
+    } else if (t == "json_schema") {
+      const Json* js = find_field(*rf, "json_schema");
+      if (!js || !js->is_object())
+        throw ApiError(400, "A json_schema response format needs a 'json_schema' object.",
+                       "response_format.json_schema", "missing");
+      const Json* schema = find_field(*js, "schema");
+      if (!schema || !schema->is_object())
+        throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
+                       "response_format.json_schema.schema", "missing");
+      o.response_format_json = tokenizer_internal::py_json_dumps(*schema);
+    } else if (t != "text") {
+      throw_bad_value("response_format.type",
+                      str_cat("'", t, "' is not one of text, json_object, json_schema."));
+    }
   }
   return o;
 }

@@ -59,6 +59,9 @@ struct ChatOptions {
   // OpenAI-style "tools" array offered to the model; it joins the leading system message (an
   // empty one is inserted when the conversation does not start with one).
   std::string tools_json;
+  // A schema the reply must follow (rendered under "## Response Format:"), joining the leading
+  // system message the same way.
+  std::string response_format_json;
   bool drop_thinking = true;
   bool add_bos = true;
   // End with "<｜Assistant｜>" + "<think>" (thinking) or "</think>" after a final user turn.
@@ -128,5 +131,12 @@ class CompletionParser {
 };
 
 ParsedCompletion parse_completion(std::string_view text, bool thinking);
+
+class Tokenizer;
+// The special tokens of `tok` whose text is part of a marker the parser reads ("<think>",
+// "</think>", the DSML tags, end of sentence), sorted: decode completions for the parser keeping
+// these (Tokenizer::decode / IncrementalDetokenizer `keep`) and skipping every other special
+// token, so the markers are seen even when a tokenizer marks them special.
+std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok);
 
 }  // namespace deepinfer

@@ -50,7 +50,7 @@ std::string_view task_token(const std::string& task) {
 }
 
 ordered_json parse_field(const std::string& text, const std::string& where) {
-  ordered_json v = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ordered_json v = tokenizer_internal::parse_json_exact(text);  // big integers keep every digit
   if (v.is_discarded()) throw Error(str_cat("chat: ", where, ": invalid JSON"));
   return v;
 }
@@ -214,9 +214,9 @@ std::string render_response_format(const ordered_json& schema) {
 // undoing at most one extra level of string encoding) become a single string parameter
 // "arguments" holding the text as given.
 std::string render_arguments(const std::string& arguments) {
-  ordered_json v = ordered_json::parse(arguments, nullptr, false);
+  ordered_json v = tokenizer_internal::parse_json_exact(arguments);
   if (!v.is_discarded() && v.is_string()) {
-    ordered_json inner = ordered_json::parse(v.get<std::string>(), nullptr, false);
+    ordered_json inner = tokenizer_internal::parse_json_exact(v.get<std::string>());
     if (!inner.is_discarded()) v = std::move(inner);
   }
   const auto param = [](const std::string& key, bool is_string, const std::string& value) {
@@ -388,6 +388,19 @@ std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions
       throw Error("chat: options.tools_json and messages[0].tools_json are both set");
     }
     msgs[0].tools = std::move(tools);
+  }
+  if (!options.response_format_json.empty()) {
+    ordered_json rf = parse_field(options.response_format_json, "options.response_format_json");
+    if (msgs.empty() || msgs[0].role != ChatRole::kSystem) {
+      Msg system;
+      system.role = ChatRole::kSystem;
+      msgs.insert(msgs.begin(), std::move(system));
+    }
+    if (truthy(msgs[0].response_format)) {
+      throw Error(
+          "chat: options.response_format_json and messages[0].response_format_json are both set");
+    }
+    msgs[0].response_format = std::move(rf);
   }
   if (options.continue_final_message) {
     if (msgs.empty() || msgs.back().role != ChatRole::kAssistant) {

@@ -10,6 +10,7 @@
 #include "tokenizer/chat.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/py_json.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer {
@@ -266,6 +267,23 @@ ParsedCompletion parse_completion(std::string_view text, bool thinking) {
   parser.feed(text);
   parser.finish();
   return parser.result();
+}
+
+std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
+  namespace cf = chat_format;
+  std::vector<int32_t> out;
+  for (const int32_t id : tok.special_ids()) {
+    const std::string_view text = tok.token_bytes(id);
+    if (text.empty()) continue;
+    for (const std::string_view marker :
+         {cf::kThinkStart, cf::kThinkEnd, cf::kCallsStart, cf::kCallsOpen, cf::kCallsClose,
+          cf::kInvokeOpen, cf::kInvokeClose, cf::kParamOpen, cf::kParamClose, cf::kEos})
+      if (marker.find(text) != std::string_view::npos) {
+        out.push_back(id);
+        break;
+      }
+  }
+  return out;  // special_ids() is ascending
 }
 
 }  // namespace deepinfer

@@ -2,10 +2,14 @@
 
 #include "tokenizer/utf8.h"
 
+#include <algorithm>
+
 namespace deepinfer {
 
 std::string IncrementalDetokenizer::push(int32_t id) {
-  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  if (skip_special_ && tokenizer_.is_special(id) &&
+      !std::binary_search(keep_.begin(), keep_.end(), id))
+    return {};
   pending_ += tokenizer_.token_bytes(id);
   const size_t stable = utf8::stable_prefix(pending_);
   if (stable == 0) return {};

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tokenizer/tokenizer.h"
 
@@ -16,9 +17,11 @@ namespace deepinfer {
 
 class IncrementalDetokenizer {
  public:
-  // `tokenizer` must outlive this object. With `skip_special`, special tokens produce no text.
-  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = false)
-      : tokenizer_(tokenizer), skip_special_(skip_special) {}
+  // `tokenizer` must outlive this object. With `skip_special`, special tokens produce no text,
+  // except those in `keep` (sorted).
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special = false,
+                                  std::vector<int32_t> keep = {})
+      : tokenizer_(tokenizer), skip_special_(skip_special), keep_(std::move(keep)) {}
 
   // The text that `id` completes (possibly empty).
   std::string push(int32_t id);
@@ -30,6 +33,7 @@ class IncrementalDetokenizer {
  private:
   const Tokenizer& tokenizer_;
   bool skip_special_;
+  std::vector<int32_t> keep_;
   std::string pending_;
 };
 

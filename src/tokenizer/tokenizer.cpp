@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -120,15 +122,26 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
 
 // --- decode and lookups ---
 
-std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
+                              std::span<const int32_t> keep) const {
   const TokenizerState& m = *impl_;
   std::string bytes;
   for (const int32_t id : ids) {
     if (id < 0 || size_t(id) >= m.tokens.size() || !m.has_token[id]) continue;
-    if (skip_special && m.special[id]) continue;
+    if (skip_special && m.special[id] && !std::binary_search(keep.begin(), keep.end(), id))
+      continue;
     bytes += m.bytes[id];
   }
   return utf8::lossy(bytes);
+}
+
+std::vector<int32_t> Tokenizer::special_ids() const {
+  std::vector<int32_t> out;
+  for (const auto& [content, id] : impl_->added)
+    if (impl_->special[size_t(id)]) out.push_back(id);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 int32_t Tokenizer::vocab_size() const {

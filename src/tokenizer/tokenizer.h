@@ -42,7 +42,9 @@ class Tokenizer {
   Tokenizer& operator=(const Tokenizer&) = delete;
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos = false) const;
-  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // With `skip_special`, special tokens produce no text, except those listed in `keep` (sorted).
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false,
+                     std::span<const int32_t> keep = {}) const;
 
   // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
   int32_t vocab_size() const;
@@ -52,6 +54,8 @@ class Tokenizer {
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // Every special added token, ascending.
+  std::vector<int32_t> special_ids() const;
   // The bytes `id` contributes to decode() before UTF-8 repair; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
   // From tokenizer_config.json; -1 when it is absent or names no known token.

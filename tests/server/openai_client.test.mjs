@@ -252,6 +252,38 @@ describe('openai client', () => {
     assert.ok(r.usage.prompt_tokens > withTools.usage.prompt_tokens);
   });
 
+  it('renders content parts, response formats and big integers as the encoder does', async () => {
+    // Raw bodies: JSON.stringify cannot carry an integer beyond 2^53.
+    const render = async (body) => {
+      const post = async (path, text) => {
+        const res = await fetch(`${server.url}${path}`, {
+          method: 'POST', headers: { Authorization: `Bearer ${KEY}` }, body: text,
+        });
+        assert.equal(res.status, 200, await res.clone().text());
+        return res.json();
+      };
+      const t = await post('/tokenize', body);
+      return (await post('/detokenize', JSON.stringify({ tokens: t.tokens }))).prompt;
+    };
+    const text = await render(`{"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema":
+        {"type": "object", "properties": {"n": {"type": "integer",
+          "maximum": 123456789012345678901234567890}}}}}}`);
+    assert.ok(text.includes('<｜System｜>\n\n## Response Format:\n\nYou MUST strictly adhere to the '
+                            + 'following schema to reply:\n{"type": "object", "properties": {"n": '
+                            + '{"type": "integer", "maximum": 123456789012345678901234567890}}}'),
+              text);
+    assert.ok(text.includes('<｜User｜>first\n\nsecond<｜Assistant｜>'), text);
+    // The official client's structured-output request is accepted.
+    const r = await client.chat.completions.create({
+      model: 'tiny-tok', messages: [{ role: 'user', content: 'Give JSON.' }], max_tokens: 4,
+      temperature: 0,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } },
+    });
+    assert.equal(r.choices.length, 1);
+  });
+
   it('tokenize and detokenize round-trip', async () => {
     const post = async (path, body) => {
       const res = await fetch(`${server.url}${path}`, {

