@@ -92,8 +92,10 @@ ChatRole parse_role(const Json& v, const std::string& name) {
   if (r == "assistant") return ChatRole::kAssistant;
   if (r == "tool") return ChatRole::kTool;
   if (r == "developer") return ChatRole::kDeveloper;
-  throw_bad_value(name,
-                  str_cat("'", r, "' is not one of system, user, assistant, tool, developer."));
+  if (r == "latest_reminder") return ChatRole::kLatestReminder;
+  throw_bad_value(name, str_cat("'", r,
+                                "' is not one of system, user, assistant, tool, developer, "
+                                "latest_reminder."));
 }
 
 // A string, or an array of {"type": "text", "text": ...} parts, joined by a blank line as the
@@ -147,6 +149,27 @@ std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& nam
   return calls;
 }
 
+// An OpenAI "tools" array checked for shape, as the text the encoder reads (big integers keep
+// their digits); empty for an empty array.
+std::string tools_text(const Json& tools, const std::string& where) {
+  if (!tools.is_array()) throw_bad_type(where, "an array", tools);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& t = tools[i];
+    const std::string name = str_cat(where, "[", i, "]");
+    if (!t.is_object()) throw_bad_type(name, "an object", t);
+    const Json* type = find_field(t, "type");
+    if (type && get_string(*type, name + ".type") != "function")
+      throw_bad_value(name + ".type", "only 'function' tools are supported.");
+    const Json* f = find_field(t, "function");
+    if (!f || !f->is_object())
+      throw ApiError(400, "A tool needs a 'function' object.", name + ".function", "missing");
+    const Json* fname = find_field(*f, "name");
+    if (!fname) throw ApiError(400, "A function needs a name.", name + ".function.name", "missing");
+    get_string(*fname, name + ".function.name");
+  }
+  return tools.empty() ? std::string() : tokenizer_internal::py_json_dumps(tools);
+}
+
 std::vector<ChatMessage> parse_messages(const Json& j) {
   const Json* m = find_field(j, "messages");
   if (!m) throw ApiError(400, "Missing required parameter: 'messages'.", "messages", "missing");
@@ -172,6 +195,17 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
     if (msg.role == ChatRole::kTool)
       if (const Json* id = find_field(e, "tool_call_id"))
         msg.tool_call_id = get_string(*id, name + ".tool_call_id");
+    // What the encoder reads on a message: tools on system/developer messages, a response format
+    // on system messages (written as given), a quick-instruction task on user/developer ones.
+    const bool sys = msg.role == ChatRole::kSystem, dev = msg.role == ChatRole::kDeveloper;
+    if (const Json* t = sys || dev ? find_field(e, "tools") : nullptr)
+      msg.tools_json = tools_text(*t, name + ".tools");
+    if (const Json* rf = sys ? find_field(e, "response_format") : nullptr) {
+      if (!rf->is_object()) throw_bad_type(name + ".response_format", "an object", *rf);
+      msg.response_format_json = tokenizer_internal::py_json_dumps(*rf);
+    }
+    if (const Json* t = msg.role == ChatRole::kUser || dev ? find_field(e, "task") : nullptr)
+      msg.task = get_string(*t, name + ".task");
     out.push_back(std::move(msg));
   }
   return out;
@@ -193,24 +227,10 @@ std::string parse_tools(const Json& j) {
                      "tool_choice", "unsupported_value");
   }
   if (!tools) return {};
-  if (!tools->is_array()) throw_bad_type("tools", "an array", *tools);
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const Json& t = (*tools)[i];
-    const std::string name = str_cat("tools[", i, "]");
-    if (!t.is_object()) throw_bad_type(name, "an object", t);
-    const Json* type = find_field(t, "type");
-    if (type && get_string(*type, name + ".type") != "function")
-      throw_bad_value(name + ".type", "only 'function' tools are supported.");
-    const Json* f = find_field(t, "function");
-    if (!f || !f->is_object())
-      throw ApiError(400, "A tool needs a 'function' object.", name + ".function", "missing");
-    const Json* fname = find_field(*f, "name");
-    if (!fname) throw ApiError(400, "A function needs a name.", name + ".function.name", "missing");
-    get_string(*fname, name + ".function.name");
-  }
   // tool_choice "none": the model is not told about the tools, so it cannot call them.
-  if (choice == "none" || tools->empty()) return {};
-  return tokenizer_internal::py_json_dumps(*tools);  // keeps big integers' digits
+  const std::string text = tools_text(*tools, "tools");
+  if (choice == "none") return {};
+  return text;
 }
 
 // 1..100, or 0 for "none" (thinking off).
