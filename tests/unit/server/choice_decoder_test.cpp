@@ -180,6 +180,40 @@ TEST(ChoiceDecoder, MarkersThatAreSpecialTokensStillReachTheParser) {
   EXPECT_EQ(u.all.content, "a");
 }
 
+// What the renderer writes for an assistant turn parses back to the same reasoning, content and
+// tool calls, streamed token by token, with the markers as plain text or as special tokens.
+TEST(ChoiceDecoder, ParserRoundTripsTheRenderedAssistantTurn) {
+  DI_REQUIRE_TOKENIZER(plain);
+  const Tokenizer* special = test::marker_special_tokenizer();
+  ASSERT_NE(special, nullptr);
+  std::vector<ChatMessage> m(2);
+  m[0].role = ChatRole::kUser;
+  m[0].content = "Weather in Paris and Oslo?";
+  m[1].role = ChatRole::kAssistant;
+  m[1].reasoning_content = "Two cities, so two calls.\nBoth need the weather tool.";
+  m[1].content = "Checking both — один момент.";
+  m[1].tool_calls = {{"a", "get_weather", R"({"city": "Paris", "days": 3})"},
+                     {"b", "get_weather", R"({"city": "Oslo", "opts": {"unit": "C", "n": [1, 2]}})"}};
+  ChatOptions o;
+  o.thinking = true;
+  o.tools_json = R"([{"type": "function", "function": {"name": "get_weather"}}])";
+  const std::string prompt = encode_chat(m, o);
+  const std::string head = "<｜Assistant｜><think>";
+  const size_t at = prompt.rfind(head);
+  ASSERT_NE(at, std::string::npos) << prompt;
+  const std::string completion = prompt.substr(at + head.size());
+  for (const Tokenizer* tok : {plain, special}) {
+    const Decoded r = drive(tok, tok->encode(completion, false), {}, ChatMode{true, true});
+    EXPECT_EQ(r.all.reasoning, m[1].reasoning_content);
+    EXPECT_EQ(r.all.content, m[1].content);
+    ASSERT_EQ(r.all.tool_calls.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(r.all.tool_calls[i].name, m[1].tool_calls[i].name);
+      EXPECT_EQ(r.all.tool_calls[i].arguments, m[1].tool_calls[i].arguments);
+    }
+  }
+}
+
 TEST(ChoiceDecoder, MalformedToolCallBlockBecomesContent) {
   DI_REQUIRE_TOKENIZER(tok);
   const std::string text = "Answer.\n\n<｜DSML｜ calls>\nnot a call at all";
