@@ -133,7 +133,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
   TextDecoder decoder;
   if (le.tokenizer) {
     const Tokenizer* tok = le.tokenizer.get();
-    decoder = [tok](const std::vector<int32_t>& ids) { return tok->decode(ids, true); };
+    decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };
   }
   {
     // This rank's share of the weights (what expert parallelism divides), after the repack.

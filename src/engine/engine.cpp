@@ -114,8 +114,19 @@ bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
     why = FinishReason::Stop;
   if (why == FinishReason::None && !p.stop.empty()) {
-    const std::vector<int32_t> out(s->tokens.begin() + s->num_prompt, s->tokens.end());
-    const std::string text = decoder_(out);
+    // Only a stop string that ends in the newest token can be new, and it lies within the last
+    // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
+    // replacement characters a cut through a character may give, at most 9 bytes), not the whole
+    // output, so the check costs the same at every length.
+    size_t longest = 0;
+    for (const auto& stop : p.stop) longest = std::max(longest, stop.size());
+    const int64_t n_out = s->num_generated();
+    const int32_t* end = s->tokens.data() + s->tokens.size();
+    std::string text;
+    for (int64_t w = std::min<int64_t>(n_out, int64_t(longest) + 12);; w = std::min(n_out, 2 * w)) {
+      text = decoder_(std::span<const int32_t>(end - w, size_t(w)));
+      if (w == n_out || text.size() >= longest + 12) break;
+    }
     for (const auto& stop : p.stop)
       if (text.find(stop) != std::string::npos) {
         why = FinishReason::Stop;

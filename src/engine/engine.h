@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,7 @@ struct EngineConfig {
 };
 
 // Decodes generated ids to text (for stop strings); empty when there is no tokenizer.
-using TextDecoder = std::function<std::string(const std::vector<int32_t>&)>;
+using TextDecoder = std::function<std::string(std::span<const int32_t>)>;
 
 struct EngineStats {
   int64_t prompt_tokens = 0;  // prompt rows computed (recomputation included)

@@ -186,5 +186,64 @@ TEST(Engine, StopTokenIdsAndAbort) {
   EXPECT_EQ(e.take_finished().at(0).finish, FinishReason::Abort);
 }
 
+// Stop strings are found where they first complete, however long the output already is (the
+// engine decodes only a suffix of it): with a decoder that spells each token as one byte or as a
+// three-byte character (so the suffix window holds fewer tokens than the stop string has bytes), a
+// stop string taken from late in a free run ends the request exactly at the token that completes
+// its first occurrence.
+TEST(Engine, StopStringsFoundLateInLongOutputs) {
+  LoadedModel m = load_model("tiny", Numerics::Bf16);
+  EngineConfig cfg = config(4, 2048, 0, false);
+  for (const bool wide : {false, true}) {
+    auto spell = [wide](int32_t t) {
+      return wide ? std::string("\xe2\x82") + char(0x80 + t % 6)  // U+2080..U+2085
+                  : std::string(1, char('a' + t % 6));
+    };
+    int64_t decoded = 0;  // tokens passed to the decoder by the stop check
+    TextDecoder decoder = [&](std::span<const int32_t> ids) {
+      decoded += int64_t(ids.size());
+      std::string out;
+      for (int32_t t : ids) out += spell(t);
+      return out;
+    };
+    Request r;
+    r.id = 1;
+    r.prompt_ids = {5, 6, 7};
+    r.params.max_tokens = 300;
+    r.params.temperature = 0;
+    r.params.ignore_eos = true;
+    Engine free_engine(*m.model, cfg, nullptr);
+    ASSERT_EQ(free_engine.add_request(r), "");
+    while (free_engine.has_unfinished()) free_engine.step();
+    const std::vector<int32_t> ids = free_engine.take_finished().at(0).output_ids;
+    ASSERT_EQ(ids.size(), 300u);
+    std::vector<std::string> chars;
+    for (int32_t t : ids) chars.push_back(spell(t));
+    std::string stop;
+    for (int i = 250; i < 254; ++i) stop += chars[size_t(i)];
+    // Where the text first contains the stop string, in tokens.
+    std::string text;
+    size_t want = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      text += chars[i];
+      if (text.find(stop) != std::string::npos) {
+        want = i + 1;
+        break;
+      }
+    }
+    r.params.stop = {stop, "\x01never"};
+    Engine e(*m.model, cfg, decoder);
+    ASSERT_EQ(e.add_request(r), "");
+    while (e.has_unfinished()) e.step();
+    const RequestOutput out = e.take_finished().at(0);
+    EXPECT_EQ(out.finish, FinishReason::Stop) << "wide " << wide;
+    EXPECT_EQ(out.stop_text, stop);
+    EXPECT_EQ(out.output_ids.size(), want) << "wide " << wide;
+    // Constant work per token: a bounded suffix each step, not the whole output (which would be
+    // over 30,000 tokens decoded for 250 steps).
+    EXPECT_LE(decoded, int64_t(want) * 32) << "wide " << wide;
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
