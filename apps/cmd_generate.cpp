@@ -3,6 +3,7 @@
 // input order.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -203,6 +204,13 @@ void progress(size_t done, size_t total, int64_t generated, double secs) {
 }
 
 void generate(GenerateOptions& o) {
+  // The flags' sampling parameters are every request's defaults: wrong ones fail the run before
+  // the model loads.
+  if (const std::string e = check_sampling_params(o.params); !e.empty()) {
+    std::string flag = "--" + e.substr(0, e.find(' '));
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    throw Error(str_cat(flag, ": ", e));
+  }
   LoadedEngine le = load_engine(o.eo);
   if (le.is_follower()) {
     le.run_follower();
@@ -216,6 +224,8 @@ void generate(GenerateOptions& o) {
   const std::vector<int32_t> chat_markers =
       tok && o.chat ? chat_marker_tokens(*tok) : std::vector<int32_t>{};
   if (o.sampling_seed) o.params.seed = o.sampling_seed;
+  DI_REQUIRE(o.params.stop.empty() || tok,
+             "--stop: stop strings need a tokenizer, and this model has none");
   std::vector<Input> inputs = read_inputs(o, tok, le.checkpoint->config().vocab_size);
   const size_t n = inputs.size();
   std::vector<json> results(n);
@@ -305,6 +315,9 @@ void generate(GenerateOptions& o) {
                100.0 * st.kv_blocks_peak / std::max(1, st.kv_blocks_total),
                (long long)st.preemptions);
   le.finish();
+  // Every line is written; the exit status still says that some requests failed.
+  DI_REQUIRE(errors == 0, errors, " of ", n,
+             " requests failed (their output lines carry \"error\")");
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "commands.h"
@@ -23,10 +25,29 @@ namespace {
 struct ServeOptions {
   EngineOptions eo;
   server::ServerOptions so;
-  std::string served_model_name;
+  std::string served_model_name, api_key_file;
+  const CLI::Option* api_key_given = nullptr;  // --api-key or DEEPINFER_API_KEY
   int64_t max_body_mib = 8;
   uint64_t seed = 0;
 };
+
+// The key from --api-key-file, or the one given; an empty key given on purpose is refused (it
+// would serve without authentication while the operator believes otherwise).
+void resolve_api_key(ServeOptions& o) {
+  if (!o.api_key_file.empty()) {
+    std::ifstream in(o.api_key_file);
+    DI_REQUIRE(in, "--api-key-file ", o.api_key_file, ": cannot read it");
+    std::getline(in, o.so.api_key);
+    while (!o.so.api_key.empty() && std::isspace(static_cast<unsigned char>(o.so.api_key.back())))
+      o.so.api_key.pop_back();
+    DI_REQUIRE(!o.so.api_key.empty(), "--api-key-file ", o.api_key_file,
+               ": its first line is empty; expected the API key");
+  } else if (o.api_key_given && o.api_key_given->count() > 0) {
+    DI_REQUIRE(!o.so.api_key.empty(),
+               "--api-key (or DEEPINFER_API_KEY) is empty: that would serve without "
+               "authentication; give a key, or leave the option out to serve without one");
+  }
+}
 
 void serve(ServeOptions& o) {
   // Signals go to one watcher thread; every thread started from here on inherits the mask.
@@ -37,6 +58,7 @@ void serve(ServeOptions& o) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
+  resolve_api_key(o);
   o.so.max_body_bytes = size_t(o.max_body_mib) << 20;
   o.eo.engine.seed = o.seed;
   DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
@@ -110,8 +132,15 @@ void add_serve(CLI::App& app) {
       ->envname("DEEPINFER_PORT")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' on the API")
-      ->envname("DEEPINFER_API_KEY");
+  CLI::Option* key =
+      cmd->add_option("--api-key", so.api_key,
+                      "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
+                      "DEEPINFER_API_KEY or --api-key-file)")
+          ->envname("DEEPINFER_API_KEY");
+  cmd->add_option("--api-key-file", o->api_key_file,
+                  "Read the API key from this file (its first line)")
+      ->excludes(key);
+  o->api_key_given = key;
   cmd->add_option("--served-model-name", o->served_model_name,
                   "Model name clients use (default: the model directory's name)");
   cmd->add_option("--max-body-mib", o->max_body_mib, "Largest request body accepted")

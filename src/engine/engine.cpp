@@ -75,6 +75,20 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
 
 Engine::~Engine() = default;
 
+std::string check_sampling_params(const SamplingParams& p) {
+  if (p.max_tokens < 1) return str_cat("max_tokens must be >= 1, got ", p.max_tokens);
+  if (!(p.temperature >= 0)) return str_cat("temperature must be >= 0, got ", p.temperature);
+  if (p.top_k < 0) return str_cat("top_k must be >= 0, got ", p.top_k);
+  if (!(p.top_p > 0 && p.top_p <= 1)) return str_cat("top_p must be in (0, 1], got ", p.top_p);
+  if (!(p.min_p >= 0 && p.min_p <= 1)) return str_cat("min_p must be in [0, 1], got ", p.min_p);
+  if (!(p.repetition_penalty > 0))
+    return str_cat("repetition_penalty must be > 0, got ", p.repetition_penalty);
+  if (p.logprobs < 0) return str_cat("logprobs must be >= 0, got ", p.logprobs);
+  for (const auto& s : p.stop)
+    if (s.empty()) return "stop strings must not be empty";
+  return {};
+}
+
 int64_t Engine::kv_capacity_tokens() const {
   return int64_t(num_blocks_) * cfg_.sched.block_tokens;
 }
@@ -87,20 +101,11 @@ std::string Engine::add_request(Request req) {
     if (req.prompt_ids[i] < 0 || req.prompt_ids[i] >= V)
       return str_cat("prompt token ", i, " = ", req.prompt_ids[i],
                      " is outside the vocabulary [0, ", V, ")");
-  if (p.max_tokens < 1) return str_cat("max_tokens must be >= 1, got ", p.max_tokens);
-  if (!(p.temperature >= 0)) return str_cat("temperature must be >= 0, got ", p.temperature);
-  if (p.top_k < 0) return str_cat("top_k must be >= 0, got ", p.top_k);
-  if (!(p.top_p > 0 && p.top_p <= 1)) return str_cat("top_p must be in (0, 1], got ", p.top_p);
-  if (!(p.min_p >= 0 && p.min_p <= 1)) return str_cat("min_p must be in [0, 1], got ", p.min_p);
-  if (!(p.repetition_penalty > 0))
-    return str_cat("repetition_penalty must be > 0, got ", p.repetition_penalty);
-  if (p.logprobs < 0 || p.logprobs > V)
-    return str_cat("logprobs must be in [0, ", V, "], got ", p.logprobs);
+  if (std::string e = check_sampling_params(p); !e.empty()) return e;
+  if (p.logprobs > V) return str_cat("logprobs must be in [0, ", V, "], got ", p.logprobs);
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= V) return str_cat("stop token id ", t, " is outside the vocabulary");
   if (!p.stop.empty() && !decoder_) return "stop strings need a tokenizer, and this model has none";
-  for (const auto& s : p.stop)
-    if (s.empty()) return "stop strings must not be empty";
   if (scheduler_->find(req.id)) return str_cat("request id ", req.id, " is already in use");
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
   return scheduler_->add(std::move(req));

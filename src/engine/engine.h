@@ -40,6 +40,10 @@ struct EngineStats {
   int64_t preemptions = 0;
 };
 
+// What is wrong with sampling parameters on their own (any model): "" or a message naming the
+// field ("max_tokens must be >= 1, got -5"). add_request checks this and the model-dependent rest.
+std::string check_sampling_params(const SamplingParams& p);
+
 class Engine {
  public:
   // With a layout, this engine is the scheduler of a replica: it sends every step to the

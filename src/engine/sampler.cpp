@@ -32,11 +32,13 @@ int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
   const SamplingParams& p = *in.params;
   const int64_t V = vocab_;
   const float* raw = in.logits;
-  if (p.logprobs > 0 && top) {
+  float lse = 0;
+  const bool want = p.logprobs > 0 && top;
+  if (want) {
     float mx = raw[0];
     for (int64_t i = 1; i < V; ++i) mx = std::max(mx, raw[i]);
     const float sum = canonical_sum(raw, V, [mx](float v) { return std::exp(v - mx); });
-    const float lse = mx + std::log(sum);
+    lse = mx + std::log(sum);
     ids_.resize(size_t(V));
     for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
     const int64_t k = std::min<int64_t>(p.logprobs, V);
@@ -44,6 +46,18 @@ int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
     top->clear();
     for (int64_t i = 0; i < k; ++i) top->emplace_back(ids_[size_t(i)], raw[ids_[size_t(i)]] - lse);
   }
+  const int32_t t = choose(in);
+  // The chosen token's own logprob, from the same softmax, follows the top-K when it is not
+  // among them (as vLLM reports it).
+  if (want && std::none_of(top->begin(), top->end(), [t](const auto& e) { return e.first == t; }))
+    top->emplace_back(t, raw[t] - lse);
+  return t;
+}
+
+int32_t Sampler::choose(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const int64_t V = vocab_;
+  const float* raw = in.logits;
   work_.assign(raw, raw + V);
   float* l = work_.data();
   const auto& toks = *in.tokens;

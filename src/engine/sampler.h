@@ -21,10 +21,12 @@ struct SampleInput {
 class Sampler {
  public:
   explicit Sampler(int64_t vocab) : vocab_(vocab) {}
-  // The chosen token; fills `top` with the top-K logprobs of the raw distribution when K > 0.
+  // The chosen token; fills `top` with the top-K logprobs of the raw distribution when K > 0,
+  // followed by the chosen token's when it is not among them.
   int32_t sample(const SampleInput& in, TopLogprobs* top);
 
  private:
+  int32_t choose(const SampleInput& in);
   int64_t vocab_;
   std::vector<float> work_;
   std::vector<int32_t> ids_;

@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <strings.h>
+
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
@@ -220,9 +222,9 @@ bool ApiServer::Impl::read_body(const httplib::Request& req, httplib::Response& 
 void ApiServer::Impl::check_access(const httplib::Request& req) const {
   if (!options.api_key.empty()) {
     const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (auth.compare(0, prefix.size(), prefix) != 0 ||
-        !same_secret(auth.substr(prefix.size()), options.api_key))
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "bearer ", 7) == 0;
+    if (!bearer || !same_secret(auth.substr(7), options.api_key))
       throw ApiError(401, "Invalid or missing API key (send it as 'Authorization: Bearer KEY').",
                      {}, "invalid_api_key");
   }
@@ -460,6 +462,13 @@ ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
   s.http.set_keep_alive_max_count(1000);
   s.http.set_read_timeout(30);
   s.http.set_write_timeout(30);
+  // SO_REUSEADDR only: a restart may bind over connections in TIME_WAIT, but a second server on
+  // the same port fails to bind (cpp-httplib's default, SO_REUSEPORT, lets both listen and splits
+  // the connections between them).
+  s.http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   s.routes();
 }
 

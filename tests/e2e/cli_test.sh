@@ -55,7 +55,12 @@ this is not json
 {"prompt_ids": [9, 9, 9], "max_tokens": 2, "temperature": 0.8, "seed": 11, "logprobs": 3}
 {"prompt_ids": [4], "max_tokens": 1, "stop_token_ids": "x"}
 JSONL
-"$BIN" generate --model "$WORK/tiny" --prompts "$WORK/in.jsonl" --output "$WORK/out.jsonl" 2>"$WORK/err"
+# Rejected requests do not stop the others, but the run's exit status reports them.
+if "$BIN" generate --model "$WORK/tiny" --prompts "$WORK/in.jsonl" --output "$WORK/out.jsonl" \
+  2>"$WORK/err"; then
+  fail "exit status 0 although requests were rejected"
+fi
+grep -q "6 of 8 requests failed" "$WORK/err" || { cat "$WORK/err"; fail "failed-request summary"; }
 python3 - "$WORK/out.jsonl" <<'PY' || { cat "$WORK/err"; fail "mixed JSONL"; }
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -64,7 +69,13 @@ assert len(rows[0]["output_ids"]) == 3 and "error" not in rows[0]
 for i, word in [(1, "empty"), (2, "vocabulary"), (3, "max_tokens"), (4, "JSON"), (5, "tokenizer"),
                 (7, "stop_token_ids")]:
     assert word in rows[i]["error"], (i, rows[i])
-assert len(rows[6]["output_ids"]) == 2 and len(rows[6]["logprobs"][0]) == 3
+# The top 3, then the sampled token when it is not among them.
+for step, top in enumerate(rows[6]["logprobs"]):
+    assert len(top) in (3, 4) and [p for _, p in top[:3]] == sorted([p for _, p in top[:3]], reverse=True)
+    assert rows[6]["output_ids"][step] in [t for t, _ in top], (step, top)
+    if len(top) == 4:
+        assert top[3][0] == rows[6]["output_ids"][step] and top[3][1] <= top[2][1]
+assert len(rows[6]["output_ids"]) == 2
 PY
 
 # Seeded sampling: the same request and seed give the same tokens alone or in a batch.
@@ -94,6 +105,14 @@ expect_error() {
 expect_error "does not exist" "$BIN" inspect "$WORK/nowhere"
 expect_error "exactly one of" "$BIN" generate --model "$WORK/tiny"
 expect_error "not an integer token id" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1,x
+expect_error "\-\-max-tokens: max_tokens must be >= 1, got -5" "$BIN" generate --model "$WORK/tiny" \
+  --prompt-ids 1 --max-tokens -5
+expect_error "\-\-temperature: temperature must be >= 0" "$BIN" generate --model "$WORK/tiny" \
+  --prompt-ids 1 --temperature -1
+expect_error "\-\-top-p: top_p must be in (0, 1]" "$BIN" generate --model "$WORK/tiny" \
+  --prompt-ids 1 --top-p 2
+expect_error "\-\-stop: stop strings need a tokenizer" "$BIN" generate --model "$WORK/tiny" \
+  --prompt-ids 1 --stop x
 expect_error "unknown preset" "$BIN" make-tiny --out "$WORK/x" --preset huge
 expect_error "layout" "$BIN" make-tiny --out "$WORK/x" --layout other
 expect_error "excludes" "$BIN" make-tiny --out "$WORK/x" --preset tiny --random-config 3

@@ -3,7 +3,11 @@
 // Runs against the built-in tiny model (no tokenizer) with an API key, --max-model-len 64 and a
 // 1 MiB body limit.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
 import { cliArgs, startServer } from './lib.mjs';
@@ -142,6 +146,54 @@ describe('errors', () => {
     // Health and metrics stay open for probes.
     assert.equal((await call('/health', undefined, { method: 'GET', key: null })).status, 200);
     assert.equal((await call('/metrics', undefined, { method: 'GET', key: null })).status, 200);
+    // The scheme is case-insensitive.
+    for (const scheme of ['bearer', 'BEARER', 'Bearer']) {
+      const r = await call('/v1/models', undefined,
+                           { method: 'GET', key: null, headers: { Authorization: `${scheme} ${KEY}` } });
+      assert.equal(r.status, 200, `${scheme}: ${r.text}`);
+    }
+  });
+
+  it('an empty key is refused; the key may come from a file or the environment', async () => {
+    const run = (extra, env = {}) => spawnSync(args.deepinfer, ['serve', '--port', '0', ...extra],
+                                               { encoding: 'utf8', env: { ...process.env, ...env },
+                                                 timeout: 60000 });
+    const empty = run(['--api-key', '']);
+    assert.notEqual(empty.status, 0);
+    assert.match(empty.stderr, /--api-key .*is empty/);
+    const dir = mkdtempSync(join(tmpdir(), 'deepinfer-key-'));
+    try {
+      writeFileSync(join(dir, 'blank'), '\n');
+      const blank = run(['--api-key-file', join(dir, 'blank')]);
+      assert.notEqual(blank.status, 0);
+      assert.match(blank.stderr, /--api-key-file .*empty/);
+      const missing = run(['--api-key-file', join(dir, 'nope')]);
+      assert.notEqual(missing.status, 0);
+      assert.match(missing.stderr, /cannot read/);
+      writeFileSync(join(dir, 'key'), 'from-file\n');
+      for (const [extra, env, key] of [[['--api-key-file', join(dir, 'key')], {}, 'from-file'],
+                                       [[], { DEEPINFER_API_KEY: 'from-env' }, 'from-env']]) {
+        const s = await startServer(args.deepinfer, extra, { env });
+        try {
+          const get = (k) => fetch(`${s.url}/v1/models`, { headers: { Authorization: `Bearer ${k}` } });
+          assert.equal((await get(key)).status, 200);
+          assert.equal((await get('other')).status, 401);
+        } finally {
+          await s.stop();
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a second server on a port in use fails to start', async () => {
+    const second = spawnSync(args.deepinfer, ['serve', '--port', String(server.port)],
+                             { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(second.status, 0, second.stderr);
+    assert.match(second.stderr, /cannot listen on .*:\d+/);
+    // The first one still answers.
+    assert.equal((await call('/health', undefined, { method: 'GET', key: null })).status, 200);
   });
 
   it('unknown endpoints and methods', async () => {

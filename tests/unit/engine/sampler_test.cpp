@@ -42,6 +42,31 @@ TEST(Sampler, LogprobsOfTheRawDistribution) {
   EXPECT_NEAR(top[1].second, std::log(1.0 / 6), 1e-6);
 }
 
+// The chosen token's logprob is always there: after the top-K when it is not among them (here a
+// penalty makes greedy pick a token the raw distribution ranks second).
+TEST(Sampler, TheChosenTokensLogprobFollowsTheTopK) {
+  Fixture f;
+  f.logits = {0.0f, std::log(3.0f), 0.0f, std::log(2.0f)};
+  f.tokens = {1, 1};  // token 1 is in the output...
+  f.p.temperature = 0;
+  f.p.presence_penalty = 10;  // ...and penalised away
+  f.p.logprobs = 1;
+  TopLogprobs top;
+  // Tokens [1, 1] with num_prompt 3 would leave no output: use a prompt of one token.
+  Sampler s(4);
+  const int32_t t = s.sample({f.logits.data(), &f.p, &f.tokens, 1, 0}, &top);
+  EXPECT_EQ(t, 3);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].first, 1);
+  EXPECT_NEAR(top[0].second, std::log(3.0 / 7), 1e-6);
+  EXPECT_EQ(top[1].first, 3);
+  EXPECT_NEAR(top[1].second, std::log(2.0 / 7), 1e-6);
+  // Among the top-K already: nothing is added.
+  f.p.presence_penalty = 0;
+  EXPECT_EQ(s.sample({f.logits.data(), &f.p, &f.tokens, 1, 0}, &top), 1);
+  EXPECT_EQ(top.size(), 1u);
+}
+
 TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
   Fixture f;
   f.logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};

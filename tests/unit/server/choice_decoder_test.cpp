@@ -192,8 +192,9 @@ TEST(ChoiceDecoder, ParserRoundTripsTheRenderedAssistantTurn) {
   m[1].role = ChatRole::kAssistant;
   m[1].reasoning_content = "Two cities, so two calls.\nBoth need the weather tool.";
   m[1].content = "Checking both — один момент.";
-  m[1].tool_calls = {{"a", "get_weather", R"({"city": "Paris", "days": 3})"},
-                     {"b", "get_weather", R"({"city": "Oslo", "opts": {"unit": "C", "n": [1, 2]}})"}};
+  m[1].tool_calls = {
+      {"a", "get_weather", R"({"city": "Paris", "days": 3})"},
+      {"b", "get_weather", R"({"city": "Oslo", "opts": {"unit": "C", "n": [1, 2]}})"}};
   ChatOptions o;
   o.thinking = true;
   o.tools_json = R"([{"type": "function", "function": {"name": "get_weather"}}])";
@@ -233,9 +234,14 @@ TEST(ChoiceDecoder, LogprobsOfTheSampledTokenAndTopAlternatives) {
   EXPECT_FLOAT_EQ(d.logprobs[0].logprob, -1.5f);
   ASSERT_EQ(d.logprobs[0].top.size(), 1u);
   EXPECT_EQ(d.logprobs[0].top[0].first, 5);
-  ev.token = 9;  // not among the alternatives
+  // The engine appends the sampled token when it is not among the top alternatives: its true
+  // logprob is reported, never a placeholder.
+  ev.token = 9;
+  ev.logprobs = {{5, -0.5f}, {6, -1.5f}, {7, -3.0f}, {9, -7.25f}};
   d = dec.push(ev);
-  EXPECT_FLOAT_EQ(d.logprobs[0].logprob, -9999.0f);
+  EXPECT_FLOAT_EQ(d.logprobs[0].logprob, -7.25f);
+  ASSERT_EQ(d.logprobs[0].top.size(), 1u);
+  EXPECT_EQ(d.logprobs[0].top[0].first, 5);
 }
 
 }  // namespace
