@@ -238,8 +238,8 @@ int parse_effort(const Json& v, const std::string& name) {
   if (v.is_string()) {
     const std::string s = v.get<std::string>();
     if (s == "none") return 0;
-    // OpenAI's middle setting is the format's default.
-    if (s == "medium") return 50;
+    // OpenAI's middle setting, and the extra name some servers accept, are the format's default.
+    if (s == "medium" || s == "xhigh") return kDefaultReasoningEffort;
     try {
       return reasoning_effort_from_name(s);
     } catch (const Error&) {

@@ -4,7 +4,7 @@
 // The prompt format is the one of the model repository's encoding script (there is no Jinja
 // template):
 //
-//   <｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 50 (range 1-100, ...)\n\n{system}
+//   <｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 75 (range 1-100, ...)\n\n{system}
 //   <｜User｜>{user}<｜Assistant｜><think>{reasoning}</think>{answer}<｜end▁of▁sentence｜>
 //   <｜User｜>{user}<｜Assistant｜><think>
 //
@@ -55,7 +55,7 @@ struct ChatMessage {
 
 struct ChatOptions {
   bool thinking = false;
-  int reasoning_effort = 0;  // 1..100; 0 = the format's default, 50 ("high")
+  int reasoning_effort = 0;  // 1..100; 0 = the format's default, kDefaultReasoningEffort
   // OpenAI-style "tools" array offered to the model; it joins the leading system message (an
   // empty one is inserted when the conversation does not start with one).
   std::string tools_json;
@@ -72,7 +72,8 @@ struct ChatOptions {
 
 std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions& options);
 
-// The named efforts of the reference encoder: low 25, high 50, xhigh 75, max 100.
+// The named efforts of the V4.1 encoder: low 50, high 75 (its default), max 100.
+inline constexpr int kDefaultReasoningEffort = 75;
 int reasoning_effort_from_name(std::string_view name);
 
 // --- completions ---

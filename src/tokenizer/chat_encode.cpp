@@ -359,12 +359,11 @@ Msg convert(const ChatMessage& in, size_t i) {
 }  // namespace
 
 int reasoning_effort_from_name(std::string_view name) {
-  if (name == "low") return 25;
-  if (name == "high") return 50;
-  if (name == "xhigh") return 75;
+  if (name == "low") return 50;
+  if (name == "high") return kDefaultReasoningEffort;
   if (name == "max") return 100;
   throw Error(str_cat("chat: reasoning effort \"", name,
-                      "\" is not one of low, high, xhigh, max (or a number 1-100)"));
+                      "\" is not one of low, high, max (or a number 1-100)"));
 }
 
 std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions& options) {
@@ -417,9 +416,10 @@ std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions
   }
   if (options.thinking && drop) msgs = drop_earlier_thinking(std::move(msgs));
 
-  const RenderContext ctx{msgs, options.thinking, drop,
-                          options.reasoning_effort ? options.reasoning_effort : 50,
-                          options.add_generation_prompt};
+  const RenderContext ctx{
+      msgs, options.thinking, drop,
+      options.reasoning_effort ? options.reasoning_effort : kDefaultReasoningEffort,
+      options.add_generation_prompt};
   std::string prompt = options.add_bos ? std::string(cf::kBos) : std::string();
   for (size_t i = 0; i < msgs.size(); ++i) prompt += render_message(ctx, i);
   return prompt;

@@ -248,9 +248,10 @@ TEST(OpenAiRequest, ThinkingSwitchAndEffort) {
                          {R"("thinking": {"type": "disabled"})", false, 0},
                          {R"("chat_template_kwargs": {"thinking": true})", true, 0},
                          {R"("reasoning_effort": "max")", true, 100},
-                         {R"("reasoning_effort": "medium")", true, 50},
+                         {R"("reasoning_effort": "medium")", true, 75},
+                         {R"("reasoning_effort": "xhigh")", true, 75},
                          {R"("reasoning_effort": 30, "thinking": false)", false, 30},
-                         {R"("reasoning_effort": "low", "thinking": true)", true, 25},
+                         {R"("reasoning_effort": "low", "thinking": true)", true, 50},
                          {R"("reasoning_effort": "none")", false, 0},
                          {R"("chat_template_kwargs": {"reasoning_effort": "none"})", false, 0}}) {
     const ApiRequest r = parse_api_request(kChat, "{" + msgs + ", " + c.extra + "}", info);

@@ -87,11 +87,12 @@ TEST(ChatEncode, GoldenCases) {
 }
 
 TEST(ChatEncode, EffortNames) {
-  EXPECT_EQ(reasoning_effort_from_name("low"), 25);
-  EXPECT_EQ(reasoning_effort_from_name("high"), 50);
-  EXPECT_EQ(reasoning_effort_from_name("xhigh"), 75);
+  EXPECT_EQ(reasoning_effort_from_name("low"), 50);
+  EXPECT_EQ(reasoning_effort_from_name("high"), 75);
   EXPECT_EQ(reasoning_effort_from_name("max"), 100);
-  EXPECT_THROW(reasoning_effort_from_name("medium"), Error);
+  EXPECT_EQ(kDefaultReasoningEffort, 75);
+  EXPECT_THROW(reasoning_effort_from_name("medium"), Error);  // the encoder's names only
+  EXPECT_THROW(reasoning_effort_from_name("xhigh"), Error);
 }
 
 TEST(ChatEncode, EffortOnlyInThinkingMode) {
