@@ -25,7 +25,7 @@ using json = nlohmann::json;
 struct GenerateOptions {
   EngineOptions eo;
   std::string prompt, prompt_ids, prompts_file, output, system;
-  int64_t num_prompts = 0, input_len = 32;
+  int64_t num_prompts = -1, input_len = 32;  // num_prompts < 0: not given
   uint64_t seed = 0;
   bool chat = false, thinking = false;
   int reasoning_effort = 0;
@@ -142,8 +142,9 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     return x;
   };
   int given =
-      !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() + (o.num_prompts > 0);
+      !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() + (o.num_prompts >= 0);
   DI_REQUIRE(given == 1, "give exactly one of --prompt, --prompt-ids, --prompts or --num-prompts");
+  DI_REQUIRE(o.input_len >= 1, "--input-len ", o.input_len, ": must be >= 1");
   if (!o.prompt.empty()) {
     Input x = base();
     x.req.prompt_ids = tokenize(o, tok, o.prompt);
@@ -152,7 +153,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     Input x = base();
     x.req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
     in.push_back(std::move(x));
-  } else if (o.num_prompts > 0) {
+  } else if (o.num_prompts >= 0) {
     DI_REQUIRE(o.input_len >= 1, "--input-len must be >= 1");
     std::mt19937_64 rng(o.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
@@ -331,7 +332,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompts", o->prompts_file,
                   "JSONL file, one request a line: {\"prompt\": ...} or {\"prompt_ids\": [...]} "
                   "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ...");
-  cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)");
+  cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of synthetic prompts and of requests without one")

@@ -91,8 +91,11 @@ void serve(ServeOptions& o) {
 
   server::ApiServer srv(*le.engine, info, o.so);
   const int port = srv.bind();
-  std::fprintf(stderr, "deepinfer: serving '%s' on http://%s:%d%s\n", name.c_str(),
-               o.so.host.c_str(), port, o.so.api_key.empty() ? "" : " (API key required)");
+  // An IPv6 address goes in brackets in a URL.
+  const std::string host =
+      o.so.host.find(':') != std::string::npos ? "[" + o.so.host + "]" : o.so.host;
+  std::fprintf(stderr, "deepinfer: serving '%s' on http://%s:%d%s\n", name.c_str(), host.c_str(),
+               port, o.so.api_key.empty() ? "" : " (API key required)");
 
   std::atomic<bool> done{false};
   std::thread watcher([&] {
@@ -123,7 +126,7 @@ void serve(ServeOptions& o) {
 void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
-  add_engine_options(cmd, &o->eo);
+  add_engine_options(cmd, &o->eo, /*serving=*/true);
   server::ServerOptions& so = o->so;
   cmd->add_option("--host", so.host, "Address to listen on")
       ->envname("DEEPINFER_HOST")

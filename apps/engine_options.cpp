@@ -15,8 +15,11 @@ namespace deepinfer::app {
 
 namespace fs = std::filesystem;
 
-void add_engine_options(CLI::App* cmd, EngineOptions* o) {
+void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
   SchedulerConfig& s = o->engine.sched;
+  // The server does not take data-parallel replicas yet, and debugging options stay out of its
+  // help (they still parse, so a refusal can name them).
+  const std::string hidden_in_serve = serving ? "" : "Options";
   cmd->add_option("--model", o->model, "Checkpoint directory (default: the built-in tiny model)")
       ->envname("DEEPINFER_MODEL");
   cmd->add_option("--dtype", o->dtype, "Activation numerics: bf16 (official) or fp32")
@@ -25,7 +28,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o) {
       ->capture_default_str();
   cmd->add_flag("--demo-decode-defect", o->demo_decode_defect,
                 "Reproduce the public demo's decode-time index-key sharing (comparisons only)")
-      ->envname("DEEPINFER_DEMO_DECODE_DEFECT");
+      ->envname("DEEPINFER_DEMO_DECODE_DEFECT")
+      ->group(hidden_in_serve);
   cmd->add_option("--threads", o->threads, "Worker threads (default: all cores)")
       ->envname("DEEPINFER_NUM_THREADS");
   cmd->add_option("--max-num-seqs", s.max_num_seqs, "Sequences running at once")
@@ -59,7 +63,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o) {
   ParallelConfig& pc = o->parallel;
   cmd->add_option("--dp", pc.dp, "Data-parallel ranks (each schedules its own requests)")
       ->envname("DEEPINFER_DP")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(hidden_in_serve);
   cmd->add_option("--cp", pc.cp, "Context-parallel ranks (split each sequence's compressed KV)")
       ->envname("DEEPINFER_CP")
       ->capture_default_str();
@@ -69,7 +74,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o) {
   cmd->add_option("--prefill-attempt-interval", pc.prefill_attempt_interval,
                   "Data parallelism: vote on prefilling every this many steps")
       ->envname("DEEPINFER_PREFILL_ATTEMPT_INTERVAL")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->group(hidden_in_serve);
   cmd->add_option("--engram-sharding", pc.engram_sharding,
                   "Engram tables: shard rows over ranks sharing tokens (on), read a shared "
                   "mapping (off), or shard only across hosts (auto)")
@@ -77,10 +83,32 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o) {
       ->envname("DEEPINFER_ENGRAM_SHARDING")
       ->capture_default_str();
   cmd->add_option("--dump-dir", o->dump_dir,
-                  "Write per-layer activations of single-sequence steps as .npy files here");
+                  "Write per-layer activations of single-sequence steps as .npy files here")
+      ->group(hidden_in_serve);
 }
 
+namespace {
+// Engine limits that no model can run with, named by their flags (before anything loads).
+void check_engine_limits(const EngineOptions& o) {
+  const SchedulerConfig& s = o.engine.sched;
+  auto need = [](bool ok, const char* flag, int64_t v, const char* rule) {
+    DI_REQUIRE(ok, flag, " ", v, ": must be ", rule);
+  };
+  need(s.max_num_seqs >= 1, "--max-num-seqs", s.max_num_seqs, ">= 1");
+  need(s.max_num_batched_tokens >= 1, "--max-num-batched-tokens", s.max_num_batched_tokens, ">= 1");
+  need(s.max_num_prefill_tokens >= 1, "--max-num-prefill-tokens", s.max_num_prefill_tokens, ">= 1");
+  need(s.max_model_len >= 1, "--max-model-len", s.max_model_len, ">= 1");
+  need(s.block_tokens >= 1, "--block-size", s.block_tokens, ">= 1");
+  need(s.prefill_bucket >= 0, "--prefill-bucket", s.prefill_bucket, ">= 0 (0: off)");
+  need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
+       ">= 0 (0: from --kv-cache-memory)");
+  need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
+  need(o.threads >= 0, "--threads", o.threads, ">= 0 (0: all cores)");
+}
+}  // namespace
+
 LoadedEngine load_engine(const EngineOptions& o) {
+  check_engine_limits(o);
   LoadedEngine le;
   le.model_dir = o.model.empty() ? default_model_dir() : o.model;
   // Ranks start before anything heavy is loaded (the leader forks its followers).

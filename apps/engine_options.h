@@ -28,7 +28,8 @@ struct EngineOptions {
   ParallelConfig parallel;
 };
 
-void add_engine_options(CLI::App* cmd, EngineOptions* o);
+// `serving`: for `serve`, which leaves data parallelism and debugging options out of its help.
+void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving = false);
 
 // Everything a command needs to run requests: checkpoint, optional tokenizer, model, engine.
 struct LoadedEngine {

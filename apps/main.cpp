@@ -1,6 +1,7 @@
 // The `deepinfer` command: make-tiny, inspect, generate, serve, bench.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "core/error.h"
@@ -14,6 +15,20 @@ int main(int argc, char** argv) {
   deepinfer::app::add_bench(app);
   deepinfer::app::add_generate(app);
   deepinfer::app::add_serve(app);
+  // A first argument that names no command gets said so (CLI11 would report a missing one).
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "deepinfer: error: unknown command '%s' (expected one of: %s)\n",
+                   argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

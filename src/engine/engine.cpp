@@ -187,12 +187,14 @@ std::vector<TokenEvent> Engine::step() {
     const int64_t V = model_.config().vocab_size;
     size_t k = 0;
     for (const SchedSeq& q : out.seqs) {
-      if (!q.decode) {
+      Sequence* s = scheduler_->find(q.seq_id);
+      // Prompt rows: chunks, and a prompt's last token run as a decode row (a one-token prompt
+      // is nothing else); recomputation after preemption counts too.
+      if (!q.decode || q.start_pos < s->num_prompt) {
         has_prompt = true;
         stats_.prompt_tokens += int64_t(q.tokens.size());
       }
       if (!q.sample) continue;
-      Sequence* s = scheduler_->find(q.seq_id);
       TopLogprobs top;
       SampleInput in{&logits[k * size_t(V)], &s->req.params, &s->tokens, s->num_prompt,
                      *s->req.params.seed};

@@ -114,6 +114,19 @@ expect_error "\-\-top-p: top_p must be in (0, 1]" "$BIN" generate --model "$WORK
 expect_error "\-\-stop: stop strings need a tokenizer" "$BIN" generate --model "$WORK/tiny" \
   --prompt-ids 1 --stop x
 expect_error "unknown preset" "$BIN" make-tiny --out "$WORK/x" --preset huge
+expect_error "unknown command 'frobnicate' (expected one of: make-tiny" "$BIN" frobnicate
+expect_error "\-\-max-num-seqs 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
+  --max-num-seqs 0
+expect_error "\-\-num-prompts: Value 0 not in range" "$BIN" generate --model "$WORK/tiny" --num-prompts 0
+# serve's help lists only what serve accepts (no data parallelism, no debugging options).
+"$BIN" serve --help > "$WORK/serve_help.txt"
+grep -q -- "--port" "$WORK/serve_help.txt" || fail "serve --help"
+if grep -q -- "--dp\|--dump-dir\|--demo-decode-defect" "$WORK/serve_help.txt"; then
+  fail "serve --help lists options serve refuses or debugging options"
+fi
+# A one-token prompt is a prompt token in the summary.
+"$BIN" generate --model "$WORK/tiny" --prompt-ids 5 --max-tokens 2 2>"$WORK/err" >/dev/null
+grep -q "prompt tokens 1, generated 2" "$WORK/err" || { cat "$WORK/err"; fail "one-token prompt summary"; }
 expect_error "layout" "$BIN" make-tiny --out "$WORK/x" --layout other
 expect_error "excludes" "$BIN" make-tiny --out "$WORK/x" --preset tiny --random-config 3
 mkdir -p "$WORK/broken" && cp "$WORK/tiny/config.json" "$WORK/broken/"
