@@ -8,6 +8,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +91,7 @@ void serve(ServeOptions& o) {
   info.created = int64_t(std::time(nullptr));
 
   server::ApiServer srv(*le.engine, info, o.so);
+  if (le.world->size() > 1) srv.set_health_probe([&le] { return le.world->dead_rank(); });
   const int port = srv.bind();
   // An IPv6 address goes in brackets in a URL.
   const std::string host =
@@ -117,6 +119,13 @@ void serve(ServeOptions& o) {
   srv.run();
   done = true;
   watcher.join();
+  if (srv.failed()) {
+    // A supervisor restarts a server that exits non-zero. The other ranks' fate is not waited
+    // for: one of them is what failed.
+    std::fprintf(stderr, "deepinfer: server stopped after an engine failure\n");
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
   le.finish();  // other ranks: the shutdown message, then their exit
   std::fprintf(stderr, "deepinfer: server stopped\n");
 }

@@ -126,6 +126,7 @@ class ShmWorld final : public World {
   Group& group() override { return group_; }
   StepChannel& channel() override { return channel_; }
   std::vector<int> local_pids() const override { return state_->pids; }
+  std::string dead_rank() override { return state_->alive.poll(); }
 
   void finish() override {
     if (finished_) return;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "dist/group.h"
@@ -78,6 +79,10 @@ class World {
   // Process ids of the ranks on this host, by rank, as far as this rank knows them (the shm
   // backend knows all; MPI only its own).
   virtual std::vector<int> local_pids() const = 0;
+  // The first rank found dead, described ("rank 1 (pid ...) exited with ..."), or empty while
+  // all are alive or when the backend cannot tell between collectives. From the thread that
+  // runs the collectives.
+  virtual std::string dead_rank() { return {}; }
 
   int rank() { return group().rank(); }
   int size() { return group().size(); }

@@ -92,6 +92,23 @@ void EngineLoop::cancel_all() {
   cv_.notify_all();
 }
 
+// Ends every request in flight with an error, refuses later ones, and tells the server once.
+void EngineLoop::fail(const std::string& why) {
+  for (const auto& [id, live] : live_) engine_.abort(id);
+  finish_outputs(FinishReason::Error);
+  {
+    std::lock_guard lk(mu_);
+    failure_ = why;
+  }
+  failed_ = true;
+  if (on_failure_) on_failure_();
+}
+
+std::string EngineLoop::failure() const {
+  std::lock_guard lk(mu_);
+  return failure_;
+}
+
 EngineGauges EngineLoop::gauges() const {
   std::lock_guard lk(gauges_mu_);
   return gauges_;
@@ -104,9 +121,9 @@ void EngineLoop::run() {
     bool cancel_all = false, stopping = false;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] {
+      cv_.wait_for(lk, std::chrono::milliseconds(250), [&] {
         return stop_ || cancel_all_ || !submissions_.empty() || !cancels_.empty() ||
-               engine_.has_unfinished();
+               (engine_.has_unfinished() && !failed_);
       });
       subs.swap(submissions_);
       cancels.swap(cancels_);
@@ -120,7 +137,14 @@ void EngineLoop::run() {
     } else {
       for (RequestId id : cancels) engine_.abort(id);
     }
-    if (engine_.has_unfinished()) {
+    if (probe_ && !failed_) {
+      const std::string dead = probe_();
+      if (!dead.empty()) {
+        std::fprintf(stderr, "deepinfer: %s; ending %zu requests\n", dead.c_str(), live_.size());
+        fail(dead);
+      }
+    }
+    if (engine_.has_unfinished() && !failed_) {
       try {
         std::vector<TokenEvent> events = engine_.step();
         route(events);
@@ -128,14 +152,13 @@ void EngineLoop::run() {
       } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: engine step failed, ending %zu requests: %s\n",
                      live_.size(), e.what());
-        for (const auto& [id, live] : live_) engine_.abort(id);
-        finish_outputs(FinishReason::Error);
+        fail(e.what());
       }
     } else {
       finish_outputs(FinishReason::None);  // requests aborted before their first step
     }
     publish_gauges();
-    if (stopping && live_.empty() && !engine_.has_unfinished()) break;
+    if (stopping && live_.empty() && (failed_ || !engine_.has_unfinished())) break;
   }
 }
 
@@ -145,6 +168,7 @@ void EngineLoop::admit(Submission& s) {
   std::string error;
   size_t added = 0;
   if (stop_) error = "the server is shutting down";
+  if (failed_) error = "the engine failed: " + failure_;
   for (; error.empty() && added < s.requests.size(); ++added) {
     Request& r = s.requests[added];
     const int64_t prompt_tokens = int64_t(r.prompt_ids.size());

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -88,6 +89,15 @@ class EngineLoop {
   // Aborts every request in the engine.
   void cancel_all();
   EngineGauges gauges() const;
+  // After an engine step failed (a rank died, say) nothing more runs: every request in flight
+  // ended with FinishReason::Error, later submissions are refused, and `on_failure` (set before
+  // start()) was called once from the engine thread.
+  bool failed() const { return failed_; }
+  std::string failure() const;
+  void set_on_failure(std::function<void()> fn) { on_failure_ = std::move(fn); }
+  // Called from the engine thread at least every 250 ms, idle or not: a non-empty answer (a
+  // rank found dead) is an engine failure, noticed without waiting for the next step.
+  void set_health_probe(std::function<std::string()> fn) { probe_ = std::move(fn); }
 
  private:
   struct Submission {
@@ -113,7 +123,7 @@ class EngineLoop {
   std::thread thread_;
   std::atomic<uint64_t> next_id_{1};
 
-  std::mutex mu_;  // guards the queues and stop_
+  mutable std::mutex mu_;  // guards the queues, stop_ and failure_
   std::condition_variable cv_;
   std::deque<Submission> submissions_;
   std::vector<RequestId> cancels_;
@@ -125,6 +135,12 @@ class EngineLoop {
 
   mutable std::mutex gauges_mu_;
   EngineGauges gauges_;
+
+  std::atomic<bool> failed_{false};
+  std::string failure_;  // guarded by mu_
+  std::function<void()> on_failure_;
+  std::function<std::string()> probe_;
+  void fail(const std::string& why);
 };
 
 }  // namespace deepinfer::server

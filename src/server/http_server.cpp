@@ -161,8 +161,16 @@ struct ApiServer::Impl {
   void generate(Endpoint ep, const httplib::Request& req, httplib::Response& res,
                 const httplib::ContentReader& reader);
   bool pump(CallContext& ctx, httplib::DataSink& sink);
+  // A non-streaming call: waits for the result, then sends it with its status (a failure
+  // becomes a 503). Returns false when the client left first.
+  bool wait_whole(CallContext& ctx);
   void disconnect(CallContext& ctx);
+  void begin_shutdown();
   void drain();
+  ApiError engine_failed() const {
+    return ApiError(503, "The engine failed and the server is stopping: " + loop.failure(), {},
+                    "engine_failed");
+  }
 
   ModelInfo info;
   ServerOptions options;
@@ -252,6 +260,7 @@ void ApiServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib
     auto ctx = std::make_shared<CallContext>(in_flight, in_flight_cv, in_flight_mu);
     // Counted in flight first, then checked: a shutdown that began meanwhile either waits for
     // this call or is seen here.
+    if (loop.failed()) throw engine_failed();
     if (draining) throw ApiError(503, "The server is shutting down.", {}, "service_unavailable");
     ctx->call = std::make_shared<Call>(int32_t(requests.size()));
     ctx->stream = ar.stream;
@@ -264,7 +273,17 @@ void ApiServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib
                                 .count();
     ctx->builder = std::make_unique<ResponseBuilder>(ar, info, prefix + random_hex(), created);
     const std::string refused = loop.submit(ctx->call, std::move(requests));
+    if (!refused.empty() && loop.failed()) throw engine_failed();
     if (!refused.empty()) throw ApiError(400, refused, {}, "invalid_request");
+    if (!ar.stream) {
+      // The status goes out with the result, so that a failure can still be a 5xx.
+      if (!wait_whole(*ctx)) return;  // the client left: nothing to send
+      if (ctx->builder->any_error())
+        send_error(res, engine_failed());
+      else
+        send_json(res, 200, ctx->builder->full_body());
+      return;
+    }
     auto provider = [this, ctx](size_t, httplib::DataSink& sink) { return pump(*ctx, sink); };
     auto releaser = [this, ctx](bool) {
       // The response ended without the provider finishing: the client is gone.
@@ -277,6 +296,23 @@ void ApiServer::Impl::generate(Endpoint ep, const httplib::Request& req, httplib
   } catch (const ApiError& e) {
     send_error(res, e);
   }
+}
+
+bool ApiServer::Impl::wait_whole(CallContext& ctx) {
+  while (!ctx.builder->all_ended()) {
+    std::vector<CallUpdate> updates;
+    if (ctx.call->wait(&updates, kPollInterval))
+      for (const CallUpdate& u : updates) ctx.builder->on_update(u);
+    if (ctx.builder->all_ended()) break;
+    if (ctx.socket == -2)
+      ctx.socket = client_socket(ctx.local_port, ctx.remote_addr, ctx.remote_port);
+    if (ctx.socket >= 0 && peer_closed(ctx.socket)) {
+      disconnect(ctx);
+      return false;
+    }
+  }
+  ctx.finished = true;
+  return true;
 }
 
 bool ApiServer::Impl::pump(CallContext& ctx, httplib::DataSink& sink) {
@@ -313,6 +349,8 @@ bool ApiServer::Impl::pump(CallContext& ctx, httplib::DataSink& sink) {
   if (last) {
     if (ctx.stream) {
       frame(ctx.builder->stream_end());
+      // A choice the engine could not finish: an error event (OpenAI's shape) before the end.
+      if (ctx.builder->any_error()) out += "data: " + error_body(engine_failed()) + "\n\n";
       out += "data: [DONE]\n\n";
     } else {
       out = ctx.builder->full_body();
@@ -388,7 +426,9 @@ void ApiServer::Impl::routes() {
     }
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining)
+    if (loop.failed())
+      send_error(res, engine_failed());
+    else if (draining)
       send_error(res, ApiError(503, "The server is shutting down.", {}, "service_unavailable"));
     else
       send_json(res, 200, "{\"status\":\"ok\"}");
@@ -465,6 +505,13 @@ ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
   // SO_REUSEADDR only: a restart may bind over connections in TIME_WAIT, but a second server on
   // the same port fails to bind (cpp-httplib's default, SO_REUSEPORT, lets both listen and splits
   // the connections between them).
+  // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
+  // calls in flight end with 503, and the drain that follows lets run() return.
+  s.loop.set_on_failure([&s] {
+    std::fprintf(stderr, "deepinfer: the engine failed; stopping the server: %s\n",
+                 s.loop.failure().c_str());
+    s.begin_shutdown();
+  });
   s.http.set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
@@ -502,11 +549,26 @@ void ApiServer::run() {
 }
 
 void ApiServer::shutdown() {
-  Impl& s = *impl_;
-  std::lock_guard lk(s.drain_mu);
-  if (s.draining.exchange(true)) return;
-  s.http.stop_accepting();
-  s.drainer = std::thread([&s] { s.drain(); });
+  impl_->begin_shutdown();
+}
+
+void ApiServer::Impl::begin_shutdown() {
+  std::lock_guard lk(drain_mu);
+  if (draining.exchange(true)) return;
+  http.stop_accepting();
+  drainer = std::thread([this] { drain(); });
+}
+
+void ApiServer::set_health_probe(std::function<std::string()> probe) {
+  impl_->loop.set_health_probe(std::move(probe));
+}
+
+bool ApiServer::failed() const {
+  return impl_->loop.failed();
+}
+
+std::string ApiServer::failure() const {
+  return impl_->loop.failure();
 }
 
 void ApiServer::cancel_all() {

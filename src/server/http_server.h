@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,12 @@ class ApiServer {
   void shutdown();
   // Cancels every call in flight now (a second signal during shutdown).
   void cancel_all();
+  // The engine failed (a rank died): the server refused everything from then on and shut
+  // itself down; run() has returned or will soon.
+  bool failed() const;
+  std::string failure() const;
+  // Asked periodically whether a rank died (non-empty: its description); call before run().
+  void set_health_probe(std::function<std::string()> probe);
 
  private:
   struct Impl;

@@ -193,6 +193,7 @@ std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
     c.ended = true;
     c.finish = u.finish;
     ++ended_;
+    errors_ += u.finish == FinishReason::Error;
     finish = api_finish_reason(u.finish, c.decoder.has_tool_calls());
   } else {
     d = c.decoder.push(u.token);

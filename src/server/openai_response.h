@@ -29,6 +29,8 @@ class ResponseBuilder {
   // Takes one update; returns the chunks it produces when streaming (none otherwise).
   std::vector<std::string> on_update(const CallUpdate& u);
   bool all_ended() const { return ended_ == int64_t(choices_.size()); }
+  // Some choice ended because the engine failed (FinishReason::Error).
+  bool any_error() const { return errors_ > 0; }
   // After every choice ended: the usage chunk when stream_options.include_usage asked for it.
   std::vector<std::string> stream_end();
   // After every choice ended: the non-streaming body.
@@ -47,7 +49,7 @@ class ResponseBuilder {
   std::string id_;
   int64_t created_;
   std::vector<std::unique_ptr<Choice>> choices_;
-  int64_t ended_ = 0;
+  int64_t ended_ = 0, errors_ = 0;
 };
 
 // The finish_reason the API reports for an engine ending.

@@ -74,6 +74,53 @@ describe('serve with context and expert parallel ranks', () => {
               'the follower exited');
   });
 
+  it('a dead rank fails the calls in flight with 503s and stops the server non-zero', async () => {
+    const srv = await startServer(args.deepinfer, ['--cp', '2', '--max-num-seqs', '4']);
+    try {
+      const followers = children(srv.proc.pid);
+      assert.equal(followers.length, 1);
+      const long = { prompt: [5, 6, 7], max_tokens: 2000, temperature: 0, ignore_eos: true };
+      const post = (body) => fetch(`${srv.url}/v1/completions`, { method: 'POST', body: JSON.stringify(body) });
+      const whole = post(long);
+      const stream = await post({ ...long, stream: true });
+      assert.equal(stream.status, 200);
+      await new Promise((r) => setTimeout(r, 500));  // both are generating
+      const killed = Date.now();
+      process.kill(followers[0], 'SIGKILL');
+      // Non-streaming: the status is only sent with the result, so the failure is a 503.
+      const w = await whole;
+      assert.equal(w.status, 503);
+      const body = await w.json();
+      assert.equal(body.error.code, 'engine_failed');
+      assert.equal(body.error.type, 'server_error');
+      assert.match(body.error.message, /rank 1 .*SIGKILL/);
+      // Streaming: an error event, then [DONE].
+      const events = await sseData(stream);
+      assert.equal(events.at(-1), '[DONE]');
+      assert.equal(JSON.parse(events.at(-2)).error.code, 'engine_failed');
+      const { code } = await srv.exited;
+      assert.notEqual(code, 0, srv.log());
+      assert.ok(Date.now() - killed < 5000, `exited ${Date.now() - killed} ms after the kill`);
+      assert.match(srv.log(), /engine failed/);
+    } finally {
+      srv.proc.kill('SIGKILL');
+    }
+  });
+
+  it('an idle server notices a dead rank within a second', async () => {
+    const srv = await startServer(args.deepinfer, ['--cp', '2']);
+    try {
+      const [follower] = children(srv.proc.pid);
+      const killed = Date.now();
+      process.kill(follower, 'SIGKILL');
+      const { code } = await srv.exited;
+      assert.notEqual(code, 0);
+      assert.ok(Date.now() - killed < 1500, `noticed ${Date.now() - killed} ms after the kill`);
+    } finally {
+      srv.proc.kill('SIGKILL');
+    }
+  });
+
   it('data-parallel serving is refused with a clear error', () => {
     const r = spawnSync(args.deepinfer, ['serve', '--port', '0', '--dp', '2'], { encoding: 'utf8' });
     assert.notEqual(r.status, 0);
