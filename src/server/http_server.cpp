@@ -192,6 +192,30 @@ struct ApiServer::Impl {
 bool ApiServer::Impl::read_body(const httplib::Request& req, httplib::Response& res,
                                 const httplib::ContentReader& reader, std::string* body) {
   const size_t limit = options.max_body_bytes;
+  // A Content-Length that is not a plain decimal count (negative, signed, 20 digits) would leave
+  // the reader waiting for bytes that never come: refused at once, and the connection closed
+  // (what follows on it cannot be framed).
+  if (req.has_header("Content-Length")) {
+    const std::string cl = req.get_header_value("Content-Length");
+    const bool digits =
+        !cl.empty() && cl.size() <= 18 && cl.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) {
+      res.set_header("Connection", "close");
+      send_error(res, ApiError(400,
+                               str_cat("Content-Length '", cl.substr(0, 32),
+                                       "' is not a byte count (decimal digits)."),
+                               {}, "invalid_content_length"));
+      return false;
+    }
+    if (std::stoull(cl) > 4 * uint64_t(limit)) {
+      res.set_header("Connection", "close");
+      send_error(res, ApiError(413,
+                               str_cat("The request body is larger than the server's limit of ",
+                                       limit, " bytes."),
+                               {}, "request_too_large"));
+      return false;
+    }
+  }
   if (req.is_multipart_form_data()) {
     // Consumed (up to a bound) so the connection stays usable, then refused.
     size_t seen = 0;

@@ -221,4 +221,27 @@ describe('errors', () => {
     assert.equal(ok.status, 200, ok.text);
     assert.equal(server.proc.exitCode, null);
   });
+
+  it('a Content-Length that is no byte count is answered at once', async () => {
+    const raw = (head) => new Promise((resolve, reject) => {
+      const started = Date.now();
+      const s = net.connect(server.port, '127.0.0.1', () => s.write(head));
+      let data = '';
+      s.on('data', (d) => {
+        data += d;
+        if (data.endsWith('}')) { s.destroy(); resolve({ data, ms: Date.now() - started }); }
+      });
+      s.on('error', reject);
+    });
+    for (const [len, status, code] of [['-5', 400, 'invalid_content_length'],
+                                       ['99999999999999999999', 400, 'invalid_content_length'],
+                                       ['+12', 400, 'invalid_content_length'],
+                                       ['999999999', 413, 'request_too_large']]) {
+      const { data, ms } = await raw(`POST ${CMPL} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\n`
+                                     + `Content-Length: ${len}\r\n\r\n`);
+      assert.match(data, new RegExp(`^HTTP/1\\.1 ${status} `), len);
+      assert.match(data, new RegExp(`"code":"${code}"`), len);
+      assert.ok(ms < 2000, `${len}: answered after ${ms} ms`);
+    }
+  });
 });
