@@ -376,31 +376,23 @@ std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions
   msgs.reserve(messages.size() + 1);
   for (size_t i = 0; i < messages.size(); ++i) msgs.push_back(convert(messages[i], i));
 
-  if (!options.tools_json.empty()) {
-    ordered_json tools = parse_tools(options.tools_json, "options.tools_json");
+  // Options that join the leading system message (one is added when the conversation has none).
+  auto join_system = [&msgs](ordered_json Msg::*field, ordered_json value, const char* option) {
     if (msgs.empty() || msgs[0].role != ChatRole::kSystem) {
       Msg system;
       system.role = ChatRole::kSystem;
       msgs.insert(msgs.begin(), std::move(system));
     }
-    if (truthy(msgs[0].tools)) {
-      throw Error("chat: options.tools_json and messages[0].tools_json are both set");
-    }
-    msgs[0].tools = std::move(tools);
-  }
-  if (!options.response_format_json.empty()) {
-    ordered_json rf = parse_field(options.response_format_json, "options.response_format_json");
-    if (msgs.empty() || msgs[0].role != ChatRole::kSystem) {
-      Msg system;
-      system.role = ChatRole::kSystem;
-      msgs.insert(msgs.begin(), std::move(system));
-    }
-    if (truthy(msgs[0].response_format)) {
-      throw Error(
-          "chat: options.response_format_json and messages[0].response_format_json are both set");
-    }
-    msgs[0].response_format = std::move(rf);
-  }
+    if (truthy(msgs[0].*field))
+      throw Error(str_cat("chat: options.", option, " and messages[0].", option, " are both set"));
+    msgs[0].*field = std::move(value);
+  };
+  if (!options.tools_json.empty())
+    join_system(&Msg::tools, parse_tools(options.tools_json, "options.tools_json"), "tools_json");
+  if (!options.response_format_json.empty())
+    join_system(&Msg::response_format,
+                parse_field(options.response_format_json, "options.response_format_json"),
+                "response_format_json");
   if (options.continue_final_message) {
     if (msgs.empty() || msgs.back().role != ChatRole::kAssistant) {
       throw Error("chat: continue_final_message needs a final assistant message");

