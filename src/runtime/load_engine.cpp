@@ -1,0 +1,145 @@
+#include "runtime/load_engine.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "core/thread_pool.h"
+#include "kv/kv_layout.h"
+#include "model/builtin.h"
+#include "tokenizer/engram_map.h"
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+
+namespace {
+// Engine limits that no model can run with, named by their flags (before anything loads).
+void check_engine_limits(const EngineOptions& o) {
+  const SchedulerConfig& s = o.engine.sched;
+  auto need = [](bool ok, const char* flag, int64_t v, const char* rule) {
+    DI_REQUIRE(ok, flag, " ", v, ": must be ", rule);
+  };
+  need(s.max_num_seqs >= 1, "--max-num-seqs", s.max_num_seqs, ">= 1");
+  need(s.max_num_batched_tokens >= 1, "--max-num-batched-tokens", s.max_num_batched_tokens, ">= 1");
+  need(s.max_num_prefill_tokens >= 1, "--max-num-prefill-tokens", s.max_num_prefill_tokens, ">= 1");
+  need(s.max_model_len >= 1, "--max-model-len", s.max_model_len, ">= 1");
+  need(s.block_tokens >= 1, "--block-size", s.block_tokens, ">= 1");
+  need(s.prefill_bucket >= 0, "--prefill-bucket", s.prefill_bucket, ">= 0 (0: off)");
+  need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
+       ">= 0 (0: from --kv-cache-memory)");
+  need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
+  need(o.threads >= 0, "--threads", o.threads, ">= 0 (0: all cores)");
+}
+}  // namespace
+
+LoadedEngine load_engine(const EngineOptions& o) {
+  check_engine_limits(o);
+  LoadedEngine le;
+  le.model_dir = o.model.empty() ? default_model_dir() : o.model;
+  // Ranks start before anything heavy is loaded (the leader forks its followers).
+  const ModelConfig cfg = ModelConfig::load(le.model_dir);
+  o.parallel.validate(cfg.n_routed_experts);
+  dist::WorldOptions wo;
+  wo.world_size = o.parallel.world_size();
+  le.world = dist::init_world(wo);
+  le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
+  if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
+  if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
+  LoadOptions lo;
+  lo.expert_begin = le.layout.expert_begin;
+  lo.expert_end = le.layout.expert_end;
+  le.checkpoint = Checkpoint::load(le.model_dir, lo);
+  const ModelConfig& c = le.checkpoint->config();
+  ModelOptions mo;
+  mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
+  mo.demo_decode_defect = o.demo_decode_defect;
+  mo.parallel.cp = le.layout.cp_group;
+  mo.parallel.ep = le.layout.ep_group;
+  mo.parallel.ep_dispatch = le.layout.ep_dispatch;
+  mo.parallel.engram = le.layout.engram_group;
+  if (fs::exists(fs::path(le.model_dir) / "tokenizer.json")) {
+    le.tokenizer = Tokenizer::load(le.model_dir);
+    DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, le.model_dir, ": tokenizer has ",
+               le.tokenizer->vocab_size(), " tokens but the model's vocab_size is ", c.vocab_size);
+    if (!c.engram_layer_ids.empty()) {
+      EngramTokenMap map = build_engram_token_map(*le.tokenizer);
+      // Ids past the tokenizer's vocabulary (spare embedding rows, which no text produces) hash
+      // like the padding token.
+      const int32_t pad = c.engram_pad_id < int64_t(map.compressed.size())
+                              ? map.compressed[size_t(c.engram_pad_id)]
+                              : 0;
+      map.compressed.resize(size_t(c.vocab_size), pad);
+      DI_REQUIRE(map.compressed_vocab_size == c.engram_compressed_vocab_size, le.model_dir,
+                 ": the tokenizer's Engram token map has ", map.compressed_vocab_size,
+                 " keys but config.json says engram_compressed_vocab_size = ",
+                 c.engram_compressed_vocab_size);
+      mo.engram_token_map = std::move(map.compressed);
+    }
+  }
+  le.model = std::make_unique<Model>(*le.checkpoint, mo);
+  if (!o.dump_dir.empty()) {
+    le.dump = std::make_unique<NpyActivationDump>(o.dump_dir);
+    le.model->set_activation_sink(le.dump.get());
+  }
+  EngineConfig ec = o.engine;
+  ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
+  TextDecoder decoder;
+  if (le.tokenizer) {
+    const Tokenizer* tok = le.tokenizer.get();
+    decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };
+  }
+  {
+    // This rank's share of the weights (what expert parallelism divides), after the repack.
+    std::ifstream status("/proc/self/status");
+    std::string line, rss = "?";
+    while (std::getline(status, line))
+      if (line.rfind("VmRSS:", 0) == 0) rss = line.substr(6);
+    const std::string who =
+        le.world->size() > 1 ? str_cat("rank ", le.world->rank(), ": ") : std::string();
+    std::fprintf(stderr,
+                 "deepinfer: %sexperts [%d, %d), weights %.2f GiB mapped + %.2f GiB repacked, "
+                 "resident%s\n",
+                 who.c_str(), le.layout.expert_begin, le.layout.expert_end,
+                 double(le.checkpoint->bound_bytes) / (1 << 30),
+                 double(le.model->prepared_weight_bytes()) / (1 << 30), rss.c_str());
+  }
+  if (!le.layout.scheduler) {
+    // A replica follower: the same pool as the scheduler's, and a runner without logits.
+    le.follower_kv = std::make_unique<KvCache>(c, size_kv_pool(c, &ec));
+    le.follower_runner = std::make_unique<ModelRunner>(*le.model, *le.follower_kv, false);
+    return le;
+  }
+  le.engine = std::make_unique<Engine>(*le.model, ec, decoder, &le.layout);
+  if (le.world->rank() == 0) {
+    const KvFootprint kv = kv_footprint(c);
+    std::fprintf(stderr,
+                 "deepinfer: model %s (%d layers, vocab %lld, %s numerics%s)\n"
+                 "deepinfer: KV %.1f bytes/token; pool %d blocks x %lld tokens x %d cp = %lld "
+                 "tokens (%.1f MiB per rank incl. %d sequence slots)\n",
+                 le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
+                 le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
+                 le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens,
+                 le.layout.cp_group ? le.layout.cp_group->size() : 1,
+                 (long long)le.engine->kv_capacity_tokens(),
+                 double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
+    if (le.world->size() > 1)
+      std::fprintf(stderr, "deepinfer: %d ranks (%s): dp %d, cp %d, ep %d\n", le.world->size(),
+                   dist::backend_name(le.world->backend()), o.parallel.dp, o.parallel.cp,
+                   o.parallel.ep);
+  }
+  return le;
+}
+
+void LoadedEngine::run_follower() {
+  DI_CHECK(is_follower() && layout.channel);
+  run_replica_follower(*follower_runner, *layout.channel);
+}
+
+void LoadedEngine::finish() {
+  if (world) world->finish();
+}
+
+}  // namespace deepinfer
