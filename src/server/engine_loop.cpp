@@ -94,13 +94,14 @@ void EngineLoop::cancel_all() {
 
 // Ends every request in flight with an error, refuses later ones, and tells the server once.
 void EngineLoop::fail(const std::string& why) {
-  for (const auto& [id, live] : live_) engine_.abort(id);
-  finish_outputs(FinishReason::Error);
+  // Recorded before the calls learn of their end, so that their error responses name it.
   {
     std::lock_guard lk(mu_);
     failure_ = why;
   }
   failed_ = true;
+  for (const auto& [id, live] : live_) engine_.abort(id);
+  finish_outputs(FinishReason::Error);
   if (on_failure_) on_failure_();
 }
 
