@@ -1,0 +1,603 @@
+#include "grammar/grammar.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+
+#include "core/error.h"
+
+namespace deepinfer::grammar {
+
+// --- vocabulary ---
+
+TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
+    : bytes_(std::move(bytes)), eos_(eos) {
+  DI_REQUIRE(eos_ >= 0 && eos_ < int32_t(bytes_.size()), "grammar vocabulary: EOS id ", eos_,
+             " is outside [0, ", bytes_.size(), ")");
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < int32_t(bytes_.size()); ++i)
+    if (!bytes_[size_t(i)].empty() && i != eos_) ids.push_back(i);
+  std::sort(ids.begin(), ids.end(), [this](int32_t a, int32_t b) {
+    return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
+  });
+  sorted_ids_ = ids;
+  // Sorted strings make a trie by extending the previous string's path: `path[d]` is the node at
+  // depth d, and a new child is always its parent's last.
+  nodes_.assign(1, Node{});
+  std::vector<uint32_t> path{0};
+  std::vector<uint32_t> last_child{0};  // per node
+  std::string_view prev;
+  for (uint32_t k = 0; k < ids.size(); ++k) {
+    const std::string_view s = bytes_[size_t(ids[k])];
+    size_t common = 0;
+    while (common < s.size() && common < prev.size() && s[common] == prev[common]) ++common;
+    path.resize(common + 1);
+    for (size_t d = common; d < s.size(); ++d) {
+      const uint32_t parent = path.back();
+      const uint32_t n = uint32_t(nodes_.size());
+      Node node;
+      node.byte = uint8_t(s[d]);
+      nodes_.push_back(node);
+      last_child.push_back(0);
+      if (last_child[parent])
+        nodes_[last_child[parent]].next_sibling = n;
+      else
+        nodes_[parent].first_child = n;
+      last_child[parent] = n;
+      path.push_back(n);
+    }
+    Node& end = nodes_[path.back()];
+    if (end.ids_end == 0) end.ids_begin = k;
+    end.ids_end = k + 1;
+    prev = s;
+  }
+}
+
+// --- expressions ---
+
+struct ExprNode {
+  enum Kind : uint8_t { kEmpty, kNothing, kBytes, kSeq, kAlt, kRepeat, kList, kMembers, kUntil };
+  Kind kind = kEmpty;
+  std::vector<std::pair<uint8_t, uint8_t>> ranges;  // kBytes
+  std::vector<Expr> parts;                          // kSeq, kAlt; kList: {item, sep}
+  std::vector<bool> required;                       // kMembers: parts[i] (sep is last)
+  int32_t min = 0, max = 0;                         // kRepeat, kList
+  std::string text;                                 // kUntil
+};
+
+namespace {
+Expr make(ExprNode n) {
+  return std::make_shared<const ExprNode>(std::move(n));
+}
+}  // namespace
+
+Expr empty() {
+  return make(ExprNode{});
+}
+Expr nothing() {
+  ExprNode n;
+  n.kind = ExprNode::kNothing;
+  return make(std::move(n));
+}
+Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
+  ExprNode n;
+  n.kind = ExprNode::kBytes;
+  n.ranges = std::move(ranges);
+  return make(std::move(n));
+}
+Expr lit(std::string_view bytes) {
+  std::vector<Expr> parts;
+  for (char c : bytes) parts.push_back(byte_ranges({{uint8_t(c), uint8_t(c)}}));
+  return seq(std::move(parts));
+}
+Expr seq(std::vector<Expr> parts) {
+  if (parts.size() == 1) return parts[0];
+  ExprNode n;
+  n.kind = ExprNode::kSeq;
+  n.parts = std::move(parts);
+  return make(std::move(n));
+}
+Expr alt(std::vector<Expr> options) {
+  if (options.size() == 1) return options[0];
+  ExprNode n;
+  n.kind = ExprNode::kAlt;
+  n.parts = std::move(options);
+  return make(std::move(n));
+}
+Expr repeat(Expr e, int32_t min, int32_t max) {
+  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "repeat: bad bounds ", min, "..", max);
+  ExprNode n;
+  n.kind = ExprNode::kRepeat;
+  n.parts = {std::move(e)};
+  n.min = min;
+  n.max = max;
+  return make(std::move(n));
+}
+Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
+  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list: bad bounds ", min, "..", max);
+  ExprNode n;
+  n.kind = ExprNode::kList;
+  n.parts = {std::move(item), std::move(sep)};
+  n.min = min;
+  n.max = max;
+  return make(std::move(n));
+}
+Expr members(std::vector<Member> ms, Expr sep) {
+  ExprNode n;
+  n.kind = ExprNode::kMembers;
+  for (Member& m : ms) {
+    n.parts.push_back(std::move(m.expr));
+    n.required.push_back(m.required);
+  }
+  n.parts.push_back(std::move(sep));
+  return make(std::move(n));
+}
+Expr until(std::string terminator) {
+  DI_REQUIRE(!terminator.empty(), "until: empty terminator");
+  ExprNode n;
+  n.kind = ExprNode::kUntil;
+  n.text = std::move(terminator);
+  return make(std::move(n));
+}
+
+Expr utf8_char(std::string_view excluded_ascii) {
+  using R = std::pair<uint8_t, uint8_t>;
+  // ASCII minus the excluded bytes, as ranges.
+  std::vector<R> ascii;
+  for (int c = 0; c < 0x80; ++c) {
+    if (excluded_ascii.find(char(c)) != std::string_view::npos) continue;
+    if (!ascii.empty() && ascii.back().second == c - 1)
+      ascii.back().second = uint8_t(c);
+    else
+      ascii.push_back({uint8_t(c), uint8_t(c)});
+  }
+  const Expr cont = byte_ranges({{0x80, 0xbf}});
+  return alt({
+      byte_ranges(std::move(ascii)),
+      seq({byte_ranges({{0xc2, 0xdf}}), cont}),
+      seq({byte_ranges({{0xe0, 0xe0}}), byte_ranges({{0xa0, 0xbf}}), cont}),
+      seq({byte_ranges({{0xe1, 0xec}, {0xee, 0xef}}), cont, cont}),
+      seq({byte_ranges({{0xed, 0xed}}), byte_ranges({{0x80, 0x9f}}), cont}),
+      seq({byte_ranges({{0xf0, 0xf0}}), byte_ranges({{0x90, 0xbf}}), cont, cont}),
+      seq({byte_ranges({{0xf1, 0xf3}}), cont, cont, cont}),
+      seq({byte_ranges({{0xf4, 0xf4}}), byte_ranges({{0x80, 0x8f}}), cont, cont}),
+  });
+}
+
+// --- compilation: Thompson NFA with epsilon moves, then epsilon-free ---
+
+namespace {
+
+struct Edge {
+  uint8_t lo, hi;
+  uint32_t to;
+};
+
+class NfaBuilder {
+ public:
+  explicit NfaBuilder(size_t max_states) : max_states_(max_states) {}
+
+  uint32_t state() {
+    DI_REQUIRE(edges_.size() < max_states_, "the grammar needs more than ", max_states_,
+               " automaton states (a schema too large, or bounds too wide)");
+    edges_.emplace_back();
+    eps_.emplace_back();
+    return uint32_t(edges_.size() - 1);
+  }
+  void epsilon(uint32_t a, uint32_t b) { eps_[a].push_back(b); }
+
+  // Appends `e` after state `from`; returns the state where it ends.
+  uint32_t emit(const ExprNode& e, uint32_t from) {
+    switch (e.kind) {
+      case ExprNode::kEmpty:
+        return from;
+      case ExprNode::kNothing:
+        return state();  // unreachable
+      case ExprNode::kBytes: {
+        const uint32_t to = state();
+        for (const auto& [lo, hi] : e.ranges) edges_[from].push_back({lo, hi, to});
+        return to;
+      }
+      case ExprNode::kSeq: {
+        uint32_t cur = from;
+        for (const Expr& p : e.parts) cur = emit(*p, cur);
+        return cur;
+      }
+      case ExprNode::kAlt: {
+        const uint32_t end = state();
+        for (const Expr& p : e.parts) {
+          const uint32_t s = state();
+          epsilon(from, s);
+          epsilon(emit(*p, s), end);
+        }
+        return end;
+      }
+      case ExprNode::kRepeat: {
+        const ExprNode& item = *e.parts[0];
+        uint32_t cur = from;
+        for (int32_t i = 0; i < e.min; ++i) cur = emit(item, cur);
+        if (e.max < 0) {
+          const uint32_t loop = state();
+          epsilon(cur, loop);
+          epsilon(emit(item, loop), loop);
+          return loop;
+        }
+        if (e.max == e.min) return cur;
+        const uint32_t end = state();
+        for (int32_t i = e.min; i < e.max; ++i) {
+          epsilon(cur, end);
+          cur = emit(item, cur);
+        }
+        epsilon(cur, end);
+        return end;
+      }
+      case ExprNode::kList: {
+        const ExprNode& item = *e.parts[0];
+        const ExprNode& sep = *e.parts[1];
+        if (e.max == 0) return from;
+        const uint32_t end = state();
+        if (e.min == 0) epsilon(from, end);
+        // Items before the last required one are written out; an unbounded tail is one item
+        // whose end leads back to its start through the separator (one copy of the item).
+        uint32_t cur = from;
+        for (int32_t i = 1; i < e.min; ++i) cur = emit(sep, emit(item, cur));
+        if (e.max < 0) {
+          const uint32_t start = state();
+          epsilon(cur, start);
+          const uint32_t after = emit(item, start);
+          epsilon(emit(sep, after), start);
+          epsilon(after, end);
+          return end;
+        }
+        cur = emit(item, cur);
+        for (int32_t i = std::max(e.min, 1); i < e.max; ++i) {
+          epsilon(cur, end);
+          cur = emit(item, emit(sep, cur));
+        }
+        epsilon(cur, end);
+        return end;
+      }
+      case ExprNode::kMembers: {
+        const size_t n = e.parts.size() - 1;
+        const ExprNode& sep = *e.parts.back();
+        // at[i][w]: before member i, with (w = 1) or without (w = 0) a member written already.
+        std::vector<std::array<uint32_t, 2>> at(n + 1);
+        at[0][0] = from;
+        at[0][1] = state();  // unreachable: nothing was written before member 0
+        for (size_t i = 1; i <= n; ++i) at[i] = {state(), state()};
+        for (size_t i = 0; i < n; ++i) {
+          // Reached as the first member or after a separator; one copy of the member.
+          const uint32_t pre = state();
+          epsilon(at[i][0], pre);
+          epsilon(emit(sep, at[i][1]), pre);
+          epsilon(emit(*e.parts[i], pre), at[i + 1][1]);
+          if (!e.required[i]) {
+            epsilon(at[i][0], at[i + 1][0]);
+            epsilon(at[i][1], at[i + 1][1]);
+          }
+        }
+        const uint32_t end = state();
+        epsilon(at[n][0], end);
+        epsilon(at[n][1], end);
+        return end;
+      }
+      case ExprNode::kUntil: {
+        // KMP automaton of the terminator: u[k] = k bytes of it matched.
+        const std::string& t = e.text;
+        const size_t m = t.size();
+        std::vector<size_t> fail(m + 1, 0);
+        for (size_t i = 1, k = 0; i < m; ++i) {
+          while (k && t[i] != t[k]) k = fail[k];
+          if (t[i] == t[k]) ++k;
+          fail[i + 1] = k;
+        }
+        std::vector<uint32_t> u(m + 1);
+        for (size_t k = 0; k <= m; ++k) u[k] = state();
+        epsilon(from, u[0]);
+        for (size_t k = 0; k < m; ++k) {
+          // Target of each byte from u[k]; runs of equal targets become one range.
+          uint32_t run_to = 0;
+          int run_lo = -1;
+          for (int c = 0; c <= 256; ++c) {
+            uint32_t to = 0;
+            if (c < 256) {
+              size_t j = k;
+              while (j && uint8_t(t[j]) != c) j = fail[j];
+              if (uint8_t(t[j]) == c) ++j;
+              to = u[j];
+            }
+            if (run_lo >= 0 && (c == 256 || to != run_to)) {
+              edges_[u[k]].push_back({uint8_t(run_lo), uint8_t(c - 1), run_to});
+              run_lo = -1;
+            }
+            if (c < 256 && run_lo < 0) {
+              run_lo = c;
+              run_to = to;
+            }
+          }
+        }
+        return u[m];
+      }
+    }
+    return from;
+  }
+
+  std::vector<std::vector<Edge>> edges_;
+  std::vector<std::vector<uint32_t>> eps_;
+
+ private:
+  size_t max_states_;
+};
+
+}  // namespace
+
+// The compiled automaton and its lazily built DFA.
+struct Grammar::Impl {
+  // Epsilon-free NFA: per state, byte edges (sorted by lo) and whether it accepts.
+  std::vector<std::vector<Edge>> edges;
+  std::vector<uint8_t> accepting;
+  uint32_t start = 0;
+
+  // DFA states: sets of NFA states, interned. Transitions per byte (-1: dead), filled when a
+  // state is first expanded.
+  struct DState {
+    std::vector<uint32_t> nfa;
+    std::vector<int32_t> next;  // [256] once expanded
+    bool expanded = false;
+    bool accept = false;
+    bool terminal = false;  // no byte continues
+    int32_t mask = -1;      // index into masks, -1: not computed
+  };
+  static constexpr size_t kMaxDStates = size_t(1) << 20;
+  static constexpr size_t kMaxMasks = 2048;
+
+  std::mutex mu;
+  std::vector<DState> dstates;
+  struct VecHash {
+    size_t operator()(const std::vector<uint32_t>& v) const {
+      uint64_t h = 1469598103934665603ull;
+      for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+      return size_t(h);
+    }
+  };
+  std::unordered_map<std::vector<uint32_t>, int32_t, VecHash> intern;
+  std::vector<std::vector<uint64_t>> masks;
+  int32_t start_d = -1;
+
+  int32_t dstate(std::vector<uint32_t> set) {
+    if (set.empty()) return -1;
+    auto it = intern.find(set);
+    if (it != intern.end()) return it->second;
+    if (dstates.size() >= kMaxDStates) return -1;  // beyond the budget: treated as a dead end
+    DState d;
+    for (uint32_t s : set) d.accept |= accepting[s] != 0;
+    d.nfa = set;
+    const int32_t id = int32_t(dstates.size());
+    dstates.push_back(std::move(d));
+    intern.emplace(std::move(set), id);
+    return id;
+  }
+
+  void expand(int32_t id) {
+    if (dstates[size_t(id)].expanded) return;
+    // Targets per byte, as sorted sets.
+    std::vector<std::vector<uint32_t>> to(256);
+    for (uint32_t s : dstates[size_t(id)].nfa)
+      for (const Edge& e : edges[s])
+        for (int b = e.lo; b <= e.hi; ++b) to[size_t(b)].push_back(e.to);
+    std::vector<int32_t> next(256, -1);
+    bool any = false;
+    for (int b = 0; b < 256; ++b) {
+      std::vector<uint32_t>& v = to[size_t(b)];
+      std::sort(v.begin(), v.end());
+      v.erase(std::unique(v.begin(), v.end()), v.end());
+      any |= !v.empty();
+      next[size_t(b)] = b > 0 && v == to[size_t(b - 1)] ? next[size_t(b - 1)] : dstate(v);
+    }
+    DState& d = dstates[size_t(id)];
+    d.next = std::move(next);
+    d.terminal = !any;
+    d.expanded = true;
+  }
+
+  int32_t step(int32_t id, uint8_t b) {
+    expand(id);
+    return dstates[size_t(id)].next[b];
+  }
+
+  int32_t run(int32_t id, std::string_view bytes) {
+    for (char c : bytes) {
+      if (id < 0) return -1;
+      id = step(id, uint8_t(c));
+    }
+    return id;
+  }
+
+  // The tokens allowed at `id` (walk of the vocabulary trie), plus EOS when it accepts.
+  const std::vector<uint64_t>& mask(int32_t id, const TokenVocab& vocab) {
+    if (dstates[size_t(id)].mask >= 0) return masks[size_t(dstates[size_t(id)].mask)];
+    if (masks.size() >= kMaxMasks) {
+      masks.clear();
+      for (DState& d : dstates) d.mask = -1;
+    }
+    std::vector<uint64_t> bits(vocab.words(), 0);
+    const auto& nodes = vocab.nodes();
+    const auto& ids = vocab.sorted_ids();
+    struct Item {
+      uint32_t node;
+      int32_t d;
+    };
+    std::vector<Item> todo{{0, id}};
+    while (!todo.empty()) {
+      const Item it = todo.back();
+      todo.pop_back();
+      expand(it.d);
+      const int32_t* next = dstates[size_t(it.d)].next.data();
+      for (uint32_t c = nodes[it.node].first_child; c; c = nodes[c].next_sibling) {
+        const TokenVocab::Node& n = nodes[c];
+        const int32_t t = next[n.byte];
+        if (t < 0) continue;
+        for (uint32_t k = n.ids_begin; k < n.ids_end; ++k)
+          bits[size_t(ids[k]) / 64] |= uint64_t(1) << (ids[k] % 64);
+        if (n.first_child) todo.push_back({c, t});
+      }
+    }
+    if (dstates[size_t(id)].accept)
+      bits[size_t(vocab.eos()) / 64] |= uint64_t(1) << (vocab.eos() % 64);
+    dstates[size_t(id)].mask = int32_t(masks.size());
+    masks.push_back(std::move(bits));
+    return masks.back();
+  }
+};
+
+Grammar::Grammar() : impl_(std::make_unique<Impl>()) {}
+Grammar::~Grammar() = default;
+
+std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
+                                                std::shared_ptr<const TokenVocab> vocab,
+                                                const GrammarLimits& limits) {
+  DI_REQUIRE(vocab, "Grammar::compile needs a vocabulary");
+  NfaBuilder b(limits.max_states);
+  const uint32_t start = b.state();
+  const uint32_t final_state = b.emit(*e, start);
+  const size_t n = b.edges_.size();
+  // Epsilon closures, then only the states a byte edge (or the start) leads to.
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> remap(n, UINT32_MAX);
+  std::vector<uint32_t> work;
+  std::vector<uint32_t> mark(n, UINT32_MAX);
+  std::shared_ptr<Grammar> g(new Grammar());
+  Impl& im = *g->impl_;
+  auto id_of = [&](uint32_t s) {
+    if (remap[s] == UINT32_MAX) {
+      remap[s] = uint32_t(order.size());
+      order.push_back(s);
+    }
+    return remap[s];
+  };
+  id_of(start);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const uint32_t s = order[k];
+    // Closure of s.
+    work.assign(1, s);
+    mark[s] = uint32_t(k);
+    std::vector<Edge> edges;
+    bool accept = false;
+    for (size_t w = 0; w < work.size(); ++w) {
+      const uint32_t u = work[w];
+      accept |= u == final_state;
+      for (const Edge& ed : b.edges_[u]) edges.push_back(ed);
+      for (uint32_t v : b.eps_[u])
+        if (mark[v] != uint32_t(k)) {
+          mark[v] = uint32_t(k);
+          work.push_back(v);
+        }
+    }
+    for (Edge& ed : edges) ed.to = id_of(ed.to);
+    std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) {
+      return x.lo != y.lo ? x.lo < y.lo : x.hi != y.hi ? x.hi < y.hi : x.to < y.to;
+    });
+    edges.erase(std::unique(edges.begin(), edges.end(),
+                            [](const Edge& x, const Edge& y) {
+                              return x.lo == y.lo && x.hi == y.hi && x.to == y.to;
+                            }),
+                edges.end());
+    im.edges.push_back(std::move(edges));
+    im.accepting.push_back(accept);
+  }
+  im.start = 0;
+  im.start_d = im.dstate({0});
+  g->vocab_ = std::move(vocab);
+  return g;
+}
+
+size_t Grammar::num_states() const {
+  return impl_->edges.size();
+}
+
+bool Grammar::matches(std::string_view text) const {
+  std::lock_guard lk(impl_->mu);
+  const int32_t d = impl_->run(impl_->start_d, text);
+  return d >= 0 && impl_->dstates[size_t(d)].accept;
+}
+
+// --- matcher ---
+
+Matcher::Matcher(std::shared_ptr<const Grammar> g)
+    : g_(std::move(g)), state_(g_->impl_->start_d), mask_(g_->vocab().words(), 0) {}
+
+Matcher::~Matcher() = default;
+
+const uint64_t* Matcher::allowed() {
+  const TokenVocab& vocab = g_->vocab();
+  const int32_t eos = vocab.eos();
+  if (ended_ || state_ < 0) {
+    std::fill(mask_.begin(), mask_.end(), 0);
+    mask_[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+    return mask_.data();
+  }
+  Grammar::Impl& im = *g_->impl_;
+  std::lock_guard lk(im.mu);
+  const std::vector<uint64_t>& m = im.mask(state_, vocab);
+  bool any = false;
+  for (size_t i = 0; i < m.size(); ++i) any |= (mask_[i] = m[i]) != 0;
+  if (!any) mask_[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+  return mask_.data();
+}
+
+bool Matcher::accept(int32_t token) {
+  const TokenVocab& vocab = g_->vocab();
+  if (token < 0 || token >= vocab.size() || ended_) return false;
+  Grammar::Impl& im = *g_->impl_;
+  std::lock_guard lk(im.mu);
+  if (token == vocab.eos()) {
+    // Allowed when complete, and at a dead end (allowed() offers nothing else there).
+    const bool ok = state_ < 0 || im.dstates[size_t(state_)].accept ||
+                    im.mask(state_, vocab) == std::vector<uint64_t>(vocab.words(), 0);
+    if (ok) ended_ = true;
+    return ok;
+  }
+  if (state_ < 0 || vocab.bytes(token).empty()) return false;
+  const int32_t next = im.run(state_, vocab.bytes(token));
+  if (next < 0) return false;
+  state_ = next;
+  return true;
+}
+
+std::vector<uint64_t> Matcher::allowed_reference() const {
+  const TokenVocab& vocab = g_->vocab();
+  std::vector<uint64_t> bits(vocab.words(), 0);
+  const int32_t eos = vocab.eos();
+  Grammar::Impl& im = *g_->impl_;
+  std::lock_guard lk(im.mu);
+  if (!ended_ && state_ >= 0) {
+    for (int32_t t = 0; t < vocab.size(); ++t)
+      if (t != eos && !vocab.bytes(t).empty() && im.run(state_, vocab.bytes(t)) >= 0)
+        bits[size_t(t) / 64] |= uint64_t(1) << (t % 64);
+    if (im.dstates[size_t(state_)].accept) bits[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+  }
+  if (std::all_of(bits.begin(), bits.end(), [](uint64_t w) { return w == 0; }))
+    bits[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+  return bits;
+}
+
+bool Matcher::complete() const {
+  if (ended_) return true;
+  if (state_ < 0) return false;
+  std::lock_guard lk(g_->impl_->mu);
+  return g_->impl_->dstates[size_t(state_)].accept;
+}
+
+bool Matcher::finished() const {
+  if (ended_) return true;
+  if (state_ < 0) return true;
+  Grammar::Impl& im = *g_->impl_;
+  std::lock_guard lk(im.mu);
+  im.expand(state_);
+  return im.dstates[size_t(state_)].terminal;
+}
+
+}  // namespace deepinfer::grammar

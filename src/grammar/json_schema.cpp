@@ -1,0 +1,632 @@
+#include "grammar/json_schema.h"
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+
+namespace deepinfer::grammar {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kIntDigits = 15;                // digits of an integer part
+constexpr int kFracDigits = 15;               // digits of a fraction
+constexpr int64_t kIntMax = 999999999999999;  // 15 nines
+
+Expr ch(char c) {
+  return byte_ranges({{uint8_t(c), uint8_t(c)}});
+}
+Expr digits(char lo, char hi) {
+  return byte_ranges({{uint8_t(lo), uint8_t(hi)}});
+}
+Expr digit() {
+  return digits('0', '9');
+}
+Expr optional(Expr e) {
+  return alt({empty(), std::move(e)});
+}
+
+std::string controls() {
+  std::string s;
+  for (int c = 0; c < 0x20; ++c) s += char(c);
+  return s;
+}
+
+// One character of a JSON string's text: a plain one or an escape (\u escapes of surrogates
+// excluded, which strict JSON parsers refuse when unpaired).
+Expr json_string_char() {
+  const Expr hex = byte_ranges({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+  const Expr u = seq(
+      {ch('u'), alt({seq({byte_ranges({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
+                          hex, hex, hex}),
+                     seq({byte_ranges({{'d', 'd'}, {'D', 'D'}}), digits('0', '7'), hex, hex})})});
+  const Expr esc = seq({ch('\\'), alt({byte_ranges({{'"', '"'},
+                                                    {'\\', '\\'},
+                                                    {'/', '/'},
+                                                    {'b', 'b'},
+                                                    {'f', 'f'},
+                                                    {'n', 'n'},
+                                                    {'r', 'r'},
+                                                    {'t', 't'}}),
+                                       u})});
+  return alt({utf8_char(controls() + "\"\\"), esc});
+}
+
+// Decimal numbers in [a, b] written with exactly `len` digits (leading zeros included).
+Expr fixed_range(int64_t a, int64_t b, int len) {
+  if (len == 1) return digits(char('0' + a), char('0' + b));
+  int64_t p = 1;
+  for (int i = 1; i < len; ++i) p *= 10;
+  const int64_t da = a / p, db = b / p, ra = a % p, rb = b % p;
+  if (da == db) return seq({ch(char('0' + da)), fixed_range(ra, rb, len - 1)});
+  std::vector<Expr> parts;
+  int64_t full_lo = da, full_hi = db;
+  if (ra != 0) {
+    parts.push_back(seq({ch(char('0' + da)), fixed_range(ra, p - 1, len - 1)}));
+    full_lo = da + 1;
+  }
+  if (rb != p - 1) {
+    parts.push_back(seq({ch(char('0' + db)), fixed_range(0, rb, len - 1)}));
+    full_hi = db - 1;
+  }
+  if (full_lo <= full_hi)
+    parts.push_back(
+        seq({digits(char('0' + full_lo), char('0' + full_hi)), repeat(digit(), len - 1, len - 1)}));
+  return alt(std::move(parts));
+}
+
+int num_digits(int64_t n) {
+  int d = 1;
+  while (n >= 10) {
+    n /= 10;
+    ++d;
+  }
+  return d;
+}
+
+// Decimal numbers in [lo, hi] (0 <= lo), without leading zeros.
+Expr uint_range(int64_t lo, int64_t hi) {
+  if (lo > hi) return nothing();
+  if (lo == 0 && hi == kIntMax)
+    return alt({ch('0'), seq({digits('1', '9'), repeat(digit(), 0, kIntDigits - 1)})});
+  std::vector<Expr> parts;
+  int64_t p = 1;  // 10^(len-1)
+  for (int len = 1; len <= num_digits(hi); ++len, p *= 10) {
+    const int64_t a = std::max(lo, len == 1 ? 0 : p), b = std::min(hi, p * 10 - 1);
+    if (a <= b) parts.push_back(fixed_range(a, b, len));
+  }
+  return alt(std::move(parts));
+}
+
+// A bound of a numeric range: its value and whether it is excluded; none when absent.
+struct Bound {
+  bool present = false;
+  int64_t value = 0;
+  bool exclusive = false;
+};
+
+Expr any_fraction() {
+  return seq({ch('.'), repeat(digit(), 1, kFracDigits)});
+}
+Expr zero_fraction() {
+  return seq({ch('.'), repeat(ch('0'), 1, kFracDigits)});
+}
+Expr nonzero_fraction() {
+  return seq({ch('.'), repeat(ch('0'), 0, kFracDigits - 1), digits('1', '9'),
+              repeat(digit(), 0, kFracDigits - 1)});
+}
+
+// Non-negative decimals m (integer part, optional fraction) with lo <= m <= hi (bounds
+// inclusive or not; lo.value >= 0 and present).
+Expr magnitude(Bound lo, Bound hi) {
+  std::vector<Expr> parts;
+  int64_t core_lo = lo.value;
+  const int64_t top = hi.present ? hi.value : kIntMax + 1;
+  if (lo.exclusive) {
+    if (lo.value < top) parts.push_back(seq({uint_range(lo.value, lo.value), nonzero_fraction()}));
+    core_lo = lo.value + 1;
+  }
+  const int64_t core_hi = std::min(top - 1, kIntMax);
+  if (core_lo <= core_hi)
+    parts.push_back(seq({uint_range(core_lo, core_hi), optional(any_fraction())}));
+  if (hi.present && !hi.exclusive && hi.value >= core_lo)
+    parts.push_back(seq({uint_range(hi.value, hi.value), optional(zero_fraction())}));
+  return alt(std::move(parts));
+}
+
+// Bounds of a numeric schema as (lo, hi) in the value's own type: integer bounds round inward;
+// number bounds must be integral.
+struct Range {
+  Bound lo, hi;
+  bool any_bound() const { return lo.present || hi.present; }
+};
+
+class Compiler {
+ public:
+  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), o_(o) {
+    ws_ = repeat(byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0,
+                 o.max_whitespace);
+  }
+
+  Expr ws() const { return ws_; }
+
+  Expr value(const Json& s, const std::string& path) {
+    if (s.is_boolean()) return s.get<bool>() ? free_value(o_.free_depth) : nothing();
+    if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
+    check_keywords(s, path);
+    if (const Json* r = field(s, "$ref")) return ref(*r, path);
+    if (const Json* c = field(s, "const")) return lit(c->dump());
+    if (const Json* e = field(s, "enum")) {
+      if (!e->is_array() || e->empty()) fail(path + ".enum", "expected a non-empty array");
+      std::vector<Expr> opts;
+      for (const Json& v : *e) opts.push_back(lit(v.dump()));
+      return alt(std::move(opts));
+    }
+    for (const char* k : {"anyOf", "oneOf"})
+      if (const Json* a = field(s, k)) {
+        if (!a->is_array() || a->empty()) fail(path + "." + k, "expected a non-empty array");
+        std::vector<Expr> opts;
+        for (size_t i = 0; i < a->size(); ++i)
+          opts.push_back(value((*a)[i], str_cat(path, ".", k, "[", i, "]")));
+        return with_null(s, alt(std::move(opts)));
+      }
+    if (const Json* a = field(s, "allOf")) {
+      if (!a->is_array() || a->size() != 1)
+        fail(path + ".allOf", "only an allOf of one schema is supported");
+      return value((*a)[0], path + ".allOf[0]");
+    }
+    std::vector<std::string> types;
+    if (const Json* t = field(s, "type")) {
+      if (t->is_string()) {
+        types.push_back(t->get<std::string>());
+      } else if (t->is_array() && !t->empty()) {
+        for (const Json& x : *t) {
+          if (!x.is_string()) fail(path + ".type", "expected type names");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        fail(path + ".type", "expected a type name or an array of them");
+      }
+    } else if (field(s, "properties") || field(s, "additionalProperties") || field(s, "required")) {
+      types = {"object"};
+    } else if (field(s, "items") || field(s, "prefixItems")) {
+      types = {"array"};
+    } else {
+      return with_null(s, free_value(o_.free_depth));
+    }
+    std::vector<Expr> opts;
+    for (const std::string& t : types) opts.push_back(typed(s, t, path));
+    return with_null(s, alt(std::move(opts)));
+  }
+
+  // The raw (unescaped) text of a string schema, for tool-call parameters: null for any text.
+  // Not a plain string schema: *is_string = false.
+  Expr raw_string(const Json& s, const std::string& path, bool* is_string) {
+    *is_string = false;
+    if (!s.is_object()) return nullptr;
+    if (const Json* e = field(s, "enum")) {
+      std::vector<Expr> opts;
+      if (!e->is_array() || e->empty()) return nullptr;
+      for (const Json& v : *e) {
+        if (!v.is_string()) return nullptr;
+        opts.push_back(lit(v.get<std::string>()));
+      }
+      *is_string = true;
+      return alt(std::move(opts));
+    }
+    const Json* t = field(s, "type");
+    if (!t || !t->is_string() || t->get<std::string>() != "string" || field(s, "anyOf") ||
+        field(s, "oneOf") || field(s, "$ref") || field(s, "const") || field(s, "nullable"))
+      return nullptr;
+    *is_string = true;
+    if (const Json* f = field(s, "format")) return format(*f, path);
+    const auto [min, max] = length_bounds(s, path);
+    if (min == 0 && max < 0) return nullptr;
+    return repeat(utf8_char("<"), min, max);
+  }
+
+ private:
+  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
+    throw Error(str_cat(path, ": ", what));
+  }
+
+  static const Json* field(const Json& s, const char* key) {
+    auto it = s.find(key);
+    return it == s.end() ? nullptr : &*it;
+  }
+
+  void check_keywords(const Json& s, const std::string& path) {
+    static const std::set<std::string> known = {
+        "type", "enum", "const", "properties", "required", "additionalProperties", "items",
+        "prefixItems", "minItems", "maxItems", "anyOf", "oneOf", "allOf", "$ref", "$defs",
+        "definitions", "nullable", "minLength", "maxLength", "format", "minimum", "maximum",
+        "exclusiveMinimum", "exclusiveMaximum",
+        // annotations
+        "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
+        "readOnly", "writeOnly", "strict", "name", "propertyOrdering", "contentEncoding",
+        "contentMediaType", "unevaluatedProperties"};
+    for (auto it = s.begin(); it != s.end(); ++it) {
+      if (known.count(it.key())) continue;
+      fail(str_cat(path, ".", it.key()),
+           "this schema keyword is not supported for constrained output");
+    }
+    // unevaluatedProperties false is what strict schemas say anyway; anything else constrains.
+    if (const Json* u = field(s, "unevaluatedProperties");
+        u && !(u->is_boolean() && !u->get<bool>()))
+      fail(path + ".unevaluatedProperties", "only false is supported");
+  }
+
+  Expr with_null(const Json& s, Expr e) {
+    const Json* n = field(s, "nullable");
+    if (n && n->is_boolean() && n->get<bool>()) return alt({std::move(e), lit("null")});
+    return e;
+  }
+
+  Expr ref(const Json& r, const std::string& path) {
+    if (!r.is_string()) fail(path + ".$ref", "expected a string");
+    const std::string target = r.get<std::string>();
+    const Json* s = nullptr;
+    if (target == "#") {
+      s = &root_;
+    } else {
+      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
+        const std::string p = prefix;
+        if (target.compare(0, p.size(), p) != 0) continue;
+        const Json* defs = field(root_, p == "#/$defs/" ? "$defs" : "definitions");
+        const std::string name = target.substr(p.size());
+        if (defs && defs->is_object()) s = field(*defs, name.c_str());
+        break;
+      }
+    }
+    if (!s)
+      fail(path + ".$ref",
+           str_cat("'", target, "' does not name a schema under #/$defs or #/definitions"));
+    int& depth = ref_depth_[target];
+    if (depth >= o_.ref_depth) return nothing();
+    ++depth;
+    Expr e = value(*s, target);
+    --depth;
+    return e;
+  }
+
+  Expr typed(const Json& s, const std::string& t, const std::string& path) {
+    if (t == "string") return json_string(s, path);
+    if (t == "integer") return integer(s, path);
+    if (t == "number") return number(s, path);
+    if (t == "boolean") return alt({lit("true"), lit("false")});
+    if (t == "null") return lit("null");
+    if (t == "object") return object(s, path);
+    if (t == "array") return array(s, path);
+    fail(path + ".type", str_cat("unknown type '", t, "'"));
+  }
+
+  std::pair<int32_t, int32_t> bounds(const Json& s, const std::string& path, const char* lo_key,
+                                     const char* hi_key) {
+    int32_t lo = 0, hi = -1;
+    auto get = [&](const char* key, int32_t* out) {
+      if (const Json* v = field(s, key)) {
+        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > o_.max_length)
+          fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", o_.max_length, "]"));
+        *out = int32_t(v->get<int64_t>());
+      }
+    };
+    get(lo_key, &lo);
+    get(hi_key, &hi);
+    if (hi >= 0 && hi < lo) fail(path, str_cat(hi_key, " is below ", lo_key));
+    return {lo, hi};
+  }
+  std::pair<int32_t, int32_t> length_bounds(const Json& s, const std::string& path) {
+    return bounds(s, path, "minLength", "maxLength");
+  }
+
+  Expr json_string(const Json& s, const std::string& path) {
+    if (const Json* f = field(s, "format")) return seq({ch('"'), format(*f, path), ch('"')});
+    const auto [min, max] = length_bounds(s, path);
+    return seq({ch('"'), repeat(json_string_char(), min, max), ch('"')});
+  }
+
+  // The text of a string format (no quotes, none of its characters needs escaping).
+  Expr format(const Json& f, const std::string& path) {
+    if (!f.is_string()) fail(path + ".format", "expected a string");
+    const std::string name = f.get<std::string>();
+    const Expr d2 = repeat(digit(), 2, 2);
+    const Expr date =
+        seq({repeat(digit(), 4, 4), ch('-'), uint_pad2(1, 12), ch('-'), uint_pad2(1, 31)});
+    const Expr time = seq({uint_pad2(0, 23), ch(':'), uint_pad2(0, 59), ch(':'), uint_pad2(0, 59),
+                           optional(seq({ch('.'), repeat(digit(), 1, 6)})),
+                           alt({ch('Z'), seq({byte_ranges({{'+', '+'}, {'-', '-'}}),
+                                              uint_pad2(0, 23), ch(':'), uint_pad2(0, 59)})})});
+    if (name == "date") return date;
+    if (name == "time") return time;
+    if (name == "date-time") return seq({date, ch('T'), time});
+    if (name == "uuid") {
+      const Expr hex = byte_ranges({{'0', '9'}, {'a', 'f'}});
+      return seq({repeat(hex, 8, 8), ch('-'), repeat(hex, 4, 4), ch('-'), repeat(hex, 4, 4),
+                  ch('-'), repeat(hex, 4, 4), ch('-'), repeat(hex, 12, 12)});
+    }
+    if (name == "ipv4") {
+      const Expr octet = uint_range(0, 255);
+      return seq({octet, ch('.'), octet, ch('.'), octet, ch('.'), octet});
+    }
+    if (name == "email") {
+      const Expr local =
+          byte_ranges({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'_', '_'}, {'+', '+'}, {'-', '-'}});
+      const Expr alnum = byte_ranges({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}});
+      const Expr label = seq(
+          {alnum, repeat(byte_ranges({{'a', 'z'}, {'A', 'Z'}, {'0', '9'}, {'-', '-'}}), 0, 15)});
+      return seq({list(repeat(local, 1, 32), ch('.'), 1, 3), ch('@'),
+                  repeat(seq({label, ch('.')}), 1, 3),
+                  repeat(byte_ranges({{'a', 'z'}, {'A', 'Z'}}), 2, 6)});
+    }
+    (void)d2;
+    fail(path + ".format", str_cat("the string format '", name,
+                                   "' is not supported (date, time, date-time, uuid, ipv4, email "
+                                   "are)"));
+  }
+
+  // Two-digit numbers in [lo, hi] ("01".."12").
+  static Expr uint_pad2(int lo, int hi) { return fixed_range(lo, hi, 2); }
+
+  Range range(const Json& s, const std::string& path, bool integral) {
+    Range r;
+    auto read = [&](const char* key, bool upper, bool exclusive) {
+      const Json* v = field(s, key);
+      if (!v) return;
+      // Draft 4 spells exclusivity as a boolean beside minimum/maximum.
+      if (v->is_boolean()) return;
+      if (!v->is_number()) fail(str_cat(path, ".", key), "expected a number");
+      const double x = v->get<double>();
+      if (!std::isfinite(x) || std::fabs(x) > double(kIntMax))
+        fail(str_cat(path, ".", key), str_cat("the bound must lie within +-", kIntMax));
+      Bound b{true, 0, exclusive};
+      if (integral) {
+        // Rounded inward, exclusive ones made inclusive.
+        double y = upper ? std::floor(x) : std::ceil(x);
+        if (exclusive && y == x) y += upper ? -1 : 1;
+        b.value = int64_t(y);
+        b.exclusive = false;
+      } else {
+        if (x != std::floor(x))
+          fail(str_cat(path, ".", key),
+               "number bounds with a fraction are not supported (integral ones are)");
+        b.value = int64_t(x);
+      }
+      Bound& slot = upper ? r.hi : r.lo;
+      // The tighter of minimum and exclusiveMinimum (or the maxima).
+      const bool tighter = !slot.present || (upper ? b.value < slot.value : b.value > slot.value) ||
+                           (b.value == slot.value && b.exclusive);
+      if (tighter) slot = b;
+    };
+    const Json* emin = field(s, "exclusiveMinimum");
+    const Json* emax = field(s, "exclusiveMaximum");
+    const bool draft4_min = emin && emin->is_boolean() && emin->get<bool>();
+    const bool draft4_max = emax && emax->is_boolean() && emax->get<bool>();
+    read("minimum", false, draft4_min);
+    read("maximum", true, draft4_max);
+    read("exclusiveMinimum", false, true);
+    read("exclusiveMaximum", true, true);
+    return r;
+  }
+
+  Expr integer(const Json& s, const std::string& path) {
+    const Range r = range(s, path, true);
+    const int64_t lo = r.lo.present ? r.lo.value : -kIntMax;
+    const int64_t hi = r.hi.present ? r.hi.value : kIntMax;
+    if (lo > hi) fail(path, "the bounds leave no integer");
+    std::vector<Expr> parts;
+    if (hi >= 0) parts.push_back(uint_range(std::max<int64_t>(lo, 0), hi));
+    if (lo < 0) parts.push_back(seq({ch('-'), uint_range(std::max<int64_t>(1, -hi), -lo)}));
+    return alt(std::move(parts));
+  }
+
+  Expr number(const Json& s, const std::string& path) {
+    const Range r = range(s, path, false);
+    if (!r.any_bound()) {
+      const Expr exp =
+          seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
+               optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
+      return seq(
+          {optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()), optional(exp)});
+    }
+    if (r.lo.present && r.hi.present &&
+        (r.lo.value > r.hi.value ||
+         (r.lo.value == r.hi.value && (r.lo.exclusive || r.hi.exclusive))))
+      fail(path, "the bounds leave no number");
+    std::vector<Expr> parts;
+    // v >= 0: lo' = max(lo, 0) (0 inclusive when lo < 0).
+    const bool nonneg = !r.hi.present || r.hi.value > 0 || (r.hi.value == 0 && !r.hi.exclusive);
+    if (nonneg) {
+      Bound lo = r.lo.present && r.lo.value >= 0 ? r.lo : Bound{true, 0, false};
+      parts.push_back(magnitude(lo, r.hi));
+    }
+    // v < 0 as '-' m: m in [max(-hi, 0), -lo], the bounds' exclusivity swapped over.
+    const bool neg = !r.lo.present || r.lo.value < 0;
+    if (neg) {
+      Bound mlo = r.hi.present && r.hi.value < 0 ? Bound{true, -r.hi.value, r.hi.exclusive}
+                                                 : Bound{true, 0, true};
+      Bound mhi = r.lo.present ? Bound{true, -r.lo.value, r.lo.exclusive} : Bound{};
+      parts.push_back(seq({ch('-'), magnitude(mlo, mhi)}));
+    }
+    return alt(std::move(parts));
+  }
+
+  Expr object(const Json& s, const std::string& path) {
+    for (const char* k : {"minProperties", "maxProperties", "patternProperties"})
+      if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
+    const Json* props = field(s, "properties");
+    if (props && !props->is_object()) fail(path + ".properties", "expected an object");
+    std::set<std::string> required;
+    if (const Json* r = field(s, "required")) {
+      if (!r->is_array()) fail(path + ".required", "expected an array of names");
+      for (const Json& n : *r) {
+        if (!n.is_string()) fail(path + ".required", "expected an array of names");
+        if (!props || !props->contains(n.get<std::string>()))
+          fail(path + ".required",
+               str_cat("'", n.get<std::string>(), "' is required but not among the properties"));
+        required.insert(n.get<std::string>());
+      }
+    }
+    const Expr sep = seq({ws(), ch(','), ws()});
+    if (!props || props->empty()) {
+      // A map: keys free, values after additionalProperties (absent or true: any value).
+      const Json* add = field(s, "additionalProperties");
+      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws(), ch('}')});
+      const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
+                                               : free_value(o_.free_depth);
+      const Expr kv = seq({free_string(), ws(), ch(':'), ws(), v});
+      return seq({ch('{'), ws(), optional(seq({list(kv, sep, 0, -1), ws()})), ch('}')});
+    }
+    std::vector<Member> ms;
+    for (auto it = props->begin(); it != props->end(); ++it) {
+      const Expr v = value(it.value(), str_cat(path, ".properties.", it.key()));
+      ms.push_back({seq({lit(Json(it.key()).dump()), ws(), ch(':'), ws(), v}),
+                    required.count(it.key()) > 0});
+    }
+    return seq({ch('{'), ws(), members(std::move(ms), sep), ws(), ch('}')});
+  }
+
+  Expr array(const Json& s, const std::string& path) {
+    for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
+      if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
+    const auto [min, max] = bounds(s, path, "minItems", "maxItems");
+    const Expr sep = seq({ws(), ch(','), ws()});
+    const Json* items = field(s, "items");
+    Expr item;
+    if (!items || (items->is_boolean() && items->get<bool>()))
+      item = free_value(o_.free_depth);
+    else if (items->is_boolean())
+      item = nullptr;  // no further items
+    else
+      item = value(*items, path + ".items");
+    if (const Json* pre = field(s, "prefixItems")) {
+      if (!pre->is_array() || pre->empty())
+        fail(path + ".prefixItems", "expected a non-empty array");
+      // The tuple's members all, then the further items the bounds allow.
+      std::vector<Expr> parts{ch('['), ws()};
+      for (size_t i = 0; i < pre->size(); ++i) {
+        if (i) parts.push_back(sep);
+        parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
+      }
+      const int32_t n = int32_t(pre->size());
+      if (item && (max < 0 || max > n)) {
+        const int32_t more_min = std::max(0, min - n);
+        const int32_t more_max = max < 0 ? -1 : max - n;
+        parts.push_back(repeat(seq({sep, item}), more_min, more_max));
+      }
+      parts.push_back(ws());
+      parts.push_back(ch(']'));
+      return seq(std::move(parts));
+    }
+    if (!item) return seq({ch('['), ws(), ch(']')});
+    const Expr body = list(item, sep, std::max(min, 1), max);
+    return seq(
+        {ch('['), ws(), min == 0 ? optional(seq({body, ws()})) : seq({body, ws()}), ch(']')});
+  }
+
+ public:
+  Expr free_string() { return seq({ch('"'), repeat(json_string_char(), 0, -1), ch('"')}); }
+
+  // Any JSON value, containers nesting at most `depth` deep.
+  Expr free_value(int32_t depth) {
+    depth = std::clamp<int32_t>(depth, 0, 15);
+    if (free_[size_t(depth)]) return free_[size_t(depth)];
+    const Expr exp = seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
+                          optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
+    std::vector<Expr> opts{
+        free_string(),
+        seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()), optional(exp)}),
+        lit("true"), lit("false"), lit("null")};
+    if (depth > 0) {
+      opts.push_back(free_object(depth));
+      const Expr sep = seq({ws(), ch(','), ws()});
+      opts.push_back(
+          seq({ch('['), ws(), optional(seq({list(free_value(depth - 1), sep, 1, -1), ws()})),
+               ch(']')}));
+    }
+    return free_[size_t(depth)] = alt(std::move(opts));
+  }
+  Expr free_object(int32_t depth) {
+    const Expr sep = seq({ws(), ch(','), ws()});
+    const Expr kv = seq({free_string(), ws(), ch(':'), ws(), free_value(depth - 1)});
+    return seq({ch('{'), ws(), optional(seq({list(kv, sep, 1, -1), ws()})), ch('}')});
+  }
+
+ private:
+  const Json& root_;
+  JsonGrammarOptions o_;
+  Expr ws_;
+  std::map<std::string, int> ref_depth_;
+  Expr free_[16];
+};
+
+Json parse_schema(std::string_view text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw Error("schema: not valid JSON");
+  return j;
+}
+
+}  // namespace
+
+struct JsonSchema::Impl {
+  Json root;
+  JsonGrammarOptions options;
+};
+
+JsonSchema::JsonSchema(std::string_view schema_json, const JsonGrammarOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->root = parse_schema(schema_json);
+  impl_->options = options;
+  if (!impl_->root.is_object() && !impl_->root.is_boolean())
+    throw Error("schema: expected a JSON object");
+}
+
+JsonSchema::~JsonSchema() = default;
+
+Expr JsonSchema::value() const {
+  Compiler c(impl_->root, impl_->options);
+  return c.value(impl_->root, "schema");
+}
+
+std::vector<JsonSchema::Property> JsonSchema::properties() const {
+  const Json& root = impl_->root;
+  Compiler c(root, impl_->options);
+  const auto& o = impl_->options;
+  (void)o;
+  std::vector<Property> out;
+  if (root.is_object() && root.contains("$ref"))
+    throw Error("schema: expected properties, not a $ref");
+  const auto p = root.is_object() ? root.find("properties") : root.end();
+  if (!root.is_object() || p == root.end()) return out;
+  if (!p->is_object()) throw Error("schema.properties: expected an object");
+  std::set<std::string> required;
+  if (auto r = root.find("required"); r != root.end() && r->is_array())
+    for (const Json& n : *r)
+      if (n.is_string()) required.insert(n.get<std::string>());
+  for (auto it = p->begin(); it != p->end(); ++it) {
+    Property prop;
+    prop.name = it.key();
+    prop.required = required.count(it.key()) > 0;
+    const std::string path = "schema.properties." + it.key();
+    prop.json = c.value(it.value(), path);
+    prop.raw = c.raw_string(it.value(), path, &prop.string);
+    out.push_back(std::move(prop));
+  }
+  return out;
+}
+
+Expr json_object_expr(const JsonGrammarOptions& options) {
+  Json root = Json::object();
+  Compiler c(root, options);
+  return c.free_object(std::max(options.free_depth, 1));
+}
+
+Expr json_whitespace(const JsonGrammarOptions& options) {
+  return repeat(byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0,
+                options.max_whitespace);
+}
+
+}  // namespace deepinfer::grammar
