@@ -107,8 +107,15 @@ std::string Engine::add_request(Request req) {
     if (t < 0 || t >= V) return str_cat("stop token id ", t, " is outside the vocabulary");
   if (!p.stop.empty() && !decoder_) return "stop strings need a tokenizer, and this model has none";
   if (scheduler_->find(req.id)) return str_cat("request id ", req.id, " is already in use");
+  if (p.grammar && p.grammar->vocab().size() != V)
+    return str_cat("the output grammar was compiled for a vocabulary of ",
+                   p.grammar->vocab().size(), " tokens; the model has ", V);
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  return scheduler_->add(std::move(req));
+  const RequestId id = req.id;
+  std::shared_ptr<const grammar::Grammar> g = req.params.grammar;
+  std::string refused = scheduler_->add(std::move(req));
+  if (refused.empty() && g) scheduler_->find(id)->matcher = std::make_unique<grammar::Matcher>(g);
+  return refused;
 }
 
 bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
@@ -116,6 +123,8 @@ bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
   const int32_t t = s->tokens.back();
   FinishReason why = FinishReason::None;
   if (!p.ignore_eos && t == model_.config().eos_token_id) why = FinishReason::Stop;
+  // A grammar's end is the end, whatever ignore_eos says (nothing else could follow).
+  if (s->matcher && s->matcher->finished()) why = FinishReason::Stop;
   if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
     why = FinishReason::Stop;
   if (why == FinishReason::None && !p.stop.empty()) {
@@ -198,7 +207,15 @@ std::vector<TokenEvent> Engine::step() {
       TopLogprobs top;
       SampleInput in{&logits[k * size_t(V)], &s->req.params, &s->tokens, s->num_prompt,
                      *s->req.params.seed};
+      if (s->matcher) {
+        DI_REGION("engine.grammar_mask");
+        in.allowed = s->matcher->allowed();
+      }
       sampled.push_back(sampler_.sample(in, &top));
+      if (s->matcher) {
+        const bool ok = s->matcher->accept(sampled.back());
+        DI_CHECK(ok, "the sampler chose token ", sampled.back(), ", which the grammar refuses");
+      }
       tops.push_back(std::move(top));
       ++k;
     }

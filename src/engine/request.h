@@ -4,12 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace deepinfer {
+
+namespace grammar {
+class Grammar;
+}
 
 using RequestId = uint64_t;
 
@@ -27,6 +32,10 @@ struct SamplingParams {
   std::vector<std::string> stop;  // stop strings (need a tokenizer)
   bool ignore_eos = false;
   int64_t logprobs = 0;  // top-K logprobs per generated token (0 = none)
+  // Constrained output (grammar/grammar.h): only tokens that keep the output in the grammar
+  // are sampled, and the request stops once the grammar is complete and nothing can follow.
+  // Compiled for this model's vocabulary; shared, immutable.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct Request {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "kernels/reduce.h"
@@ -74,6 +75,11 @@ int32_t Sampler::choose(const SampleInput& in) {
     std::unordered_map<int32_t, int32_t> count;
     for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count[toks[i]];
     for (const auto& [t, n] : count) l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
+  }
+  if (in.allowed) {
+    const uint64_t* a = in.allowed;
+    for (int64_t i = 0; i < V; ++i)
+      if (!((a[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
   }
   if (p.temperature <= 0.0f || p.top_k == 1) {
     int32_t best = 0;

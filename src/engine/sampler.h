@@ -16,6 +16,9 @@ struct SampleInput {
   const std::vector<int32_t>* tokens;  // prompt + generated so far
   int64_t num_prompt;
   uint64_t seed;  // the request's seed (or one derived for it)
+  // With a grammar: the tokens that may be chosen (bit t % 64 of word t / 64); null: all.
+  // Logprobs stay those of the model's distribution.
+  const uint64_t* allowed = nullptr;
 };
 
 class Sampler {

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/request.h"
+#include "grammar/grammar.h"
 
 namespace deepinfer {
 
@@ -26,6 +28,7 @@ struct Sequence {
   FinishReason finish = FinishReason::None;
   std::string stop_text;
   int64_t num_preemptions = 0;
+  std::unique_ptr<grammar::Matcher> matcher;  // with a grammar: where the output stands in it
 
   int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt; }
   // Tokens still to compute before the next token can be sampled.
