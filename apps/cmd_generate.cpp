@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "dist/serial.h"
 #include "engine_options.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat.h"
 
 namespace deepinfer::app {
@@ -134,7 +136,44 @@ void apply_request_fields(const json& j, SamplingParams* p) {
   }
 }
 
-std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab) {
+// A line's "response_format" (as in the OpenAI API: json_object, or json_schema with its
+// schema) or "json_schema" (the schema itself): the output is constrained to it.
+void apply_output_shape(const json& j, const GenerateOptions& o,
+                        const std::function<server::GrammarCache*()>& grammars, SamplingParams* p) {
+  server::OutputShape shape;
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    DI_REQUIRE(it->is_object() && it->contains("type") && (*it)["type"].is_string(),
+               "field 'response_format' must be an object with a \"type\"");
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      shape.kind = server::OutputShape::Kind::kJsonObject;
+    } else if (type == "json_schema") {
+      const auto js = it->find("json_schema");
+      DI_REQUIRE(js != it->end() && js->is_object() && js->contains("schema"),
+                 "field 'response_format': json_schema needs {\"json_schema\": {\"schema\": ...}}");
+      shape.kind = server::OutputShape::Kind::kJsonSchema;
+      shape.schema_json = (*js)["schema"].dump();
+    } else {
+      DI_REQUIRE(type == "text", "field 'response_format': type '", type,
+                 "' is not one of text, json_object, json_schema");
+    }
+  }
+  if (auto it = j.find("json_schema"); it != j.end() && !it->is_null()) {
+    DI_REQUIRE(shape.kind == server::OutputShape::Kind::kFree,
+               "give one of 'response_format' and 'json_schema'");
+    DI_REQUIRE(it->is_object() || it->is_boolean(), "field 'json_schema' must be a JSON schema");
+    shape.kind = server::OutputShape::Kind::kJsonSchema;
+    shape.schema_json = it->dump();
+  }
+  if (shape.kind == server::OutputShape::Kind::kFree) return;
+  server::GrammarCache* cache = grammars();
+  DI_REQUIRE(cache, "structured output needs the model's tokenizer, and it has none");
+  shape.after_thinking = o.chat && o.thinking;
+  p->grammar = cache->get(shape);
+}
+
+std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab,
+                               const std::function<server::GrammarCache*()>& grammars) {
   std::vector<Input> in;
   auto base = [&] {
     Input x;
@@ -187,6 +226,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           }
         }
         apply_request_fields(j, &x.req.params);
+        apply_output_shape(j, o, grammars, &x.req.params);
       } catch (const Error& e) {
         x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
       }
@@ -227,7 +267,16 @@ void generate(GenerateOptions& o) {
   if (o.sampling_seed) o.params.seed = o.sampling_seed;
   DI_REQUIRE(o.params.stop.empty() || tok,
              "--stop: stop strings need a tokenizer, and this model has none");
-  std::vector<Input> inputs = read_inputs(o, tok, le.checkpoint->config().vocab_size);
+  const int64_t vocab = le.checkpoint->config().vocab_size;
+  // Built on first use (the vocabulary's trie takes a moment).
+  std::unique_ptr<server::GrammarCache> grammars;
+  auto grammar_cache = [&]() -> server::GrammarCache* {
+    if (!grammars && tok)
+      grammars = std::make_unique<server::GrammarCache>(
+          server::make_grammar_vocab(*tok, vocab, le.checkpoint->config().eos_token_id));
+    return grammars.get();
+  };
+  std::vector<Input> inputs = read_inputs(o, tok, vocab, grammar_cache);
   const size_t n = inputs.size();
   std::vector<json> results(n);
   for (size_t i = 0; i < n; ++i) {

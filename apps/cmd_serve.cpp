@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "engine_options.h"
 #include "server/http_server.h"
+#include "server/structured_output.h"
 
 namespace deepinfer::app {
 
@@ -89,6 +90,13 @@ void serve(ServeOptions& o) {
   info.vocab_size = le.checkpoint->config().vocab_size;
   info.max_model_len = o.eo.engine.sched.max_model_len;
   info.created = int64_t(std::time(nullptr));
+  // Structured outputs: the vocabulary as grammar bytes, built once (a trie of every token).
+  std::unique_ptr<server::GrammarCache> grammars;
+  if (le.tokenizer) {
+    grammars = std::make_unique<server::GrammarCache>(server::make_grammar_vocab(
+        *le.tokenizer, info.vocab_size, le.checkpoint->config().eos_token_id));
+    info.grammars = grammars.get();
+  }
 
   server::ApiServer srv(*le.engine, info, o.so);
   if (le.world->size() > 1) srv.set_health_probe([&le] { return le.world->dead_rank(); });

@@ -17,6 +17,8 @@
 
 namespace deepinfer::server {
 
+class GrammarCache;
+
 class ApiError : public Error {
  public:
   ApiError(int status, std::string message, std::string param = {}, std::string code = {},
@@ -46,6 +48,9 @@ struct ModelInfo {
   int64_t vocab_size = 0;
   int64_t max_model_len = 0;
   int64_t created = 0;  // unix seconds, for /v1/models
+  // Compiles response_format / tool_choice output shapes for this model; null without a
+  // tokenizer (structured outputs are refused then).
+  GrammarCache* grammars = nullptr;
 };
 
 enum class Endpoint { kCompletions, kChat };

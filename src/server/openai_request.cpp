@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "server/json_fields.h"
+#include "server/structured_output.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/py_json.h"
 
@@ -212,25 +213,112 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
 }
 
 // "tools" checked for shape (the encoder reads it as text) and "tool_choice". Returns the text
-// to offer, empty when no tools are offered.
-std::string parse_tools(const Json& j) {
+// to offer, empty when no tools are offered. tool_choice "required" or a named function makes
+// `shape` a tool call of those tools.
+std::string parse_tools(const Json& j, OutputShape* shape) {
   const Json* tools = find_field(j, "tools");
-  std::string choice = "auto";
+  std::string choice = "auto", named;
   if (const Json* c = find_field(j, "tool_choice")) {
-    if (!c->is_string())
-      throw ApiError(400, "Only tool_choice 'auto' and 'none' are supported.", "tool_choice",
-                     "unsupported_value");
-    choice = c->get<std::string>();
-    if (choice != "auto" && choice != "none")
-      throw ApiError(400,
-                     str_cat("tool_choice '", choice, "' is not supported; use 'auto' or 'none'."),
-                     "tool_choice", "unsupported_value");
+    if (c->is_object()) {
+      const Json* type = find_field(*c, "type");
+      if (!type || get_string(*type, "tool_choice.type") != "function")
+        throw_bad_value("tool_choice.type", "expected 'function'.");
+      const Json* f = find_field(*c, "function");
+      const Json* n = f && f->is_object() ? find_field(*f, "name") : nullptr;
+      if (!n)
+        throw ApiError(400, "A named tool_choice needs function.name.", "tool_choice.function.name",
+                       "missing");
+      named = get_string(*n, "tool_choice.function.name");
+      choice = "named";
+    } else if (c->is_string()) {
+      choice = c->get<std::string>();
+      if (choice != "auto" && choice != "none" && choice != "required")
+        throw_bad_value("tool_choice", str_cat("'", choice,
+                                               "' is not one of auto, none, required, or a named "
+                                               "function."));
+    } else {
+      throw_bad_type("tool_choice", "a string or an object", *c);
+    }
   }
-  if (!tools) return {};
+  if (!tools) {
+    if (choice == "required" || choice == "named")
+      throw ApiError(400, "tool_choice asks for a tool call, but no tools are given.",
+                     "tool_choice", "invalid_value");
+    return {};
+  }
   // tool_choice "none": the model is not told about the tools, so it cannot call them.
   const std::string text = tools_text(*tools, "tools");
   if (choice == "none") return {};
+  if (choice == "required" || choice == "named") {
+    shape->kind = OutputShape::Kind::kToolCalls;
+    for (const Json& t : *tools) {
+      const Json& f = t["function"];
+      ToolSpec spec;
+      spec.name = f["name"].get<std::string>();
+      if (choice == "named" && spec.name != named) continue;
+      if (const Json* params = find_field(f, "parameters"))
+        spec.parameters_json = dump_json(*params);
+      shape->tools.push_back(std::move(spec));
+    }
+    if (shape->tools.empty())
+      throw_bad_value("tool_choice.function.name",
+                      str_cat("no tool named '", named, "' is among the tools."));
+    if (const Json* p = find_field(j, "parallel_tool_calls"))
+      shape->parallel_tool_calls = get_bool(*p, "parallel_tool_calls");
+  }
   return text;
+}
+
+// "response_format": text, json_object or json_schema; sets `shape` and returns the text the
+// chat encoder renders for it (empty for text).
+std::string parse_response_format(const Json& j, OutputShape* shape) {
+  const Json* rf = find_field(j, "response_format");
+  if (!rf) return {};
+  if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
+  const Json* type = find_field(*rf, "type");
+  const std::string t = type ? get_string(*type, "response_format.type") : "";
+  if (t == "json_object") {
+    shape->kind = OutputShape::Kind::kJsonObject;
+    return tokenizer_internal::py_json_dumps(*rf);
+  }
+  if (t == "json_schema") {
+    const Json* js = find_field(*rf, "json_schema");
+    if (!js || !js->is_object())
+      throw ApiError(400, "A json_schema response format needs a 'json_schema' object.",
+                     "response_format.json_schema", "missing");
+    const Json* schema = find_field(*js, "schema");
+    if (!schema || !(schema->is_object() || schema->is_boolean()))
+      throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
+                     "response_format.json_schema.schema", "missing");
+    shape->kind = OutputShape::Kind::kJsonSchema;
+    shape->schema_json = dump_json(*schema);
+    return tokenizer_internal::py_json_dumps(*schema);
+  }
+  if (t != "text")
+    throw_bad_value("response_format.type",
+                    str_cat("'", t, "' is not one of text, json_object, json_schema."));
+  return {};
+}
+
+// The grammar of `shape` from the server's cache; a schema that cannot be compiled is a 400
+// naming the place in it.
+void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* p) {
+  if (shape.kind == OutputShape::Kind::kFree) return;
+  const char* param =
+      shape.kind == OutputShape::Kind::kToolCalls ? "tool_choice" : "response_format";
+  if (!info.grammars)
+    throw ApiError(400, "Structured outputs need the model's tokenizer, and it has none.", param,
+                   "no_tokenizer");
+  try {
+    p->grammar = info.grammars->get(shape);
+  } catch (const Error& e) {
+    throw ApiError(400, str_cat("The output format cannot be enforced: ", e.what()),
+                   shape.kind == OutputShape::Kind::kToolCalls ? "tools"
+                   : shape.kind == OutputShape::Kind::kJsonSchema
+                       ? "response_format.json_schema.schema"
+                       : "response_format",
+                   "unsupported_schema");
+  }
 }
 
 // 1..100, or 0 for "none" (thinking off).
@@ -255,7 +343,7 @@ int parse_effort(const Json& v, const std::string& name) {
 // "none", which turns it off. chat_template_kwargs.drop_thinking: false keeps earlier turns'
 // reasoning in the prompt. response_format json_object / json_schema is rendered into the system
 // message as the encoder does (the output itself is not constrained).
-ChatOptions parse_chat_options(const Json& j) {
+ChatOptions parse_chat_options(const Json& j, OutputShape* shape) {
   ChatOptions o;
   std::optional<bool> thinking;
   if (const Json* t = find_field(j, "thinking")) {
@@ -285,41 +373,31 @@ ChatOptions parse_chat_options(const Json& j) {
   o.thinking = thinking.value_or(effort != nullptr);
   if (const Json* d = kwargs ? find_field(*kwargs, "drop_thinking") : nullptr)
     o.drop_thinking = get_bool(*d, "chat_template_kwargs.drop_thinking");
-  o.tools_json = parse_tools(j);
+  o.tools_json = parse_tools(j, shape);
   if (const Json* v = find_field(j, "add_generation_prompt"))
     o.add_generation_prompt = get_bool(*v, "add_generation_prompt");
   if (const Json* v = find_field(j, "continue_final_message"))
     o.continue_final_message = get_bool(*v, "continue_final_message");
   if (o.continue_final_message) o.add_generation_prompt = false;
-  if (const Json* rf = find_field(j, "response_format")) {
-    if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
-    const Json* type = find_field(*rf, "type");
-    const std::string t = type ? get_string(*type, "response_format.type") : "";
-    if (t == "json_object") {
-      o.response_format_json = tokenizer_internal::py_json_dumps(*rf);
-    } else if (t == "json_schema") {
-      const Json* js = find_field(*rf, "json_schema");
-      if (!js || !js->is_object())
-        throw ApiError(400, "A json_schema response format needs a 'json_schema' object.",
-                       "response_format.json_schema", "missing");
-      const Json* schema = find_field(*js, "schema");
-      if (!schema || !schema->is_object())
-        throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
-                       "response_format.json_schema.schema", "missing");
-      o.response_format_json = tokenizer_internal::py_json_dumps(*schema);
-    } else if (t != "text") {
-      throw_bad_value("response_format.type",
-                      str_cat("'", t, "' is not one of text, json_object, json_schema."));
-    }
+  OutputShape format;
+  o.response_format_json = parse_response_format(j, &format);
+  if (format.kind != OutputShape::Kind::kFree) {
+    if (shape->kind != OutputShape::Kind::kFree)
+      throw ApiError(400,
+                     "tool_choice asks for a tool call and response_format for a reply format; "
+                     "give one of them.",
+                     "response_format", "invalid_value");
+    *shape = std::move(format);
   }
+  shape->after_thinking = o.thinking;
   return o;
 }
 
-std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info,
-                                        ChatOptions* options) {
+std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, ChatOptions* options,
+                                        OutputShape* shape) {
   const Tokenizer& tok = need_tokenizer(info, "messages", "the chat API");
   const std::vector<ChatMessage> messages = parse_messages(j);
-  *options = parse_chat_options(j);
+  *options = parse_chat_options(j, shape);
   std::string text;
   try {
     text = encode_chat(messages, *options);
@@ -461,15 +539,18 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body, const Mod
   ApiRequest r;
   r.endpoint = endpoint;
   r.model = check_model(j, info);
+  OutputShape shape;
   if (endpoint == Endpoint::kChat) {
     ChatOptions options;
-    r.prompts.push_back(encode_chat_prompt(j, info, &options));
+    r.prompts.push_back(encode_chat_prompt(j, info, &options, &shape));
     r.chat.enabled = true;
     r.chat.thinking = options.thinking;
   } else {
     r.prompts = parse_prompts(j, info);
+    parse_response_format(j, &shape);
   }
   parse_sampling(j, info, &r);
+  constrain(shape, info, &r.params);
   parse_logprobs(j, &r);
   if (int64_t(r.prompts.size()) * r.n > kMaxEngineRequests)
     throw_bad_value(endpoint == Endpoint::kChat ? "n" : "prompt",
@@ -491,7 +572,8 @@ std::vector<int32_t> parse_tokenize_request(std::string_view body, const ModelIn
                    has_prompt ? "messages" : "prompt", "invalid_value");
   if (has_messages) {
     ChatOptions options;
-    return encode_chat_prompt(j, info, &options);
+    OutputShape shape;
+    return encode_chat_prompt(j, info, &options, &shape);
   }
   const Json& p = *find_field(j, "prompt");
   if (p.is_array()) return token_list(p, "prompt", info.vocab_size);

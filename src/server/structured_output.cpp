@@ -1,0 +1,109 @@
+#include "server/structured_output.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "grammar/json_schema.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/chat_format.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+namespace cf = chat_format;
+using namespace grammar;
+
+std::shared_ptr<const TokenVocab> make_grammar_vocab(const Tokenizer& tok, int64_t vocab_size,
+                                                     int32_t eos_id) {
+  const std::vector<int32_t> markers = chat_marker_tokens(tok);
+  std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
+  for (int32_t id = 0; id < int32_t(vocab_size) && id < tok.vocab_size(); ++id) {
+    if (tok.is_special(id) && !std::binary_search(markers.begin(), markers.end(), id)) continue;
+    bytes[size_t(id)] = std::string(tok.token_bytes(id));
+  }
+  return std::make_shared<TokenVocab>(std::move(bytes), eos_id);
+}
+
+namespace {
+
+// <｜DSML｜ parameter name="k" string="true|false">value</｜DSML｜ parameter>\n
+Expr tool_parameter(const JsonSchema::Property& p) {
+  const std::string open = str_cat(cf::kParamOpen, " name=\"", p.name, "\" string=\"");
+  const Expr close = lit(str_cat(cf::kParamClose, "\n"));
+  if (p.string) {
+    if (!p.raw) return seq({lit(open + "true\">"), until(std::string(cf::kParamClose)), lit("\n")});
+    return seq({lit(open + "true\">"), p.raw, close});
+  }
+  return seq({lit(open + "false\">"), p.json, close});
+}
+
+Expr tool_invoke(const ToolSpec& t) {
+  std::vector<Member> params;
+  if (!t.parameters_json.empty()) {
+    try {
+      for (const JsonSchema::Property& p : JsonSchema(t.parameters_json).properties())
+        params.push_back({tool_parameter(p), p.required});
+    } catch (const Error& e) {
+      throw Error(str_cat("tool '", t.name, "' parameters: ", e.what()));
+    }
+  }
+  return seq({lit(str_cat(cf::kInvokeOpen, " name=\"", t.name, "\">\n")),
+              members(std::move(params), empty()), lit(cf::kInvokeClose)});
+}
+
+}  // namespace
+
+Expr output_shape_expr(const OutputShape& s) {
+  Expr body;
+  switch (s.kind) {
+    case OutputShape::Kind::kFree:
+      return nullptr;
+    case OutputShape::Kind::kJsonObject:
+      body = json_object_expr();
+      break;
+    case OutputShape::Kind::kJsonSchema:
+      body = JsonSchema(s.schema_json).value();
+      break;
+    case OutputShape::Kind::kToolCalls: {
+      DI_REQUIRE(!s.tools.empty(), "a tool call needs tools to call");
+      std::vector<Expr> invokes;
+      for (const ToolSpec& t : s.tools) invokes.push_back(tool_invoke(t));
+      body = seq({lit(str_cat(cf::kCallsStart, ">\n")),
+                  list(alt(std::move(invokes)), lit("\n"), 1, s.parallel_tool_calls ? 16 : 1),
+                  lit(str_cat("\n", cf::kCallsClose))});
+      break;
+    }
+  }
+  if (s.after_thinking) return seq({until(std::string(cf::kThinkEnd)), body});
+  return body;
+}
+
+GrammarCache::GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity)
+    : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)) {}
+
+std::shared_ptr<const Grammar> GrammarCache::get(const OutputShape& s) {
+  if (s.kind == OutputShape::Kind::kFree) return nullptr;
+  std::string key = str_cat(int(s.kind), s.after_thinking ? "T" : "F",
+                            s.parallel_tool_calls ? "P" : "1", "\n", s.schema_json);
+  for (const ToolSpec& t : s.tools) key += str_cat("\n", t.name, "\n", t.parameters_json);
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return it->second->second;
+    }
+  }
+  // Compiled outside the lock (a large schema takes a while); a race compiles it twice.
+  std::shared_ptr<const Grammar> g = Grammar::compile(output_shape_expr(s), vocab_);
+  std::lock_guard lk(mu_);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
+  lru_.emplace_front(key, g);
+  index_[key] = lru_.begin();
+  while (lru_.size() > capacity_) {
+    index_.erase(lru_.back().first);
+    lru_.pop_back();
+  }
+  return g;
+}
+
+}  // namespace deepinfer::server
