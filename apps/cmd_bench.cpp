@@ -11,6 +11,7 @@
 
 #ifdef DEEPINFER_HAVE_BENCH
 #include "bench/bench_decode.h"
+#include "bench/bench_grammar.h"
 #include "bench/bench_linear.h"
 #endif
 
@@ -143,6 +144,24 @@ void add_bench(CLI::App& app) {
                  "--prompt, --steps and --prefill must be positive");
       bench::Reporter rep(f->json);
       bench::bench_decode(rep, *opt);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto opt = std::make_shared<bench::GrammarBenchOptions>();
+    CLI::App* cmd = bench->add_subcommand(
+        "grammar", "Token-mask cost per step of constrained (JSON) output on a vocabulary");
+    add_common(cmd, *f);
+    cmd->add_option("--tokenizer", opt->tokenizer, "tokenizer.json, or a directory holding it")
+        ->required();
+    cmd->add_option("--schema", opt->schema_file, "A JSON schema file (default: a built-in one)");
+    cmd->add_option("--walks", opt->walks, "Random walks per phase");
+    cmd->add_option("--max-steps", opt->max_steps, "Tokens per walk at most");
+    cmd->callback([f, opt] {
+      apply(*f);
+      DI_REQUIRE(opt->walks >= 1 && opt->max_steps >= 1, "--walks and --max-steps must be >= 1");
+      bench::Reporter rep(f->json);
+      bench::bench_grammar(rep, *opt);
     });
   }
   {
