@@ -165,7 +165,25 @@ void add_serve(CLI::App& app) {
                   "Model name clients use (default: the model directory's name)");
   cmd->add_option("--max-body-mib", o->max_body_mib, "Largest request body accepted")
       ->capture_default_str();
-  cmd->add_option("--http-threads", so.http_threads, "Connections served at once")
+  cmd->add_option("--http-threads", so.http_threads,
+                  "Threads that parse and tokenize request bodies")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", so.max_connections,
+                  "Connections open at once (beyond: the longest idle one closes, else 503)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", so.request_timeout_s,
+                  "Seconds from a request's first byte to its last (else 408)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", so.idle_timeout_s,
+                  "Seconds a kept-alive connection may wait for its next request")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", so.write_timeout_s,
+                  "Seconds a client may leave output unread before it is dropped")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--shutdown-timeout", so.shutdown_timeout_s,
                   "Seconds running requests get to finish after SIGTERM")

@@ -13,7 +13,7 @@ PKGS=(
   libpcre2-dev                                     # Unicode regexes (tokenizer pre-split)
   python3 python3-numpy                            # the independent numpy reference
   clang libclang-rt-14-dev                         # libFuzzer targets
-  libcpp-httplib-dev                               # HTTP server
+  zlib1g-dev                                       # gzip for the server's JSON responses
   curl                                             # raw HTTP checks of the server in tests
   libopenmpi-dev openmpi-bin                       # multi-host ranks
   libdnnl-dev                                      # oneDNN: the bf16 matmul baseline in benchmarks

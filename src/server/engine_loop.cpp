@@ -23,7 +23,42 @@ bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout)
     out->push_back(std::move(updates_.front()));
     updates_.pop_front();
   }
+  signalled_ = false;
   return true;
+}
+
+bool Call::take(std::vector<CallUpdate>* out) {
+  std::lock_guard lk(mu_);
+  signalled_ = false;
+  if (updates_.empty()) return false;
+  while (!updates_.empty()) {
+    if (updates_.front().end) ++taken_ended_;
+    out->push_back(std::move(updates_.front()));
+    updates_.pop_front();
+  }
+  return true;
+}
+
+bool Call::admission(std::string* error) const {
+  std::lock_guard lk(mu_);
+  if (admitted_ && error) *error = error_;
+  return admitted_;
+}
+
+void Call::admit(std::string error) {
+  std::lock_guard lk(mu_);
+  error_ = std::move(error);
+  admitted_ = true;
+}
+
+void Call::signal() {
+  if (!notify_) return;
+  {
+    std::lock_guard lk(mu_);
+    if (signalled_) return;
+    signalled_ = true;
+  }
+  notify_();
 }
 
 bool Call::done() const {
@@ -38,6 +73,7 @@ void Call::push(CallUpdate u) {
     updates_.push_back(std::move(u));
   }
   cv_.notify_all();
+  signal();
 }
 
 // --- EngineLoop ---
@@ -64,16 +100,28 @@ void EngineLoop::stop() {
 }
 
 std::string EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
+  submit_async(call, std::move(requests));
   std::unique_lock lk(mu_);
-  if (stop_) return "the server is shutting down";
-  for (Request& r : requests) {
-    r.id = next_id_++;
-    call->ids_.push_back(r.id);
+  std::string error;
+  admitted_cv_.wait(lk, [&] { return call->admission(&error); });
+  return error;
+}
+
+void EngineLoop::submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
+  {
+    std::lock_guard lk(mu_);
+    for (Request& r : requests) {
+      r.id = next_id_++;
+      call->ids_.push_back(r.id);
+    }
+    if (!stop_) {
+      submissions_.push_back({call, std::move(requests)});
+      cv_.notify_all();
+      return;
+    }
+    call->admit("the server is shutting down");
   }
-  submissions_.push_back({call, std::move(requests)});
-  cv_.notify_all();
-  admitted_cv_.wait(lk, [&] { return call->admitted_; });
-  return call->error_;
+  call->signal();
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Call>& call) {
@@ -133,6 +181,7 @@ void EngineLoop::run() {
       for (Submission& s : subs) admit(s);  // under mu_: admission is published with it
     }
     admitted_cv_.notify_all();
+    for (Submission& s : subs) s.call->signal();
     if (cancel_all || stopping) {
       for (const auto& [id, live] : live_) engine_.abort(id);
     } else {
@@ -187,8 +236,7 @@ void EngineLoop::admit(Submission& s) {
       live_.erase(s.requests[i].id);
     }
   }
-  s.call->error_ = error;
-  s.call->admitted_ = true;
+  s.call->admit(error);
 }
 
 void EngineLoop::route(std::vector<TokenEvent>& events) {

@@ -1,6 +1,7 @@
-// The thread that owns the Engine. HTTP handler threads never touch the engine: they submit the
-// requests of one API call together with a Call (a small channel), and read tokens and endings
-// from it; cancellations travel the other way through the loop's queue.
+// The thread that owns the Engine. The HTTP side never touches the engine: it submits the requests
+// of one API call together with a Call (a small channel), and reads tokens and endings from it;
+// cancellations travel the other way through the loop's queue. A reader either waits on the Call
+// or is told through its notify callback that there is something to take.
 //
 // The loop: take new submissions and cancellations, step the engine while it has work (else
 // sleep on a condition variable), route each TokenEvent to its call, and report each finished
@@ -36,31 +37,44 @@ struct CallUpdate {
 };
 
 // One API call's engine requests (its choices) and the updates flowing back. Shared by the
-// handler thread and the engine thread.
+// reader (the HTTP side) and the engine thread.
 class Call {
  public:
   explicit Call(int32_t num_choices) : num_choices_(num_choices) {}
 
   int32_t num_choices() const { return num_choices_; }
-  // Handler side: waits up to `timeout` for updates and moves them to `out` (false: none came).
+  // Reader side: waits up to `timeout` for updates and moves them to `out` (false: none came).
   bool wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout);
+  // Reader side, without waiting: moves the updates there are to `out` (false: none).
+  bool take(std::vector<CallUpdate>* out);
   // Every choice has ended and every update has been taken.
   bool done() const;
+  // Whether the engine thread has taken the call yet; if so, `*error` is its refusal ("" when
+  // every choice was admitted).
+  bool admission(std::string* error) const;
+  // Called (from the engine thread, or the submitting one) when the call is admitted or refused
+  // and when updates arrive while none are waiting untaken; set before submitting. It must not
+  // block: it typically wakes the reader's event loop, which then take()s.
+  void set_notify(std::function<void()> fn) { notify_ = std::move(fn); }
 
   // Engine side.
   void push(CallUpdate u);
 
  private:
   friend class EngineLoop;
+  void admit(std::string error);
+  void signal();  // runs notify_ unless a signal is still untaken
   const int32_t num_choices_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<CallUpdate> updates_;
   int32_t ended_ = 0, taken_ended_ = 0;
+  bool signalled_ = false;  // notify_ ran and nothing was taken since
   // Set by the engine thread at admission.
   bool admitted_ = false;
   std::string error_;
   std::vector<RequestId> ids_;
+  std::function<void()> notify_;
 };
 
 struct EngineGauges {
@@ -84,6 +98,9 @@ class EngineLoop {
   // until the engine thread has taken them: returns "" when all were accepted, else the engine's
   // reason for refusing one (then none of them runs).
   std::string submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
+  // The same without waiting: the admission is read with Call::admission once the call's notify
+  // callback has run.
+  void submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests);
   // Aborts the call's requests that are still running; their ends arrive as Abort.
   void cancel(const std::shared_ptr<Call>& call);
   // Aborts every request in the engine.
@@ -129,7 +146,7 @@ class EngineLoop {
   std::vector<RequestId> cancels_;
   bool cancel_all_ = false;
   bool stop_ = false;
-  std::condition_variable admitted_cv_;  // handlers wait here for their admission
+  std::condition_variable admitted_cv_;  // submit() waits here for the admission
 
   std::unordered_map<RequestId, Live> live_;  // engine thread only
 

@@ -1,6 +1,14 @@
-// The OpenAI-compatible HTTP server (cpp-httplib): routes, authentication, body limits, streaming
-// and shutdown. Handler threads parse requests, hand them to the EngineLoop and stream what comes
-// back; a call whose client goes away is cancelled, which frees its KV.
+// The OpenAI-compatible HTTP server: routes, authentication, body limits, streaming and shutdown,
+// over the event-driven HTTP/1.1 transport of http_transport.h (one event thread owns every
+// connection; slow, idle or stalled clients cost a buffer and a timer, never a thread).
+//
+// The event thread answers cheap routes itself (/health, /metrics, /v1/models, errors). Requests
+// that bring work (generation, /tokenize, /detokenize) are parsed and tokenized on `http_threads`
+// worker threads, which post the result back; a generation call then goes to the EngineLoop,
+// whose Call wakes the event thread when tokens arrive, and its response is written from there
+// (SSE for "stream": true; otherwise whole, with its status, once the result is known). A call
+// whose client goes away (closes, resets, or stops reading for `write_timeout_s`) is cancelled,
+// which frees its KV.
 //
 //   POST /v1/completions, /v1/chat/completions   generation ("stream": true for SSE)
 //   GET  /v1/models                              the served model
@@ -29,7 +37,11 @@ struct ServerOptions {
   int port = 8000;      // 0: any free port (bind() says which)
   std::string api_key;  // empty: no authentication
   size_t max_body_bytes = size_t(8) << 20;
-  int http_threads = 128;  // connections served at once
+  int http_threads = 4;           // workers that parse and tokenize request bodies
+  int max_connections = 1024;     // open at once; beyond, the longest idle one closes, else 503
+  double request_timeout_s = 10;  // from a request's first byte to its last: else 408
+  double idle_timeout_s = 5;      // a kept-alive connection with no request: closed
+  double write_timeout_s = 30;    // output the client does not take for this long: closed
   double shutdown_timeout_s = 30;
 };
 

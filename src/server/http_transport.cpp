@@ -1,0 +1,963 @@
+#include "server/http_transport.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "server/api_request.h"
+
+namespace deepinfer::server::http {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kReadChunk = 64 << 10;
+constexpr size_t kReadsPerEvent = 4;            // then other connections get their turn
+constexpr size_t kMaxPipelined = 64 << 10;      // unparsed bytes kept while a request is served
+constexpr double kLingerSeconds = 2;            // draining a closing connection's input
+constexpr double kRejectSeconds = 2;            // a refused connection's whole life
+constexpr double kEndKeepAliveSeconds = 10;     // connections left after end_keep_alive()
+constexpr size_t kMaxRejecting = 64;            // refused connections still being answered
+constexpr uint64_t kListenId = 0, kWakeId = 1;  // epoll data of the two other descriptors
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+const char* reason(int status) {
+  switch (status) {
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
+    case 417:
+      return "Expectation Failed";
+    case 422:
+      return "Unprocessable Content";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+  }
+}
+
+// The Date header's value, formatted once a second.
+const std::string& http_date() {
+  static std::string text;
+  static time_t at = 0;
+  const time_t now = time(nullptr);
+  if (now != at) {
+    at = now;
+    tm t{};
+    gmtime_r(&now, &t);
+    char buf[64];
+    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
+    text = buf;
+  }
+  return text;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
+bool accepts_gzip(const HttpRequest& r) {
+  const std::string* ae = r.header("accept-encoding");
+  if (!ae) return false;
+  std::optional<bool> gzip, any;
+  std::string_view list = *ae;
+  while (!list.empty()) {
+    const size_t comma = list.find(',');
+    std::string_view e = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    const size_t semi = e.find(';');
+    const std::string_view name = trim(e.substr(0, semi));
+    bool allowed = true;
+    if (semi != std::string_view::npos) {
+      std::string_view p = trim(e.substr(semi + 1));
+      if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
+        p = trim(p.substr(2));
+        // q=0, q=0.0, q=0.000: refused; anything else allows it.
+        allowed = !(p.size() >= 1 && p[0] == '0' && p.find_first_not_of("0.", 0) == p.npos);
+      }
+    }
+    if (iequals(name, "gzip") || iequals(name, "x-gzip")) gzip = allowed;
+    if (name == "*") any = allowed;
+  }
+  return gzip ? *gzip : any.value_or(false);
+}
+
+bool compressible(std::string_view type) {
+  return type.starts_with("application/json") ||
+         (type.starts_with("text/") && !type.starts_with("text/event-stream"));
+}
+
+bool gzip(std::string_view in, std::string* out) {
+  z_stream zs{};
+  // windowBits 15 + 16: the gzip wrapper. Level 1: this runs on the event thread.
+  if (deflateInit2(&zs, 1, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return false;
+  out->resize(deflateBound(&zs, uLong(in.size())));
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = uInt(in.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out->data());
+  zs.avail_out = uInt(out->size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out->resize(zs.total_out);
+  deflateEnd(&zs);
+  return rc == Z_STREAM_END;
+}
+
+std::string head(int status, std::string_view content_type, const Headers& extra, bool keep_alive,
+                 double idle_timeout_s) {
+  std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
+  if (!content_type.empty()) {
+    h += "Content-Type: ";
+    h += content_type;
+    h += "\r\n";
+  }
+  for (const auto& [k, v] : extra) {
+    h += k;
+    h += ": ";
+    h += v;
+    h += "\r\n";
+  }
+  h += "Date: " + http_date() + "\r\n";
+  if (keep_alive)
+    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
+  else
+    h += "Connection: close\r\n";
+  return h;
+}
+
+std::string error_response(int status, const std::string& message, const std::string& code,
+                           Headers extra = {}) {
+  const std::string body = error_body(ApiError(status, message, {}, code));
+  extra.emplace_back("Content-Length", std::to_string(body.size()));
+  return head(status, "application/json", extra, false, 0) + "\r\n" + body;
+}
+
+}  // namespace
+
+class Connection {
+ public:
+  enum class Phase {
+    kIdle,     // between requests (or before the first): nothing of a request yet
+    kReading,  // a request has begun
+    kServing,  // a complete request is being answered
+    kClosing,  // the last response is being written
+    kLinger,   // written and shut for writing; the client's leftovers are drained
+    kClosed
+  };
+
+  Connection(Transport::Impl& t, int fd, uint64_t id, const ParserLimits& limits)
+      : t(t), fd(fd), id(id), parser(limits) {}
+  ~Connection() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  size_t pending() const { return out.size() - out_off; }
+  size_t unparsed() const { return in.size() - in_off; }
+  bool closed() const { return phase == Phase::kClosed; }
+
+  Transport::Impl& t;
+  int fd;
+  const uint64_t id;
+  Phase phase = Phase::kIdle;
+  HttpParser parser;
+  std::string in, out;
+  size_t in_off = 0, out_off = 0;
+  std::shared_ptr<Exchange> current;
+  Clock::time_point idle_since, request_start, write_since, linger_until;
+  std::optional<Clock::time_point> close_by;
+  bool served_any = false, peer_gone = false, rejected = false, processing = false;
+  uint32_t events = 0;                        // registered with epoll
+  std::optional<Clock::time_point> deadline;  // as registered in Impl::deadlines
+};
+
+// Whether to read more of what the client sends: not once it has closed its side or the
+// connection is closing, and not beyond a bound while requests wait to be parsed.
+bool wants_input(const Connection& c) {
+  using P = Connection::Phase;
+  return !c.peer_gone &&
+         (c.phase == P::kIdle || c.phase == P::kReading || c.phase == P::kServing) &&
+         c.unparsed() < kMaxPipelined;
+}
+
+struct Transport::Impl {
+  Impl(TransportOptions o, Handler h, std::function<void(int)> s)
+      : opt(std::move(o)), handler(std::move(h)), on_status(std::move(s)) {}
+  ~Impl() {
+    conns.clear();
+    dead.clear();
+    for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
+      if (fd >= 0) ::close(fd);
+  }
+
+  int bind();
+  void run();
+  void accept_all();
+  bool evict_idle();
+  void reject(int fd);
+  void on_event(Connection& c, uint32_t ev);
+  void read_some(Connection& c);
+  void process(Connection& c);
+  void dispatch(Connection& c, HttpRequest req);
+  void fail(Connection& c, int status, const std::string& message, const std::string& code);
+  void finished(Connection& c, bool keep_alive);
+  void flush(Connection& c);
+  void settle(Connection& c);
+  void update(Connection& c);
+  void on_deadline(Connection& c);
+  void close(Connection& c);
+  void run_posted();
+  void post(std::function<void()> fn);
+  Connection* find(uint64_t id) {
+    auto it = conns.find(id);
+    return it == conns.end() ? nullptr : it->second.get();
+  }
+
+  TransportOptions opt;
+  Handler handler;
+  std::function<void(int)> on_status;
+  int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
+  bool accepting = false, ending = false;
+  uint64_t next_id = 2;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
+  std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
+  size_t active = 0, rejecting = 0;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  std::multimap<Clock::time_point, std::function<void()>> timers;
+  std::mutex post_mu;
+  std::vector<std::function<void()>> posted;
+};
+
+// --- Exchange ---
+
+void Exchange::respond(int status, std::string_view content_type, std::string body, Headers extra) {
+  if (!conn_ || head_sent_) return;
+  Connection& c = *conn_;
+  Transport::Impl& t = c.t;
+  keep_alive_ = request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
+  if (!body.empty() && compressible(content_type) && accepts_gzip(request_)) {
+    std::string packed;
+    if (gzip(body, &packed)) {
+      body.swap(packed);
+      extra.emplace_back("Content-Encoding", "gzip");
+      extra.emplace_back("Vary", "Accept-Encoding");
+    }
+  }
+  extra.emplace_back("Content-Length", std::to_string(body.size()));
+  if (c.pending() == 0) c.write_since = Clock::now();
+  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
+  c.out += "\r\n";
+  if (request_.method != "HEAD") c.out += body;  // the length it would have, without it
+  head_sent_ = complete_ = true;
+  if (t.on_status) t.on_status(status);
+  t.flush(c);
+  if (!c.closed()) t.finished(c, keep_alive_);
+}
+
+void Exchange::begin_stream(int status, std::string_view content_type, Headers extra) {
+  if (!conn_ || head_sent_) return;
+  Connection& c = *conn_;
+  Transport::Impl& t = c.t;
+  chunked_ = request_.version_minor >= 1;
+  keep_alive_ = chunked_ && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
+  if (chunked_) extra.emplace_back("Transfer-Encoding", "chunked");
+  if (c.pending() == 0) c.write_since = Clock::now();
+  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
+  c.out += "\r\n";
+  head_sent_ = streaming_ = true;
+  if (t.on_status) t.on_status(status);
+  t.flush(c);
+  if (!c.closed()) t.settle(c);
+}
+
+void Exchange::write(std::string_view data) {
+  if (!conn_ || !streaming_ || complete_ || data.empty()) return;
+  Connection& c = *conn_;
+  if (c.pending() == 0) c.write_since = Clock::now();
+  if (chunked_) {
+    char size[24];
+    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
+    c.out += size;
+    c.out += data;
+    c.out += "\r\n";
+  } else {
+    c.out += data;
+  }
+  c.t.flush(c);
+  if (!c.closed()) c.t.settle(c);
+}
+
+void Exchange::end_stream() {
+  if (!conn_ || !streaming_ || complete_) return;
+  Connection& c = *conn_;
+  if (chunked_) {
+    if (c.pending() == 0) c.write_since = Clock::now();
+    c.out += "0\r\n\r\n";
+  }
+  complete_ = true;
+  c.t.flush(c);
+  if (!c.closed()) c.t.finished(c, keep_alive_);
+}
+
+bool Exchange::open() const {
+  return conn_ && !conn_->peer_gone;
+}
+
+size_t Exchange::buffered() const {
+  return conn_ ? conn_->pending() : 0;
+}
+
+void Exchange::when_drained(std::function<void()> fn) {
+  if (!conn_) return;
+  if (conn_->pending() <= conn_->t.opt.max_output_bytes / 4)
+    conn_->t.post(std::move(fn));
+  else
+    drained_ = std::move(fn);
+}
+
+void Exchange::on_hangup(std::function<void()> fn) {
+  hangup_ = std::move(fn);
+  if (conn_ && conn_->peer_gone && !complete_) {
+    // The client already left: told from the event loop, not from inside this call.
+    Transport::Impl& t = conn_->t;
+    const uint64_t id = conn_->id;
+    t.post([&t, id] {
+      if (Connection* c = t.find(id)) t.settle(*c);
+    });
+  }
+}
+
+void Exchange::detach() {
+  conn_ = nullptr;
+  drained_ = nullptr;
+}
+
+// --- the event loop ---
+
+int Transport::Impl::bind() {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  const std::string port = std::to_string(opt.port);
+  const int gai =
+      getaddrinfo(opt.host.empty() ? nullptr : opt.host.c_str(), port.c_str(), &hints, &res);
+  DI_REQUIRE(gai == 0, "cannot listen on ", opt.host, ":", opt.port, ": ", gai_strerror(gai));
+  int err = 0;
+  for (addrinfo* ai = res; ai && listen_fd < 0; ai = ai->ai_next) {
+    const int fd =
+        socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    // SO_REUSEADDR only: a restart may bind over connections in TIME_WAIT, but a second server
+    // on the same port fails to bind (SO_REUSEPORT would let both listen and split the clients).
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      listen_fd = fd;
+    } else {
+      err = errno;
+      ::close(fd);
+    }
+  }
+  freeaddrinfo(res);
+  DI_REQUIRE(listen_fd >= 0, "cannot listen on ", opt.host, ":", opt.port, ": ", std::strerror(err),
+             " (address in use, or not an address of this machine)");
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int bound = a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6&>(a).sin6_port)
+                                            : ntohs(reinterpret_cast<sockaddr_in&>(a).sin_port);
+
+  epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  DI_REQUIRE(epoll_fd >= 0 && wake_fd >= 0,
+             "cannot create the server's event loop: ", std::strerror(errno));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kListenId;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
+  ev.data.u64 = kWakeId;
+  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+  // Room for the connections allowed, and a descriptor held back to shed one when out of them.
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    const rlim_t want = rlim_t(opt.max_connections + kMaxRejecting + 256);
+    if (rl.rlim_cur < want) {
+      rl.rlim_cur = std::min(want, rl.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &rl);
+    }
+  }
+  spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  accepting = true;
+  return bound;
+}
+
+void Transport::Impl::run() {
+  epoll_event events[128];
+  while (accepting || !ending || !conns.empty()) {
+    Clock::time_point next = Clock::time_point::max();
+    if (!deadlines.empty()) next = deadlines.begin()->first;
+    if (!timers.empty()) next = std::min(next, timers.begin()->first);
+    int timeout = -1;
+    if (next != Clock::time_point::max()) {
+      const auto wait = next - Clock::now();
+      timeout = wait <= Clock::duration::zero()
+                    ? 0
+                    : int(std::min<int64_t>(
+                          std::chrono::ceil<std::chrono::milliseconds>(wait).count(), 60000));
+    }
+    const int n = epoll_wait(epoll_fd, events, 128, timeout);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t id = events[i].data.u64;
+      if (id == kListenId) {
+        if (accepting) accept_all();
+      } else if (id == kWakeId) {
+        uint64_t count;
+        while (read(wake_fd, &count, sizeof(count)) > 0) {
+        }
+      } else if (Connection* c = find(id)) {
+        on_event(*c, events[i].events);
+      }
+    }
+    run_posted();
+    const auto now = Clock::now();
+    while (!timers.empty() && timers.begin()->first <= now) {
+      auto fn = std::move(timers.begin()->second);
+      timers.erase(timers.begin());
+      fn();
+    }
+    while (!deadlines.empty() && deadlines.begin()->first <= now) {
+      const uint64_t id = deadlines.begin()->second;
+      deadlines.erase(deadlines.begin());
+      Connection* c = find(id);
+      if (!c) continue;
+      c->deadline.reset();
+      on_deadline(*c);
+    }
+    dead.clear();
+  }
+}
+
+void Transport::Impl::run_posted() {
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::function<void()>> fns;
+    {
+      std::lock_guard lk(post_mu);
+      fns.swap(posted);
+    }
+    if (fns.empty()) return;
+    for (auto& fn : fns) {
+      try {
+        fn();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "deepinfer: internal error in the HTTP event loop: %s\n", e.what());
+      }
+    }
+  }
+}
+
+void Transport::Impl::post(std::function<void()> fn) {
+  bool wake;
+  {
+    std::lock_guard lk(post_mu);
+    wake = posted.empty();
+    posted.push_back(std::move(fn));
+  }
+  if (wake && wake_fd >= 0) {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));
+  }
+}
+
+void Transport::Impl::accept_all() {
+  for (int i = 0; i < 64; ++i) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if ((errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+        // Out of descriptors: take the connection with the one held back and close it at once,
+        // rather than leave it to make the listening socket readable forever.
+        ::close(spare_fd);
+        const int shed = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (shed >= 0) ::close(shed);
+        spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        continue;
+      }
+      return;  // EAGAIN, or nothing to be done now
+    }
+    const int yes = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    if (active >= opt.max_connections && !evict_idle()) {
+      reject(fd);
+      continue;
+    }
+    auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+    c->idle_since = Clock::now();
+    epoll_event ev{};
+    ev.events = c->events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = c->id;
+    if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) continue;  // closed by ~Connection
+    ++active;
+    Connection& ref = *c;
+    conns.emplace(c->id, std::move(c));
+    update(ref);
+  }
+}
+
+// Closes the connection idle the longest (no request begun, nothing to write); false if none is.
+bool Transport::Impl::evict_idle() {
+  Connection* oldest = nullptr;
+  for (auto& [id, c] : conns) {
+    if (c->rejected || c->phase != Connection::Phase::kIdle || c->pending() || c->unparsed())
+      continue;
+    if (!oldest || c->idle_since < oldest->idle_since) oldest = c.get();
+  }
+  if (!oldest) return false;
+  close(*oldest);
+  return true;
+}
+
+void Transport::Impl::reject(int fd) {
+  if (rejecting >= kMaxRejecting) {
+    ::close(fd);
+    return;
+  }
+  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+  c->rejected = true;
+  c->phase = Connection::Phase::kClosing;
+  c->write_since = Clock::now();
+  c->close_by = c->write_since + seconds(kRejectSeconds);
+  c->out = error_response(503,
+                          str_cat("The server has reached its limit of ", opt.max_connections,
+                                  " open connections; retry later."),
+                          "too_many_connections", {{"Retry-After", "1"}});
+  epoll_event ev{};
+  ev.events = c->events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = c->id;
+  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) return;
+  ++rejecting;
+  if (on_status) on_status(503);
+  Connection& ref = *c;
+  conns.emplace(c->id, std::move(c));
+  flush(ref);
+  if (!ref.closed()) settle(ref);
+}
+
+void Transport::Impl::on_event(Connection& c, uint32_t ev) {
+  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger)) {
+    close(c);  // reset by the client: nothing more can be written
+    return;
+  }
+  if (ev & EPOLLOUT) flush(c);
+  if (c.closed()) return;
+  if (ev & EPOLLRDHUP) c.peer_gone = true;
+  if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) read_some(c);
+  if (c.closed()) return;
+  settle(c);
+}
+
+void Transport::Impl::read_some(Connection& c) {
+  if (c.phase == Connection::Phase::kLinger) {
+    char scratch[16 << 10];
+    for (;;) {
+      const ssize_t n = recv(c.fd, scratch, sizeof(scratch), 0);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      close(c);  // the client closed too (or reset): done
+      return;
+    }
+  }
+  for (size_t i = 0; i < kReadsPerEvent; ++i) {
+    const bool serving = c.phase == Connection::Phase::kServing;
+    if ((serving && c.unparsed() >= kMaxPipelined) || c.phase == Connection::Phase::kClosing) break;
+    const size_t old = c.in.size();
+    c.in.resize(old + kReadChunk);
+    const ssize_t n = recv(c.fd, c.in.data() + old, kReadChunk, 0);
+    c.in.resize(old + size_t(std::max<ssize_t>(n, 0)));
+    if (n > 0) {
+      if (size_t(n) < kReadChunk) break;
+      continue;
+    }
+    if (n == 0) {
+      c.peer_gone = true;
+      break;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    close(c);
+    return;
+  }
+  process(c);
+}
+
+void Transport::Impl::process(Connection& c) {
+  if (c.processing) return;
+  c.processing = true;
+  while ((c.phase == Connection::Phase::kIdle || c.phase == Connection::Phase::kReading) &&
+         c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
+    const size_t used = c.parser.feed(c.in.data() + c.in_off, c.unparsed());
+    c.in_off += used;
+    if (c.phase == Connection::Phase::kIdle && c.parser.started()) {
+      c.phase = Connection::Phase::kReading;
+      c.request_start = Clock::now();
+    }
+    const HttpParser::State s = c.parser.state();
+    if (s == HttpParser::State::kHeaders) {
+      const HttpRequest& r = c.parser.request();
+      if (r.expect_continue && r.content_length && *r.content_length > opt.limits.max_body_bytes) {
+        // Refused before the client sends it.
+        fail(c, 413,
+             str_cat("The request body is larger than the server's limit of ",
+                     opt.limits.max_body_bytes, " bytes."),
+             "request_too_large");
+      } else if (r.expect_continue && c.unparsed() == 0) {
+        // The client waits for a go-ahead before sending the body, unless it already has.
+        if (c.pending() == 0) c.write_since = Clock::now();
+        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+        flush(c);
+      }
+    } else if (s == HttpParser::State::kError) {
+      const ParseError e = c.parser.error();
+      fail(c, e.status, e.message, e.code);
+    } else if (s == HttpParser::State::kComplete) {
+      HttpRequest req = c.parser.take_request();
+      c.parser.reset();
+      dispatch(c, std::move(req));
+    }
+  }
+  if (c.in_off == c.in.size()) {
+    c.in.clear();
+    c.in_off = 0;
+  } else if (c.in_off >= kReadChunk) {
+    c.in.erase(0, c.in_off);
+    c.in_off = 0;
+  }
+  c.processing = false;
+}
+
+void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
+  c.phase = Connection::Phase::kServing;
+  std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
+  ex->conn_ = &c;
+  c.current = ex;
+  if (ex->request_.body_too_large) {
+    // Read to its end (so the client sees this), but not kept.
+    ex->force_close_ = true;
+    ex->respond(413, "application/json",
+                error_body(ApiError(413,
+                                    str_cat("The request body is larger than the server's limit "
+                                            "of ",
+                                            opt.limits.max_body_bytes, " bytes."),
+                                    {}, "request_too_large")));
+    return;
+  }
+  try {
+    handler(ex);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
+    if (!ex->responded()) {
+      ex->respond(500, "application/json",
+                  error_body(ApiError(500, str_cat("Internal server error: ", e.what()), {},
+                                      "internal_error")));
+    } else if (!ex->complete() && !c.closed()) {
+      close(c);
+    }
+  }
+}
+
+// A request that cannot be served: its error, then the connection closes.
+void Transport::Impl::fail(Connection& c, int status, const std::string& message,
+                           const std::string& code) {
+  if (c.pending() == 0) c.write_since = Clock::now();
+  c.out += error_response(status, message, code);
+  if (on_status) on_status(status);
+  c.phase = Connection::Phase::kClosing;
+  flush(c);
+  if (!c.closed()) settle(c);
+}
+
+void Transport::Impl::finished(Connection& c, bool keep_alive) {
+  if (c.current) c.current->detach();
+  c.current.reset();
+  c.served_any = true;
+  if (!keep_alive) {
+    c.phase = Connection::Phase::kClosing;
+  } else {
+    c.phase = Connection::Phase::kIdle;
+    c.idle_since = Clock::now();
+    process(c);  // a pipelined request waiting behind this one
+  }
+  if (!c.closed()) settle(c);
+}
+
+void Transport::Impl::flush(Connection& c) {
+  while (c.pending() > 0) {
+    const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out_off += size_t(n);
+      c.write_since = Clock::now();
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    close(c);  // the client is gone
+    return;
+  }
+  if (c.out_off == c.out.size()) {
+    c.out.clear();
+    c.out_off = 0;
+    if (c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
+  } else if (c.out_off >= (size_t(1) << 20)) {
+    c.out.erase(0, c.out_off);
+    c.out_off = 0;
+  }
+  if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4) {
+    auto fn = std::move(c.current->drained_);
+    c.current->drained_ = nullptr;
+    fn();
+  }
+}
+
+// Moves the connection along after anything happened to it: closes it when it is done, resumes
+// parsing, and registers what it waits for.
+void Transport::Impl::settle(Connection& c) {
+  using P = Connection::Phase;
+  // Inside process() (a handler answered at once): its caller settles the connection after.
+  if (c.closed() || c.processing) return;
+  if (c.peer_gone) {
+    if (c.current && !c.current->complete_) {
+      if (c.current->hangup_) {
+        close(c);  // a call whose client left: ends now
+        return;
+      }
+    } else if (c.phase == P::kIdle || c.phase == P::kReading) {
+      process(c);  // what came before the end of its input is still answered
+      if (c.closed()) return;
+      if (c.phase == P::kIdle || c.phase == P::kReading) c.phase = P::kClosing;
+    }
+  } else if ((c.phase == P::kIdle || c.phase == P::kReading) && c.unparsed() > 0 &&
+             c.pending() < opt.max_output_bytes) {
+    process(c);
+    if (c.closed()) return;
+  }
+  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) {
+    close(c);
+    return;
+  }
+  if (c.phase == P::kClosing && c.pending() == 0) {
+    if (c.peer_gone) {
+      close(c);
+      return;
+    }
+    ::shutdown(c.fd, SHUT_WR);
+    c.phase = P::kLinger;
+    c.linger_until = Clock::now() + seconds(kLingerSeconds);
+    read_some(c);  // the client may have closed already
+    if (c.closed()) return;
+  }
+  update(c);
+}
+
+void Transport::Impl::update(Connection& c) {
+  using P = Connection::Phase;
+  if (c.closed()) return;
+  uint32_t want = 0;
+  if (c.phase == P::kLinger || wants_input(c)) want |= EPOLLIN | EPOLLRDHUP;
+  if (!c.peer_gone && c.phase == P::kServing) want |= EPOLLRDHUP;  // a client that leaves
+  if (c.pending() > 0) want |= EPOLLOUT;
+  if (want != c.events) {
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = c.id;
+    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+    c.events = want;
+  }
+  std::optional<Clock::time_point> d;
+  auto earliest = [&](Clock::time_point t) { d = d ? std::min(*d, t) : t; };
+  switch (c.phase) {
+    case P::kIdle:
+      if (c.pending() == 0)
+        earliest(c.idle_since + seconds(c.served_any ? opt.idle_timeout_s : opt.request_timeout_s));
+      break;
+    case P::kReading:
+      earliest(c.request_start + seconds(opt.request_timeout_s));
+      break;
+    case P::kLinger:
+      earliest(c.linger_until);
+      break;
+    default:
+      break;
+  }
+  if (c.pending() > 0) earliest(c.write_since + seconds(opt.write_timeout_s));
+  if (c.close_by) earliest(*c.close_by);
+  if (d != c.deadline) {
+    if (c.deadline) deadlines.erase({*c.deadline, c.id});
+    if (d) deadlines.emplace(*d, c.id);
+    c.deadline = d;
+  }
+}
+
+void Transport::Impl::on_deadline(Connection& c) {
+  using P = Connection::Phase;
+  const auto now = Clock::now();
+  if ((c.close_by && *c.close_by <= now) ||
+      (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now)) {
+    close(c);  // a client that does not read what it asked for is treated as gone
+    return;
+  }
+  switch (c.phase) {
+    case P::kIdle:
+    case P::kLinger:
+      close(c);
+      return;
+    case P::kReading:
+      fail(c, 408, str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+           "request_timeout");
+      return;
+    default:
+      update(c);
+  }
+}
+
+void Transport::Impl::close(Connection& c) {
+  if (c.closed()) return;
+  c.phase = Connection::Phase::kClosed;
+  epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
+  ::close(c.fd);
+  c.fd = -1;
+  if (c.deadline) deadlines.erase({*c.deadline, c.id});
+  c.deadline.reset();
+  if (c.rejected)
+    --rejecting;
+  else
+    --active;
+  auto it = conns.find(c.id);
+  if (it != conns.end()) {
+    dead.push_back(std::move(it->second));
+    conns.erase(it);
+  }
+  if (std::shared_ptr<Exchange> ex = std::move(c.current)) {
+    auto hangup = std::move(ex->hangup_);
+    ex->hangup_ = nullptr;
+    const bool incomplete = !ex->complete_;
+    ex->detach();
+    if (incomplete && hangup) hangup();
+  }
+}
+
+// --- Transport ---
+
+Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
+    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(on_status))) {}
+
+Transport::~Transport() = default;
+
+int Transport::bind() {
+  return impl_->bind();
+}
+
+void Transport::run() {
+  DI_REQUIRE(impl_->epoll_fd >= 0, "Transport::run() needs bind() first");
+  impl_->run();
+}
+
+void Transport::post(std::function<void()> fn) {
+  impl_->post(std::move(fn));
+}
+
+void Transport::after(double seconds_from_now, std::function<void()> fn) {
+  impl_->timers.emplace(Clock::now() + seconds(seconds_from_now), std::move(fn));
+}
+
+void Transport::stop_accepting() {
+  Impl& t = *impl_;
+  if (t.listen_fd < 0) return;
+  epoll_ctl(t.epoll_fd, EPOLL_CTL_DEL, t.listen_fd, nullptr);
+  ::close(t.listen_fd);
+  t.listen_fd = -1;
+  t.accepting = false;
+}
+
+void Transport::end_keep_alive() {
+  Impl& t = *impl_;
+  if (t.ending) return;
+  t.ending = true;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, c] : t.conns) ids.push_back(id);
+  const auto by = Clock::now() + seconds(kEndKeepAliveSeconds);
+  for (uint64_t id : ids)
+    if (Connection* c = t.find(id)) {
+      c->close_by = c->close_by ? std::min(*c->close_by, by) : by;
+      t.settle(*c);
+    }
+}
+
+}  // namespace deepinfer::server::http

@@ -1,0 +1,122 @@
+// The server's HTTP/1.1 transport: one event thread (epoll) owns the listening socket and every
+// connection. It reads without blocking into a buffer per connection, frames requests with
+// HttpParser, hands each complete request to the handler as an Exchange, and writes responses from
+// a buffer per connection as the socket accepts them. Nothing here blocks, so a slow or idle
+// client costs a buffer and a timer, never a thread.
+//
+// Per connection, at most one request is served at a time: the next pipelined request is parsed
+// only once the current response is wholly queued, so answers go out in order. Deadlines:
+//   request_timeout  from a request's first byte to its last (headers and body): 408, close
+//   idle_timeout     a kept-alive connection with no request begun: closed
+//   write_timeout    output waiting with no progress for this long: closed (the client is gone)
+// Beyond max_connections, the connection idle the longest makes room; when none is idle the new
+// one gets a 503 and is closed. A connection that closes after its response stops writing, drains
+// what the client still sends for a moment (so that the response is not lost to a reset), then
+// closes.
+//
+// Everything but post() runs on the event thread (handlers, callbacks, timers).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "server/http_parser.h"
+
+namespace deepinfer::server::http {
+
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+struct TransportOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port
+  size_t max_connections = 1024;
+  double request_timeout_s = 10;
+  double idle_timeout_s = 5;
+  double write_timeout_s = 30;
+  ParserLimits limits;
+  // Pipelined requests are not parsed while this much output waits to be written.
+  size_t max_output_bytes = size_t(1) << 20;
+};
+
+class Connection;
+class Transport;
+
+// One request and its response. Owned jointly by the connection and whoever answers it; once the
+// connection is gone every call is a no-op.
+class Exchange {
+ public:
+  const HttpRequest& request() const { return request_; }
+  HttpRequest& request() { return request_; }
+
+  // The whole response. JSON and plain-text bodies are gzip-compressed when the client accepts it.
+  void respond(int status, std::string_view content_type, std::string body, Headers extra = {});
+  // A streamed response: the head now, then data as it comes (one HTTP chunk per write), then the
+  // end. HTTP/1.0 clients get the bytes unframed and the connection closes at the end.
+  void begin_stream(int status, std::string_view content_type, Headers extra = {});
+  void write(std::string_view data);
+  void end_stream();
+
+  bool responded() const { return head_sent_; }  // a status went out
+  bool complete() const { return complete_; }
+  // The connection is still there and the client has not closed its side.
+  bool open() const;
+  // Bytes of output waiting for the client.
+  size_t buffered() const;
+  // Once buffered() has fallen to a quarter of max_output_bytes (once).
+  void when_drained(std::function<void()> fn);
+  // Called once if the connection ends before the response is complete (the client left, or
+  // stopped reading). Also makes a client's half-close end the exchange at once.
+  void on_hangup(std::function<void()> fn);
+
+ private:
+  friend class Connection;
+  friend class Transport;
+  explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
+  void detach();
+
+  HttpRequest request_;
+  Connection* conn_ = nullptr;
+  bool head_sent_ = false, complete_ = false, streaming_ = false, chunked_ = false;
+  bool keep_alive_ = false;   // decided with the head
+  bool force_close_ = false;  // the connection closes after this response
+  std::function<void()> hangup_, drained_;
+};
+
+class Transport {
+ public:
+  using Handler = std::function<void(std::shared_ptr<Exchange>)>;
+
+  // `handler` gets every complete request; `on_status` sees the status of every response sent.
+  Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status);
+  ~Transport();
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  // Binds and listens; returns the port. Throws Error naming the address when it cannot.
+  int bind();
+  // Serves until stop_accepting() and end_keep_alive() were both called and every connection has
+  // closed.
+  void run();
+  // Runs `fn` on the event thread soon. Safe from any thread.
+  void post(std::function<void()> fn);
+  // Event thread: runs `fn` after `seconds`.
+  void after(double seconds, std::function<void()> fn);
+  // Event thread: closes the listening socket (new connections are refused).
+  void stop_accepting();
+  // Event thread: idle connections close now, the others after their current response.
+  void end_keep_alive();
+
+ private:
+  friend class Connection;
+  friend class Exchange;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::server::http
