@@ -22,7 +22,8 @@ namespace deepinfer::app {
 
 namespace {
 
-using json = nlohmann::json;
+// Ordered: a JSON schema in a line keeps its property order (the order the output follows).
+using json = nlohmann::ordered_json;
 
 struct GenerateOptions {
   EngineOptions eo;

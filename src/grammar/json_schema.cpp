@@ -380,8 +380,11 @@ class Compiler {
       if (v->is_boolean()) return;
       if (!v->is_number()) fail(str_cat(path, ".", key), "expected a number");
       const double x = v->get<double>();
-      if (!std::isfinite(x) || std::fabs(x) > double(kIntMax))
-        fail(str_cat(path, ".", key), str_cat("the bound must lie within +-", kIntMax));
+      if (!std::isfinite(x)) fail(str_cat(path, ".", key), "expected a finite number");
+      // Values have at most 15 integer digits: a bound beyond that is no bound, or none is left.
+      if (upper ? x > double(kIntMax) : x < -double(kIntMax)) return;
+      if (upper ? x < -double(kIntMax) : x > double(kIntMax))
+        fail(str_cat(path, ".", key), str_cat("no value of at most 15 digits meets the bound"));
       Bound b{true, 0, exclusive};
       if (integral) {
         // Rounded inward, exclusive ones made inclusive.

@@ -257,7 +257,7 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
       spec.name = f["name"].get<std::string>();
       if (choice == "named" && spec.name != named) continue;
       if (const Json* params = find_field(f, "parameters"))
-        spec.parameters_json = dump_json(*params);
+        spec.parameters_json = tokenizer_internal::py_json_dumps(*params);
       shape->tools.push_back(std::move(spec));
     }
     if (shape->tools.empty())
@@ -291,7 +291,7 @@ std::string parse_response_format(const Json& j, OutputShape* shape) {
       throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
                      "response_format.json_schema.schema", "missing");
     shape->kind = OutputShape::Kind::kJsonSchema;
-    shape->schema_json = dump_json(*schema);
+    shape->schema_json = tokenizer_internal::py_json_dumps(*schema);
     return tokenizer_internal::py_json_dumps(*schema);
   }
   if (t != "text")

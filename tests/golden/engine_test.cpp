@@ -8,6 +8,8 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "model_harness.h"
 
 namespace deepinfer::testing {
@@ -127,6 +129,61 @@ TEST(Engine, SeededSamplingDoesNotDependOnTheBatch) {
   same.params.max_tokens = 12;
   EXPECT_FALSE(run(*m.model, config(1, 2048, 0, false), {other}).at(other.id) ==
                run(*m.model, config(1, 2048, 0, false), {same}).at(same.id));
+}
+
+// A vocabulary for the tiny model, which has no tokenizer: ids below 256 are single bytes, the
+// rest short strings drawn from JSON's alphabet; id 1 ends the sequence.
+std::shared_ptr<const grammar::TokenVocab> synthetic_vocab(int64_t vocab, int32_t eos) {
+  std::mt19937_64 rng(5);
+  const std::string alphabet = "{}[]\":, \n0123456789-.eEtrufalsn\\abcxyz";
+  std::vector<std::string> bytes(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (i < 256) {
+      bytes[size_t(i)] = std::string(1, char(i));
+      continue;
+    }
+    const size_t len = 1 + rng() % 6;
+    for (size_t k = 0; k < len; ++k) bytes[size_t(i)] += alphabet[rng() % alphabet.size()];
+  }
+  bytes[size_t(eos)].clear();
+  return std::make_shared<grammar::TokenVocab>(std::move(bytes), eos);
+}
+
+// Constrained requests: every output is a sentence of its grammar (ended by the grammar or by
+// EOS), and a constrained row's tokens do not depend on what else shares its steps.
+TEST(Engine, GrammarConstrainedOutputsAreValidAndBatchInvariant) {
+  LoadedModel m = load_model("tiny", Numerics::Bf16);
+  const ModelConfig& c = m.model->config();
+  const auto vocab = synthetic_vocab(c.vocab_size, int32_t(c.eos_token_id));
+  auto g = grammar::Grammar::compile(
+      grammar::JsonSchema(R"({"type":"object","properties":{"a":{"type":"integer","minimum":-9,
+          "maximum":99},"b":{"enum":["x","yz"]},"c":{"type":"array","items":{"type":"boolean"},
+          "maxItems":3}},"required":["a","b","c"]})")
+          .value(),
+      vocab);
+  auto reqs = mixed_requests(10, c.vocab_size, 9, 1.0f);
+  for (size_t i = 0; i < reqs.size(); i += 2) {
+    reqs[i].params.grammar = g;
+    reqs[i].params.max_tokens = 400;
+    if (i == 4) reqs[i].params.temperature = 0;
+    if (i == 6) reqs[i].params.ignore_eos = true;  // the grammar's end still ends it
+  }
+  const auto together = run(*m.model, config(16, 2048, 0, false), reqs);
+  for (size_t i = 0; i < reqs.size(); i += 2) {
+    const Result& r = together.at(reqs[i].id);
+    std::string text;
+    for (int32_t t : r.ids)
+      if (t != c.eos_token_id) text += vocab->bytes(t);
+    EXPECT_EQ(r.finish, FinishReason::Stop) << text;
+    EXPECT_TRUE(g->matches(text)) << "request " << i << ": " << text;
+    const auto alone = run(*m.model, config(1, 2048, 0, false), {reqs[i]});
+    EXPECT_TRUE(alone.at(reqs[i].id) == r) << "request " << i;
+  }
+  // A grammar compiled for another vocabulary is refused.
+  Engine e(*m.model, config(2, 2048, 0, false));
+  Request bad = reqs[0];
+  bad.params.grammar = grammar::Grammar::compile(grammar::lit("x"), synthetic_vocab(300, 1));
+  EXPECT_NE(e.add_request(bad).find("vocabulary"), std::string::npos);
 }
 
 TEST(Engine, BadRequestsAreRejectedAndOthersComplete) {

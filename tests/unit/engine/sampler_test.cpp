@@ -93,6 +93,36 @@ TEST(Sampler, TopPMinPAndTopKCutTheTail) {
   }
 }
 
+// A grammar's mask: only allowed tokens are chosen, greedy or sampled; logprobs stay the raw
+// distribution's.
+TEST(Sampler, TheAllowedMaskRestrictsTheChoiceOnly) {
+  Fixture f;
+  f.logits.assign(130, 0.0f);
+  f.logits[3] = 5.0f;  // the favourite, not allowed
+  std::vector<uint64_t> allowed(3, 0);
+  for (int t : {7, 70, 129}) allowed[t / 64] |= uint64_t(1) << (t % 64);
+  f.logits[70] = 1.0f;
+  Sampler s(130);
+  f.p.temperature = 0;
+  f.p.logprobs = 1;
+  TopLogprobs top;
+  SampleInput in{f.logits.data(), &f.p, &f.tokens, 3, 1, allowed.data()};
+  EXPECT_EQ(s.sample(in, &top), 70);
+  ASSERT_EQ(top.size(), 2u);
+  EXPECT_EQ(top[0].first, 3);  // the raw distribution's best
+  EXPECT_EQ(top[1].first, 70);
+  f.p.temperature = 1;
+  f.p.logprobs = 0;
+  std::map<int32_t, int> seen;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    in.seed = seed;
+    ++seen[s.sample(in, nullptr)];
+  }
+  for (const auto& [t, n] : seen) EXPECT_TRUE(t == 7 || t == 70 || t == 129) << t;
+  EXPECT_EQ(seen.size(), 3u);
+  EXPECT_GT(seen[70], seen[7]);
+}
+
 TEST(Sampler, PenaltiesMoveTheArgmax) {
   Fixture f;
   f.logits = {1.0f, 0.9f, 0.0f, 0.0f};

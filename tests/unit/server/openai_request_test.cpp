@@ -341,6 +341,30 @@ TEST(OpenAiRequest, ResponseFormatAndBigNumbersRenderLikeTheEncoder) {
                  R"({"messages": [{"role": "user", "content": "x"}],
                      "response_format": {"type": "grammar"}})",
                  info, 400, "response_format.type", "invalid_value");
+  // The format is enforced: a grammar of the schema, after the reasoning in thinking mode.
+  ASSERT_TRUE(r.params.grammar);
+  EXPECT_TRUE(r.params.grammar->matches(R"({"id": 5, "p": 1000.5})"));
+  EXPECT_FALSE(r.params.grammar->matches(R"({"id": 5, "p": 999})"));
+  ASSERT_TRUE(obj.params.grammar);
+  EXPECT_TRUE(obj.params.grammar->matches(R"({"a": [1, "b"]})"));
+  const ApiRequest think = parse_api_request(kChat, R"({"messages": [{"role": "user", "content":
+      "x"}], "thinking": true, "response_format": {"type": "json_object"}})",
+                                             info);
+  EXPECT_TRUE(think.params.grammar->matches("Let me see.</think>{}"));
+  EXPECT_FALSE(think.params.grammar->matches("{}"));
+  const ApiRequest comp =
+      parse_api_request(Endpoint::kCompletions,
+                        R"({"prompt": "x", "response_format": {"type": "json_object"}})", info);
+  EXPECT_TRUE(comp.params.grammar && comp.params.grammar->matches("{}"));
+  expect_refusal(kChat,
+                 R"({"messages": [{"role": "user", "content": "x"}],
+                     "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+                       "schema": {"type": "string", "pattern": "^a+$"}}}})",
+                 info, 400, "response_format.json_schema.schema", "unsupported_schema");
+  // Without a tokenizer there is no vocabulary to constrain.
+  expect_refusal(Endpoint::kCompletions,
+                 R"({"prompt": [1, 2], "response_format": {"type": "json_object"}})",
+                 model_info(nullptr), 400, "response_format", "no_tokenizer");
 }
 
 TEST(OpenAiRequest, ToolsAndToolResultsEncodeLikeTheChatFormat) {
@@ -377,10 +401,36 @@ TEST(OpenAiRequest, ToolsAndToolResultsEncodeLikeTheChatFormat) {
                             R"(, "messages": [{"role": "user", "content": "Hi"}]})",
                         info);
   EXPECT_EQ(none.prompts[0], expected_chat_ids(tok, {msg(ChatRole::kUser, "Hi")}, ChatOptions{}));
+  // tool_choice "required" or a named function constrains the output to a call.
+  const ApiRequest req =
+      parse_api_request(kChat,
+                        R"({"tool_choice": "required", "tools": )" + tools +
+                            R"(, "messages": [{"role": "user", "content": "Hi"}]})",
+                        info);
+  ASSERT_TRUE(req.params.grammar);
+  EXPECT_TRUE(req.params.grammar->matches(
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter "
+      "name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ "
+      "calls>"));
+  EXPECT_FALSE(req.params.grammar->matches("Sure!"));
+  const ApiRequest named = parse_api_request(
+      kChat,
+      R"({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": )" +
+          tools + R"(, "messages": [{"role": "user", "content": "Hi"}]})",
+      info);
+  EXPECT_TRUE(named.params.grammar);
+  expect_refusal(
+      kChat,
+      R"({"tool_choice": {"type": "function", "function": {"name": "nope"}}, "tools": )" + tools +
+          R"(, "messages": [{"role": "user", "content": "Hi"}]})",
+      info, 400, "tool_choice.function.name", "invalid_value");
   expect_refusal(kChat,
-                 R"({"tool_choice": "required", "tools": )" + tools +
+                 R"({"tool_choice": "required", "messages": [{"role": "user", "content": "Hi"}]})",
+                 info, 400, "tool_choice", "invalid_value");
+  expect_refusal(kChat,
+                 R"({"tool_choice": "sometimes", "tools": )" + tools +
                      R"(, "messages": [{"role": "user", "content": "Hi"}]})",
-                 info, 400, "tool_choice", "unsupported_value");
+                 info, 400, "tool_choice", "invalid_value");
   expect_refusal(
       kChat,
       R"({"tools": [{"type": "function"}], "messages": [{"role": "user", "content": "Hi"}]})", info,

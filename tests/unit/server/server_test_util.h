@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "server/api_request.h"
+#include "server/structured_output.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server::test {
@@ -68,6 +70,13 @@ inline ModelInfo model_info(const Tokenizer* tok, int64_t max_model_len = 64) {
   m.tokenizer = tok;
   m.vocab_size = 129280;
   m.max_model_len = max_model_len;
+  if (tok) {
+    // One grammar cache per tokenizer, for the whole test binary.
+    static std::map<const Tokenizer*, std::unique_ptr<GrammarCache>> caches;
+    auto& c = caches[tok];
+    if (!c) c = std::make_unique<GrammarCache>(make_grammar_vocab(*tok, m.vocab_size, 1));
+    m.grammars = c.get();
+  }
   return m;
 }
 
