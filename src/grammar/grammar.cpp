@@ -24,36 +24,33 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
     return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
   });
   sorted_ids_ = ids;
-  // Sorted strings make a trie by extending the previous string's path: `path[d]` is the node at
-  // depth d, and a new child is always its parent's last.
+  // Sorted strings make a trie in preorder by extending the previous string's path: `path[d]`
+  // is the node at depth d. A node's subtree ends where the next node of its depth or less
+  // begins.
   nodes_.assign(1, Node{});
   std::vector<uint32_t> path{0};
-  std::vector<uint32_t> last_child{0};  // per node
   std::string_view prev;
   for (uint32_t k = 0; k < ids.size(); ++k) {
     const std::string_view s = bytes_[size_t(ids[k])];
+    DI_REQUIRE(s.size() < 65535, "grammar vocabulary: token ", ids[k], " is too long");
     size_t common = 0;
     while (common < s.size() && common < prev.size() && s[common] == prev[common]) ++common;
+    for (size_t d = path.size() - 1; d > common; --d) nodes_[path[d]].end = uint32_t(nodes_.size());
     path.resize(common + 1);
     for (size_t d = common; d < s.size(); ++d) {
-      const uint32_t parent = path.back();
-      const uint32_t n = uint32_t(nodes_.size());
       Node node;
       node.byte = uint8_t(s[d]);
+      node.depth = uint16_t(d + 1);
+      path.push_back(uint32_t(nodes_.size()));
       nodes_.push_back(node);
-      last_child.push_back(0);
-      if (last_child[parent])
-        nodes_[last_child[parent]].next_sibling = n;
-      else
-        nodes_[parent].first_child = n;
-      last_child[parent] = n;
-      path.push_back(n);
     }
+    max_depth_ = std::max(max_depth_, s.size());
     Node& end = nodes_[path.back()];
     if (end.ids_end == 0) end.ids_begin = k;
     end.ids_end = k + 1;
     prev = s;
   }
+  for (uint32_t n : path) nodes_[n].end = uint32_t(nodes_.size());
 }
 
 // --- expressions ---
@@ -426,24 +423,27 @@ struct Grammar::Impl {
     std::vector<uint64_t> bits(vocab.words(), 0);
     const auto& nodes = vocab.nodes();
     const auto& ids = vocab.sorted_ids();
-    struct Item {
-      uint32_t node;
-      int32_t d;
-    };
-    std::vector<Item> todo{{0, id}};
-    while (!todo.empty()) {
-      const Item it = todo.back();
-      todo.pop_back();
-      expand(it.d);
-      const int32_t* next = dstates[size_t(it.d)].next.data();
-      for (uint32_t c = nodes[it.node].first_child; c; c = nodes[c].next_sibling) {
-        const TokenVocab::Node& n = nodes[c];
-        const int32_t t = next[n.byte];
-        if (t < 0) continue;
-        for (uint32_t k = n.ids_begin; k < n.ids_end; ++k)
-          bits[size_t(ids[k]) / 64] |= uint64_t(1) << (ids[k] % 64);
-        if (n.first_child) todo.push_back({c, t});
+    // Preorder walk: next[d] is the transition table of the state after the first d bytes of the
+    // current path (tables do not move when the state list grows). A dead byte skips the
+    // node's subtree.
+    std::vector<const int32_t*> next(vocab.max_depth() + 1);
+    expand(id);
+    next[0] = dstates[size_t(id)].next.data();
+    const uint32_t n_nodes = uint32_t(nodes.size());
+    for (uint32_t i = 1; i < n_nodes;) {
+      const TokenVocab::Node& n = nodes[i];
+      const int32_t t = next[n.depth - 1][n.byte];
+      if (t < 0) {
+        i = n.end;
+        continue;
       }
+      for (uint32_t k = n.ids_begin; k < n.ids_end; ++k)
+        bits[size_t(ids[k]) / 64] |= uint64_t(1) << (ids[k] % 64);
+      if (n.end > i + 1) {
+        expand(t);
+        next[n.depth] = dstates[size_t(t)].next.data();
+      }
+      ++i;
     }
     if (dstates[size_t(id)].accept)
       bits[size_t(vocab.eos()) / 64] |= uint64_t(1) << (vocab.eos() % 64);

@@ -37,12 +37,15 @@ class TokenVocab {
   std::string_view bytes(int32_t id) const { return bytes_[size_t(id)]; }
   size_t words() const { return (bytes_.size() + 63) / 64; }  // of a token bitset
 
+  // Nodes in depth-first preorder (node 0 is the root): a node's subtree is [index, end).
   struct Node {
-    uint32_t first_child = 0, next_sibling = 0;  // 0: none (node 0 is the root)
-    uint32_t ids_begin = 0, ids_end = 0;         // tokens spelling exactly this node's path
+    uint32_t end = 0;                     // one past the node's last descendant
+    uint32_t ids_begin = 0, ids_end = 0;  // tokens spelling exactly this node's path
+    uint16_t depth = 0;
     uint8_t byte = 0;
   };
   const std::vector<Node>& nodes() const { return nodes_; }
+  size_t max_depth() const { return max_depth_; }
   // Token ids sorted by their bytes; a node's tokens are [ids_begin, ids_end).
   const std::vector<int32_t>& sorted_ids() const { return sorted_ids_; }
 
@@ -51,6 +54,7 @@ class TokenVocab {
   int32_t eos_;
   std::vector<Node> nodes_;
   std::vector<int32_t> sorted_ids_;
+  size_t max_depth_ = 0;
 };
 
 // --- expressions ---

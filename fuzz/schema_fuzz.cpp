@@ -1,0 +1,55 @@
+// JSON Schema -> grammar: any bytes either compile or throw deepinfer::Error. A schema that
+// compiles is walked a few steps through a small vocabulary: the mask equals the plain per-token
+// check, and every allowed token is accepted.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+
+using namespace deepinfer;
+
+namespace {
+std::shared_ptr<const grammar::TokenVocab> vocab() {
+  static const auto v = [] {
+    std::vector<std::string> t{""};  // 0: EOS
+    for (int b = 1; b < 256; ++b) t.push_back(std::string(1, char(b)));
+    for (const char* w : {"{\"", "\":", "\",", "\"}", "true", "false", "null", "12", "-1", ".5",
+                          "e+", "\n  ", "]}", "[{", "\\u00", "é", "\xc3", "ab\""})
+      t.push_back(w);
+    return std::make_shared<grammar::TokenVocab>(std::move(t), 0);
+  }();
+  return v;
+}
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  grammar::JsonGrammarOptions o;
+  o.max_length = 64;
+  grammar::GrammarLimits limits;
+  limits.max_states = 20000;
+  std::shared_ptr<const grammar::Grammar> g;
+  try {
+    g = grammar::Grammar::compile(grammar::JsonSchema(text, o).value(), vocab(), limits);
+  } catch (const Error&) {
+    return 0;
+  }
+  grammar::Matcher m(g);
+  uint64_t pick = size;
+  for (int step = 0; step < 24 && !m.finished(); ++step) {
+    const uint64_t* mask = m.allowed();
+    const std::vector<uint64_t> ref = m.allowed_reference();
+    std::vector<int32_t> ok;
+    for (int32_t t = 0; t < vocab()->size(); ++t)
+      if ((mask[t / 64] >> (t % 64)) & 1) ok.push_back(t);
+    if (std::vector<uint64_t>(mask, mask + vocab()->words()) != ref || ok.empty()) __builtin_trap();
+    pick = pick * 6364136223846793005ull + 1442695040888963407ull;
+    if (!m.accept(ok[(pick >> 33) % ok.size()])) __builtin_trap();
+  }
+  return 0;
+}
