@@ -349,7 +349,7 @@ struct Grammar::Impl {
     int32_t mask = -1;      // index into masks, -1: not computed
   };
   static constexpr size_t kMaxDStates = size_t(1) << 20;
-  static constexpr size_t kMaxMasks = 2048;
+  static constexpr size_t kMaxMasks = 1024;  // 16 KiB each on a 129k vocabulary
 
   std::mutex mu;
   std::vector<DState> dstates;

@@ -47,7 +47,7 @@ struct OutputShape {
 // request computed serve the next one with the same schema. Thread-safe.
 class GrammarCache {
  public:
-  explicit GrammarCache(std::shared_ptr<const grammar::TokenVocab> vocab, size_t capacity = 64);
+  explicit GrammarCache(std::shared_ptr<const grammar::TokenVocab> vocab, size_t capacity = 16);
   // The grammar of `shape`. Throws deepinfer::Error naming the place in the schema that cannot
   // be compiled.
   std::shared_ptr<const grammar::Grammar> get(const OutputShape& shape);
