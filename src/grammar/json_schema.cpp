@@ -109,6 +109,11 @@ struct Bound {
   bool exclusive = false;
 };
 
+Expr exponent() {
+  return seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
+              optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
+}
+
 Expr any_fraction() {
   return seq({ch('.'), repeat(digit(), 1, kFracDigits)});
 }
@@ -148,8 +153,7 @@ struct Range {
 class Compiler {
  public:
   Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), o_(o) {
-    ws_ = repeat(byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0,
-                 o.max_whitespace);
+    ws_ = json_whitespace(o);
   }
 
   Expr ws() const { return ws_; }
@@ -333,7 +337,6 @@ class Compiler {
   Expr format(const Json& f, const std::string& path) {
     if (!f.is_string()) fail(path + ".format", "expected a string");
     const std::string name = f.get<std::string>();
-    const Expr d2 = repeat(digit(), 2, 2);
     const Expr date =
         seq({repeat(digit(), 4, 4), ch('-'), uint_pad2(1, 12), ch('-'), uint_pad2(1, 31)});
     const Expr time = seq({uint_pad2(0, 23), ch(':'), uint_pad2(0, 59), ch(':'), uint_pad2(0, 59),
@@ -362,7 +365,6 @@ class Compiler {
                   repeat(seq({label, ch('.')}), 1, 3),
                   repeat(byte_ranges({{'a', 'z'}, {'A', 'Z'}}), 2, 6)});
     }
-    (void)d2;
     fail(path + ".format", str_cat("the string format '", name,
                                    "' is not supported (date, time, date-time, uuid, ipv4, email "
                                    "are)"));
@@ -429,11 +431,8 @@ class Compiler {
   Expr number(const Json& s, const std::string& path) {
     const Range r = range(s, path, false);
     if (!r.any_bound()) {
-      const Expr exp =
-          seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
-               optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
-      return seq(
-          {optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()), optional(exp)});
+      return seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
+                  optional(exponent())});
     }
     if (r.lo.present && r.hi.present &&
         (r.lo.value > r.hi.value ||
@@ -537,12 +536,10 @@ class Compiler {
   Expr free_value(int32_t depth) {
     depth = std::clamp<int32_t>(depth, 0, 15);
     if (free_[size_t(depth)]) return free_[size_t(depth)];
-    const Expr exp = seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
-                          optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
-    std::vector<Expr> opts{
-        free_string(),
-        seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()), optional(exp)}),
-        lit("true"), lit("false"), lit("null")};
+    std::vector<Expr> opts{free_string(),
+                           seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
+                                optional(exponent())}),
+                           lit("true"), lit("false"), lit("null")};
     if (depth > 0) {
       opts.push_back(free_object(depth));
       const Expr sep = seq({ws(), ch(','), ws()});
