@@ -97,7 +97,8 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--shapes", *shapes,
                     "in:out pairs, e.g. 5120:1280,2304:5120 (default: V4.1-Flash)");
     cmd->add_option("--working-set-mib", *ws, "Weights cycled through per measurement");
-    cmd->add_option("--reps", opt->reps, "Repetitions (best is reported)");
+    cmd->add_option("--pairs", opt->pairs,
+                    "Alternated (limit, kernel) samples per figure; the median ratio is reported");
     cmd->add_flag("--no-onednn", *no_dnn, "Skip the oneDNN comparison");
     auto no_gemm = std::make_shared<bool>(false);
     cmd->add_flag("--no-gemm", *no_gemm, "GEMV only");
@@ -109,6 +110,7 @@ void add_bench(CLI::App& app) {
       opt->gemm_rows = parse_list<int64_t>(*rows, "--rows");
       if (*no_gemm) opt->gemm_rows.clear();
       DI_REQUIRE(*ws >= 1, "--working-set-mib ", *ws, ": expected at least 1");
+      DI_REQUIRE(opt->pairs >= 1, "--pairs ", opt->pairs, ": expected at least 1");
       opt->working_set = uint64_t(*ws) << 20;
       opt->onednn = !*no_dnn;
       std::stringstream sh(*shapes);
@@ -134,14 +136,17 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--model", opt->model_dir, "Checkpoint directory")->required();
     cmd->add_option("--batches", *batches, "Decode batch sizes");
     cmd->add_option("--prompt", opt->prompt, "Context tokens before the timed decode steps");
-    cmd->add_option("--steps", opt->steps, "Timed decode steps");
+    cmd->add_option("--steps", opt->steps, "Timed decode steps per pair");
+    cmd->add_option("--pairs", opt->pairs,
+                    "Alternated (limit, measurement) samples per figure; the median ratio is "
+                    "reported");
     cmd->add_option("--prefill", opt->prefill_tokens, "Prompt length of the prefill measurement");
     cmd->add_flag("--regions", opt->regions, "Print the model's time per region (stderr)");
     cmd->callback([f, opt, batches] {
       apply(*f);
       opt->batches = parse_list<int>(*batches, "--batches");
-      DI_REQUIRE(opt->prompt >= 1 && opt->steps >= 1 && opt->prefill_tokens >= 1,
-                 "--prompt, --steps and --prefill must be positive");
+      DI_REQUIRE(opt->prompt >= 1 && opt->steps >= 1 && opt->prefill_tokens >= 1 && opt->pairs >= 1,
+                 "--prompt, --steps, --pairs and --prefill must be positive");
       bench::Reporter rep(f->json);
       bench::bench_decode(rep, *opt);
     });

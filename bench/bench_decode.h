@@ -14,7 +14,8 @@ struct DecodeBenchOptions {
   std::string model_dir;
   std::vector<int> batches = {1, 4, 16};
   int prompt = 32;           // tokens of context before the timed decode steps
-  int steps = 16;            // timed decode steps per batch size
+  int steps = 4;             // timed decode steps per pair
+  int pairs = 5;             // alternated (limit, measurement) samples per figure
   int prefill_tokens = 256;  // one prompt in one forward call
   bool regions = false;      // print the model's region timings
   bool onednn = true;        // the FLOP ceiling for prefill

@@ -15,8 +15,6 @@ namespace deepinfer::bench {
 
 namespace {
 
-constexpr uint64_t kBandwidthBytes = uint64_t(1) << 30;
-
 // A checkpoint-format weight with valid random codes (no e4m3 NaN) and realistic scales.
 struct SynthWeight {
   std::vector<uint8_t> data, scale;
@@ -129,64 +127,89 @@ void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
                                                         : *std::max_element(opt.gemm_rows.begin(),
                                                                             opt.gemm_rows.end())) *
                            size_t(sh.out));
-      // --- GEMV, one row: the decode case ---
-      const double bw = read_bandwidth_gbs(kBandwidthBytes, 5);
+      // --- GEMV, one row: the decode case. Pairs of (limit: a plain read of the same copies,
+      // kernel: one GEMV over each copy), alternated.
+      std::vector<std::span<const uint8_t>> spans;
+      for (const PreparedLinear& p : ws) spans.push_back(p.packed_span());
+      uint64_t packed = 0;
+      for (const auto& sp : spans) packed += sp.size();
       const auto x1 = random_rows(1, sh.in, 1);
-      const double t = best_time(opt.reps, copies, [&](int64_t c) {
-        linear_quant(ws[size_t(c)], x1.data(), 1, y.data());
-      });
-      const double gbs = double(bytes) * double(copies) / t / 1e9;
-      rep.print(Row("linear_gemv")
-                    .add("format", fmt)
-                    .add("shape", str_cat(sh.in, "->", sh.out))
-                    .add("layer", sh.name)
-                    .add("rows", int64_t(1))
-                    .add("working_set", human_bytes(double(bytes * copies)))
-                    .add("us_per_call", t / double(copies) * 1e6, 1)
-                    .add("gbs", gbs, 2)
-                    .add("bandwidth_gbs", bw, 2)
-                    .add("ratio", gbs / bw, 3));
-      // --- GEMM: prefill and batched decode ---
+      auto gemv_pass = [&] {
+        const double t0 = now_s();
+        for (int64_t c = 0; c < copies; ++c) linear_quant(ws[size_t(c)], x1.data(), 1, y.data());
+        return now_s() - t0;
+      };
+      gemv_pass();
+      PairStats gp;
+      for (int r = 0; r < opt.pairs; ++r) {
+        const double tl = sweep_seconds(spans), tk = gemv_pass();
+        gp.add(double(packed) / tk / 1e9, double(packed) / tl / 1e9);
+      }
+      Row grow("linear_gemv");
+      grow.add("format", fmt)
+          .add("shape", str_cat(sh.in, "->", sh.out))
+          .add("layer", sh.name)
+          .add("rows", int64_t(1))
+          .add("working_set", human_bytes(double(packed)))
+          .add("us_per_call", double(packed) / median(gp.figure) / 1e3 / double(copies), 1);
+      add_pairs(grow, gp, "gbs", "limit_gbs");
+      rep.print(grow);
+      // --- GEMM: prefill and batched decode, alternated with oneDNN's bf16 matmul ---
       std::unique_ptr<OnednnMatmul> dn;
       std::vector<float> deq;
       for (int64_t M : opt.gemm_rows) {
         const auto x = random_rows(M, sh.in, 2);
         const double flops = 2.0 * double(M) * double(sh.in) * double(sh.out);
-        // Enough calls for ~0.3 s per pass, cycling through the copies.
+        // Enough calls for ~0.15 s per sample, cycling through the copies.
         const double t_one =
             best_time(1, 1, [&](int64_t) { linear_quant(ws[0], x.data(), M, y.data()); });
-        const int64_t calls = std::max<int64_t>(copies, int64_t(0.3 / std::max(t_one, 1e-6)));
-        const double tg = best_time(opt.reps, calls, [&](int64_t c) {
-          linear_quant(ws[size_t(c % copies)], x.data(), M, y.data());
-        });
-        const double ours = flops * double(calls) / tg / 1e9;
+        const int64_t calls = std::max<int64_t>(copies, int64_t(0.15 / std::max(t_one, 1e-6)));
+        auto ours = [&] {
+          return flops * double(calls) /
+                 best_time(1, calls,
+                           [&](int64_t c) {
+                             linear_quant(ws[size_t(c % copies)], x.data(), M, y.data());
+                           }) /
+                 1e9;
+        };
         Row row("linear_gemm");
         row.add("format", fmt)
             .add("shape", str_cat(sh.in, "->", sh.out))
             .add("layer", sh.name)
-            .add("rows", M)
-            .add("gflops", ours, 1);
-        if (use_dnn) {
-          settle();
-          onednn_set_threads(threads);
-          dn = std::make_unique<OnednnMatmul>(M, sh.in, sh.out);
-          if (deq.empty()) {
-            deq.resize(size_t(sh.out * sh.in));
-            for (int64_t r = 0; r < sh.out; ++r) weight_row(sw.w, r, deq.data() + r * sh.in);
-          }
-          const int64_t dcopies =
-              std::max<int64_t>(2, int64_t(opt.working_set / uint64_t(sh.in * sh.out * 2)) + 1);
-          for (int64_t c = 0; c < dcopies; ++c) dn->add_weight(deq.data());
-          dn->run(0);
-          const double td1 = best_time(1, 1, [&](int64_t) { dn->run(0); });
-          const int64_t dcalls = std::max<int64_t>(dcopies, int64_t(0.3 / std::max(td1, 1e-6)));
-          const double td =
-              best_time(opt.reps, dcalls, [&](int64_t c) { dn->run(int(c % dcopies)); });
-          const double theirs = flops * double(dcalls) / td / 1e9;
-          dn.reset();
-          settle();
-          row.add("onednn_bf16_gflops", theirs, 1).add("ratio", ours / theirs, 3);
+            .add("rows", M);
+        if (!use_dnn) {
+          std::vector<double> g;
+          for (int r = 0; r < opt.pairs; ++r) g.push_back(ours());
+          row.add("gflops", median(g), 1);
+          rep.print(row);
+          continue;
         }
+        dn = std::make_unique<OnednnMatmul>(M, sh.in, sh.out);
+        if (deq.empty()) {
+          deq.resize(size_t(sh.out * sh.in));
+          for (int64_t r = 0; r < sh.out; ++r) weight_row(sw.w, r, deq.data() + r * sh.in);
+        }
+        const int64_t dcopies =
+            std::max<int64_t>(2, int64_t(opt.working_set / uint64_t(sh.in * sh.out * 2)) + 1);
+        for (int64_t c = 0; c < dcopies; ++c) dn->add_weight(deq.data());
+        onednn_set_threads(threads);
+        dn->run(0);
+        const double td1 = best_time(1, 1, [&](int64_t) { dn->run(0); });
+        const int64_t dcalls = std::max<int64_t>(dcopies, int64_t(0.15 / std::max(td1, 1e-6)));
+        PairStats mp;
+        for (int r = 0; r < opt.pairs; ++r) {
+          settle();
+          const double g = ours();
+          onednn_set_threads(threads);
+          const double td = best_time(1, dcalls, [&](int64_t c) { dn->run(int(c % dcopies)); });
+          settle();
+          mp.add(g, flops * double(dcalls) / td / 1e9);
+        }
+        dn.reset();
+        add_pairs(row, mp, "gflops", "onednn_bf16_gflops", 1);
+        // What batch invariance costs: oneDNN's time over ours, minus one (negative: we are
+        // faster).
+        row.add("invariance_cost", 1.0 / median(mp.ratio) - 1.0, 3);
         if (peak > 0) row.add("peak_gflops", peak, 1);
         rep.print(row);
       }

@@ -20,7 +20,7 @@ struct LinearBenchOptions {
   std::vector<LinearShape> shapes;  // empty: the V4.1-Flash shapes
   std::vector<int64_t> gemm_rows = {16, 128, 512};
   uint64_t working_set = uint64_t(256) << 20;  // weights cycled through, per side
-  int reps = 5;
+  int pairs = 5;                               // alternated (limit, kernel) samples per figure
   bool onednn = true;
 };
 

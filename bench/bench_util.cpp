@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/huge_alloc.h"
 #include "core/thread_pool.h"
 
 namespace deepinfer::bench {
@@ -77,8 +78,9 @@ uint64_t sum_range(const uint8_t* p, uint64_t n) {
 
 double read_bandwidth_gbs(uint64_t bytes, int reps) {
   bytes = bytes / 4096 * 4096;
-  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
-  DI_REQUIRE(buf, "bench: cannot allocate ", bytes, " bytes for the bandwidth buffer");
+  // On huge pages like the repacked weights the kernels read (core/huge_alloc.h).
+  const std::shared_ptr<uint8_t> mem = huge_alloc(bytes);
+  uint8_t* buf = mem.get();
   ThreadPool& pool = ThreadPool::global();
   const int64_t parts = pool.size();
   const uint64_t part = bytes / uint64_t(parts) / 128 * 128;
@@ -97,8 +99,59 @@ double read_bandwidth_gbs(uint64_t bytes, int reps) {
   }
   uint64_t check = 0;
   for (uint64_t s : sink) check += s;
-  std::free(buf);
   return check == 1 ? 0 : best;  // `check` keeps the sums alive
+}
+
+double sweep_seconds(const std::vector<std::span<const uint8_t>>& bufs) {
+  // Thread t reads share t of the buffers' concatenation (crossing buffer ends), so that no
+  // synchronisation between buffers lowers the limit.
+  ThreadPool& pool = ThreadPool::global();
+  const int64_t parts = pool.size();
+  uint64_t total = 0;
+  for (const auto& b : bufs) total += b.size() / 128 * 128;
+  std::vector<uint64_t> sink(static_cast<size_t>(parts));
+  const double t0 = now_s();
+  pool.parallel_for(parts, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const uint64_t lo = total / uint64_t(parts) * uint64_t(i) / 128 * 128;
+      const uint64_t hi =
+          i + 1 == parts ? total : total / uint64_t(parts) * uint64_t(i + 1) / 128 * 128;
+      uint64_t at = 0, acc = 0;
+      for (const auto& b : bufs) {
+        const uint64_t n = b.size() / 128 * 128, from = std::max(lo, at), to = std::min(hi, at + n);
+        if (from < to) acc += sum_range(b.data() + (from - at), to - from);
+        at += n;
+      }
+      sink[size_t(i)] = acc;
+    }
+  });
+  const double dt = now_s() - t0;
+  uint64_t check = 0;
+  for (uint64_t s : sink) check += s;
+  return check == 1 ? dt * 2 : dt;  // `check` keeps the sums alive
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+double min_of(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::min_element(v.begin(), v.end());
+}
+double max_of(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
+
+void add_pairs(Row& row, const PairStats& p, const std::string& name, const std::string& limit_name,
+               int precision) {
+  row.add(name, median(p.figure), precision)
+      .add(limit_name, median(p.limit), precision)
+      .add("ratio", median(p.ratio), 3)
+      .add("ratio_min", min_of(p.ratio), 3)
+      .add("ratio_max", max_of(p.ratio), 3)
+      .add("pairs", int64_t(p.ratio.size()));
 }
 
 }  // namespace deepinfer::bench

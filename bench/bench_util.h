@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,5 +49,27 @@ double now_s();
 // Read bandwidth in GB/s (1e9 B/s) over a fresh buffer of `bytes` (keep it well above the
 // last-level cache): every thread of the global pool sums its contiguous share; best of `reps`.
 double read_bandwidth_gbs(uint64_t bytes, int reps);
+
+// Seconds to read every byte of `bufs` once with every thread of the global pool (thread t
+// reads share t of their concatenation): the read limit of the very memory a kernel streams
+// (same pages, same placement), sampled next to the kernel it bounds.
+double sweep_seconds(const std::vector<std::span<const uint8_t>>& bufs);
+
+// Alternated samples of a figure and its limit (ABAB): each pair's ratio is figure / limit.
+struct PairStats {
+  std::vector<double> figure, limit, ratio;
+  void add(double fig, double lim) {
+    figure.push_back(fig);
+    limit.push_back(lim);
+    ratio.push_back(fig / lim);
+  }
+};
+double median(std::vector<double> v);
+double min_of(const std::vector<double>& v);
+double max_of(const std::vector<double>& v);
+// Adds <name> (median figure), <limit_name> (median limit), ratio (median of the pair ratios),
+// ratio_min, ratio_max and pairs to `row`.
+void add_pairs(Row& row, const PairStats& p, const std::string& name, const std::string& limit_name,
+               int precision = 2);
 
 }  // namespace deepinfer::bench

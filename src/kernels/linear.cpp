@@ -13,6 +13,7 @@
 
 #include "core/cpu.h"
 #include "core/error.h"
+#include "core/huge_alloc.h"
 #include "core/thread_pool.h"
 #include "kernels/linear_isa.h"
 #include "kernels/scratch.h"
@@ -57,6 +58,18 @@ int64_t fp8_offset(int64_t k, int64_t o) {
   return (k / 4) * 64 + 16 * (i / 8) + 8 * ((k / 2) & 1) + (i % 8);
 }
 
+// Byte and nibble of input k of row o inside an fp4 tile: groups of 8 inputs take 64 bytes, as 32
+// words; word 2o + (k & 1) of group k/8 holds row o's inputs k/8*8 + 2j + (k & 1) in its nibbles
+// j = 0..3, so that a word shift and a 16-entry word table give a vector of bf16 pairs
+// (kernels/linear_avx512.cpp).
+int64_t fp4_offset(int64_t k, int64_t o) {
+  const int64_t j = (k % 8) / 2;
+  return (k / 8) * 64 + 2 * (2 * o + (k & 1)) + j / 2;
+}
+int fp4_shift(int64_t k) {
+  return int(4 * (((k % 8) / 2) & 1));
+}
+
 // Tile t of `w` into dst (layouts: kernels/linear.h).
 void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
   const int64_t K = w.cols(), rows = w.rows();
@@ -71,7 +84,10 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
       }
       case WeightFormat::Fp4Row: {
         const uint8_t* src = w.u8() + r * (K / 2);
-        for (int64_t k = 0; k < K / 2; ++k) dst[k * 16 + o] = src[k];
+        for (int64_t k = 0; k < K; ++k) {
+          const uint8_t v = uint8_t((src[k / 2] >> (4 * (k & 1))) & 15);
+          dst[fp4_offset(k, o)] |= uint8_t(v << fp4_shift(k));
+        }
         const uint8_t* s = w.scale + r * w.scale_cols;
         for (int64_t b = 0; b < K / 32; ++b) scale_dst[b * 16 + o] = s[b];
         break;
@@ -362,10 +378,6 @@ void linear_many(std::span<const LinearCall> calls) {
   if (!small.empty()) run_many_gemv(small, isa);
 }
 
-void PreparedLinear::FreeAligned::operator()(uint8_t* p) const {
-  std::free(p);
-}
-
 PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   if (!w.present()) return;
   DI_REQUIRE(w.shape.ndim == 2, w.name, ": a linear weight must be 2-D, got ", w.shape.str());
@@ -382,9 +394,8 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? p_.n_tiles * (K / 32) * 16 : 0;
   owned_bytes_ = uint64_t(data_bytes + scale_bytes);
   const size_t alloc = size_t(round_up(data_bytes + scale_bytes, 64));
-  uint8_t* buf = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
-  DI_REQUIRE(buf, w.name, ": cannot allocate ", alloc, " bytes for the repacked weight");
-  buf_.reset(buf);
+  buf_ = huge_alloc(alloc);
+  uint8_t* buf = buf_.get();
   uint8_t* scale_dst = buf + data_bytes;
   p_.data = buf;
   p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||

@@ -15,8 +15,9 @@
 // in the checkpoint's own encoding, so a tile streams contiguously while the kernel broadcasts
 // x_k and accumulates 16 outputs per vector:
 //   Fp8Block  [tiles][K][16] e4m3 bytes; scales read from the checkpoint's 32x32 grid
-//   Fp4Row    [tiles][K/2][16] bytes (low nibble input 2j, high nibble 2j+1) + [tiles][K/32][16]
-//             e8m0 scales
+//   Fp4Row    [tiles][K/8][32] 16-bit words: in group g (inputs 8g..8g+7) word 2o + s holds row
+//             o's inputs 8g + 2j + s in nibbles j = 0..3 (nibble 0 lowest);
+//             + [tiles][K/32][16] e8m0 scales
 //   BF16      [tiles][K][16] bf16;  F32  [tiles][K][16] fp32
 // Rows past the weight's last row are zero. The repacked copy has the checkpoint's size (plus
 // the padding of the last tile); everything else stays mapped.
@@ -79,14 +80,13 @@ class PreparedLinear {
   int64_t cols() const { return w_.cols(); }
   // Bytes this object owns (repacked values and scales).
   uint64_t packed_bytes() const { return owned_bytes_; }
+  // Those bytes (benchmarks stream them to measure the read limit of the same memory).
+  std::span<const uint8_t> packed_span() const { return {buf_.get(), size_t(owned_bytes_)}; }
 
  private:
-  struct FreeAligned {
-    void operator()(uint8_t* p) const;
-  };
   Weight w_;
   PackedWeight p_;
-  std::unique_ptr<uint8_t, FreeAligned> buf_;
+  std::shared_ptr<uint8_t> buf_;  // core/huge_alloc.h
   uint64_t owned_bytes_ = 0;
 };
 

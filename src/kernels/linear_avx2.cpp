@@ -64,7 +64,8 @@ inline __m256 fp8x8(__m128i v) {
   return _mm256_mul_ps(_mm256_castsi256_ps(u), _mm256_set1_ps(0x1p120f));
 }
 
-// Nibbles (bits 0..3 of each lane) -> e2m1 values: magnitude from an 8-entry table, bit 3 = sign.
+// Nibbles (bits 0..3 of each lane; higher bits are ignored) -> e2m1 values: magnitude from an
+// 8-entry table, bit 3 = sign.
 inline __m256 e2m1x8(__m256i d) {
   const __m256 lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
   const __m256 mag = _mm256_permutevar8x32_ps(lut, d);
@@ -103,9 +104,12 @@ inline void load_pair(const uint8_t* tile, int64_t k0, int h, __m256& w0, __m256
     w0 = fp8x8(eo);
     w1 = fp8x8(_mm_unpackhi_epi64(eo, eo));
   } else if constexpr (F == kFp4) {
-    const __m256i d = load_u8x8(tile + k0 * 8 + h * 8);
-    w0 = e2m1x8(d);
-    w1 = e2m1x8(_mm256_srli_epi32(d, 4));
+    // Words 16h..16h+15 of group k0/8 alternate inputs k0 and k0+1 of rows 8h..8h+7, in
+    // nibble (k0 % 8) / 2 of each word.
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + (k0 / 8) * 64 + 32 * h));
+    v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(int(4 * ((k0 % 8) / 2))));
+    w0 = e2m1x8(v);
+    w1 = e2m1x8(_mm256_srli_epi32(v, 16));
   } else if constexpr (F == kBf16) {
     // (even, odd) bf16 pairs per row: the even input is the low half of each 32-bit lane.
     const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + k0 * 32 + h * 32));

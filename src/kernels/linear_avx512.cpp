@@ -88,10 +88,12 @@ constexpr Fp8Tables make_fp8_tables() {
   return t;
 }
 alignas(64) constexpr Fp8Tables kFp8Tables = make_fp8_tables();
+// e2m1 nibble -> bf16, twice over: vpermw reads 5 index bits, and bit 4 (the next nibble's low
+// bit) must not matter.
 alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
     0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80,
-    0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0,      0,      0,      0,      0,      0,
-    0,      0,      0,      0,      0,      0,      0,      0,      0,      0};
+    0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
+    0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
 
 struct Luts {
   __m512i h0, h1, l0, l1, e2m1;
@@ -100,14 +102,6 @@ inline Luts make_luts() {
   return {_mm512_load_si512(kFp8Tables.hi), _mm512_load_si512(kFp8Tables.hi + 64),
           _mm512_load_si512(kFp8Tables.lo), _mm512_load_si512(kFp8Tables.lo + 64),
           _mm512_load_si512(kE2m1Bf16)};
-}
-
-inline __m512i fp4_pair(const uint8_t* p, const Luts& L) {
-  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  // Low nibble (even input) to the low word, high nibble to the high word: (d | d << 12) & mask.
-  const __m512i w =
-      _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0x000f000f), 0xA8);
-  return _mm512_permutexvar_epi16(w, L.e2m1);
 }
 
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs.
@@ -122,8 +116,12 @@ inline void decode_group(const uint8_t* tile, int64_t g, const Luts& L, __m512i&
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
   } else if constexpr (F == kFp4) {
-    p0 = fp4_pair(tile + g * 32, L);
-    p1 = fp4_pair(tile + g * 32 + 16, L);
+    // Word 2o + s of the 8-input group holds row o's inputs 2j + s in nibble j: pairs 2g and
+    // 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
+    __m512i d = _mm512_loadu_si512(tile + (g / 2) * 64);
+    if (g & 1) d = _mm512_srli_epi16(d, 8);
+    p0 = _mm512_permutexvar_epi16(d, L.e2m1);
+    p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1);
   } else {
     p0 = _mm512_loadu_si512(tile + g * 128);
     p1 = _mm512_loadu_si512(tile + g * 128 + 64);
@@ -274,7 +272,10 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
     gemv_fp_blocks<F, Mode == 1, NR, NB>(j, tile, t, b0, L, acc);
 }
 
-constexpr int64_t kPrefetchAhead = 4096;  // bytes; DRAM latency x per-core bandwidth
+// Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
+// a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
+// reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
+constexpr int64_t kPrefetchAhead = 8192;
 
 template <int F, int Mode, int NR>
 void gemv_rows(const Job& j) {
@@ -293,7 +294,7 @@ void gemv_rows(const Job& j) {
     for (; b + NB <= nb; b += NB) {
       const uint8_t* ahead = tile + b * block_bytes + kPrefetchAhead;
       for (int64_t o = 0; o < NB * block_bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
       gemv_blocks<F, Mode, NR, NB>(j, tile, t, b, L, acc);
     }
     for (; b < nb; ++b) gemv_blocks<F, Mode, NR, 1>(j, tile, t, b, L, acc);

@@ -67,6 +67,7 @@ void Model::Impl::prepare_linears() {
   auto prep = [&](PreparedLinear& dst, const Weight& w) {
     dst = PreparedLinear(w);
     prepared_bytes += dst.packed_bytes();
+    if (dst.present()) prepared.push_back(&dst);
     ck.release_resident(w);  // the kernels read the repacked copy
   };
   lin.resize(size_t(c.n_layers));
@@ -335,6 +336,11 @@ const ModelOptions& Model::options() const {
 }
 uint64_t Model::prepared_weight_bytes() const {
   return impl_->prepared_bytes;
+}
+std::vector<std::span<const uint8_t>> Model::prepared_weight_spans() const {
+  std::vector<std::span<const uint8_t>> out;
+  for (const PreparedLinear* p : impl_->prepared) out.push_back(p->packed_span());
+  return out;
 }
 void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   impl_->forward(batch, kv, logits);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,8 @@ class Model {
   // Bytes of the linear weights repacked for the fast kernels at construction (the rest of the
   // weights stay mapped from the checkpoint).
   uint64_t prepared_weight_bytes() const;
+  // The repacked buffers themselves, in layer order.
+  std::vector<std::span<const uint8_t>> prepared_weight_spans() const;
 
   // Runs one step. `logits` receives [batch.n_logit_rows(), vocab] fp32 rows in sequence order.
   // Resets the sequence-slot state it needs when a sequence starts at position 0.

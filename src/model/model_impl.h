@@ -71,6 +71,7 @@ struct Model::Impl {
   std::vector<PreparedLayer> lin;  // [n_layers]
   PreparedLinear head;
   uint64_t prepared_bytes = 0;
+  std::vector<const PreparedLinear*> prepared;  // every present one, in construction order
   // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the
   // step's row metadata keeps its capacity from call to call, so a step of a shape seen before
   // makes no heap allocation.
