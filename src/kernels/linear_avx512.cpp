@@ -282,6 +282,13 @@ void gemv_rows(const Job& j) {
   constexpr int NB = NR == 1 ? 8 : 4;
   const int64_t nb = j.w->cols / 32;
   const Luts L = make_luts();
+  {
+    // The run's first window, which the prefetches below (always a window ahead) never cover.
+    const uint8_t* first = j.w->data + j.t0 * j.w->tile_bytes;
+    const int64_t n = min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes);
+    for (int64_t o = 0; o < n; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(first + o), _MM_HINT_T1);
+  }
   for (int64_t t = j.t0; t < j.t1; ++t) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
     __m512 acc[NR];

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -57,9 +60,14 @@ inline const Tokenizer* marker_special_tokenizer() {
                                    {"rstrip", false},
                                    {"normalized", false},
                                    {"special", true}});
-    const std::string path = testing::TempDir() + "/marker_special_tokenizer.json";
-    std::ofstream(path) << j.dump();
-    return Tokenizer::load(path);
+    // One file per process: ctest runs the tests that use it side by side, and a shared path
+    // let one process read the file while another truncated it.
+    const std::string path =
+        testing::TempDir() + "/marker_special_tokenizer." + std::to_string(::getpid()) + ".json";
+    { std::ofstream(path) << j.dump(); }
+    auto loaded = Tokenizer::load(path);
+    std::remove(path.c_str());
+    return loaded;
   }();
   return tok.get();
 }
