@@ -125,18 +125,17 @@ void bench_decode(Reporter& rep, const DecodeBenchOptions& opt) {
     if (opt.regions) RegionTimer::reset();
     const double bytes = step_bytes(c, fp, B);
     PairStats ps;
-    std::vector<double> ms;
+    std::vector<double> ms, lim_gbs;
     int64_t pos = opt.prompt + 1;
     for (int p = 0; p < opt.pairs; ++p) {
       const double bw = swept / sweep_seconds(spans) / 1e9;
+      lim_gbs.push_back(bw);
       const double t0 = now_s();
       for (int s = 0; s < opt.steps; ++s) run.step(B, pos++, 1);
       const double dt = (now_s() - t0) / opt.steps;
       ms.push_back(dt * 1e3);
       ps.add(double(B) / dt, double(B) * bw * 1e9 / bytes);
     }
-    std::vector<double> lim_gbs;
-    for (double roof : ps.limit) lim_gbs.push_back(roof * bytes / B / 1e9);
     Row row("decode");
     row.add("batch", B)
         .add("context", int64_t(opt.prompt))
