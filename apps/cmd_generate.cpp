@@ -13,7 +13,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "dist/serial.h"
+#include "ranks/serial.h"
 #include "engine_options.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat.h"
@@ -331,12 +331,12 @@ void generate(GenerateOptions& o) {
   if (bar) std::fprintf(stderr, "\n");
   if (dp > 1) {
     // The replicas' results meet on rank 0.
-    dist::Writer w;
+    ranks::Writer w;
     for (size_t i = 0; i < n; ++i)
       if (int(i % size_t(dp)) == dp_rank) w.put_string(results[i].dump());
     const auto parts = le.layout.dp->all_gather_v(w.bytes());
     for (int r = 0; r < dp; ++r) {
-      dist::Reader rd(parts[size_t(r)], "generate results");
+      ranks::Reader rd(parts[size_t(r)], "generate results");
       for (size_t i = size_t(r); i < n; i += size_t(dp)) results[i] = json::parse(rd.get_string());
     }
   }

@@ -37,7 +37,7 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
   return logits_;
 }
 
-void run_replica_follower(ModelRunner& runner, dist::StepChannel& channel) {
+void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel) {
   std::vector<uint8_t> msg;
   for (;;) {
     {

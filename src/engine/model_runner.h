@@ -8,7 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dist/world.h"
+#include "ranks/world.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
 
@@ -34,6 +34,6 @@ class ModelRunner {
 };
 
 // A replica follower: replays the leader's step messages until the shutdown message.
-void run_replica_follower(ModelRunner& runner, dist::StepChannel& channel);
+void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel);
 
 }  // namespace deepinfer

@@ -1,7 +1,7 @@
 #include "engine/parallel.h"
 
 #include "core/error.h"
-#include "dist/serial.h"
+#include "ranks/serial.h"
 
 namespace deepinfer {
 
@@ -24,7 +24,7 @@ void ParallelConfig::validate(int n_experts) const {
              " routed experts");
 }
 
-RankLayout make_rank_layout(const ParallelConfig& cfg, dist::World& world, int n_experts) {
+RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int n_experts) {
   cfg.validate(n_experts);
   DI_REQUIRE(world.size() == cfg.world_size(), "the run has ", world.size(),
              " ranks but --dp/--cp/--ep ask for ", cfg.world_size());
@@ -52,13 +52,13 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, dist::World& world, int n
   // Engram rows: shard over the ranks that share tokens when asked to, or by default when the
   // ranks span hosts (MPI); ranks on one host share the page cache of one mapping instead.
   const bool shard = cfg.engram_sharding == "on" ||
-                     (cfg.engram_sharding == "auto" && world.backend() == dist::Backend::kMpi);
+                     (cfg.engram_sharding == "auto" && world.backend() == ranks::Backend::kMpi);
   if (shard && g > 1) L.engram_group = L.replica.get();
   return L;
 }
 
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
-  dist::Writer w;
+  ranks::Writer w;
   w.put<uint64_t>(out.step);
   w.put<uint64_t>(out.seqs.size());
   for (const SchedSeq& q : out.seqs) {
@@ -77,7 +77,7 @@ std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
 }
 
 SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
-  dist::Reader r(bytes, "step message");
+  ranks::Reader r(bytes, "step message");
   SchedOutput out;
   out.step = r.get<uint64_t>();
   const uint64_t n = r.get<uint64_t>();

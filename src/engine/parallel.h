@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/group.h"
-#include "dist/world.h"
+#include "ranks/group.h"
+#include "ranks/world.h"
 #include "engine/scheduler.h"
 
 namespace deepinfer {
@@ -42,18 +42,18 @@ struct RankLayout {
   int world_rank = 0, dp_rank = 0, replica_rank = 0;
   int expert_begin = 0, expert_end = 0;
   bool scheduler = true;                 // runs a scheduler and a sampler (replica rank 0)
-  std::unique_ptr<dist::Group> replica;  // ranks sharing tokens (size 1: none)
-  std::unique_ptr<dist::Group> dp;       // one rank per replica (for the vote), null if dp = 1
-  dist::Group* cp_group = nullptr;       // null: no context parallelism
-  dist::Group* ep_group = nullptr;       // null: every expert here
+  std::unique_ptr<ranks::Group> replica;  // ranks sharing tokens (size 1: none)
+  std::unique_ptr<ranks::Group> dp;       // one rank per replica (for the vote), null if dp = 1
+  ranks::Group* cp_group = nullptr;       // null: no context parallelism
+  ranks::Group* ep_group = nullptr;       // null: every expert here
   bool ep_dispatch = false;              // EP group ranks hold different tokens
-  dist::Group* engram_group = nullptr;   // null: every rank reads the rows it needs itself
-  dist::StepChannel* channel = nullptr;  // replica rank 0 -> the others (dp = 1 only)
+  ranks::Group* engram_group = nullptr;   // null: every rank reads the rows it needs itself
+  ranks::StepChannel* channel = nullptr;  // replica rank 0 -> the others (dp = 1 only)
 };
 
 // Builds the layout over `world` (which must have cfg.world_size() ranks). `shared_host`: all
 // ranks on one host (decides --engram-sharding auto).
-RankLayout make_rank_layout(const ParallelConfig& cfg, dist::World& world, int n_experts);
+RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int n_experts);
 
 // The step message replica followers replay.
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out);

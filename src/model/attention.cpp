@@ -97,7 +97,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     const float scale = float(std::pow(double(Dh), -0.5));
     const int64_t K = c.index_topk;
     ArenaVec<float> win(&arena), keys(&arena);
-    dist::Group* cp = opt.parallel.cp;
+    ranks::Group* cp = opt.parallel.cp;
     const int64_t psize = attention_partial_size(H, Dh);
     ArenaVec<double> partial(cp ? size_t(N * psize) : 0, &arena);
     for (size_t s = 0; s < st.batch->seqs.size(); ++s) {

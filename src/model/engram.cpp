@@ -25,7 +25,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   // Table rows (exact bf16 values); ids past the table read as zero. Sharded over a group,
   // each rank reads only the rows of its slice and the sum over the group (one non-zero term
   // per row) completes every lookup exactly.
-  dist::Group* shard = opt.parallel.engram;
+  ranks::Group* shard = opt.parallel.engram;
   const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
   const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
   ArenaVec<float> ev(size_t(N * NC * Dm), &arena);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/group.h"
+#include "ranks/group.h"
 #include "io/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/forward_batch.h"
@@ -31,15 +31,15 @@ struct ModelParallel {
   // Context parallel: ranks with the same tokens; compressed-KV and index-key row j of a layer
   // with ratio r lives on rank (j*r / block_tokens) mod size. Indexer candidates and attention
   // partials are merged exactly over the group.
-  dist::Group* cp = nullptr;
+  ranks::Group* cp = nullptr;
   // Expert parallel: routed experts are split over this group (the checkpoint holds this
   // rank's range). Tokens are the same on every member, or, with ep_dispatch, each member
   // brings its own rows (data parallelism).
-  dist::Group* ep = nullptr;
+  ranks::Group* ep = nullptr;
   bool ep_dispatch = false;
   // Engram tables sharded by rows over this group (ranks with the same tokens): each rank reads
   // only its rows and the lookups are summed. Null: every rank reads the rows it needs.
-  dist::Group* engram = nullptr;
+  ranks::Group* engram = nullptr;
 };
 
 struct ModelOptions {

@@ -81,7 +81,7 @@ struct Model::Impl {
   void round(float* x, int64_t n) const;
   // Context parallelism: does this rank hold compressed row `row` of `layer` (ratio r)?
   bool owns_row(const Step& st, int layer, int64_t row) const {
-    const dist::Group* cp = opt.parallel.cp;
+    const ranks::Group* cp = opt.parallel.cp;
     if (!cp) return true;
     const int64_t block = row * roles[size_t(layer)].ratio / st.kv->block_tokens();
     return block % cp->size() == cp->rank();

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "dist/serial.h"
+#include "ranks/serial.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/moe_routing.h"
@@ -143,7 +143,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
-  dist::Group* ep = opt.parallel.ep;
+  ranks::Group* ep = opt.parallel.ep;
   if (!ep) {
     routed(v, N, ids.data(), weights.data(), expert_out.data());
   } else if (!opt.parallel.ep_dispatch) {
@@ -157,7 +157,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     // all of them, and return each member its rows' slots with a reduce-scatter.
     std::vector<uint8_t> mine;
     {
-      dist::Writer w;
+      ranks::Writer w;
       w.put_vector(std::span<const float>(v, size_t(N * D)));
       w.put_vector(std::span<const int32_t>(ids));
       w.put_vector(std::span<const float>(weights));
@@ -172,7 +172,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     std::vector<int32_t> rs;
     std::vector<int64_t> count;
     for (const auto& part : parts) {
-      dist::Reader r(part, "expert dispatch message");
+      ranks::Reader r(part, "expert dispatch message");
       const auto pv = r.get_vector<float>();
       const auto pi = r.get_vector<int32_t>();
       const auto pw = r.get_vector<float>();

@@ -42,9 +42,9 @@ LoadedEngine load_engine(const EngineOptions& o) {
   // Ranks start before anything heavy is loaded (the leader forks its followers).
   const ModelConfig cfg = ModelConfig::load(le.model_dir);
   o.parallel.validate(cfg.n_routed_experts);
-  dist::WorldOptions wo;
+  ranks::WorldOptions wo;
   wo.world_size = o.parallel.world_size();
-  le.world = dist::init_world(wo);
+  le.world = ranks::init_world(wo);
   le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
   if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
@@ -127,7 +127,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                  double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
     if (le.world->size() > 1)
       std::fprintf(stderr, "deepinfer: %d ranks (%s): dp %d, cp %d, ep %d\n", le.world->size(),
-                   dist::backend_name(le.world->backend()), o.parallel.dp, o.parallel.cp,
+                   ranks::backend_name(le.world->backend()), o.parallel.dp, o.parallel.cp,
                    o.parallel.ep);
   }
   return le;

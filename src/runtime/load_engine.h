@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "dist/world.h"
+#include "ranks/world.h"
 #include "engine/engine.h"
 #include "engine/parallel.h"
 #include "io/checkpoint.h"
@@ -29,7 +29,7 @@ struct EngineOptions {
 
 // Everything a command needs to run requests: checkpoint, optional tokenizer, model, engine.
 struct LoadedEngine {
-  std::unique_ptr<dist::World> world;
+  std::unique_ptr<ranks::World> world;
   RankLayout layout;
   std::string model_dir;
   std::unique_ptr<Checkpoint> checkpoint;

@@ -2,7 +2,7 @@
 # follower's death.
 add_test(NAME e2e.ranks_shm COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ranks_test.sh $<TARGET_FILE:deepinfer> shm)
 set_tests_properties(e2e.ranks_shm PROPERTIES LABELS e2e TIMEOUT 900)
-if(DEEPINFER_DIST_HAVE_MPI)
+if(DEEPINFER_RANKS_HAVE_MPI)
   add_test(NAME e2e.ranks_mpi COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/ranks_test.sh $<TARGET_FILE:deepinfer> mpi)
   set_tests_properties(e2e.ranks_mpi PROPERTIES LABELS "e2e;mpi" TIMEOUT 900)
 endif()

@@ -1,0 +1,77 @@
+#include "ranks/group.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace deepinfer::ranks {
+
+void sum_in_rank_order(const float* const* parts, int n_parts, size_t n, float* out) {
+  DI_CHECK(n_parts >= 1);
+  // Blocks keep the running sums in registers or L1 while each part streams through once, and
+  // reading a whole block before writing it lets `out` be one of the parts.
+  constexpr size_t kBlock = 256;
+  float acc[kBlock];
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t m = std::min(kBlock, n - b);
+    std::memcpy(acc, parts[0] + b, m * sizeof(float));
+    for (int r = 1; r < n_parts; ++r) {
+      const float* p = parts[r] + b;
+      for (size_t j = 0; j < m; ++j) acc[j] += p[j];
+    }
+    std::memcpy(out + b, acc, m * sizeof(float));
+  }
+}
+
+std::unique_ptr<Group> Group::subgroup(std::span<const int> ranks) {
+  std::vector<bool> seen(size_t(size()), false);
+  int my_index = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    DI_REQUIRE(r >= 0 && r < size(), "subgroup: rank ", r, " is outside the group of ", size());
+    DI_REQUIRE(!seen[size_t(r)], "subgroup: rank ", r, " is listed twice");
+    seen[size_t(r)] = true;
+    if (r == rank()) my_index = int(i);
+  }
+  DI_REQUIRE(!ranks.empty(), "subgroup: the rank list is empty");
+  return split(my_index >= 0 ? 0 : -1, my_index);
+}
+
+namespace {
+
+class SingleGroup final : public Group {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void broadcast(void*, size_t, int root) override { check_root(root); }
+  using Group::all_reduce;
+  void all_reduce(float*, size_t) override {}
+  void all_gather(const void* in, size_t n_bytes_each, void* out) override {
+    if (n_bytes_each && in != out) std::memmove(out, in, n_bytes_each);
+  }
+  void reduce_scatter(const float* in, size_t n_per_rank, float* out) override {
+    if (n_per_rank && in != out) std::memmove(out, in, n_per_rank * sizeof(float));
+  }
+  void barrier() override {}
+  std::vector<std::vector<uint8_t>> all_gather_v(std::span<const uint8_t> mine) override {
+    return {std::vector<uint8_t>(mine.begin(), mine.end())};
+  }
+  std::unique_ptr<Group> split(int color, int) override {
+    if (color < 0) return nullptr;
+    return std::make_unique<SingleGroup>();
+  }
+
+ private:
+  static void check_root(int root) {
+    DI_REQUIRE(root == 0, "broadcast: root ", root, " is outside the group of 1");
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Group> make_single_group() {
+  return std::make_unique<SingleGroup>();
+}
+
+}  // namespace deepinfer::ranks

@@ -1,0 +1,59 @@
+// Knowing when another rank has died, so that no wait lasts forever. The leader spawned the
+// followers and polls them with waitpid, which also gives their exit status; a follower is not
+// its siblings' parent and watches every other rank through pidfds (readable once a process has
+// exited, reaped or not, and immune to pid reuse).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deepinfer::ranks {
+
+// "status 3" or "status SIGKILL (killed by signal 9)", from a waitpid status.
+std::string describe_exit_status(int status);
+
+class Liveness {
+ public:
+  Liveness() = default;
+  ~Liveness();
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  // The leader: `pids[r]` is follower r (pids[0], the leader itself, is ignored).
+  void watch_children(const std::vector<int>& pids);
+  // A follower: `pids[r]` is rank r (0 where not known yet; pids[self_rank] is ignored).
+  void watch_peers(const std::vector<int>& pids, int self_rank);
+
+  // A word shared by all ranks (-1 at first) where the first rank seen dead is recorded, so
+  // that every rank names the same cause.
+  void share_first_dead(std::atomic<int32_t>* word) { first_dead_ = word; }
+
+  // Throws deepinfer::Error naming the first rank found dead; once one is, every later call
+  // throws the same error.
+  void check();
+  // The same without throwing: the error message, or empty while everyone is alive.
+  const std::string& poll();
+
+  // The leader, after the shutdown message: waits up to `timeout_s` for every follower to exit
+  // and throws if one exited with a non-zero status or had to be killed.
+  void reap_children(double timeout_s);
+  // The leader on an error path: SIGKILL and reap every follower still running.
+  void kill_children() noexcept;
+
+ private:
+  void poll_children();
+  void poll_peers();
+  void report(int seen, const std::string& seen_status);
+
+  bool leader_ = false;
+  int self_rank_ = 0;
+  std::vector<int> pids_;     // [world_size], by rank
+  std::vector<int> pidfds_;   // [world_size], -1 where none (follower only)
+  std::vector<bool> reaped_;  // [world_size] (leader only)
+  std::string error_;
+  std::atomic<int32_t>* first_dead_ = nullptr;
+};
+
+}  // namespace deepinfer::ranks

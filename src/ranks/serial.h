@@ -1,0 +1,113 @@
+// Byte messages for the step channel: the leader writes plain values, vectors and strings into a
+// Writer and sends the bytes; followers read them back in the same order with a Reader. Values
+// are copied in host byte order (all ranks run the same build on the same architecture) with no
+// padding or alignment. A Reader never reads past its bytes: a truncated or corrupt message
+// throws deepinfer::Error naming the message and the offset.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "core/error.h"
+
+namespace deepinfer::ranks {
+
+template <typename T>
+concept Pod = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
+
+class Writer {
+ public:
+  template <Pod T>
+  void put(const T& v) {
+    put_bytes(&v, sizeof(T));
+  }
+  // A length (uint64) then the elements.
+  template <Pod T>
+  void put_vector(std::span<const T> v) {
+    put<uint64_t>(v.size());
+    put_bytes(v.data(), v.size_bytes());
+  }
+  template <Pod T>
+  void put_vector(const std::vector<T>& v) {
+    put_vector(std::span<const T>(v));
+  }
+  void put_string(std::string_view s) {
+    put<uint64_t>(s.size());
+    put_bytes(s.data(), s.size());
+  }
+  void put_bytes(const void* p, size_t n) {
+    if (n == 0) return;
+    const size_t at = buf_.size();
+    buf_.resize(at + n);
+    std::memcpy(buf_.data() + at, p, n);
+  }
+
+  const std::vector<uint8_t>& bytes() const { return buf_; }
+  std::vector<uint8_t> take() { return std::move(buf_); }
+  void clear() { buf_.clear(); }
+
+ private:
+  std::vector<uint8_t> buf_;
+};
+
+class Reader {
+ public:
+  // `what` names the message in errors ("step message").
+  explicit Reader(std::span<const uint8_t> bytes, std::string_view what = "message")
+      : bytes_(bytes), what_(what) {}
+
+  template <Pod T>
+  T get() {
+    T v;
+    get_bytes(&v, sizeof(T), "a value");
+    return v;
+  }
+  template <Pod T>
+  std::vector<T> get_vector() {
+    const uint64_t n = get_length(sizeof(T), "a vector");
+    std::vector<T> v(n);
+    get_bytes(v.data(), n * sizeof(T), "a vector");
+    return v;
+  }
+  std::string get_string() {
+    const uint64_t n = get_length(1, "a string");
+    std::string s(n, '\0');
+    get_bytes(s.data(), n, "a string");
+    return s;
+  }
+  void get_bytes(void* p, size_t n, const char* item = "bytes") {
+    DI_REQUIRE(n <= remaining(), what_, ": truncated at byte ", pos_, " of ", bytes_.size(),
+               " reading ", item, " of ", n, " bytes");
+    if (n) std::memcpy(p, bytes_.data() + pos_, n);
+    pos_ += n;
+  }
+
+  size_t remaining() const { return bytes_.size() - pos_; }
+  bool done() const { return pos_ == bytes_.size(); }
+  // For a reader that has consumed what it expected: leftover bytes mean the two sides disagree.
+  void expect_end() const {
+    DI_REQUIRE(done(), what_, ": ", remaining(), " unread bytes after byte ", pos_,
+               " (writer and reader disagree on the layout)");
+  }
+
+ private:
+  // Validates a length prefix against what is left before anything is allocated.
+  uint64_t get_length(size_t elem_bytes, const char* item) {
+    const size_t at = pos_;
+    const uint64_t n = get<uint64_t>();
+    DI_REQUIRE(n <= remaining() / elem_bytes, what_, ": ", item, " at byte ", at, " claims ", n,
+               " elements of ", elem_bytes, " bytes but only ", remaining(), " bytes remain");
+    return n;
+  }
+
+  std::span<const uint8_t> bytes_;
+  std::string what_;
+  size_t pos_ = 0;
+};
+
+}  // namespace deepinfer::ranks
