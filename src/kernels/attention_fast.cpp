@@ -42,10 +42,10 @@ void sparse_attention(const SparseAttnArgs& a) {
     sparse_attention_ref(a);
     return;
   }
-  const bool avx512 = isa == Isa::Avx512;
-  const int64_t lanes = avx512 ? 16 : 8;
-  auto all_bf16 = avx512 ? attention_isa::all_bf16_avx512 : attention_isa::all_bf16_avx2;
-  const bool q_bf16 = all_bf16(a.q, a.H * a.Dh), k_bf16 = all_bf16(a.keys, a.nk * a.Dh);
+  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
+                                                          : attention_isa::kernels<Isa::Avx2>();
+  const int64_t lanes = kern.lanes;
+  const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
   const int64_t groups = (a.H + lanes - 1) / lanes;
   auto run = [&](int64_t g0, int64_t g1) {
     float* s = scratch(attention_isa::scratch_floats(a, lanes));
@@ -58,7 +58,7 @@ void sparse_attention(const SparseAttnArgs& a) {
       j.fma_pv = a.bf16_probs && k_bf16;
       j.scratch = s;
       j.exp_n = exp_n;
-      (avx512 ? attention_isa::group_avx512 : attention_isa::group_avx2)(j);
+      kern.group(j);
     }
   };
   ThreadPool::global().parallel_for(groups, 1, run);

@@ -1,9 +1,10 @@
-// Internal to sparse attention: what the dispatcher (attention_fast.cpp) hands the ISA kernels
-// (attention_avx512.cpp, attention_avx2.cpp). Plain structs and function pointers only.
+// Internal to sparse attention: what the dispatcher (attention_fast.cpp) hands the vector kernel
+// (attention_vec.cpp, compiled once per ISA). Plain structs and function pointers only.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "kernels/attention.h"
 
 namespace deepinfer::attention_isa {
@@ -22,10 +23,17 @@ struct Job {
 
 int64_t scratch_floats(const SparseAttnArgs& a, int64_t lanes);
 
-void group_avx512(const Job& j);
-void group_avx2(const Job& j);
-// Whether every element of x[n] is a bf16 value (low 16 bits zero).
-bool all_bf16_avx512(const float* x, int64_t n);
-bool all_bf16_avx2(const float* x, int64_t n);
+struct Kernels {
+  void (*group)(const Job& j);
+  // Whether every element of x[n] is a bf16 value (low 16 bits zero).
+  bool (*all_bf16)(const float* x, int64_t n);
+  int64_t lanes;  // heads per group
+};
+template <Isa>
+const Kernels& kernels();
+template <>
+const Kernels& kernels<Isa::Avx2>();
+template <>
+const Kernels& kernels<Isa::Avx512>();
 
 }  // namespace deepinfer::attention_isa

@@ -42,7 +42,10 @@ void indexer_scores(const IndexerScoreArgs& a) {
   for (int64_t t = std::max<int64_t>(visible, 0); t < a.T; ++t) a.scores[t] = -INFINITY;
   if (visible <= 0) return;
   const bool avx512 = isa == Isa::Avx512;
-  auto all_bf16 = avx512 ? attention_isa::all_bf16_avx512 : attention_isa::all_bf16_avx2;
+  auto all_bf16 = avx512 ? attention_isa::kernels<Isa::Avx512>().all_bf16
+                         : attention_isa::kernels<Isa::Avx2>().all_bf16;
+  const indexer_isa::Fn run =
+      avx512 ? indexer_isa::kernel<Isa::Avx512>() : indexer_isa::kernel<Isa::Avx2>();
   const bool fma = all_bf16(a.qi, a.Hi * a.Di) && all_bf16(a.keys, visible * a.Di);
   // Rows in chunks that amortize the per-task query transpose.
   const int64_t grain = std::max<int64_t>(64, visible / (2 * ThreadPool::global().size()));
@@ -53,7 +56,7 @@ void indexer_scores(const IndexerScoreArgs& a) {
     j.t1 = t1;
     j.fma = fma;
     j.scratch = scratch(indexer_isa::scratch_floats(a));
-    (avx512 ? indexer_isa::scores_avx512 : indexer_isa::scores_avx2)(j);
+    run(j);
   });
 }
 

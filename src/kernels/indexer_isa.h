@@ -1,9 +1,10 @@
-// Internal to the indexer scores: what the dispatcher (indexer_fast.cpp) hands the ISA kernels
-// (indexer_avx512.cpp, indexer_avx2.cpp). Plain structs only.
+// Internal to the indexer scores: what the dispatcher (indexer_fast.cpp) hands the vector kernel
+// (indexer_vec.cpp, compiled once per ISA). Plain structs only.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "kernels/indexer.h"
 
 namespace deepinfer::indexer_isa {
@@ -19,7 +20,12 @@ struct Job {
 constexpr int64_t kMaxHeads = 64;
 int64_t scratch_floats(const IndexerScoreArgs& a);
 
-void scores_avx512(const Job& j);
-void scores_avx2(const Job& j);
+using Fn = void (*)(const Job& j);
+template <Isa>
+Fn kernel();
+template <>
+Fn kernel<Isa::Avx2>();
+template <>
+Fn kernel<Isa::Avx512>();
 
 }  // namespace deepinfer::indexer_isa

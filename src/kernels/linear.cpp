@@ -52,7 +52,8 @@ int64_t tile_bytes_of(WeightFormat f, int64_t K) {
 
 // Byte offset, inside an fp8 tile, of input k of row o: groups of 4 inputs take 64 bytes, in
 // which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs so that the
-// AVX-512 byte unpacks produce bf16 pairs in row order (kernels/linear_avx512.cpp).
+// AVX-512 byte unpacks produce bf16 pairs in row order (the AVX-512 branch of
+// kernels/linear_vec.cpp).
 int64_t fp8_offset(int64_t k, int64_t o) {
   const int64_t i = 2 * o + (k & 1);  // word index within the pair
   return (k / 4) * 64 + 16 * (i / 8) + 8 * ((k / 2) & 1) + (i % 8);
@@ -61,7 +62,7 @@ int64_t fp8_offset(int64_t k, int64_t o) {
 // Byte and nibble of input k of row o inside an fp4 tile: groups of 8 inputs take 64 bytes, as 32
 // words; word 2o + (k & 1) of group k/8 holds row o's inputs k/8*8 + 2j + (k & 1) in its nibbles
 // j = 0..3, so that a word shift and a 16-entry word table give a vector of bf16 pairs
-// (kernels/linear_avx512.cpp).
+// (the AVX-512 branch of kernels/linear_vec.cpp).
 int64_t fp4_offset(int64_t k, int64_t o) {
   const int64_t j = (k % 8) / 2;
   return (k / 8) * 64 + 2 * (2 * o + (k & 1)) + j / 2;
@@ -135,10 +136,10 @@ bool has_vbmi() {
 const linear_isa::Kernels* kernels_for(Isa isa) {
   switch (isa) {
     case Isa::Avx512:
-      if (!has_vbmi()) return &linear_isa::avx2_kernels();
-      return &linear_isa::avx512_kernels();
+      if (!has_vbmi()) return &linear_isa::kernels<Isa::Avx2>();
+      return &linear_isa::kernels<Isa::Avx512>();
     case Isa::Avx2:
-      return &linear_isa::avx2_kernels();
+      return &linear_isa::kernels<Isa::Avx2>();
     case Isa::Scalar:
       break;
   }

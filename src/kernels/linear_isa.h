@@ -1,10 +1,11 @@
 // Internal to the linear kernels: what linear.cpp (checks, activation scratch, threading) hands
-// the ISA-specific code in linear_avx512.cpp / linear_avx2.cpp. Plain structs and function
-// pointers only, so the ISA files share no inline code with the rest of the program.
+// the vector code in linear_vec.cpp (compiled once per ISA). Plain structs and function pointers
+// only, so the ISA objects share no inline code with the rest of the program.
 #pragma once
 
 #include <cstdint>
 
+#include "core/cpu.h"
 #include "kernels/linear.h"
 
 namespace deepinfer::linear_isa {
@@ -50,8 +51,12 @@ struct Kernels {
   bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
 };
 
-const Kernels& avx512_kernels();
-const Kernels& avx2_kernels();
+template <Isa>
+const Kernels& kernels();
+template <>
+const Kernels& kernels<Isa::Avx2>();
+template <>
+const Kernels& kernels<Isa::Avx512>();
 
 // Whether vdpbf16ps computes exactly the canonical pair order (acc + odd product, rounded, +
 // even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is

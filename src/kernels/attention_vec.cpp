@@ -1,0 +1,160 @@
+// Vector sparse attention for a group of up to kLanes heads of one query, lane = head (16 heads
+// per vector with AVX-512, 8 with AVX2), in the order of sparse_attention_ref
+// (kernels/attention.cpp):
+//   scores  z_j = (Σ over 32-blocks of the block's pair-ordered partial) · τ, four keys at a time
+//           against the transposed query (every key element broadcast to the heads);
+//   softmax per block of 64 keys: running max, β = exp(m - m'), p_j = exp(z_j - m') (the
+//           reference's double exp, out of line), Σp in the 16-lane order over j, l = l·β + Σp;
+//   values  per head, A = A·β + Σ_j p_j·k_j over 8 vectors of dimensions at a time (keys are
+//           the values).
+#include "kernels/attention_isa.h"
+#include "kernels/simd.h"
+
+namespace deepinfer::attention_isa {
+
+namespace {
+
+using namespace simd::DI_SIMD_NS;
+
+constexpr int64_t kBlock = 64;
+
+// Scores of keys [j, j + KN) into z[.][kLanes].
+template <bool FM, int KN>
+inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* z) {
+  const int64_t Dh = a.Dh;
+  const float* k[KN];
+#pragma GCC unroll 4
+  for (int c = 0; c < KN; ++c) k[c] = a.keys + (j + c) * Dh;
+  F acc[KN];
+#pragma GCC unroll 4
+  for (int c = 0; c < KN; ++c) acc[c] = zero();
+  for (int64_t b = 0; b < Dh; b += 32) {
+    F p[KN];
+#pragma GCC unroll 4
+    for (int c = 0; c < KN; ++c) p[c] = zero();
+#pragma GCC unroll 16
+    for (int i = 0; i < 32; i += 2) {
+      const F q1 = load(qT + (b + i + 1) * kLanes);
+      const F q0 = load(qT + (b + i) * kLanes);
+#pragma GCC unroll 4
+      for (int c = 0; c < KN; ++c) {
+        p[c] = madd<FM>(set1(k[c][b + i + 1]), q1, p[c]);
+        p[c] = madd<FM>(set1(k[c][b + i]), q0, p[c]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < KN; ++c) acc[c] = add(acc[c], p[c]);
+  }
+  const F tau = set1(a.scale);
+#pragma GCC unroll 4
+  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, mul(acc[c], tau));
+}
+
+// A_h = A_h·β_h + Σ_j p_j,h·k_j for keys [j0, j0 + nb) and dimensions [d, d + NV·kLanes).
+template <bool FM, int NV>
+inline void values_at(const SparseAttnArgs& a, float* o, int64_t l, int64_t d, int64_t j0,
+                      int64_t nb, const float* p, F bl) {
+  F pv[NV];
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) pv[c] = zero();
+  for (int64_t j = 0; j < nb; ++j) {
+    const F pj = set1(p[j * kLanes + l]);
+    const float* k = a.keys + (j0 + j) * a.Dh + d;
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) pv[c] = madd<FM>(pj, loadu(k + kLanes * c), pv[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < NV; ++c) {
+    float* oc = o + d + kLanes * c;
+    storeu(oc, add(mul(loadu(oc), bl), pv[c]));
+  }
+}
+
+template <bool FM>
+inline void values(const SparseAttnArgs& a, int64_t h0, int64_t nh, int64_t j0, int64_t nb,
+                   const float* p, const float* beta) {
+  const int64_t Dh = a.Dh;
+  for (int64_t l = 0; l < nh; ++l) {
+    float* o = a.out + (h0 + l) * Dh;
+    const F bl = set1(beta[l]);
+    int64_t d = 0;
+    for (; d + 8 * kLanes <= Dh; d += 8 * kLanes) values_at<FM, 8>(a, o, l, d, j0, nb, p, bl);
+    // Dh is a multiple of 32.
+    for (; d < Dh; d += 32) values_at<FM, 32 / kLanes>(a, o, l, d, j0, nb, p, bl);
+  }
+}
+
+template <bool FQK, bool FPV>
+void run_group(const Job& jb) {
+  const SparseAttnArgs& a = *jb.a;
+  const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh;
+  float* qT = jb.scratch;          // [Dh][kLanes]
+  float* z = qT + Dh * kLanes;     // [nk][kLanes]
+  float* p = z + nk * kLanes;      // [64][kLanes]
+  float* v = p + kBlock * kLanes;  // [4][kLanes]
+  for (int64_t d = 0; d < Dh; ++d)
+    for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) scores<FQK, 4>(a, qT, j, z);
+  for (; j < nk; ++j) scores<FQK, 1>(a, qT, j, z);
+
+  for (int64_t l = 0; l < nh; ++l)
+    for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
+  F m = set1(-1e30f), lsum = zero();
+  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+    const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
+    F m_new = m;
+    for (int64_t jj = 0; jj < nb; ++jj) m_new = max(load(z + (j0 + jj) * kLanes), m_new);
+    store(v, sub(m, m_new));
+    for (int64_t jj = 0; jj < nb; ++jj)
+      store(p + jj * kLanes, sub(load(z + (j0 + jj) * kLanes), m_new));
+    jb.exp_n(v, kLanes);
+    jb.exp_n(p, nb * kLanes);
+    const F beta = load(v);
+    // Σp in the 16-lane order over j (canonical_sum), for all heads at once.
+    F s[16];
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; ++q) s[q] = zero();
+    for (int64_t jj = 0; jj < nb; ++jj) s[jj & 15] = add(s[jj & 15], load(p + jj * kLanes));
+#pragma GCC unroll 4
+    for (int w = 8; w >= 1; w /= 2)
+#pragma GCC unroll 8
+      for (int q = 0; q < w; ++q) s[q] = add(s[q], s[q + w]);
+    lsum = add(mul(lsum, beta), s[0]);
+    if (a.bf16_probs)
+      for (int64_t jj = 0; jj < nb; ++jj) store(p + jj * kLanes, round_bf16(load(p + jj * kLanes)));
+    values<FPV>(a, h0, nh, j0, nb, p, v);
+    m = m_new;
+  }
+  float sink[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) sink[l] = l < nh ? a.sink[h0 + l] : 0.0f;
+  store(v, sub(loadu(sink), m));
+  jb.exp_n(v, kLanes);
+  store(v, add(lsum, load(v)));
+  for (int64_t l = 0; l < nh; ++l) {
+    float* o = a.out + (h0 + l) * Dh;
+    const F ll = set1(v[l]);
+    for (int64_t d = 0; d < Dh; d += kLanes) storeu(o + d, div(loadu(o + d), ll));
+  }
+}
+
+void group(const Job& j) {
+  if (j.fma_qk)
+    j.fma_pv ? run_group<true, true>(j) : run_group<true, false>(j);
+  else
+    j.fma_pv ? run_group<false, true>(j) : run_group<false, false>(j);
+}
+
+bool all_bf16_of(const float* x, int64_t n) {
+  return all_bf16(x, n);
+}
+
+}  // namespace
+
+template <>
+const Kernels& kernels<simd::DI_SIMD_NS::kIsa>() {
+  static constexpr Kernels k{group, all_bf16_of, simd::DI_SIMD_NS::kLanes};
+  return k;
+}
+
+}  // namespace deepinfer::attention_isa

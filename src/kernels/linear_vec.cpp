@@ -1,0 +1,730 @@
+// Vector linear kernels (see kernels/linear.h for the tile layout and kernels/reduce.h for the
+// order every path reproduces), written once for AVX-512 (a tile of 16 outputs is one vector) and
+// AVX2 (two vectors, `h` = which half).
+//
+//   GEMV  one pass over a tile's contiguous values for up to 4 rows, software-prefetched into L2.
+//         Dense inputs (or codes without bf16 products): weights decoded to fp32 lanes and
+//         multiplied-and-added in the pair order (fused when the products are exact).
+//         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
+//         weight pairs; several blocks in flight so the chains overlap, their partials joining the
+//         total in block order.
+//   GEMM  per task a panel of 3 tiles (48 outputs): chunks of inputs are decoded once into bf16
+//         pairs (AVX-512, quantized) or fp32, then every group of rows runs over the chunk; block
+//         partials live in registers and are scaled into an fp32 accumulator tile.
+//
+// Decoding: AVX-512 turns e4m3 bytes into bf16 through two 128-entry byte tables (vpermi2b,
+// AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
+// into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "kernels/linear_isa.h"
+#include "kernels/simd.h"
+
+namespace deepinfer::linear_isa {
+
+namespace {
+
+using namespace simd::DI_SIMD_NS;
+
+constexpr int kH = 16 / kLanes;  // vectors per tile of 16 outputs
+
+enum Fmt { kFp8 = 0, kFp4 = 1, kBf16 = 2, kF32 = 3 };
+
+// fn(std::integral_constant<int, Fmt>) for the weight's format.
+template <class Fn>
+void by_format(WeightFormat f, Fn&& fn) {
+  switch (f) {
+    case WeightFormat::Fp8Block:
+      return fn(std::integral_constant<int, kFp8>());
+    case WeightFormat::Fp4Row:
+      return fn(std::integral_constant<int, kFp4>());
+    case WeightFormat::BF16:
+      return fn(std::integral_constant<int, kBf16>());
+    default:
+      return fn(std::integral_constant<int, kF32>());
+  }
+}
+
+inline int64_t min64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+
+inline float e8m0f(uint8_t b) {
+  uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// --- decoding (ISA-specific) ---
+
+#if defined(__AVX512F__)
+
+// bf16 bits of the e4m3 magnitude codes 0..127, split into high and low bytes (all exact; the
+// NaN code 0x7f decodes as 480, which no checkpoint stores).
+struct Fp8Tables {
+  uint8_t hi[128], lo[128];
+};
+constexpr uint16_t e4m3_bf16(int b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if (e != 0) return uint16_t(((e + 120) << 7) | (m << 4));
+  if (m == 0) return 0;
+  const int sh = m >= 4 ? 2 : m >= 2 ? 1 : 0;  // m·2^-9 = (m / 2^sh)·2^(sh-9)
+  return uint16_t(((127 - 9 + sh) << 7) | ((m << (7 - sh)) & 0x7f));
+}
+constexpr Fp8Tables make_fp8_tables() {
+  Fp8Tables t{};
+  for (int b = 0; b < 128; ++b) {
+    t.hi[b] = uint8_t(e4m3_bf16(b) >> 8);
+    t.lo[b] = uint8_t(e4m3_bf16(b) & 0xff);
+  }
+  return t;
+}
+alignas(64) constexpr Fp8Tables kFp8Tables = make_fp8_tables();
+// e2m1 nibble -> bf16, twice over: vpermw reads 5 index bits, and bit 4 (the next nibble's low
+// bit) must not matter.
+alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
+    0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80,
+    0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
+    0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
+
+struct Luts {
+  __m512i h0, h1, l0, l1, e2m1;
+};
+inline Luts make_luts() {
+  return {_mm512_load_si512(kFp8Tables.hi), _mm512_load_si512(kFp8Tables.hi + 64),
+          _mm512_load_si512(kFp8Tables.lo), _mm512_load_si512(kFp8Tables.lo + 64),
+          _mm512_load_si512(kE2m1Bf16)};
+}
+
+// Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
+// outputs for two consecutive inputs, the even input in the low half of each 32-bit lane, exactly
+// what vdpbf16ps multiplies with a broadcast pair of activations.
+template <int Fm>
+inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I& p1) {
+  if constexpr (Fm == kFp8) {
+    // The 64 bytes are stored so that the in-lane byte unpacks below put the pairs in order.
+    const I b = _mm512_loadu_si512(tile + g * 64);
+    I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
+    hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(char(0x80)), 0xF8);  // | sign
+    const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
+    p0 = _mm512_unpacklo_epi8(lo, hi);
+    p1 = _mm512_unpackhi_epi8(lo, hi);
+  } else if constexpr (Fm == kFp4) {
+    // Word 2o + s of the 8-input group holds row o's inputs 2j + s in nibble j: pairs 2g and
+    // 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
+    I d = _mm512_loadu_si512(tile + (g / 2) * 64);
+    if (g & 1) d = _mm512_srli_epi16(d, 8);
+    p0 = _mm512_permutexvar_epi16(d, L.e2m1);
+    p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1);
+  } else {
+    p0 = _mm512_loadu_si512(tile + g * 128);
+    p1 = _mm512_loadu_si512(tile + g * 128 + 64);
+  }
+}
+
+// Weights of inputs 4g .. 4g+3 as fp32 lanes (h = 0: the whole tile).
+template <int Fm>
+inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F* w) {
+  I p[2];
+  decode_pairs<Fm>(tile, g, L, p[0], p[1]);
+#pragma GCC unroll 2
+  for (int s = 0; s < 2; ++s) {
+    w[2 * s] = floats(slli<16>(p[s]));
+    w[2 * s + 1] = floats(andv(p[s], set1i(int32_t(0xffff0000u))));
+  }
+}
+
+inline __m512bh bcast_pair(const uint16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+}
+
+#else  // AVX2
+
+struct Luts {};
+inline Luts make_luts() {
+  return {};
+}
+
+// e4m3 (the low 8 bytes of v) -> fp32, exact (subnormals included; the NaN codes decode as
+// ±480, which no checkpoint stores): the magnitude bits placed as an fp32 2^120 times too small,
+// then scaled back.
+inline F fp8x8(__m128i v) {
+  I u = _mm256_srai_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(v), 24), 4);
+  u = _mm256_and_si256(u, _mm256_set1_epi32(int32_t(0x87f00000u)));
+  return _mm256_mul_ps(_mm256_castsi256_ps(u), _mm256_set1_ps(0x1p120f));
+}
+
+// Nibbles (bits 0..3 of each lane; higher bits are ignored) -> e2m1 values: magnitude from an
+// 8-entry table, bit 3 = sign.
+inline F e2m1x8(I d) {
+  const F lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+  const F mag = _mm256_permutevar8x32_ps(lut, d);
+  const I sign =
+      _mm256_and_si256(_mm256_slli_epi32(d, 28), _mm256_set1_epi32(int32_t(0x80000000u)));
+  return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+}
+
+// Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of an fp8 or fp4 tile.
+template <int Fm>
+inline void load_pair(const uint8_t* tile, int64_t k0, int h, F& w0, F& w1) {
+  if constexpr (Fm == kFp8) {
+    // Pair (k0, k0+1) of group k0/4: two 8-byte runs of (even, odd) bytes for rows 8h..8h+3 and
+    // 8h+4..8h+7; a byte shuffle separates the even and the odd input.
+    const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h + 8 * ((k0 / 2) & 1);
+    const __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
+                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
+    const __m128i eo =
+        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    w0 = fp8x8(eo);
+    w1 = fp8x8(_mm_unpackhi_epi64(eo, eo));
+  } else {
+    // Words 16h..16h+15 of group k0/8 alternate inputs k0 and k0+1 of rows 8h..8h+7, in
+    // nibble (k0 % 8) / 2 of each word.
+    I v = loadui(tile + (k0 / 8) * 64 + 32 * h);
+    v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(int(4 * ((k0 % 8) / 2))));
+    w0 = e2m1x8(v);
+    w1 = e2m1x8(srli<16>(v));
+  }
+}
+
+template <int Fm>
+inline void decode4(const uint8_t* tile, int64_t g, int h, const Luts&, F* w) {
+  if constexpr (Fm == kBf16) {
+    // (even, odd) bf16 pairs per row: the even input is the low half of each 32-bit lane.
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+      const I d = loadui(tile + g * 128 + s * 64 + h * 32);
+      w[2 * s] = floats(slli<16>(d));
+      w[2 * s + 1] = floats(andv(d, set1i(int32_t(0xffff0000u))));
+    }
+  } else {
+    load_pair<Fm>(tile, 4 * g, h, w[0], w[1]);
+    load_pair<Fm>(tile, 4 * g + 2, h, w[2], w[3]);
+  }
+}
+
+#endif
+
+// Weights of inputs 4g .. 4g+3 for half h as fp32 lanes, any format.
+template <int Fm>
+inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F* w) {
+  if constexpr (Fm == kF32) {
+    const float* f = reinterpret_cast<const float*>(tile) + g * 64 + h * kLanes;
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; ++q) w[q] = loadu(f + q * 16);
+  } else {
+    decode4<Fm>(tile, g, h, L, w);
+  }
+}
+
+// The weight scale of tile t, block b, per lane of half h.
+template <int Fm>
+inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
+  if constexpr (Fm == kFp8)
+    return set1(e8m0f(w.scale[(t / 2) * w.scale_cols + b]));
+  else if constexpr (Fm == kFp4)
+    return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
+  else
+    return set1(1.0f);
+}
+
+// Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi.
+inline void store_tile(const Job& j, int64_t r, int64_t t, const float* v) {
+  float* yr = j.y + r * j.ldy;
+  const int64_t o0 = t * 16;
+  if (o0 >= j.lo && o0 + 16 <= j.hi) {
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) storeu(yr + (o0 - j.lo) + h * kLanes, loadu(v + h * kLanes));
+    return;
+  }
+  for (int64_t l = 0; l < 16; ++l)
+    if (o0 + l >= j.lo && o0 + l < j.hi) yr[o0 + l - j.lo] = v[l];
+}
+
+// Adds block partials p (of blocks b0 .. b0+NB-1) into the totals, in block order.
+template <int Fm, int NR, int NB>
+inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][NR], F* acc) {
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb) {
+    const F ws = block_wscale<Fm>(*j.w, t, b0 + bb, h);
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) acc[r] = fmadd(p[bb][r], ws, acc[r]);
+  }
+}
+
+// --- GEMV ---
+
+#if defined(__AVX512F__)
+// Quantized rows: bf16 codes times bf16 pairs.
+template <int Fm, int NR, int NB>
+inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
+                           F* acc) {
+  F p[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
+      I p0, p1;
+      decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
+        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
+        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+      }
+    }
+  }
+  add_partials<Fm, NR, NB>(j, t, b0, 0, p, acc);
+}
+#endif
+
+// fp32 values times fp32 weights, in the pair order (odd input first).
+template <int Fm, bool FM, int NR, int NB>
+inline void gemv_fp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                           const Luts& L, F* acc) {
+  F p[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
+      F w[4];
+      decode_group<Fm>(tile, (b0 + bb) * 8 + g, h, L, w);
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
+        p[bb][r] = madd<FM>(set1(xr[1]), w[1], p[bb][r]);
+        p[bb][r] = madd<FM>(set1(xr[0]), w[0], p[bb][r]);
+        p[bb][r] = madd<FM>(set1(xr[3]), w[3], p[bb][r]);
+        p[bb][r] = madd<FM>(set1(xr[2]), w[2], p[bb][r]);
+      }
+    }
+  }
+  add_partials<Fm, NR, NB>(j, t, b0, h, p, acc);
+}
+
+// Mode: 0 bf16 products (AVX-512), 1 fp32 fused, 2 fp32 multiply-then-add.
+template <int Fm, int Mode, int NR, int NB>
+inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                        const Luts& L, F* acc) {
+#if defined(__AVX512F__)
+  if constexpr (Mode == 0) {
+    gemv_dp_blocks<Fm, NR, NB>(j, tile, t, b0, L, acc);
+    return;
+  }
+#endif
+  gemv_fp_blocks<Fm, Mode == 1, NR, NB>(j, tile, t, b0, h, L, acc);
+}
+
+// Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
+// a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
+// reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
+constexpr int64_t kPrefetchAhead = 8192;
+
+// Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
+constexpr int blocks_in_flight(int nr) {
+  if constexpr (kIsa == Isa::Avx512) return nr == 1 ? 8 : 4;
+  return nr == 1 ? 4 : nr == 2 ? 2 : 1;
+}
+
+template <int Fm, int Mode, int NR>
+void gemv_rows(const Job& j) {
+  constexpr int NB = blocks_in_flight(NR);
+  const int64_t nb = j.w->cols / 32;
+  const Luts L = make_luts();
+  {
+    // The run's first window, which the prefetches below (always a window ahead) never cover.
+    const uint8_t* first = j.w->data + j.t0 * j.w->tile_bytes;
+    const int64_t n = min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes);
+    for (int64_t o = 0; o < n; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(first + o), _MM_HINT_T1);
+  }
+  const int64_t block_bytes = j.w->tile_bytes / nb;
+  for (int64_t t = j.t0; t < j.t1; ++t) {
+    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
+    alignas(64) float out[NR][16];
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) {
+      F acc[NR];
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) acc[r] = zero();
+      int64_t b = 0;
+      for (; b + NB <= nb; b += NB) {
+        // Blocks of one tile are contiguous (and tiles follow each other): prefetch a few KiB
+        // ahead so that the decode overlaps the DRAM latency (the second half reads from cache).
+        if (h == 0) {
+          const uint8_t* ahead = tile + b * block_bytes + kPrefetchAhead;
+          for (int64_t o = 0; o < NB * block_bytes; o += 64)
+            _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
+        }
+        gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
+      }
+      for (; b < nb; ++b) gemv_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) store(out[r] + h * kLanes, acc[r]);
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) store_tile(j, r, t, out[r]);
+  }
+}
+
+template <int Fm, int Mode>
+void gemv_n(const Job& j) {
+  switch (j.n) {
+    case 1:
+      return gemv_rows<Fm, Mode, 1>(j);
+    case 2:
+      return gemv_rows<Fm, Mode, 2>(j);
+    case 3:
+      return gemv_rows<Fm, Mode, 3>(j);
+    default:
+      return gemv_rows<Fm, Mode, 4>(j);
+  }
+}
+
+template <int Fm>
+void gemv_fmt(const Job& j) {
+#if defined(__AVX512F__)
+  if constexpr (Fm != kF32) {
+    if (j.xb) return gemv_n<Fm, 0>(j);
+  }
+#endif
+  if (j.fma)
+    gemv_n<Fm, 1>(j);
+  else
+    gemv_n<Fm, 2>(j);
+}
+
+void gemv(const Job& j) {
+  by_format(j.w->format, [&](auto fm) { gemv_fmt<decltype(fm)::value>(j); });
+}
+
+// --- GEMM ---
+
+constexpr bool kBf16Dot = kIsa == Isa::Avx512;
+constexpr int kMr = kIsa == Isa::Avx512 ? 8 : 6;  // rows per micro-kernel call
+// Accumulator vectors per row in one micro-kernel call: the whole panel with AVX-512, one tile
+// (two halves) with AVX2.
+constexpr int kCols = kIsa == Isa::Avx512 ? int(kGemmPanelTiles) : 2;
+constexpr int64_t kKcBf16 = 256;  // inputs per packed chunk (bf16 pairs: 24 KiB for 3 tiles)
+constexpr int64_t kKcF32 = 128;   // (fp32: 24 KiB)
+constexpr int64_t kKcMax = kBf16Dot ? kKcBf16 : kKcF32;
+constexpr int64_t kNt = kGemmPanelTiles;
+
+struct GemmScratch {
+  float* c;    // [n, kNt * 16] accumulators
+  uint8_t* b;  // packed chunk: bf16 pairs [kc/2][nt][16] or fp32 [kc][nt][16]
+  float* ws;   // [kc/32][nt][16] block scales
+};
+
+int64_t gemm_scratch_bytes(int64_t n, int64_t /*K*/) {
+  const int64_t c = n * kNt * 16 * 4, b = kKcF32 * kNt * 64, ws = kKcMax / 32 * kNt * 64;
+  return (c + 63) / 64 * 64 + b + ws;
+}
+
+GemmScratch scratch_of(const Job& j) {
+  GemmScratch s;
+  s.c = reinterpret_cast<float*>(j.scratch);
+  const int64_t c = (j.n * kNt * 16 * 4 + 63) / 64 * 64;
+  s.b = j.scratch + c;
+  s.ws = reinterpret_cast<float*>(j.scratch + c + kKcF32 * kNt * 64);
+  return s;
+}
+
+template <int Fm>
+void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
+  const Luts L = make_luts();
+  for (int64_t t = 0; t < nt; ++t) {
+    const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
+    for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
+      const int64_t k = g * 4 - kc0;
+#if defined(__AVX512F__)
+      if constexpr (Fm != kF32) {
+        if (bf16) {
+          I p0, p1;
+          decode_pairs<Fm>(tile, g, L, p0, p1);
+          _mm512_store_si512(s.b + ((k / 2) * nt + t) * 64, p0);
+          _mm512_store_si512(s.b + ((k / 2 + 1) * nt + t) * 64, p1);
+          continue;
+        }
+      }
+#endif
+      float* dst = reinterpret_cast<float*>(s.b);
+#pragma GCC unroll 2
+      for (int h = 0; h < kH; ++h) {
+        F w[4];
+        decode_group<Fm>(tile, g, h, L, w);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
+      }
+    }
+    for (int64_t b = 0; b < kc / 32; ++b)
+#pragma GCC unroll 2
+      for (int h = 0; h < kH; ++h)
+        store(s.ws + (b * nt + t) * 16 + h * kLanes,
+              block_wscale<Fm>(*j.w, j.t0 + t, kc0 / 32 + b, h));
+  }
+}
+
+// The block partials p[MR][NV] scaled into the accumulators of vector columns [v0, v0 + NV).
+template <int MR, int NV>
+inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols, int64_t v0,
+                       F (&p)[MR][NV]) {
+  F ws[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) ws[v] = load(s.ws + (b * cols + v0 + v) * kLanes);
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    float* c = s.c + (i0 + i) * (kNt * 16) + v0 * kLanes;
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) store(c + v * kLanes, fmadd(p[i][v], ws[v], load(c + v * kLanes)));
+  }
+}
+
+// Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
+// per input (dense inputs, or codes when bf16 products are not used).
+template <int MR, int NV, bool FM>
+void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
+               int64_t cols, int64_t v0) {
+  const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
+  for (int64_t b = 0; b < kc / 32; ++b) {
+    F p[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) p[i][v] = zero();
+#pragma GCC unroll 2
+    for (int kk = 0; kk < 16; ++kk) {
+      const int64_t k0 = b * 32 + 2 * kk;
+#pragma GCC unroll 2
+      for (int odd = 1; odd >= 0; --odd) {
+        F w[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) w[v] = load(bp + ((k0 + odd) * cols + v) * kLanes);
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const F a = set1(j.x[(i0 + i) * j.ldx + kc0 + k0 + odd]);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) p[i][v] = madd<FM>(a, w[v], p[i][v]);
+        }
+      }
+    }
+    scale_into<MR, NV>(s, i0, b, cols, v0, p);
+  }
+}
+
+#if defined(__AVX512F__)
+// Same with bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
+template <int MR, int NV>
+void micro_bf16(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
+                int64_t cols, int64_t v0) {
+  const I* bp = reinterpret_cast<const I*>(s.b);
+  for (int64_t b = 0; b < kc / 32; ++b) {
+    F p[MR][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) p[i][v] = zero();
+#pragma GCC unroll 2
+    for (int kk = 0; kk < 16; ++kk) {
+      __m512bh w[NV];
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v)
+        w[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + (b * 16 + kk) * NV + v));
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) {
+        const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
+      }
+    }
+    scale_into<MR, NV>(s, i0, b, NV, 0, p);
+  }
+}
+#endif
+
+using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t,
+                         int64_t);
+
+template <int NV, int... MR>
+MicroFn micro_pick(bool bf16, bool fm, int mr, std::integer_sequence<int, MR...>) {
+  static constexpr MicroFn kF[] = {micro_f32<MR + 1, NV, true>...};
+  static constexpr MicroFn kM[] = {micro_f32<MR + 1, NV, false>...};
+#if defined(__AVX512F__)
+  static constexpr MicroFn kBf[] = {micro_bf16<MR + 1, NV>...};
+  if (bf16) return kBf[mr - 1];
+#endif
+  return fm ? kF[mr - 1] : kM[mr - 1];
+}
+
+template <int... NV>
+MicroFn micro_for(bool bf16, bool fm, int mr, int nv, std::integer_sequence<int, NV...>) {
+  MicroFn fn = nullptr;
+  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(bf16, fm, mr, std::make_integer_sequence<int, kMr>())
+                      : fn),
+   ...);
+  return fn;
+}
+
+template <int Fm>
+void gemm_fmt(const Job& j) {
+  const int64_t K = j.w->cols, nt = j.t1 - j.t0, cols = nt * kH;
+  const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != kF32;
+  const int64_t KC = bf16 ? kKcBf16 : kKcF32;
+  GemmScratch s = scratch_of(j);
+  for (int64_t i = 0; i < j.n * kNt * 16; ++i) s.c[i] = 0.0f;
+  for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
+    const int64_t kc = min64(KC, K - kc0);
+    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
+    for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
+      const int mr = int(min64(kMr, j.n - i0));
+      for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
+        const int nv = int(min64(kCols, cols - v0));
+        const MicroFn fn = micro_for(bf16, j.fma, mr, nv, std::make_integer_sequence<int, kCols>());
+        fn(j, i0, kc0, kc, s, cols, v0);
+      }
+    }
+  }
+  for (int64_t i = 0; i < j.n; ++i)
+    for (int64_t t = 0; t < nt; ++t) store_tile(j, i, j.t0 + t, s.c + i * (kNt * 16) + t * 16);
+}
+
+void gemm(const Job& j) {
+  by_format(j.w->format, [&](auto fm) { gemm_fmt<decltype(fm)::value>(j); });
+}
+
+// --- activation quantization (V41_SPEC.md §3.4) ---
+
+// RNE of |v| <= 448 to an e4m3 value: 3 mantissa bits for |v| >= 2^-6, multiples of 2^-9 below.
+inline F round_e4m3(F v) {
+  const I sign = andv(bits(v), set1i(INT32_MIN));
+  const F a = floats(andv(bits(v), set1i(0x7fffffff)));
+  I u = bits(a);
+  u = addi(u, addi(set1i(0x7ffff), andv(srli<20>(u), set1i(1))));
+  u = andv(u, set1i(int32_t(0xfff00000u)));
+  const F tiny = sub(add(a, set1(16384.0f)), set1(16384.0f));  // multiples of 2^-9
+  return floats(orv(select_lt(a, set1(0x1p-6f), bits(tiny), u), sign));
+}
+
+void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb) {
+  constexpr int kV = 32 / kLanes;  // vectors per block of 32
+  const I abs_mask = set1i(0x7fffffff);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* xr = x + i * ldx;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      F xv[kV];
+      F m = zero();
+#pragma GCC unroll 4
+      for (int h = 0; h < kV; ++h) {
+        xv[h] = loadu(xr + b * 32 + h * kLanes);
+        m = max(m, floats(andv(bits(xv[h]), abs_mask)));
+      }
+      float a = reduce_max(m);
+      a = a < 1e-4f ? 1e-4f : a;
+      const float t = a * (1.0f / 448.0f);
+      uint32_t tb;
+      std::memcpy(&tb, &t, 4);
+      const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
+      const F sg = set1(e8m0f(uint8_t(code))), vi = set1(e8m0f(uint8_t(254 - code)));
+#pragma GCC unroll 4
+      for (int h = 0; h < kV; ++h) {
+        const F v = min(max(mul(xv[h], vi), set1(-448.0f)), set1(448.0f));
+        const F r = mul(round_e4m3(v), sg);  // exact: σ is a power of two
+        storeu(xq + i * K + b * 32 + h * kLanes, r);
+        if (xqb) store_hi16(xqb + i * K + b * 32 + h * kLanes, r);
+      }
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < K; k += 16) {  // K is a multiple of 32
+      const I u = _mm512_loadu_si512(x + i * ldx + k);
+      const I e = _mm512_and_si512(_mm512_srli_epi32(u, 23), _mm512_set1_epi32(0xff));
+      const __mmask16 zero = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
+      const __mmask16 in_range = _mm512_cmpge_epi32_mask(e, _mm512_set1_epi32(127 - 56)) &
+                                 _mm512_cmple_epi32_mask(e, _mm512_set1_epi32(254));
+      const __mmask16 low = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xffff));
+      bad |= __mmask16(low | ~(zero | in_range));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + i * K + k),
+                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+    }
+  return bad == 0;
+}
+#endif
+
+}  // namespace
+
+template <>
+const Kernels& kernels<simd::DI_SIMD_NS::kIsa>() {
+#if defined(__AVX512F__)
+  static constexpr Kernels k{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true};
+#else
+  static constexpr Kernels k{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false};
+#endif
+  return k;
+}
+
+#if defined(__AVX512F__)
+bool avx512_dpbf16_is_canonical() {
+  // Operands like those of quantized GEMMs (e4m3-like bf16 values) and wide exponent gaps, so
+  // that the order of the two additions and their rounding show.
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  auto next = [&] {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return st;
+  };
+  auto widen = [](uint16_t h) {
+    const uint32_t u = uint32_t(h) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  };
+  for (int it = 0; it < 4096; ++it) {
+    alignas(64) uint16_t a[32], b[32];
+    alignas(64) float acc[16], out[16];
+    for (int l = 0; l < 32; ++l) {
+      const uint64_t r = next();
+      a[l] = uint16_t((r & 0x8000) | ((110 + (r >> 16) % 40) << 7) | ((r >> 8) & 0x70));
+      b[l] = uint16_t(((r >> 32) & 0x8000) | ((115 + (r >> 40) % 30) << 7) | ((r >> 24) & 0x7f));
+    }
+    for (int l = 0; l < 16; ++l) {
+      const uint64_t r = next();
+      const uint32_t u =
+          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff));
+      std::memcpy(&acc[l], &u, 4);
+    }
+    const __m512 res =
+        _mm512_dpbf16_ps(_mm512_load_ps(acc), reinterpret_cast<__m512bh>(_mm512_load_si512(a)),
+                         reinterpret_cast<__m512bh>(_mm512_load_si512(b)));
+    _mm512_store_ps(out, res);
+    for (int l = 0; l < 16; ++l) {
+      const __m128 s1 = _mm_fmadd_ss(_mm_set_ss(widen(a[2 * l + 1])),
+                                     _mm_set_ss(widen(b[2 * l + 1])), _mm_set_ss(acc[l]));
+      const __m128 s0 = _mm_fmadd_ss(_mm_set_ss(widen(a[2 * l])), _mm_set_ss(widen(b[2 * l])), s1);
+      const float want = _mm_cvtss_f32(s0);
+      if (std::memcmp(&want, &out[l], 4) != 0) return false;
+    }
+  }
+  return true;
+}
+#endif
+
+}  // namespace deepinfer::linear_isa

@@ -1,0 +1,214 @@
+// The vector layer of the kernels written once for every ISA (the *_vec.cpp files, compiled once
+// with the AVX2 flags and once with the AVX-512 flags; kernels/CMakeLists.txt). A kernel is
+// written against `F` (kLanes floats), `I` (kLanes 32-bit integers) and the functions below;
+// what one ISA does differently (a shorter vector, a missing instruction) stays in this file or
+// in a small `if constexpr (kIsa == ...)` branch of the kernel.
+//
+// Everything here lives in a namespace named after the ISA, so the two compilations of one
+// kernel share no symbol (the linker could otherwise keep the AVX-512 copy of an inline function
+// for everyone). For the same reason a *_vec.cpp file calls no inline std:: function.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "core/cpu.h"
+
+// GCC 12's intrinsic headers read deliberately undefined vectors (_mm*_undefined_*), which the
+// uninitialized-use warnings report from inside the system headers.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#define DI_VEC inline __attribute__((always_inline))
+
+#if defined(__AVX512F__)
+#define DI_SIMD_NS avx512
+#elif defined(__AVX2__)
+#define DI_SIMD_NS avx2
+#else
+#error "kernels/simd.h needs a translation unit compiled with an ISA's flags"
+#endif
+
+namespace deepinfer::simd::DI_SIMD_NS {
+
+#if defined(__AVX512F__)
+
+constexpr Isa kIsa = Isa::Avx512;
+constexpr int kLanes = 16;
+using F = __m512;
+using I = __m512i;
+#define DI_MM(op) _mm512_##op
+#define DI_SI(op) _mm512_##op##_si512
+
+DI_VEC float reduce_max(F v) {
+  return _mm512_reduce_max_ps(v);
+}
+DI_VEC F floats(I v) {
+  return _mm512_castsi512_ps(v);
+}
+DI_VEC bool all_zero(I v) {
+  return _mm512_test_epi32_mask(v, v) == 0;
+}
+// x < t ? a : b, lane by lane.
+DI_VEC I select_lt(F x, F t, I a, I b) {
+  return _mm512_mask_mov_epi32(b, _mm512_cmp_ps_mask(x, t, _CMP_LT_OQ), a);
+}
+// d == v ? a : b, lane by lane.
+DI_VEC I where_eq(I d, int32_t v, I a, I b) {
+  return _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(v)), a);
+}
+// kLanes bytes, zero-extended to 32-bit lanes.
+DI_VEC I load_u8(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// The high halves of the lanes (bf16 bits of fp32 values) to kLanes 16-bit values.
+DI_VEC void store_hi16(uint16_t* p, F v) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+}
+
+#else  // AVX2
+
+constexpr Isa kIsa = Isa::Avx2;
+constexpr int kLanes = 8;
+using F = __m256;
+using I = __m256i;
+#define DI_MM(op) _mm256_##op
+#define DI_SI(op) _mm256_##op##_si256
+
+DI_VEC float reduce_max(F v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+}
+DI_VEC F floats(I v) {
+  return _mm256_castsi256_ps(v);
+}
+DI_VEC bool all_zero(I v) {
+  return _mm256_testz_si256(v, v);
+}
+DI_VEC I select_lt(F x, F t, I a, I b) {
+  return _mm256_blendv_epi8(b, a, _mm256_castps_si256(_mm256_cmp_ps(x, t, _CMP_LT_OQ)));
+}
+DI_VEC I where_eq(I d, int32_t v, I a, I b) {
+  return _mm256_blendv_epi8(b, a, _mm256_cmpeq_epi32(d, _mm256_set1_epi32(v)));
+}
+DI_VEC I load_u8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+DI_VEC void store_hi16(uint16_t* p, F v) {
+  alignas(32) uint32_t b[8];
+  _mm256_store_si256(reinterpret_cast<I*>(b), _mm256_castps_si256(v));
+  for (int l = 0; l < 8; ++l) p[l] = uint16_t(b[l] >> 16);
+}
+
+#endif
+
+// The operations both ISAs spell alike (but for the width in the intrinsic's name).
+DI_VEC F zero() {
+  return DI_MM(setzero_ps)();
+}
+DI_VEC F set1(float x) {
+  return DI_MM(set1_ps)(x);
+}
+DI_VEC F load(const float* p) {
+  return DI_MM(load_ps)(p);
+}
+DI_VEC F loadu(const float* p) {
+  return DI_MM(loadu_ps)(p);
+}
+DI_VEC void store(float* p, F v) {
+  DI_MM(store_ps)(p, v);
+}
+DI_VEC void storeu(float* p, F v) {
+  DI_MM(storeu_ps)(p, v);
+}
+DI_VEC F add(F a, F b) {
+  return DI_MM(add_ps)(a, b);
+}
+DI_VEC F sub(F a, F b) {
+  return DI_MM(sub_ps)(a, b);
+}
+DI_VEC F mul(F a, F b) {
+  return DI_MM(mul_ps)(a, b);
+}
+DI_VEC F div(F a, F b) {
+  return DI_MM(div_ps)(a, b);
+}
+DI_VEC F max(F a, F b) {
+  return DI_MM(max_ps)(a, b);
+}
+DI_VEC F min(F a, F b) {
+  return DI_MM(min_ps)(a, b);
+}
+DI_VEC F fmadd(F a, F b, F c) {
+  return DI_MM(fmadd_ps)(a, b, c);
+}
+DI_VEC I set1i(int32_t x) {
+  return DI_MM(set1_epi32)(x);
+}
+DI_VEC I loadui(const void* p) {
+  return DI_SI(loadu)(reinterpret_cast<const I*>(p));
+}
+DI_VEC I orv(I a, I b) {
+  return DI_SI(or)(a, b);
+}
+DI_VEC I andv(I a, I b) {
+  return DI_SI(and)(a, b);
+}
+DI_VEC I addi(I a, I b) {
+  return DI_MM(add_epi32)(a, b);
+}
+DI_VEC I bits(F v) {
+  return DI_SI(castps)(v);
+}
+template <int N>
+DI_VEC I srli(I a) {
+  return DI_MM(srli_epi32)(a, N);
+}
+template <int N>
+DI_VEC I slli(I a) {
+  return DI_MM(slli_epi32)(a, N);
+}
+#undef DI_MM
+#undef DI_SI
+
+// c + a·b: fused when the product is exact (then both agree), else the rounded product is added.
+template <bool FM>
+DI_VEC F madd(F a, F b, F c) {
+  if constexpr (FM)
+    return fmadd(a, b, c);
+  else
+    return add(c, mul(a, b));
+}
+
+// bf16 rounding (to nearest even) of finite values, kept as fp32.
+DI_VEC F round_bf16(F v) {
+  const I u = bits(v);
+  const I r = addi(u, addi(set1i(0x7fff), andv(srli<16>(u), set1i(1))));
+  return floats(andv(r, set1i(int32_t(0xffff0000u))));
+}
+
+// Whether every element of x[n] is a bf16 value (low 16 bits zero).
+DI_VEC bool all_bf16(const float* x, int64_t n) {
+  I acc = set1i(0);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) acc = orv(acc, loadui(x + i));
+  uint32_t low = all_zero(andv(acc, set1i(0xffff))) ? 0u : 1u;
+  for (; i < n; ++i) {
+    uint32_t u;
+    __builtin_memcpy(&u, x + i, 4);
+    low |= u & 0xffffu;
+  }
+  return low == 0;
+}
+
+// e8m0 scale bytes p[kLanes] -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
+DI_VEC F e8m0v(const uint8_t* p) {
+  const I d = load_u8(p);
+  const I u = where_eq(d, 0, set1i(0x00400000), slli<23>(d));
+  return floats(where_eq(d, 255, set1i(0x7fc00000), u));
+}
+
+}  // namespace deepinfer::simd::DI_SIMD_NS
