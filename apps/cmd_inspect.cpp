@@ -7,7 +7,7 @@
 #include "core/format.h"
 #include "io/checkpoint.h"
 #include "kv/kv_layout.h"
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 
 namespace deepinfer::app {
 

@@ -4,7 +4,7 @@
 
 #include "commands.h"
 #include "io/tiny.h"
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 
 namespace deepinfer::app {
 

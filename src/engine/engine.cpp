@@ -56,20 +56,15 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
 }
 
 Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const RankLayout* layout)
-    : model_(model),
-      cfg_(cfg),
-      decoder_(std::move(decoder)),
-      layout_(layout),
-      sampler_(model.config().vocab_size) {
+    : model_(model), cfg_(cfg), decoder_(std::move(decoder)), sampler_(model.config().vocab_size) {
   const ModelConfig& c = model.config();
   const KvCacheOptions ko = size_kv_pool(c, &cfg_);
   num_blocks_ = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
   pool_bytes_ = kv_->bytes();
-  const int32_t cp = layout && layout->cp_group ? layout->cp_group->size() : 1;
-  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs, cp);
-  global_work_ = layout && layout->cfg.dp > 1;
-  runner_ = std::make_unique<ModelRunner>(model_, *kv_);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs,
+                                           layout ? layout->cfg.cp : 1);
+  runner_ = make_runner(model_, *kv_, layout);
   stats_.kv_blocks_total = num_blocks_;
 }
 
@@ -161,31 +156,15 @@ std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events;
   const auto t0 = std::chrono::steady_clock::now();
   bool allow_prefill = true;
-  const bool dp = layout_ && layout_->cfg.dp > 1;
-  if (dp) {
-    // Data-parallel ranks step together: all of them learn whether anyone has work, and on a
-    // vote step whether anyone wants to prefill.
-    DI_REGION("comm.dp_vote");
-    float v[2] = {scheduler_->has_work() ? 1.0f : 0.0f, scheduler_->wants_prefill() ? 1.0f : 0.0f};
-    layout_->dp->all_reduce(v, 2);
-    global_work_ = v[0] > 0;
-    if (!global_work_) return events;
-    allow_prefill = v[1] > 0 && lockstep_steps_ % layout_->cfg.prefill_attempt_interval == 0;
-    ++lockstep_steps_;
-  }
+  if (!runner_->begin_step(*scheduler_, &allow_prefill)) return events;
   SchedOutput& out = sched_out_;
   {
     DI_REGION("engine.schedule");
     scheduler_->schedule(out, allow_prefill);
   }
-  if (layout_ && layout_->channel) {
-    DI_REGION("comm.step_send");
-    layout_->channel->send(encode_sched_output(out));
-  }
-  // An idle data-parallel rank still runs the (empty) step: the experts' collectives need it.
-  const bool placeholder = dp && layout_->ep_dispatch;
-  if (out.empty() && !placeholder) return events;
-  const std::vector<float>& logits = runner_->execute(out, placeholder);
+  const std::vector<float>* ran = runner_->run(out);
+  if (!ran) return events;
+  const std::vector<float>& logits = *ran;
   std::vector<int32_t>& sampled = sampled_;
   std::vector<TopLogprobs>& tops = tops_;
   sampled.clear();

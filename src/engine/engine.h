@@ -62,8 +62,8 @@ class Engine {
   std::string add_request(Request req);
   std::vector<TokenEvent> step();
   std::vector<RequestOutput> take_finished();
-  // Data-parallel ranks keep stepping (empty steps) while any of them has work.
-  bool has_unfinished() const { return scheduler_->has_work() || global_work_; }
+  // Ranks that step together keep stepping (empty steps) while any of them has work.
+  bool has_unfinished() const { return scheduler_->has_work() || runner_->others_busy(); }
   bool abort(RequestId id) { return scheduler_->abort(id); }
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
@@ -88,9 +88,6 @@ class Engine {
   std::vector<int32_t> sampled_;
   std::vector<TopLogprobs> tops_;
   EngineStats stats_;
-  const RankLayout* layout_ = nullptr;
-  bool global_work_ = false;
-  int64_t lockstep_steps_ = 0;
 };
 
 // The KV pool an EngineConfig asks for (also normalises cfg->sched.block_tokens to whole

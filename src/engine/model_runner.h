@@ -3,26 +3,45 @@
 // model, and hands back the logits of the rows that sample. Keeps a mirror of every running
 // sequence's block table, updated from the differences in each SchedOutput — the same code runs
 // on follower ranks, which replay the leader's SchedOutputs.
+//
+// A scheduling rank's runner also says how its steps go with the other ranks, so that the engine
+// loop is the same for every layout: the base class runs alone (sending each step to the
+// replica's followers, if any); the data-parallel runner steps in lockstep with the other
+// replicas (make_runner).
 #pragma once
 
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
-#include "ranks/world.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
+#include "ranks/world.h"
 
 namespace deepinfer {
+
+struct RankLayout;
 
 class ModelRunner {
  public:
   // With logits = false (replica followers, which do not sample) no logits are computed.
-  ModelRunner(Model& model, KvCache& kv, bool logits = true)
-      : model_(model), kv_(kv), want_logits_(logits) {}
+  // `followers`: where every step run goes first (replica rank 0 with followers).
+  ModelRunner(Model& model, KvCache& kv, bool logits = true,
+              ranks::StepChannel* followers = nullptr)
+      : model_(model), kv_(kv), want_logits_(logits), followers_(followers) {}
+  virtual ~ModelRunner() = default;
+
+  // Before scheduling: false when no rank has anything to do (no step), else whether this step
+  // may prefill.
+  virtual bool begin_step(const Scheduler& s, bool* allow_prefill);
+  // Runs a scheduled step; returns its logits, or null when nothing ran.
+  virtual const std::vector<float>* run(const SchedOutput& out);
+  // Other ranks still have work, so this one must keep stepping with them.
+  virtual bool others_busy() const { return false; }
+
   // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
   // An empty step runs the model only when `always` (an idle data-parallel rank's placeholder).
   const std::vector<float>& execute(const SchedOutput& out, bool always = false);
-  size_t num_tables() const { return tables_.size(); }
 
  private:
   Model& model_;
@@ -31,7 +50,11 @@ class ModelRunner {
   ForwardBatch batch_;
   std::vector<float> logits_;
   bool want_logits_ = true;
+  ranks::StepChannel* followers_ = nullptr;
 };
+
+// The runner of a scheduling rank with `layout` (null: a single rank).
+std::unique_ptr<ModelRunner> make_runner(Model& model, KvCache& kv, const RankLayout* layout);
 
 // A replica follower: replays the leader's step messages until the shutdown message.
 void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel);

@@ -40,11 +40,10 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   L.dp = world.group().split(L.replica_rank == 0 ? 0 : -1, L.dp_rank);
   if (cfg.dp == 1) {
     L.channel = g > 1 ? &world.channel() : nullptr;
-    if (cfg.cp > 1) L.cp_group = L.replica.get();
-    if (cfg.ep > 1) L.ep_group = L.replica.get();
+    if (cfg.cp > 1) L.model.context = cp_shard(*L.replica);
+    if (cfg.ep > 1) L.model.experts = static_moe(*L.replica);
   } else if (cfg.ep > 1) {
-    L.ep_group = &world.group();
-    L.ep_dispatch = true;
+    L.model.experts = ep_dispatch(world.group());
   }
   const int ep_size = cfg.ep, ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? L.replica_rank : L.dp_rank;
   L.expert_begin = n_experts / ep_size * ep_rank;
@@ -53,7 +52,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   // ranks span hosts (MPI); ranks on one host share the page cache of one mapping instead.
   const bool shard = cfg.engram_sharding == "on" ||
                      (cfg.engram_sharding == "auto" && world.backend() == ranks::Backend::kMpi);
-  if (shard && g > 1) L.engram_group = L.replica.get();
+  if (shard && g > 1) L.model.engram = L.replica.get();
   return L;
 }
 

@@ -19,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "engine/scheduler.h"
+#include "model/parallel.h"
 #include "ranks/group.h"
 #include "ranks/world.h"
-#include "engine/scheduler.h"
 
 namespace deepinfer {
 
@@ -41,14 +42,11 @@ struct RankLayout {
   ParallelConfig cfg;
   int world_rank = 0, dp_rank = 0, replica_rank = 0;
   int expert_begin = 0, expert_end = 0;
-  bool scheduler = true;                 // runs a scheduler and a sampler (replica rank 0)
+  bool scheduler = true;                  // runs a scheduler and a sampler (replica rank 0)
   std::unique_ptr<ranks::Group> replica;  // ranks sharing tokens (size 1: none)
   std::unique_ptr<ranks::Group> dp;       // one rank per replica (for the vote), null if dp = 1
-  ranks::Group* cp_group = nullptr;       // null: no context parallelism
-  ranks::Group* ep_group = nullptr;       // null: every expert here
-  bool ep_dispatch = false;              // EP group ranks hold different tokens
-  ranks::Group* engram_group = nullptr;   // null: every rank reads the rows it needs itself
   ranks::StepChannel* channel = nullptr;  // replica rank 0 -> the others (dp = 1 only)
+  ModelParallel model;                    // the model's strategies over these groups
 };
 
 // Builds the layout over `world` (which must have cfg.world_size() ranks). `shared_host`: all

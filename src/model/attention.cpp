@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
-#include "kernels/attention_merge.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
 #include "kernels/quant.h"
@@ -97,9 +96,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     const float scale = float(std::pow(double(Dh), -0.5));
     const int64_t K = c.index_topk;
     ArenaVec<float> win(&arena), keys(&arena);
-    ranks::Group* cp = opt.parallel.cp;
-    const int64_t psize = attention_partial_size(H, Dh);
-    ArenaVec<double> partial(cp ? size_t(N * psize) : 0, &arena);
+    ContextShard& cx = *opt.parallel.context;
+    cx.begin_attention(N, H, Dh);
     for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
       const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
@@ -114,9 +112,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       for (int64_t i = 0; i < T; ++i) {
         const int64_t row = r0 + i, p = s0 + i;
         const int64_t first = std::max<int64_t>(0, p - Wn + 1);
-        // With context parallelism, replica rank 0 takes the window and every rank the listed
-        // compressed rows it holds; the partials are merged below.
-        const int64_t nw = cp && cp->rank() != 0 ? 0 : p - first + 1;
+        // One rank takes the window, every rank the listed compressed rows it holds.
+        const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
         const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
         keys.resize(size_t((nw + nc) * Dh));
         if (nw)
@@ -131,10 +128,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         SparseAttnArgs a{
             &q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
             &o[size_t(row * H * Dh)]};
-        if (cp)
-          sparse_attention_partial(a, &partial[size_t(row * psize)]);
-        else
-          sparse_attention(a);
+        cx.attend(row, a);
       }
       // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);
@@ -142,19 +136,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         std::copy(&kv_packed[size_t((r0 + i) * wrow)], &kv_packed[size_t((r0 + i + 1) * wrow)],
                   st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
     }
-    if (cp) {
-      DI_REGION("comm.attn_partials");
-      ArenaVec<double> all(size_t(cp->size()) * partial.size(), &arena);
-      cp->all_gather(partial.data(), partial.size() * sizeof(double), all.data());
-      ArenaVec<double> parts(size_t(cp->size() * psize), &arena);
-      for (int64_t i = 0; i < N; ++i) {
-        for (int pr = 0; pr < cp->size(); ++pr)
-          std::copy_n(&all[size_t((int64_t(pr) * N + i) * psize)], psize,
-                      &parts[size_t(pr * psize)]);
-        merge_attention_partials(parts.data(), cp->size(), W.attn_sink.f32(), H, Dh, exact,
-                                 &o[size_t(i * H * Dh)]);
-      }
-    }
+    cx.end_attention(W.attn_sink.f32(), exact, o.data());
     round(o.data(), N * H * Dh);
   }
   dump(st, l, "attn.o", o.data(), {N, H, Dh});

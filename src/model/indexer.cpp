@@ -123,16 +123,10 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   }
   // Merge over the context-parallel group: the global best are among the ranks' local best.
   auto merge = [&](ArenaVec<ScoredId>& local, int64_t width, auto&& store) {
-    ArenaVec<ScoredId> all(&arena);
-    int n_parts = 1;
-    if (opt.parallel.cp) {
-      DI_REGION("comm.indexer_gather");
-      n_parts = opt.parallel.cp->size();
-      all.resize(size_t(n_parts) * local.size());
-      opt.parallel.cp->all_gather(local.data(), local.size() * sizeof(ScoredId), all.data());
-    } else {
-      all.swap(local);
-    }
+    ContextShard& cx = *opt.parallel.context;
+    const int n_parts = cx.parts();
+    ArenaVec<ScoredId> all(size_t(n_parts) * local.size(), &arena);
+    cx.all_gather(local.data(), local.size() * sizeof(ScoredId), all.data());
     ArenaVec<ScoredId> cand(size_t(n_parts * width), &arena), best(size_t(n_parts * width), &arena);
     for (int64_t i = 0; i < N; ++i) {
       for (int pr = 0; pr < n_parts; ++pr)

@@ -57,7 +57,7 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
       engram_omega.push_back(std::move(om));
     }
   }
-  if (!opt.parallel.ep)
+  if (opt.parallel.experts->all_local())
     DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
                ": the model needs every routed expert loaded (or expert parallelism)");
   prepare_linears();

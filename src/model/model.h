@@ -15,32 +15,14 @@
 #include <string>
 #include <vector>
 
-#include "ranks/group.h"
 #include "io/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/forward_batch.h"
+#include "model/parallel.h"
 
 namespace deepinfer {
 
 enum class Numerics { Bf16, Fp32 };
-
-// How this rank shares the model with others (engine/parallel.h builds it). Null groups: the
-// rank does it all. Every collective keeps results bit-identical to a single rank in fp32
-// numerics: partial sums travel as the terms a single rank would add, in its order.
-struct ModelParallel {
-  // Context parallel: ranks with the same tokens; compressed-KV and index-key row j of a layer
-  // with ratio r lives on rank (j*r / block_tokens) mod size. Indexer candidates and attention
-  // partials are merged exactly over the group.
-  ranks::Group* cp = nullptr;
-  // Expert parallel: routed experts are split over this group (the checkpoint holds this
-  // rank's range). Tokens are the same on every member, or, with ep_dispatch, each member
-  // brings its own rows (data parallelism).
-  ranks::Group* ep = nullptr;
-  bool ep_dispatch = false;
-  // Engram tables sharded by rows over this group (ranks with the same tokens): each rank reads
-  // only its rows and the lookups are summed. Null: every rank reads the rows it needs.
-  ranks::Group* engram = nullptr;
-};
 
 struct ModelOptions {
   Numerics numerics = Numerics::Bf16;

@@ -79,12 +79,10 @@ struct Model::Impl {
   Step step;
 
   void round(float* x, int64_t n) const;
-  // Context parallelism: does this rank hold compressed row `row` of `layer` (ratio r)?
+  // Does this rank hold compressed row `row` of `layer`?
   bool owns_row(const Step& st, int layer, int64_t row) const {
-    const ranks::Group* cp = opt.parallel.cp;
-    if (!cp) return true;
-    const int64_t block = row * roles[size_t(layer)].ratio / st.kv->block_tokens();
-    return block % cp->size() == cp->rank();
+    return opt.parallel.context->owns_block(row * roles[size_t(layer)].ratio /
+                                            st.kv->block_tokens());
   }
   const RopeTable& rope_for(int layer) const {
     return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "ranks/serial.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/moe_routing.h"
@@ -143,64 +142,11 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
-  ranks::Group* ep = opt.parallel.ep;
-  if (!ep) {
-    routed(v, N, ids.data(), weights.data(), expert_out.data());
-  } else if (!opt.parallel.ep_dispatch) {
-    // Every member has the same rows: each fills the slots of its experts, and the sum over
-    // the group (one term per slot non-zero) gives every rank the single-rank slots exactly.
-    routed(v, N, ids.data(), weights.data(), expert_out.data());
-    DI_REGION("comm.moe_all_reduce");
-    ep->all_reduce(expert_out.data(), expert_out.size());
-  } else {
-    // Members bring different rows: gather everyone's rows and routes, run the local experts on
-    // all of them, and return each member its rows' slots with a reduce-scatter.
-    std::vector<uint8_t> mine;
-    {
-      ranks::Writer w;
-      w.put_vector(std::span<const float>(v, size_t(N * D)));
-      w.put_vector(std::span<const int32_t>(ids));
-      w.put_vector(std::span<const float>(weights));
-      mine = w.take();
-    }
-    std::vector<std::vector<uint8_t>> parts;
-    {
-      DI_REGION("comm.moe_dispatch");
-      parts = ep->all_gather_v(mine);
-    }
-    std::vector<float> xs, ws;
-    std::vector<int32_t> rs;
-    std::vector<int64_t> count;
-    for (const auto& part : parts) {
-      ranks::Reader r(part, "expert dispatch message");
-      const auto pv = r.get_vector<float>();
-      const auto pi = r.get_vector<int32_t>();
-      const auto pw = r.get_vector<float>();
-      r.expect_end();
-      count.push_back(int64_t(pi.size()) / k);
-      xs.insert(xs.end(), pv.begin(), pv.end());
-      rs.insert(rs.end(), pi.begin(), pi.end());
-      ws.insert(ws.end(), pw.begin(), pw.end());
-    }
-    const int64_t n_all = int64_t(rs.size()) / k;
-    const int64_t n_max = *std::max_element(count.begin(), count.end());
-    std::vector<float> slots(size_t(n_all * k * D), 0.0f);
-    routed(xs.data(), n_all, rs.data(), ws.data(), slots.data());
-    // Pad each member's rows to n_max for the reduce-scatter.
-    std::vector<float> padded(size_t(int64_t(parts.size()) * n_max * k * D), 0.0f),
-        back(size_t(n_max * k * D));
-    int64_t at = 0;
-    for (size_t pr = 0; pr < parts.size(); ++pr) {
-      std::copy_n(&slots[size_t(at * k * D)], count[pr] * k * D,
-                  &padded[size_t(int64_t(pr) * n_max * k * D)]);
-      at += count[pr];
-    }
-    {
-      DI_REGION("comm.moe_combine");
-      ep->reduce_scatter(padded.data(), size_t(n_max * k * D), back.data());
-    }
-    std::copy_n(back.data(), N * k * D, expert_out.data());
-  }
+  ExpertExchange& ex = *opt.parallel.experts;
+  const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out.data()};
+  const ExpertExchange::Rows rows = ex.dispatch(mine, k, D);
+  routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots);
+  ex.combine(mine, k, D);
   // Shared expert on every row.
   ArenaVec<float> shared(size_t(N * D), &arena);
   {

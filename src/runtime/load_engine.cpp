@@ -8,7 +8,7 @@
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
 #include "kv/kv_layout.h"
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 #include "tokenizer/engram_map.h"
 
 namespace deepinfer {
@@ -56,10 +56,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
   ModelOptions mo;
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
   mo.demo_decode_defect = o.demo_decode_defect;
-  mo.parallel.cp = le.layout.cp_group;
-  mo.parallel.ep = le.layout.ep_group;
-  mo.parallel.ep_dispatch = le.layout.ep_dispatch;
-  mo.parallel.engram = le.layout.engram_group;
+  mo.parallel = le.layout.model;
   if (fs::exists(fs::path(le.model_dir) / "tokenizer.json")) {
     le.tokenizer = Tokenizer::load(le.model_dir);
     DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, le.model_dir, ": tokenizer has ",
@@ -121,8 +118,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                  "tokens (%.1f MiB per rank incl. %d sequence slots)\n",
                  le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
                  le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
-                 le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens,
-                 le.layout.cp_group ? le.layout.cp_group->size() : 1,
+                 le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens, o.parallel.cp,
                  (long long)le.engine->kv_capacity_tokens(),
                  double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
     if (le.world->size() > 1)

@@ -7,11 +7,11 @@
 #include <memory>
 #include <string>
 
-#include "ranks/world.h"
 #include "engine/engine.h"
 #include "engine/parallel.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
+#include "ranks/world.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {

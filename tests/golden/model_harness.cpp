@@ -6,7 +6,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 
 namespace deepinfer::testing {
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "io/checkpoint.h"
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 #include "server/engine_loop.h"
 
 namespace deepinfer::server {

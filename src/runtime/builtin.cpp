@@ -1,4 +1,4 @@
-#include "model/builtin.h"
+#include "runtime/builtin.h"
 
 #include <unistd.h>
 
@@ -26,6 +26,7 @@ std::string cache_dir() {
 }
 
 namespace {
+// A config with everything derived filled in (Engram table rows).
 ModelConfig with_engram_rows(ModelConfig c, const std::string& label) {
   if (!c.engram_layer_ids.empty()) {
     const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
@@ -38,16 +39,11 @@ ModelConfig with_engram_rows(ModelConfig c, const std::string& label) {
 }
 }  // namespace
 
-ModelConfig preset_config(const std::string& preset) {
-  return with_engram_rows(tiny_preset_config(preset), "preset " + preset);
-}
-
-ModelConfig random_config(uint64_t seed) {
-  return with_engram_rows(random_tiny_config(seed), "random config " + std::to_string(seed));
-}
-
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
-  ModelConfig c = spec.random ? random_config(spec.config_seed) : preset_config(spec.preset);
+  ModelConfig c = spec.random
+                      ? with_engram_rows(random_tiny_config(spec.config_seed),
+                                         "random config " + std::to_string(spec.config_seed))
+                      : with_engram_rows(tiny_preset_config(spec.preset), "preset " + spec.preset);
   const std::string preset = spec.random ? "random" : spec.preset;
   const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
@@ -93,7 +89,7 @@ std::string default_model_dir() {
   if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors.index.json")) {
     fs::create_directories(dir.parent_path());
     std::fprintf(stderr, "deepinfer: creating the built-in tiny model in %s\n", dir.c_str());
-    make_tiny_checkpoint(dir.string(), "tiny", 0);
+    make_tiny_checkpoint(dir.string(), TinyCheckpoint{});
   }
   return dir.string();
 }

@@ -12,10 +12,6 @@
 namespace deepinfer {
 
 std::string cache_dir();
-// A preset config with everything derived filled in (Engram table rows).
-ModelConfig preset_config(const std::string& preset);
-// The same for io/tiny.h's random_tiny_config(seed).
-ModelConfig random_config(uint64_t seed);
 
 struct TinyCheckpoint {
   std::string preset = "tiny";
@@ -30,14 +26,6 @@ struct TinyCheckpoint {
 // Writes the checkpoint into `dir` (atomically: a temporary directory renamed into place).
 // Returns the tensor bytes written.
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec);
-inline uint64_t make_tiny_checkpoint(const std::string& dir, const std::string& preset,
-                                     uint64_t seed, const std::string& tokenizer = "") {
-  TinyCheckpoint t;
-  t.preset = preset;
-  t.seed = seed;
-  t.tokenizer = tokenizer;
-  return make_tiny_checkpoint(dir, t);
-}
 // The directory of the built-in model (preset tiny, seed 0), creating it if needed.
 std::string default_model_dir();
 
