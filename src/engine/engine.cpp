@@ -12,19 +12,8 @@
 namespace deepinfer {
 
 const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::None:
-      return "none";
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Stop:
-      return "stop";
-    case FinishReason::Abort:
-      return "abort";
-    case FinishReason::Error:
-      return "error";
-  }
-  return "?";
+  static const char* const names[] = {"none", "length", "stop", "abort", "error"};
+  return names[size_t(r)];
 }
 
 KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {

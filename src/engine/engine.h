@@ -69,7 +69,6 @@ class Engine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   int32_t kv_blocks_used() const { return scheduler_->blocks_used(); }
   EngineStats stats() const;
-  const Model& model() const { return model_; }
 
  private:
   bool check_stop(Sequence* s, TokenEvent* ev);

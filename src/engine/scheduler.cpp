@@ -38,12 +38,6 @@ int32_t CpBlockPools::num_used() const {
   return n;
 }
 
-int32_t CpBlockPools::num_free() const {
-  int32_t n = 0;
-  for (const auto& p : pools_) n += p.num_free();
-  return n;
-}
-
 int64_t CpBlockPools::reachable_blocks(size_t held) const {
   // Blocks held, held + 1, ... come from pools i mod cp: after min_free full rounds every pool is
   // down by min_free; the last, partial round goes on while the next pool still has one.
@@ -127,7 +121,6 @@ void Scheduler::preempt(Sequence* s) {
   release(s);
   s->num_computed = 0;
   s->status = SeqStatus::Waiting;
-  ++s->num_preemptions;
   ++stats_.preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), s));
   // Back into the waiting queue at its arrival position (it is older than later arrivals).

@@ -27,7 +27,6 @@ struct Sequence {
   std::vector<TopLogprobs> logprobs;
   FinishReason finish = FinishReason::None;
   std::string stop_text;
-  int64_t num_preemptions = 0;
   std::unique_ptr<grammar::Matcher> matcher;  // with a grammar: where the output stands in it
 
   int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt; }

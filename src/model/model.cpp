@@ -32,22 +32,12 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     engram = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size,
                                 c.engram_compressed_vocab_size);
     check_engram_num_embeddings(engram, c.engram_num_embeddings);
-    if (opt.engram_token_map.empty()) {
+    // A token map comes checked from the tokenizer (runtime/load_engine.cpp).
+    if (opt.engram_token_map.empty())
       DI_REQUIRE(c.engram_compressed_vocab_size == c.vocab_size, ck.dir(),
                  ": the checkpoint has no tokenizer, so the Engram token map is the identity and "
                  "engram_compressed_vocab_size (",
                  c.engram_compressed_vocab_size, ") must equal vocab_size (", c.vocab_size, ")");
-    } else {
-      DI_REQUIRE(int64_t(opt.engram_token_map.size()) >= c.vocab_size, ck.dir(),
-                 ": Engram token map covers ", opt.engram_token_map.size(), " ids, vocab is ",
-                 c.vocab_size);
-      int64_t mx = -1;
-      for (int32_t v : opt.engram_token_map) mx = std::max<int64_t>(mx, v);
-      DI_REQUIRE(mx + 1 == c.engram_compressed_vocab_size, ck.dir(),
-                 ": the tokenizer's Engram token map has ", mx + 1,
-                 " compressed ids but engram_compressed_vocab_size is ",
-                 c.engram_compressed_vocab_size);
-    }
     const int64_t M = c.hc_mult, D = c.dim;
     for (int l : c.engram_layer_ids) {
       const LayerWeights& W = ck.layers[size_t(l)];
@@ -234,19 +224,14 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       engram_layer(l, st, x.data());
       dump(st, l, "engram.x", x.data(), {N, M, D});
     }
-    const HcParams hca{&W.hc_attn_fn,
-                       W.hc_attn_base.f32(),
-                       W.hc_attn_scale.f32(),
-                       M,
-                       D,
-                       eps,
-                       float(c.hc_eps),
-                       c.hc_sinkhorn_iters,
-                       exact,
-                       &lin[size_t(l)].hc_attn_fn};
-    const HcParams hcf{
-        &W.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M,     D,
-        eps,          float(c.hc_eps),     c.hc_sinkhorn_iters,  exact, &lin[size_t(l)].hc_ffn_fn};
+    auto hc = [&](const Weight& fn, const Weight& base, const Weight& scale,
+                  const PreparedLinear& packed) {
+      return HcParams{&fn, base.f32(),      scale.f32(),         M,     D,
+                      eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact, &packed};
+    };
+    const HcParams hca =
+        hc(W.hc_attn_fn, W.hc_attn_base, W.hc_attn_scale, lin[size_t(l)].hc_attn_fn);
+    const HcParams hcf = hc(W.hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale, lin[size_t(l)].hc_ffn_fn);
     {
       DI_REGION("model.hc");
       hc_mixes_rows(hca, x.data(), N, pre_a.data(), post_a.data(), comb_a.data());
@@ -331,9 +316,6 @@ Model::~Model() = default;
 const ModelConfig& Model::config() const {
   return impl_->c;
 }
-const ModelOptions& Model::options() const {
-  return impl_->opt;
-}
 uint64_t Model::prepared_weight_bytes() const {
   return impl_->prepared_bytes;
 }
@@ -345,7 +327,7 @@ std::vector<std::span<const uint8_t>> Model::prepared_weight_spans() const {
 void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   impl_->forward(batch, kv, logits);
 }
-void Model::set_activation_sink(ActivationSink* sink) {
+void Model::set_activation_sink(NpyActivationDump* sink) {
   impl_->sink = sink;
 }
 

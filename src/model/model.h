@@ -34,28 +34,15 @@ struct ModelOptions {
   std::vector<int32_t> engram_token_map;
 };
 
-// Receives named per-layer activations (DESIGN.md §4.8) when set on the model: names like
-// "L3.attn.q" with the rows of one sequence first. Debugging and layer-by-layer tests only.
-class ActivationSink {
- public:
-  virtual ~ActivationSink() = default;
-  // Called at the start of every forward call that dumps.
-  virtual void begin_call() {}
-  // data: row-major float values with `shape`.
-  virtual void put(const std::string& name, const float* data,
-                   const std::vector<int64_t>& shape) = 0;
-  virtual void put_i32(const std::string& name, const int32_t* data,
-                       const std::vector<int64_t>& shape) = 0;
-};
-
-// Writes each forward call's activations as .npy files: <dir>/call<k>/<name>.npy (k = 0, 1, ...).
-class NpyActivationDump : public ActivationSink {
+// Per-layer activation dumps (DESIGN.md §4.8) for debugging and layer-by-layer tests: each
+// forward call's activations as .npy files <dir>/call<k>/<name>.npy (k = 0, 1, ...), names like
+// "L3.attn.q" with the rows of one sequence first.
+class NpyActivationDump {
  public:
   explicit NpyActivationDump(std::string dir) : dir_(std::move(dir)) {}
-  void begin_call() override;
-  void put(const std::string& name, const float* data, const std::vector<int64_t>& shape) override;
-  void put_i32(const std::string& name, const int32_t* data,
-               const std::vector<int64_t>& shape) override;
+  void begin_call();  // at the start of every forward call that dumps
+  void put(const std::string& name, const float* data, const std::vector<int64_t>& shape);
+  void put_i32(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
 
  private:
   std::string dir_, call_dir_;
@@ -70,7 +57,6 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
-  const ModelOptions& options() const;
   // Bytes of the linear weights repacked for the fast kernels at construction (the rest of the
   // weights stay mapped from the checkpoint).
   uint64_t prepared_weight_bytes() const;
@@ -83,7 +69,7 @@ class Model {
 
   // Per-layer activation dumps of the next forward calls (nullptr to stop). Only for batches of
   // one sequence.
-  void set_activation_sink(ActivationSink* sink);
+  void set_activation_sink(NpyActivationDump* sink);
 
   struct Impl;
 

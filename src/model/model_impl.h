@@ -67,7 +67,7 @@ struct Model::Impl {
   RopeTable rope_window, rope_compressed;
   EngramTables engram;
   std::vector<std::vector<float>> engram_omega;  // per Engram layer: [M, D] q_weight ⊙ k_weight
-  ActivationSink* sink = nullptr;
+  NpyActivationDump* sink = nullptr;
   std::vector<PreparedLayer> lin;  // [n_layers]
   PreparedLinear head;
   uint64_t prepared_bytes = 0;
