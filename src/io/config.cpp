@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -126,21 +127,10 @@ const json* lookup(const json& obj, const std::string& path) {
   }
 }
 
-std::string type_name(const FieldPtr& p) {
-  switch (p.index()) {
-    case 0:
-    case 1:
-      return "an integer";
-    case 2:
-      return "a number";
-    case 3:
-      return "a boolean";
-    case 4:
-      return "a string";
-    default:
-      return "a list of integers";
-  }
-}
+// What a field of each FieldPtr alternative expects, for errors.
+const char* const kTypeNames[] = {"an integer",        "an integer", "a number",
+                                  "a boolean",         "a string",   "a list of integers",
+                                  "a list of integers"};
 
 // A JSON value for an error message. Nested containers are only named: dump() recurses once
 // per nesting level, and a hostile file can nest millions of levels deep.
@@ -161,7 +151,7 @@ std::string show(const json& v) {
 
 void assign(ModelConfig& c, const Field& f, const json& v, const std::string& where) {
   auto bad = [&] {
-    throw Error(str_cat(where, ": expected ", type_name(f.ptr), ", got ", show(v)));
+    throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show(v)));
   };
   auto as_int = [&](const json& x) -> int64_t {
     // Unsigned values past int64 would wrap; floats past it would make the cast undefined.
@@ -309,6 +299,16 @@ int ModelConfig::engram_index(int layer) const {
 
 namespace {
 
+// The value of the integer field with reference key `ref`.
+int64_t int_field(const ModelConfig& c, const char* ref) {
+  for (const Field& f : kFields) {
+    if (std::strcmp(f.ref, ref) != 0) continue;
+    if (auto p = std::get_if<int ModelConfig::*>(&f.ptr)) return c.**p;
+    return c.*std::get<int64_t ModelConfig::*>(f.ptr);
+  }
+  DI_CHECK(false, "no config field ", ref);
+}
+
 void require_positive(const std::string& label, const char* name, int64_t v) {
   DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
 }
@@ -331,20 +331,11 @@ void require_layer_list(const std::string& label, const char* name, const std::v
 }  // namespace
 
 void ModelConfig::validate(const std::string& label) const {
-  require_positive(label, "vocab_size", vocab_size);
-  require_positive(label, "dim", dim);
-  require_positive(label, "n_layers", n_layers);
-  require_positive(label, "n_heads", n_heads);
-  require_positive(label, "moe_inter_dim", moe_inter_dim);
-  require_positive(label, "q_lora_rank", q_lora_rank);
-  require_positive(label, "head_dim", head_dim);
-  require_positive(label, "o_lora_rank", o_lora_rank);
-  require_positive(label, "o_groups", o_groups);
-  require_positive(label, "window_size", window_size);
-  require_positive(label, "hc_mult", hc_mult);
-  require_positive(label, "hc_sinkhorn_iters", hc_sinkhorn_iters);
-  require_positive(label, "n_routed_experts", n_routed_experts);
-  require_positive(label, "n_activated_experts", n_activated_experts);
+  for (const char* name :
+       {"vocab_size", "dim", "n_layers", "n_heads", "moe_inter_dim", "q_lora_rank", "head_dim",
+        "o_lora_rank", "o_groups", "window_size", "hc_mult", "hc_sinkhorn_iters",
+        "n_routed_experts", "n_activated_experts"})
+    require_positive(label, name, int_field(*this, name));
   DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
   DI_REQUIRE(dtype == "fp8" || dtype == "bf16", label, ": dtype = '", dtype,
              "' must be \"fp8\" or \"bf16\"");
@@ -392,14 +383,13 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(l < size_t(n_layers) || compress_ratios[l] == 0, label, ": compress_ratios[", l,
                "] (a DSpark layer) must be 0");
   }
-  require_layer_list(label, "kv_source_layers", kv_source_layers, n_layers);
-  require_layer_list(label, "index_source_layers", index_source_layers, n_layers);
-  for (int l : kv_source_layers)
-    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": kv_source_layers lists layer ", l,
-               " whose compress ratio is 0");
-  for (int l : index_source_layers)
-    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": index_source_layers lists layer ", l,
-               " whose compress ratio is 0");
+  for (const auto& [name, list] : {std::pair{"kv_source_layers", &kv_source_layers},
+                                   std::pair{"index_source_layers", &index_source_layers}}) {
+    require_layer_list(label, name, *list, n_layers);
+    for (int l : *list)
+      DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": ", name, " lists layer ", l,
+                 " whose compress ratio is 0");
+  }
   const bool any_compressed =
       std::any_of(compress_ratios.begin(), compress_ratios.end(), [](int r) { return r > 0; });
   if (any_compressed) {
