@@ -285,10 +285,6 @@ std::string ModelConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
-bool ModelConfig::is_engram_layer(int layer) const {
-  return engram_index(layer) >= 0;
-}
-
 int ModelConfig::engram_index(int layer) const {
   for (size_t z = 0; z < engram_layer_ids.size(); ++z)
     if (engram_layer_ids[z] == layer) return int(z);
@@ -316,7 +312,6 @@ void require_mult(const std::string& label, const char* name, int64_t v, int64_t
                   const char* why) {
   DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
 }
-std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label);
 
 void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
                         int n_layers) {
@@ -326,6 +321,63 @@ void require_layer_list(const std::string& label, const char* name, const std::v
     DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
                v[i - 1], " then ", v[i]);
   }
+}
+
+std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label) {
+  std::vector<LayerRole> roles(size_t(c.n_layers));
+  auto contains = [](const std::vector<int>& v, int x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  int last_kv = -1, last_index = -1;
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerRole& r = roles[size_t(l)];
+    r.ratio = c.compress_ratios[size_t(l)];
+    if (r.ratio == 0) continue;
+    r.kv_source = contains(c.kv_source_layers, l);
+    r.index_source = contains(c.index_source_layers, l);
+    if (r.kv_source) last_kv = l;
+    DI_REQUIRE(last_kv >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
+               " but kv_source_layers lists no layer at or before it");
+    DI_REQUIRE(roles[size_t(last_kv)].ratio == r.ratio, label, ": layer ", l, " (ratio ", r.ratio,
+               ") would read the compressed KV of layer ", last_kv,
+               ", the latest of kv_source_layers at or before it, whose ratio is ",
+               roles[size_t(last_kv)].ratio);
+    // A KV source without an indexer owns no index keys, so nothing could select its rows.
+    DI_REQUIRE(!r.kv_source || r.index_source, label, ": kv_source_layers lists layer ", l,
+               " but index_source_layers does not: no layer would own index keys for its "
+               "compressed rows (every KV source must also be an index source)");
+    r.kv_from = last_kv;
+    if (r.index_source) {
+      last_index = l;
+      r.key_owner = r.kv_source;
+      r.keys_from = last_kv;
+      DI_REQUIRE(roles[size_t(last_kv)].key_owner, label, ": index_source_layers lists layer ", l,
+                 ", which would read the index keys of KV source layer ", last_kv,
+                 ", which is not an index source (it owns no index keys)");
+      r.candidate_source = (l == c.candidate_source_layer);
+      if (c.candidate_source_layer >= 0 && l > c.candidate_source_layer) {
+        r.candidate_consumer = true;
+        DI_REQUIRE(roles[size_t(c.candidate_source_layer)].ratio == r.ratio, label,
+                   ": candidate consumer layer ", l, " has ratio ", r.ratio,
+                   " but the candidate source (candidate_source_layer = ", c.candidate_source_layer,
+                   ") has ratio ", roles[size_t(c.candidate_source_layer)].ratio);
+      }
+    }
+    DI_REQUIRE(last_index >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
+               " but index_source_layers lists no layer at or before it to select its "
+               "compressed rows");
+    DI_REQUIRE(roles[size_t(last_index)].kv_from == last_kv, label, ": layer ", l,
+               " would use the top-k list of layer ", last_index, " (index_source_layers)",
+               ", which selects rows of a different KV source (", roles[size_t(last_index)].kv_from,
+               " vs ", last_kv, ")");
+    r.topk_from = last_index;
+  }
+  if (c.candidate_source_layer >= 0) {
+    DI_REQUIRE(roles[size_t(c.candidate_source_layer)].index_source, label,
+               ": candidate_source_layer = ", c.candidate_source_layer,
+               " is not an index source layer");
+  }
+  return roles;
 }
 
 }  // namespace
@@ -433,67 +485,6 @@ void ModelConfig::validate(const std::string& label) const {
                ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
   }
 }
-
-namespace {
-
-std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label) {
-  std::vector<LayerRole> roles(size_t(c.n_layers));
-  auto contains = [](const std::vector<int>& v, int x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  int last_kv = -1, last_index = -1;
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerRole& r = roles[size_t(l)];
-    r.ratio = c.compress_ratios[size_t(l)];
-    if (r.ratio == 0) continue;
-    r.kv_source = contains(c.kv_source_layers, l);
-    r.index_source = contains(c.index_source_layers, l);
-    if (r.kv_source) last_kv = l;
-    DI_REQUIRE(last_kv >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
-               " but kv_source_layers lists no layer at or before it");
-    DI_REQUIRE(roles[size_t(last_kv)].ratio == r.ratio, label, ": layer ", l, " (ratio ", r.ratio,
-               ") would read the compressed KV of layer ", last_kv,
-               ", the latest of kv_source_layers at or before it, whose ratio is ",
-               roles[size_t(last_kv)].ratio);
-    // A KV source without an indexer owns no index keys, so nothing could select its rows.
-    DI_REQUIRE(!r.kv_source || r.index_source, label, ": kv_source_layers lists layer ", l,
-               " but index_source_layers does not: no layer would own index keys for its "
-               "compressed rows (every KV source must also be an index source)");
-    r.kv_from = last_kv;
-    if (r.index_source) {
-      last_index = l;
-      r.key_owner = r.kv_source;
-      r.keys_from = last_kv;
-      DI_REQUIRE(roles[size_t(last_kv)].key_owner, label, ": index_source_layers lists layer ", l,
-                 ", which would read the index keys of KV source layer ", last_kv,
-                 ", which is not an index source (it owns no index keys)");
-      r.candidate_source = (l == c.candidate_source_layer);
-      if (c.candidate_source_layer >= 0 && l > c.candidate_source_layer) {
-        r.candidate_consumer = true;
-        DI_REQUIRE(roles[size_t(c.candidate_source_layer)].ratio == r.ratio, label,
-                   ": candidate consumer layer ", l, " has ratio ", r.ratio,
-                   " but the candidate source (candidate_source_layer = ", c.candidate_source_layer,
-                   ") has ratio ", roles[size_t(c.candidate_source_layer)].ratio);
-      }
-    }
-    DI_REQUIRE(last_index >= 0, label, ": layer ", l, " has compress ratio ", r.ratio,
-               " but index_source_layers lists no layer at or before it to select its "
-               "compressed rows");
-    DI_REQUIRE(roles[size_t(last_index)].kv_from == last_kv, label, ": layer ", l,
-               " would use the top-k list of layer ", last_index, " (index_source_layers)",
-               ", which selects rows of a different KV source (", roles[size_t(last_index)].kv_from,
-               " vs ", last_kv, ")");
-    r.topk_from = last_index;
-  }
-  if (c.candidate_source_layer >= 0) {
-    DI_REQUIRE(roles[size_t(c.candidate_source_layer)].index_source, label,
-               ": candidate_source_layer = ", c.candidate_source_layer,
-               " is not an index source layer");
-  }
-  return roles;
-}
-
-}  // namespace
 
 std::vector<LayerRole> layer_roles(const ModelConfig& c) {
   return derive_roles(c, "config");

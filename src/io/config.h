@@ -99,7 +99,7 @@ struct ModelConfig {
   void validate(const std::string& label = "config") const;
 
   int compress_ratio(int layer) const { return compress_ratios[size_t(layer)]; }
-  bool is_engram_layer(int layer) const;
+  bool is_engram_layer(int layer) const { return engram_index(layer) >= 0; }
   int engram_index(int layer) const;                                                   // z, or -1
   int engram_columns() const { return (engram_max_ngram_size - 1) * engram_n_heads; }  // NC
 };
