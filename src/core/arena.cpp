@@ -27,7 +27,6 @@ void Arena::add_chunk(size_t at_least) {
   void* p = std::aligned_alloc(kAlign, size);
   if (!p) throw std::bad_alloc();
   chunks_.push_back({static_cast<uint8_t*>(p), size});
-  ++chunk_allocs_;
 }
 
 void Arena::reset() {

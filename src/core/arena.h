@@ -35,7 +35,6 @@ class Arena final : public std::pmr::memory_resource {
   // Between steps, when nothing allocated from the arena is alive.
   void reset();
   size_t capacity() const;  // bytes held
-  int64_t heap_chunks_allocated() const { return chunk_allocs_; }
 
  private:
   void* do_allocate(size_t bytes, size_t align) override;
@@ -51,7 +50,6 @@ class Arena final : public std::pmr::memory_resource {
   };
   std::vector<Chunk> chunks_;
   size_t cur_ = 0, used_ = 0;  // allocation point: chunk index, bytes used in it
-  int64_t chunk_allocs_ = 0;
 };
 
 // Gives back everything allocated on `a` after its construction when it goes out of scope. Declare

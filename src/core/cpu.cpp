@@ -25,16 +25,9 @@ Isa detect() {
 Isa from_env(Isa best) {
   const char* s = std::getenv("DEEPINFER_ISA");
   if (!s || !*s) return best;
-  Isa want;
-  if (!std::strcmp(s, "scalar"))
-    want = Isa::Scalar;
-  else if (!std::strcmp(s, "avx2"))
-    want = Isa::Avx2;
-  else if (!std::strcmp(s, "avx512"))
-    want = Isa::Avx512;
-  else
-    throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
-  return int(want) < int(best) ? want : best;
+  for (Isa want : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    if (!std::strcmp(s, isa_name(want))) return int(want) < int(best) ? want : best;
+  throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
 }
 
 std::atomic<int> g_isa{-1};
@@ -62,15 +55,8 @@ Isa set_cpu_isa(Isa isa) {
 }
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::Scalar:
-      return "scalar";
-    case Isa::Avx2:
-      return "avx2";
-    case Isa::Avx512:
-      return "avx512";
-  }
-  return "?";
+  const char* const names[] = {"scalar", "avx2", "avx512"};
+  return unsigned(isa) < 3 ? names[int(isa)] : "?";
 }
 
 }  // namespace deepinfer

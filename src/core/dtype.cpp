@@ -1,11 +1,13 @@
 #include "core/dtype.h"
 
 #include <cmath>
+#include <iterator>
 
 namespace deepinfer {
 
 namespace {
 
+// Indexed by DType.
 struct NameEntry {
   DType t;
   std::string_view name;
@@ -32,35 +34,28 @@ constexpr float e4m3_value(int b) {
   return s ? -v : v;
 }
 
-template <size_t... I>
-constexpr auto make_e4m3_table(std::index_sequence<I...>) {
-  struct T {
-    float v[256];
-  };
-  return T{{e4m3_value(int(I))...}};
+constexpr std::array<float, 256> make_e4m3_table() {
+  std::array<float, 256> t{};
+  for (int b = 0; b < 256; ++b) t[size_t(b)] = e4m3_value(b);
+  return t;
 }
+
+static_assert([] {
+  for (size_t i = 0; i < std::size(kNames); ++i)
+    if (kNames[i].t != DType(i)) return false;
+  return true;
+}());
 
 }  // namespace
 
-constexpr auto kE4m3Table = make_e4m3_table(std::make_index_sequence<256>{});
-const float kE4m3Values[256] = {
-#define X(i) kE4m3Table.v[i]
-#define X8(i) X(i), X(i + 1), X(i + 2), X(i + 3), X(i + 4), X(i + 5), X(i + 6), X(i + 7)
-#define X64(i) \
-  X8(i), X8(i + 8), X8(i + 16), X8(i + 24), X8(i + 32), X8(i + 40), X8(i + 48), X8(i + 56)
-    X64(0), X64(64), X64(128), X64(192)
-#undef X64
-#undef X8
-#undef X
-};
+// Constant-initialized: usable during other translation units' static initialization.
+constinit const std::array<float, 256> kE4m3Values = make_e4m3_table();
 
 const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
 std::string_view dtype_name(DType t) {
-  for (const auto& e : kNames)
-    if (e.t == t) return e.name;
-  return "?";
+  return size_t(t) < std::size(kNames) ? kNames[size_t(t)].name : "?";
 }
 
 bool dtype_from_name(std::string_view name, DType* out) {
@@ -73,9 +68,7 @@ bool dtype_from_name(std::string_view name, DType* out) {
 }
 
 int dtype_bits(DType t) {
-  for (const auto& e : kNames)
-    if (e.t == t) return e.bits;
-  return 0;
+  return size_t(t) < std::size(kNames) ? kNames[size_t(t)].bits : 0;
 }
 
 float f16_to_f32(uint16_t h) {
@@ -153,23 +146,11 @@ uint8_t f32_to_e2m1(float f) {
   if (std::isnan(f)) return 0;
   const uint8_t sign = std::signbit(f) ? 8 : 0;
   const float a = std::fabs(f);
-  uint8_t code;
-  if (a <= 0.25f)
-    code = 0;
-  else if (a < 0.75f)
-    code = 1;
-  else if (a <= 1.25f)
-    code = 2;
-  else if (a < 1.75f)
-    code = 3;
-  else if (a <= 2.5f)
-    code = 4;
-  else if (a < 3.5f)
-    code = 5;
-  else if (a <= 5.0f)
-    code = 6;
-  else
-    code = 7;
+  // Midpoints between neighbouring codes; a tie goes to the even code, the lower one when it
+  // is even (codes 0, 2, 4, 6 include their upper midpoint).
+  constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  uint8_t code = 0;
+  while (code < 7 && (code % 2 == 0 ? a > kMid[code] : a >= kMid[code])) ++code;
   return sign | code;
 }
 

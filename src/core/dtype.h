@@ -10,6 +10,7 @@
 // encoder. Decoders are exact.
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -59,7 +60,7 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
 // --- e4m3 (float8_e4m3fn) ---
-extern const float kE4m3Values[256];
+extern const std::array<float, 256> kE4m3Values;
 inline float e4m3_to_f32(uint8_t b) {
   return kE4m3Values[b];
 }

@@ -4,6 +4,7 @@
 // described contiguously (two elements per byte along the last dimension).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -31,10 +32,7 @@ struct Shape {
     return n;
   }
   bool operator==(const Shape& o) const {
-    if (ndim != o.ndim) return false;
-    for (int i = 0; i < ndim; ++i)
-      if (dim[i] != o.dim[i]) return false;
-    return true;
+    return ndim == o.ndim && std::equal(dim, dim + ndim, o.dim);
   }
   std::string str() const;  // "[2, 3]"
 };

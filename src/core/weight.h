@@ -17,8 +17,6 @@ enum class WeightFormat : uint8_t {
   Fp8Row,    // e4m3 [rows, cols] + e8m0 scale [rows, cols/32] (Engram tables)
 };
 
-const char* weight_format_name(WeightFormat f);
-
 // One weight as the kernels read it. 2-D weights are [rows = out, cols = in].
 struct Weight {
   std::string name;

@@ -15,16 +15,19 @@ namespace deepinfer {
 namespace fs = std::filesystem;
 
 std::string scale_name(const std::string& weight_name) {
-  const std::string suffix = ".weight";
-  if (weight_name.size() > suffix.size() &&
-      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0)
-    return weight_name.substr(0, weight_name.size() - suffix.size()) + ".scale";
+  if (weight_name.size() > 7 && weight_name.ends_with(".weight"))
+    return weight_name.substr(0, weight_name.size() - 7) + ".scale";
   return weight_name + ".scale";
 }
 
 // --- schema ---
 
-std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end) {
+namespace {
+
+// The schema and, when `ck` is given, the slot of it each tensor binds into (`slots`, in schema
+// order; `ck->layers` is sized here).
+std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int expert_end,
+                               Checkpoint* ck, std::vector<Weight*>* slots) {
   if (expert_end < 0) expert_end = c.n_routed_experts;
   const auto roles = layer_roles(c);
   const int64_t D = c.dim, M = c.hc_mult, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
@@ -36,69 +39,87 @@ std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin
   const WF dense = c.dtype == "fp8" ? WF::Fp8Block : WF::BF16;
   const WF expert = c.expert_dtype == "fp4" ? WF::Fp4Row : dense;
   std::vector<TensorSpec> s;
-  auto add = [&](std::string name, SK k, WF f, Shape shape) {
+  Weight scratch;  // the slot of every tensor when there is no checkpoint
+  LayerWeights scratch_layer;
+  auto add = [&](std::string name, SK k, WF f, Shape shape, Weight& slot) {
     s.push_back({std::move(name), k, f, shape});
+    if (slots) slots->push_back(&slot);
   };
-  add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D});
+  add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D}, ck ? ck->embed : scratch);
+  if (ck) ck->layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& r = roles[size_t(l)];
     const std::string p = "layers." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D});
-    add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D});
+    LayerWeights& L = ck ? ck->layers[size_t(l)] : scratch_layer;
+    L.experts.resize(size_t(expert_end - expert_begin));
+    add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D}, L.attn_norm);
+    add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D}, L.ffn_norm);
     for (const char* part : {"attn", "ffn"}) {
-      add(p + "hc_" + part + "_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D});
-      add(p + "hc_" + part + "_base", SK::Fp32, WF::F32, {n_mix});
-      add(p + "hc_" + part + "_scale", SK::Fp32, WF::F32, {3});
+      const bool attn = part[0] == 'a';
+      add(p + "hc_" + part + "_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D},
+          attn ? L.hc_attn_fn : L.hc_ffn_fn);
+      add(p + "hc_" + part + "_base", SK::Fp32, WF::F32, {n_mix},
+          attn ? L.hc_attn_base : L.hc_ffn_base);
+      add(p + "hc_" + part + "_scale", SK::Fp32, WF::F32, {3},
+          attn ? L.hc_attn_scale : L.hc_ffn_scale);
     }
     const std::string a = p + "attn.";
-    add(a + "wq_a.weight", SK::QLinear, dense, {Q, D});
-    add(a + "q_norm.weight", SK::Bf16, WF::BF16, {Q});
-    add(a + "wq_b.weight", SK::QLinear, dense, {H * Dh, Q});
-    add(a + "wkv.weight", SK::QLinear, dense, {Dh, D});
-    add(a + "kv_norm.weight", SK::Bf16, WF::BF16, {Dh});
-    add(a + "attn_sink", SK::Fp32, WF::F32, {H});
-    add(a + "wo_a.weight", SK::Bf16Linear, dense, {G * Ro, H * Dh / G});
-    add(a + "wo_b.weight", SK::QLinear, dense, {D, G * Ro});
+    add(a + "wq_a.weight", SK::QLinear, dense, {Q, D}, L.wq_a);
+    add(a + "q_norm.weight", SK::Bf16, WF::BF16, {Q}, L.q_norm);
+    add(a + "wq_b.weight", SK::QLinear, dense, {H * Dh, Q}, L.wq_b);
+    add(a + "wkv.weight", SK::QLinear, dense, {Dh, D}, L.wkv);
+    add(a + "kv_norm.weight", SK::Bf16, WF::BF16, {Dh}, L.kv_norm);
+    add(a + "attn_sink", SK::Fp32, WF::F32, {H}, L.attn_sink);
+    add(a + "wo_a.weight", SK::Bf16Linear, dense, {G * Ro, H * Dh / G}, L.wo_a);
+    add(a + "wo_b.weight", SK::QLinear, dense, {D, G * Ro}, L.wo_b);
     if (r.kv_source) {
       const SK cmp = r.ratio > 1 ? SK::Fp32Linear : SK::Bf16Linear;
-      add(a + "compressor.wkv.weight", cmp, WF::BF16, {Dh, D});
-      if (r.ratio > 1) add(a + "compressor.wgate.weight", cmp, WF::BF16, {Dh, D});
-      add(a + "compressor.norm.weight", SK::Bf16, WF::BF16, {Dh});
+      add(a + "compressor.wkv.weight", cmp, WF::BF16, {Dh, D}, L.cmp_wkv);
+      if (r.ratio > 1) add(a + "compressor.wgate.weight", cmp, WF::BF16, {Dh, D}, L.cmp_wgate);
+      add(a + "compressor.norm.weight", SK::Bf16, WF::BF16, {Dh}, L.cmp_norm);
     }
     if (r.index_source) {
-      add(a + "indexer.wq_b.weight", SK::QLinear, dense, {c.index_n_heads * c.index_head_dim, Q});
-      add(a + "indexer.weights_proj.weight", SK::Bf16Linear, WF::BF16, {c.index_n_heads, D});
+      add(a + "indexer.wq_b.weight", SK::QLinear, dense, {c.index_n_heads * c.index_head_dim, Q},
+          L.idx_wq_b);
+      add(a + "indexer.weights_proj.weight", SK::Bf16Linear, WF::BF16, {c.index_n_heads, D},
+          L.idx_weights_proj);
       if (r.key_owner) {
-        add(a + "indexer.wk.weight", SK::Bf16Linear, WF::BF16, {c.index_head_dim, Dh});
-        add(a + "indexer.k_norm.weight", SK::Bf16, WF::BF16, {c.index_head_dim});
+        add(a + "indexer.wk.weight", SK::Bf16Linear, WF::BF16, {c.index_head_dim, Dh}, L.idx_wk);
+        add(a + "indexer.k_norm.weight", SK::Bf16, WF::BF16, {c.index_head_dim}, L.idx_k_norm);
       }
     }
     const std::string f = p + "ffn.";
-    add(f + "gate.weight", SK::Bf16, WF::BF16, {c.n_routed_experts, D});
-    add(f + "gate.bias", SK::Fp32, WF::F32, {c.n_routed_experts});
-    for (int e = expert_begin; e < expert_end; ++e) {
-      const std::string x = f + "experts." + std::to_string(e) + ".";
-      add(x + "w1.weight", SK::QLinear, expert, {F, D});
-      add(x + "w2.weight", SK::QLinear, expert, {D, F});
-      add(x + "w3.weight", SK::QLinear, expert, {F, D});
-    }
-    add(f + "shared_experts.w1.weight", SK::QLinear, dense, {F, D});
-    add(f + "shared_experts.w2.weight", SK::QLinear, dense, {D, F});
-    add(f + "shared_experts.w3.weight", SK::QLinear, dense, {F, D});
+    add(f + "gate.weight", SK::Bf16, WF::BF16, {c.n_routed_experts, D}, L.gate);
+    add(f + "gate.bias", SK::Fp32, WF::F32, {c.n_routed_experts}, L.gate_bias);
+    auto add_expert = [&](const std::string& x, WF format, ExpertWeights& e) {
+      add(x + "w1.weight", SK::QLinear, format, {F, D}, e.w1);
+      add(x + "w2.weight", SK::QLinear, format, {D, F}, e.w2);
+      add(x + "w3.weight", SK::QLinear, format, {F, D}, e.w3);
+    };
+    for (int e = expert_begin; e < expert_end; ++e)
+      add_expert(f + "experts." + std::to_string(e) + ".", expert,
+                 L.experts[size_t(e - expert_begin)]);
+    add_expert(f + "shared_experts.", dense, L.shared);
     const int z = c.engram_index(l);
     if (z >= 0) {
       const std::string e = p + "engram.";
       add(e + "embed.weight", SK::Fp8Table, WF::Fp8Row,
-          {c.engram_num_embeddings[size_t(z)], c.engram_head_dim});
+          {c.engram_num_embeddings[size_t(z)], c.engram_head_dim}, L.engram_table);
       add(e + "wkv.weight", SK::QLinear, dense,
-          {(M + 1) * D, c.engram_columns() * c.engram_head_dim});
-      add(e + "q_weight", SK::Bf16, WF::BF16, {M, D});
-      add(e + "k_weight", SK::Bf16, WF::BF16, {M, D});
+          {(M + 1) * D, c.engram_columns() * c.engram_head_dim}, L.engram_wkv);
+      add(e + "q_weight", SK::Bf16, WF::BF16, {M, D}, L.engram_q);
+      add(e + "k_weight", SK::Bf16, WF::BF16, {M, D}, L.engram_k);
     }
   }
-  add("norm.weight", SK::Bf16, WF::BF16, {D});
-  add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D});
+  add("norm.weight", SK::Bf16, WF::BF16, {D}, ck ? ck->norm : scratch);
+  add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, ck ? ck->head : scratch);
   return s;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end) {
+  return schema(c, expert_begin, expert_end, nullptr, nullptr);
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
@@ -139,7 +160,12 @@ bool is_skipped_part(const std::string& name) {
   for (const char* p : {"mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline"})
     if (name.rfind(p, 0) == 0) return true;
   const std::string vl = ".ffn.gate.bias_vl";  // router bias for image tokens
-  return name.size() > vl.size() && name.compare(name.size() - vl.size(), vl.size(), vl) == 0;
+  return name.size() > vl.size() && name.ends_with(vl);
+}
+
+// The slot kinds whose weights may be stored quantized, with a `.scale` tensor.
+bool takes_scale(SlotKind k) {
+  return k == SlotKind::QLinear || k == SlotKind::Bf16Linear || k == SlotKind::Fp8Table;
 }
 
 std::string describe(const TensorInfo& t) {
@@ -168,10 +194,6 @@ const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::st
   owned.push_back(std::move(out));
   return owned.back().data();
 }
-
-}  // namespace
-
-namespace {
 
 bool is_float(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
@@ -253,24 +275,18 @@ const void* Checkpoint::convert(const TensorInfo& t, DType want) {
 // input is quantized.
 Weight Checkpoint::bind(const TensorSpec& spec) {
   const TensorInfo* t = store_->find(spec.name);
-  DI_REQUIRE(t, dir_, ": missing tensor '", spec.name, "' (", accepted_forms(spec.kind, spec.shape),
-             ")");
+  DI_CHECK(t, spec.name);  // load() checked that every schema tensor is present
   Weight w;
   w.name = spec.name;
   w.shape = spec.shape;
   const bool matrix = spec.shape.ndim == 2;
-  const bool takes_scale = spec.kind == SlotKind::QLinear || spec.kind == SlotKind::Bf16Linear ||
-                           spec.kind == SlotKind::Fp8Table;
-  const TensorInfo* st = takes_scale ? store_->find(scale_name(spec.name)) : nullptr;
+  const SlotKind k = spec.kind;
+  const TensorInfo* st = takes_scale(k) ? store_->find(scale_name(spec.name)) : nullptr;
   const bool fp8 = t->dtype == DType::E4M3 && t->shape == spec.shape;
   const bool fp4 = matrix && ((t->dtype == DType::E2M1 && t->shape == spec.shape) ||
                               ((t->dtype == DType::I8 || t->dtype == DType::U8) &&
                                t->shape == Shape{spec.shape[0], spec.shape[1] / 2}));
   const bool flt = is_float(t->dtype) && t->shape == spec.shape;
-  auto refuse = [&] {
-    throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ",
-                        accepted_forms(spec.kind, spec.shape)));
-  };
   auto scales = [&](WeightFormat f) {
     const Shape ss = f == WeightFormat::Fp8Block ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
                                                  : Shape{w.rows(), w.cols() / 32};
@@ -281,50 +297,30 @@ Weight Checkpoint::bind(const TensorSpec& spec) {
     w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
     w.scale_cols = ss[1];
   };
-  auto as_float = [&](DType want) {  // want: F32 or BF16; other float dtypes are converted
-    w.format = want == DType::F32 ? WeightFormat::F32 : WeightFormat::BF16;
-    w.data = t->dtype == want ? t->data : convert(*t, want);
-  };
   if (flt && st)
     throw Error(str_cat(dir_, ": tensor '", scale_name(spec.name), "' scales '", spec.name,
                         "', which is stored ", describe(*t),
                         ": only fp8/fp4 weights carry scales (expected ",
                         accepted_forms(spec.kind, spec.shape), ")"));
-  switch (spec.kind) {
-    case SlotKind::QLinear:
-      if (fp8 || fp4) {
-        scales(fp8 ? WeightFormat::Fp8Block : WeightFormat::Fp4Row);
-        w.quant_input = true;
-      } else if (flt) {  // the reference's F.linear on the stored values
-        as_float(t->dtype == DType::BF16 ? DType::BF16 : DType::F32);
-      } else {
-        refuse();
-      }
-      break;
-    case SlotKind::Bf16Linear:
-      if (fp8)
-        scales(WeightFormat::Fp8Block);  // e4m3 x 2^k: exact in bf16, no input quantization
-      else if (flt)
-        as_float(DType::BF16);
-      else
-        refuse();
-      break;
-    case SlotKind::Fp32Linear:
-      if (!flt) refuse();
-      as_float(t->dtype == DType::BF16 ? DType::BF16 : DType::F32);  // bf16 widens exactly
-      break;
-    case SlotKind::Fp32:
-      if (!flt) refuse();
-      as_float(DType::F32);
-      break;
-    case SlotKind::Bf16:
-      if (!flt) refuse();
-      as_float(DType::BF16);
-      break;
-    case SlotKind::Fp8Table:
-      if (!fp8) refuse();
-      scales(WeightFormat::Fp8Row);
-      break;
+  if (fp8 && takes_scale(k)) {
+    // In a Bf16Linear, e4m3 x 2^k is exact in bf16: no input quantization.
+    scales(k == SlotKind::Fp8Table ? WeightFormat::Fp8Row : WeightFormat::Fp8Block);
+    w.quant_input = k == SlotKind::QLinear;
+  } else if (fp4 && k == SlotKind::QLinear) {
+    scales(WeightFormat::Fp4Row);
+    w.quant_input = true;
+  } else if (flt && k != SlotKind::Fp8Table) {
+    // Stored bf16 stays bf16 where the slot computes on the stored values (QLinear: the
+    // reference's F.linear) or widens exactly (Fp32Linear).
+    const bool keep_bf16 =
+        t->dtype == DType::BF16 && (k == SlotKind::QLinear || k == SlotKind::Fp32Linear);
+    const bool bf16 = k == SlotKind::Bf16 || k == SlotKind::Bf16Linear || keep_bf16;
+    const DType want = bf16 ? DType::BF16 : DType::F32;  // other float dtypes are converted
+    w.format = bf16 ? WeightFormat::BF16 : WeightFormat::F32;
+    w.data = t->dtype == want ? t->data : convert(*t, want);
+  } else {
+    throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ",
+                        accepted_forms(k, spec.shape)));
   }
   return w;
 }
@@ -347,9 +343,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
   std::set<std::string> known;
   for (const auto& s : all) {
     known.insert(s.name);
-    if (s.kind == SlotKind::QLinear || s.kind == SlotKind::Bf16Linear ||
-        s.kind == SlotKind::Fp8Table)
-      known.insert(scale_name(s.name));
+    if (takes_scale(s.kind)) known.insert(scale_name(s.name));
   }
   std::vector<std::string> unexpected;
   for (const std::string& name : ck->store_->names()) {
@@ -371,90 +365,16 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
     DI_REQUIRE(ck->store_->find(s.name), dir, ": missing tensor '", s.name, "' (",
                accepted_forms(s.kind, s.shape), ")");
 
-  // Bind in schema order.
-  const std::vector<TensorSpec> mine = checkpoint_schema(c, ck->expert_begin, ck->expert_end);
-  ck->layers.resize(size_t(c.n_layers));
-  for (auto& L : ck->layers) L.experts.resize(size_t(ck->expert_end - ck->expert_begin));
-  for (const TensorSpec& s : mine) {
-    Weight w = ck->bind(s);
-    ck->bound_bytes += w.nbytes();
+  // Bind in schema order, each tensor into its slot.
+  std::vector<Weight*> slots;
+  const std::vector<TensorSpec> mine =
+      schema(c, ck->expert_begin, ck->expert_end, ck.get(), &slots);
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const TensorSpec& s = mine[i];
+    *slots[i] = ck->bind(s);
+    ck->bound_bytes += slots[i]->nbytes();
     ck->forms.push_back({s.name, s.kind, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
-                         loaded_form(s.kind, w)});
-    const std::string& n = s.name;
-    if (n == "embed.weight")
-      ck->embed = w;
-    else if (n == "norm.weight")
-      ck->norm = w;
-    else if (n == "head.weight")
-      ck->head = w;
-    else {
-      // layers.<l>.<rest>
-      const size_t dot = n.find('.', 7);
-      const int l = std::stoi(n.substr(7, dot - 7));
-      const std::string rest = n.substr(dot + 1);
-      LayerWeights& L = ck->layers[size_t(l)];
-      static const std::pair<const char*, Weight LayerWeights::*> kSlots[] = {
-          {"attn_norm.weight", &LayerWeights::attn_norm},
-          {"ffn_norm.weight", &LayerWeights::ffn_norm},
-          {"hc_attn_fn", &LayerWeights::hc_attn_fn},
-          {"hc_attn_base", &LayerWeights::hc_attn_base},
-          {"hc_attn_scale", &LayerWeights::hc_attn_scale},
-          {"hc_ffn_fn", &LayerWeights::hc_ffn_fn},
-          {"hc_ffn_base", &LayerWeights::hc_ffn_base},
-          {"hc_ffn_scale", &LayerWeights::hc_ffn_scale},
-          {"attn.wq_a.weight", &LayerWeights::wq_a},
-          {"attn.q_norm.weight", &LayerWeights::q_norm},
-          {"attn.wq_b.weight", &LayerWeights::wq_b},
-          {"attn.wkv.weight", &LayerWeights::wkv},
-          {"attn.kv_norm.weight", &LayerWeights::kv_norm},
-          {"attn.attn_sink", &LayerWeights::attn_sink},
-          {"attn.wo_a.weight", &LayerWeights::wo_a},
-          {"attn.wo_b.weight", &LayerWeights::wo_b},
-          {"attn.compressor.wkv.weight", &LayerWeights::cmp_wkv},
-          {"attn.compressor.wgate.weight", &LayerWeights::cmp_wgate},
-          {"attn.compressor.norm.weight", &LayerWeights::cmp_norm},
-          {"attn.indexer.wq_b.weight", &LayerWeights::idx_wq_b},
-          {"attn.indexer.weights_proj.weight", &LayerWeights::idx_weights_proj},
-          {"attn.indexer.wk.weight", &LayerWeights::idx_wk},
-          {"attn.indexer.k_norm.weight", &LayerWeights::idx_k_norm},
-          {"ffn.gate.weight", &LayerWeights::gate},
-          {"ffn.gate.bias", &LayerWeights::gate_bias},
-          {"engram.embed.weight", &LayerWeights::engram_table},
-          {"engram.wkv.weight", &LayerWeights::engram_wkv},
-          {"engram.q_weight", &LayerWeights::engram_q},
-          {"engram.k_weight", &LayerWeights::engram_k},
-      };
-      bool placed = false;
-      for (const auto& [key, slot] : kSlots)
-        if (rest == key) {
-          L.*slot = w;
-          placed = true;
-          break;
-        }
-      if (!placed) {
-        // Experts: ffn.experts.<e>.wN.weight and ffn.shared_experts.wN.weight.
-        ExpertWeights* ex = nullptr;
-        std::string tail;
-        if (rest.rfind("ffn.shared_experts.", 0) == 0) {
-          ex = &L.shared;
-          tail = rest.substr(19);
-        } else if (rest.rfind("ffn.experts.", 0) == 0) {
-          const size_t d2 = rest.find('.', 12);
-          const int e = std::stoi(rest.substr(12, d2 - 12));
-          ex = &L.experts[size_t(e - ck->expert_begin)];
-          tail = rest.substr(d2 + 1);
-        }
-        DI_CHECK(ex, "schema tensor without a slot: ", n);
-        if (tail == "w1.weight")
-          ex->w1 = w;
-        else if (tail == "w2.weight")
-          ex->w2 = w;
-        else if (tail == "w3.weight")
-          ex->w3 = w;
-        else
-          DI_CHECK(false, "schema tensor without a slot: ", n);
-      }
-    }
+                         loaded_form(s.kind, *slots[i])});
   }
   return ck;
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -126,21 +127,10 @@ const json* lookup(const json& obj, const std::string& path) {
   }
 }
 
-std::string type_name(const FieldPtr& p) {
-  switch (p.index()) {
-    case 0:
-    case 1:
-      return "an integer";
-    case 2:
-      return "a number";
-    case 3:
-      return "a boolean";
-    case 4:
-      return "a string";
-    default:
-      return "a list of integers";
-  }
-}
+// What a field of each FieldPtr alternative expects, for errors.
+const char* const kTypeNames[] = {"an integer",        "an integer", "a number",
+                                  "a boolean",         "a string",   "a list of integers",
+                                  "a list of integers"};
 
 // A JSON value for an error message. Nested containers are only named: dump() recurses once
 // per nesting level, and a hostile file can nest millions of levels deep.
@@ -161,7 +151,7 @@ std::string show(const json& v) {
 
 void assign(ModelConfig& c, const Field& f, const json& v, const std::string& where) {
   auto bad = [&] {
-    throw Error(str_cat(where, ": expected ", type_name(f.ptr), ", got ", show(v)));
+    throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show(v)));
   };
   auto as_int = [&](const json& x) -> int64_t {
     // Unsigned values past int64 would wrap; floats past it would make the cast undefined.
@@ -209,7 +199,7 @@ void assign(ModelConfig& c, const Field& f, const json& v, const std::string& wh
 
 }  // namespace
 
-ModelConfig ModelConfig::parse(const std::string& text, const std::string& label) {
+ModelConfig ModelConfig::parse(const std::string& text, const std::string& label, bool validate) {
   json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   DI_REQUIRE(!root.is_discarded(), label, ": not valid JSON");
   DI_REQUIRE(root.is_object(), label, ": expected a JSON object");
@@ -272,7 +262,7 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
     }
     if (!lookup(src, "rope_scaling") && !lookup(src, "original_seq_len")) c.original_seq_len = 0;
   }
-  c.validate(label);
+  if (validate) c.validate(label);
   return c;
 }
 
@@ -295,10 +285,6 @@ std::string ModelConfig::to_json() const {
   return j.dump(2) + "\n";
 }
 
-bool ModelConfig::is_engram_layer(int layer) const {
-  return engram_index(layer) >= 0;
-}
-
 int ModelConfig::engram_index(int layer) const {
   for (size_t z = 0; z < engram_layer_ids.size(); ++z)
     if (engram_layer_ids[z] == layer) return int(z);
@@ -309,6 +295,16 @@ int ModelConfig::engram_index(int layer) const {
 
 namespace {
 
+// The value of the integer field with reference key `ref`.
+int64_t int_field(const ModelConfig& c, const char* ref) {
+  for (const Field& f : kFields) {
+    if (std::strcmp(f.ref, ref) != 0) continue;
+    if (auto p = std::get_if<int ModelConfig::*>(&f.ptr)) return c.**p;
+    return c.*std::get<int64_t ModelConfig::*>(f.ptr);
+  }
+  DI_CHECK(false, "no config field ", ref);
+}
+
 void require_positive(const std::string& label, const char* name, int64_t v) {
   DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
 }
@@ -316,7 +312,6 @@ void require_mult(const std::string& label, const char* name, int64_t v, int64_t
                   const char* why) {
   DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
 }
-std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label);
 
 void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
                         int n_layers) {
@@ -327,124 +322,6 @@ void require_layer_list(const std::string& label, const char* name, const std::v
                v[i - 1], " then ", v[i]);
   }
 }
-
-}  // namespace
-
-void ModelConfig::validate(const std::string& label) const {
-  require_positive(label, "vocab_size", vocab_size);
-  require_positive(label, "dim", dim);
-  require_positive(label, "n_layers", n_layers);
-  require_positive(label, "n_heads", n_heads);
-  require_positive(label, "moe_inter_dim", moe_inter_dim);
-  require_positive(label, "q_lora_rank", q_lora_rank);
-  require_positive(label, "head_dim", head_dim);
-  require_positive(label, "o_lora_rank", o_lora_rank);
-  require_positive(label, "o_groups", o_groups);
-  require_positive(label, "window_size", window_size);
-  require_positive(label, "hc_mult", hc_mult);
-  require_positive(label, "hc_sinkhorn_iters", hc_sinkhorn_iters);
-  require_positive(label, "n_routed_experts", n_routed_experts);
-  require_positive(label, "n_activated_experts", n_activated_experts);
-  DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
-  DI_REQUIRE(dtype == "fp8" || dtype == "bf16", label, ": dtype = '", dtype,
-             "' must be \"fp8\" or \"bf16\"");
-  DI_REQUIRE(expert_dtype == "fp4" || expert_dtype.empty(), label, ": expert_dtype = '",
-             expert_dtype, "' must be \"fp4\" or null (experts stored as dtype)");
-  DI_REQUIRE(score_func == "sqrtsoftplus", label, ": score_func '", score_func,
-             "' is not supported (V4.1 uses sqrtsoftplus)");
-  DI_REQUIRE(gate_temp > 0, label, ": gate_temp must be > 0");
-  DI_REQUIRE(n_shared_experts == 1, label, ": n_shared_experts must be 1, got ", n_shared_experts);
-  DI_REQUIRE(n_activated_experts <= n_routed_experts, label, ": n_activated_experts (",
-             n_activated_experts, ") exceeds n_routed_experts (", n_routed_experts, ")");
-  const char* q = "quantized linear inputs are blocks of 32";
-  require_mult(label, "dim", dim, 32, q);
-  require_mult(label, "q_lora_rank", q_lora_rank, 32, q);
-  require_mult(label, "moe_inter_dim", moe_inter_dim, 32, q);
-  // wo_b's input: the groups' outputs side by side, quantized in blocks across group boundaries.
-  DI_REQUIRE(int64_t(o_groups) * o_lora_rank % 32 == 0, label,
-             ": o_groups * o_lora_rank = ", o_groups, " * ", o_lora_rank, " = ",
-             int64_t(o_groups) * o_lora_rank,
-             " must be a multiple of 32 (wo_b's quantized input is blocks of 32)");
-  require_mult(label, "head_dim", head_dim, 32, "fp8 window KV blocks of 32");
-  DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
-             ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
-             "]");
-  // The attention output [H * Dh] splits into o_groups groups, each wo_a's input; the kernels read
-  // a linear's input in blocks of 32, which G | H always gives (Dh is a multiple of 32).
-  DI_REQUIRE(int64_t(n_heads) * head_dim % o_groups == 0, label, ": o_groups = ", o_groups,
-             " must divide n_heads * head_dim = ", int64_t(n_heads) * head_dim);
-  DI_REQUIRE(int64_t(n_heads) * head_dim / o_groups % 32 == 0, label,
-             ": n_heads * head_dim / o_groups = ", int64_t(n_heads) * head_dim / o_groups,
-             " (wo_a's input width) must be a multiple of 32");
-  DI_REQUIRE(norm_eps >= 0 && hc_eps >= 0, label, ": norm_eps and hc_eps must be >= 0");
-  DI_REQUIRE(swiglu_limit >= 0, label, ": swiglu_limit must be >= 0");
-  DI_REQUIRE(rope_theta > 0 && compress_rope_theta > 0, label, ": rope thetas must be > 0");
-  DI_REQUIRE(original_seq_len >= 0, label, ": original_seq_len must be >= 0");
-  if (original_seq_len > 0)
-    DI_REQUIRE(rope_factor > 0 && beta_fast > 0 && beta_slow > 0, label,
-               ": YaRN needs rope_factor, beta_fast and beta_slow > 0");
-
-  const size_t n_all = size_t(n_layers) + size_t(n_mtp_layers);  // no int overflow
-  DI_REQUIRE(compress_ratios.size() == n_all, label, ": compress_ratios has ",
-             compress_ratios.size(), " entries, expected n_layers + n_mtp_layers = ", n_all);
-  for (size_t l = 0; l < n_all; ++l) {
-    DI_REQUIRE(compress_ratios[l] >= 0, label, ": compress_ratios[", l, "] must be >= 0");
-    DI_REQUIRE(l < size_t(n_layers) || compress_ratios[l] == 0, label, ": compress_ratios[", l,
-               "] (a DSpark layer) must be 0");
-  }
-  require_layer_list(label, "kv_source_layers", kv_source_layers, n_layers);
-  require_layer_list(label, "index_source_layers", index_source_layers, n_layers);
-  for (int l : kv_source_layers)
-    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": kv_source_layers lists layer ", l,
-               " whose compress ratio is 0");
-  for (int l : index_source_layers)
-    DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": index_source_layers lists layer ", l,
-               " whose compress ratio is 0");
-  const bool any_compressed =
-      std::any_of(compress_ratios.begin(), compress_ratios.end(), [](int r) { return r > 0; });
-  if (any_compressed) {
-    require_positive(label, "index_n_heads", index_n_heads);
-    require_positive(label, "index_topk", index_topk);
-    require_mult(label, "index_head_dim", index_head_dim, 32, "fp4 index blocks of 32");
-    DI_REQUIRE(index_head_dim >= rope_head_dim, label, ": index_head_dim (", index_head_dim,
-               ") must be >= rope_head_dim (", rope_head_dim, ")");
-    require_mult(label, "head_dim", head_dim, 16, "fp4 compressed-KV blocks of 16");
-  }
-  if (candidate_source_layer >= 0) {
-    DI_REQUIRE(candidate_source_layer < n_layers, label,
-               ": candidate_source_layer = ", candidate_source_layer, " is not a backbone layer");
-    require_positive(label, "candidate_block_size", candidate_block_size);
-    require_positive(label, "candidate_topk_blocks", candidate_topk_blocks);
-    DI_REQUIRE(int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1 >= index_topk, label,
-               ": (candidate_topk_blocks - 1) * candidate_block_size + 1 = ",
-               int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1,
-               " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
-  }
-  // Roles check the sharing structure (who reads whose KV, keys and top-k).
-  (void)derive_roles(*this, label);
-
-  // Engram.
-  if (!engram_layer_ids.empty()) {
-    require_layer_list(label, "engram_layer_ids", engram_layer_ids, n_layers);
-    DI_REQUIRE(engram_num_embeddings.size() == engram_layer_ids.size(), label,
-               ": engram_num_embeddings has ", engram_num_embeddings.size(),
-               " entries, expected one per Engram layer (", engram_layer_ids.size(), ")");
-    for (size_t z = 0; z < engram_num_embeddings.size(); ++z)
-      require_positive(label, "engram_num_embeddings[]", engram_num_embeddings[z]);
-    DI_REQUIRE(engram_max_ngram_size >= 2, label, ": engram_max_ngram_size must be >= 2, got ",
-               engram_max_ngram_size);
-    require_positive(label, "engram_n_heads", engram_n_heads);
-    require_positive(label, "engram_vocab_size", engram_vocab_size);
-    require_positive(label, "engram_compressed_vocab_size", engram_compressed_vocab_size);
-    DI_REQUIRE(engram_head_dim > 0 && engram_head_dim % 32 == 0, label,
-               ": engram_head_dim = ", engram_head_dim,
-               " must be a positive multiple of 32 (fp8 table blocks)");
-    DI_REQUIRE(engram_pad_id >= 0 && engram_pad_id < vocab_size, label,
-               ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
-  }
-}
-
-namespace {
 
 std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label) {
   std::vector<LayerRole> roles(size_t(c.n_layers));
@@ -504,6 +381,110 @@ std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& lab
 }
 
 }  // namespace
+
+void ModelConfig::validate(const std::string& label) const {
+  for (const char* name :
+       {"vocab_size", "dim", "n_layers", "n_heads", "moe_inter_dim", "q_lora_rank", "head_dim",
+        "o_lora_rank", "o_groups", "window_size", "hc_mult", "hc_sinkhorn_iters",
+        "n_routed_experts", "n_activated_experts"})
+    require_positive(label, name, int_field(*this, name));
+  DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
+  DI_REQUIRE(dtype == "fp8" || dtype == "bf16", label, ": dtype = '", dtype,
+             "' must be \"fp8\" or \"bf16\"");
+  DI_REQUIRE(expert_dtype == "fp4" || expert_dtype.empty(), label, ": expert_dtype = '",
+             expert_dtype, "' must be \"fp4\" or null (experts stored as dtype)");
+  DI_REQUIRE(score_func == "sqrtsoftplus", label, ": score_func '", score_func,
+             "' is not supported (V4.1 uses sqrtsoftplus)");
+  DI_REQUIRE(gate_temp > 0, label, ": gate_temp must be > 0");
+  DI_REQUIRE(n_shared_experts == 1, label, ": n_shared_experts must be 1, got ", n_shared_experts);
+  DI_REQUIRE(n_activated_experts <= n_routed_experts, label, ": n_activated_experts (",
+             n_activated_experts, ") exceeds n_routed_experts (", n_routed_experts, ")");
+  const char* q = "quantized linear inputs are blocks of 32";
+  require_mult(label, "dim", dim, 32, q);
+  require_mult(label, "q_lora_rank", q_lora_rank, 32, q);
+  require_mult(label, "moe_inter_dim", moe_inter_dim, 32, q);
+  // wo_b's input: the groups' outputs side by side, quantized in blocks across group boundaries.
+  DI_REQUIRE(int64_t(o_groups) * o_lora_rank % 32 == 0, label,
+             ": o_groups * o_lora_rank = ", o_groups, " * ", o_lora_rank, " = ",
+             int64_t(o_groups) * o_lora_rank,
+             " must be a multiple of 32 (wo_b's quantized input is blocks of 32)");
+  require_mult(label, "head_dim", head_dim, 32, "fp8 window KV blocks of 32");
+  DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
+             ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
+             "]");
+  // The attention output [H * Dh] splits into o_groups groups, each wo_a's input; the kernels read
+  // a linear's input in blocks of 32, which G | H always gives (Dh is a multiple of 32).
+  DI_REQUIRE(int64_t(n_heads) * head_dim % o_groups == 0, label, ": o_groups = ", o_groups,
+             " must divide n_heads * head_dim = ", int64_t(n_heads) * head_dim);
+  DI_REQUIRE(int64_t(n_heads) * head_dim / o_groups % 32 == 0, label,
+             ": n_heads * head_dim / o_groups = ", int64_t(n_heads) * head_dim / o_groups,
+             " (wo_a's input width) must be a multiple of 32");
+  DI_REQUIRE(norm_eps >= 0 && hc_eps >= 0, label, ": norm_eps and hc_eps must be >= 0");
+  DI_REQUIRE(swiglu_limit >= 0, label, ": swiglu_limit must be >= 0");
+  DI_REQUIRE(rope_theta > 0 && compress_rope_theta > 0, label, ": rope thetas must be > 0");
+  DI_REQUIRE(original_seq_len >= 0, label, ": original_seq_len must be >= 0");
+  if (original_seq_len > 0)
+    DI_REQUIRE(rope_factor > 0 && beta_fast > 0 && beta_slow > 0, label,
+               ": YaRN needs rope_factor, beta_fast and beta_slow > 0");
+
+  const size_t n_all = size_t(n_layers) + size_t(n_mtp_layers);  // no int overflow
+  DI_REQUIRE(compress_ratios.size() == n_all, label, ": compress_ratios has ",
+             compress_ratios.size(), " entries, expected n_layers + n_mtp_layers = ", n_all);
+  for (size_t l = 0; l < n_all; ++l) {
+    DI_REQUIRE(compress_ratios[l] >= 0, label, ": compress_ratios[", l, "] must be >= 0");
+    DI_REQUIRE(l < size_t(n_layers) || compress_ratios[l] == 0, label, ": compress_ratios[", l,
+               "] (a DSpark layer) must be 0");
+  }
+  for (const auto& [name, list] : {std::pair{"kv_source_layers", &kv_source_layers},
+                                   std::pair{"index_source_layers", &index_source_layers}}) {
+    require_layer_list(label, name, *list, n_layers);
+    for (int l : *list)
+      DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": ", name, " lists layer ", l,
+                 " whose compress ratio is 0");
+  }
+  const bool any_compressed =
+      std::any_of(compress_ratios.begin(), compress_ratios.end(), [](int r) { return r > 0; });
+  if (any_compressed) {
+    require_positive(label, "index_n_heads", index_n_heads);
+    require_positive(label, "index_topk", index_topk);
+    require_mult(label, "index_head_dim", index_head_dim, 32, "fp4 index blocks of 32");
+    DI_REQUIRE(index_head_dim >= rope_head_dim, label, ": index_head_dim (", index_head_dim,
+               ") must be >= rope_head_dim (", rope_head_dim, ")");
+    require_mult(label, "head_dim", head_dim, 16, "fp4 compressed-KV blocks of 16");
+  }
+  if (candidate_source_layer >= 0) {
+    DI_REQUIRE(candidate_source_layer < n_layers, label,
+               ": candidate_source_layer = ", candidate_source_layer, " is not a backbone layer");
+    require_positive(label, "candidate_block_size", candidate_block_size);
+    require_positive(label, "candidate_topk_blocks", candidate_topk_blocks);
+    DI_REQUIRE(int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1 >= index_topk, label,
+               ": (candidate_topk_blocks - 1) * candidate_block_size + 1 = ",
+               int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1,
+               " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
+  }
+  // Roles check the sharing structure (who reads whose KV, keys and top-k).
+  (void)derive_roles(*this, label);
+
+  // Engram.
+  if (!engram_layer_ids.empty()) {
+    require_layer_list(label, "engram_layer_ids", engram_layer_ids, n_layers);
+    DI_REQUIRE(engram_num_embeddings.size() == engram_layer_ids.size(), label,
+               ": engram_num_embeddings has ", engram_num_embeddings.size(),
+               " entries, expected one per Engram layer (", engram_layer_ids.size(), ")");
+    for (size_t z = 0; z < engram_num_embeddings.size(); ++z)
+      require_positive(label, "engram_num_embeddings[]", engram_num_embeddings[z]);
+    DI_REQUIRE(engram_max_ngram_size >= 2, label, ": engram_max_ngram_size must be >= 2, got ",
+               engram_max_ngram_size);
+    require_positive(label, "engram_n_heads", engram_n_heads);
+    require_positive(label, "engram_vocab_size", engram_vocab_size);
+    require_positive(label, "engram_compressed_vocab_size", engram_compressed_vocab_size);
+    DI_REQUIRE(engram_head_dim > 0 && engram_head_dim % 32 == 0, label,
+               ": engram_head_dim = ", engram_head_dim,
+               " must be a positive multiple of 32 (fp8 table blocks)");
+    DI_REQUIRE(engram_pad_id >= 0 && engram_pad_id < vocab_size, label,
+               ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
+  }
+}
 
 std::vector<LayerRole> layer_roles(const ModelConfig& c) {
   return derive_roles(c, "config");

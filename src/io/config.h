@@ -35,9 +35,9 @@ struct ModelConfig {
   int64_t o_lora_rank = 0;  // Ro
   int64_t window_size = 0;  // W
   // --- shared attention ---
-  std::vector<int> compress_ratios;  // n_layers + n_mtp_layers entries
-  std::vector<int> kv_source_layers;
-  std::vector<int> index_source_layers;
+  std::vector<int> compress_ratios = {};  // n_layers + n_mtp_layers entries
+  std::vector<int> kv_source_layers = {};
+  std::vector<int> index_source_layers = {};
   double compress_rope_theta = 160000;
   double rope_theta = 10000;
   int64_t original_seq_len = 0;  // YaRN switch (0 = off)
@@ -54,8 +54,8 @@ struct ModelConfig {
   int hc_sinkhorn_iters = 1;
   double hc_eps = 1e-6;
   // --- Engram ---
-  std::vector<int> engram_layer_ids;
-  std::vector<int64_t> engram_num_embeddings;
+  std::vector<int> engram_layer_ids = {};
+  std::vector<int64_t> engram_num_embeddings = {};
   int engram_max_ngram_size = 0;  // Ng
   int64_t engram_vocab_size = 0;  // prime search start
   int engram_n_heads = 0;         // Hh
@@ -74,7 +74,7 @@ struct ModelConfig {
   // --- DSpark draft head and vision (parsed and reported; not run by the text model) ---
   int dspark_block_size = 0;
   int64_t dspark_noise_token_id = -1;
-  std::vector<int> dspark_target_layer_ids;
+  std::vector<int> dspark_target_layer_ids = {};
   int dspark_markov_rank = 0;
   int dspark_n_routed_experts = 0;
   int dspark_n_activated_experts = 0;
@@ -88,8 +88,9 @@ struct ModelConfig {
 
   // Parses config text (flat or `text_config` form); `label` names the file in errors.
   // Unknown keys are ignored (configs carry many unrelated fields); missing required keys and
-  // wrongly typed values are errors. The result is validated.
-  static ModelConfig parse(const std::string& json_text, const std::string& label);
+  // wrongly typed values are errors. The result is validated unless `validate` is false.
+  static ModelConfig parse(const std::string& json_text, const std::string& label,
+                           bool validate = true);
   static ModelConfig load(const std::string& path);  // a config.json, or a directory holding one
   // The flat form (reference keys), as make-tiny writes it.
   std::string to_json() const;
@@ -98,7 +99,7 @@ struct ModelConfig {
   void validate(const std::string& label = "config") const;
 
   int compress_ratio(int layer) const { return compress_ratios[size_t(layer)]; }
-  bool is_engram_layer(int layer) const;
+  bool is_engram_layer(int layer) const { return engram_index(layer) >= 0; }
   int engram_index(int layer) const;                                                   // z, or -1
   int engram_columns() const { return (engram_max_ngram_size - 1) * engram_n_heads; }  // NC
 };

@@ -66,28 +66,22 @@ int64_t NpyArray::numel() const {
 
 template <typename T>
 static std::vector<T> convert(const NpyArray& a) {
-  const int64_t n = a.numel();
-  std::vector<T> out(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* p = a.bytes.data();
-    if (a.dtype == "f4") {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);
-      out[size_t(i)] = T(v);
-    } else if (a.dtype == "f8") {
-      double v;
-      std::memcpy(&v, p + 8 * i, 8);
-      out[size_t(i)] = T(v);
-    } else if (a.dtype == "i4") {
-      int32_t v;
-      std::memcpy(&v, p + 4 * i, 4);
-      out[size_t(i)] = T(v);
-    } else {
-      int64_t v;
-      std::memcpy(&v, p + 8 * i, 8);
-      out[size_t(i)] = T(v);
+  std::vector<T> out(size_t(a.numel()));
+  auto from = [&]<typename S>(S) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      S v;
+      std::memcpy(&v, a.bytes.data() + sizeof(S) * i, sizeof(S));
+      out[i] = T(v);
     }
-  }
+  };
+  if (a.dtype == "f4")
+    from(float());
+  else if (a.dtype == "f8")
+    from(double());
+  else if (a.dtype == "i4")
+    from(int32_t());
+  else
+    from(int64_t());
   return out;
 }
 
@@ -172,25 +166,11 @@ std::map<std::string, NpyArray> npz_read(const std::string& path) {
     uint64_t usize = le32(b + cd + 24);
     for (size_t xo = 0; xo + 4 <= xlen;) {
       const uint16_t id = le16(x + xo), sz = le16(x + xo + 2);
-      if (id == 1) {
-        size_t q = xo + 4;
-        auto u64 = [&](size_t at) {
-          uint64_t v = 0;
-          for (int i = 7; i >= 0; --i) v = (v << 8) | x[at + size_t(i)];
-          return v;
-        };
-        if (usize == 0xffffffffu) {
-          usize = u64(q);
-          q += 8;
-        }
-        if (csize == 0xffffffffu) {
-          csize = u64(q);
-          q += 8;
-        }
-        if (local == 0xffffffffu) {
-          local = u64(q);
-          q += 8;
-        }
+      size_t q = xo + 4;
+      for (uint64_t* field : {&usize, &csize, &local}) {
+        if (id != 1 || *field != 0xffffffffu) continue;
+        *field = uint64_t(le32(x + q)) | uint64_t(le32(x + q + 4)) << 32;
+        q += 8;
       }
       xo += 4 + sz;
     }

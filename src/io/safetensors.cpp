@@ -309,8 +309,6 @@ uint64_t TensorStore::total_bytes() const {
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
                             const void* data, uint64_t nbytes) {
-  DI_CHECK(nbytes == dtype_bytes(dtype, uint64_t(shape.numel())), "tensor ", name, " ", shape.str(),
-           " ", dtype_name(dtype), " given ", nbytes, " bytes");
   const uint8_t* p = static_cast<const uint8_t*>(data);
   add(name, dtype, shape, std::vector<uint8_t>(p, p + nbytes));
 }
@@ -342,15 +340,15 @@ void SafetensorsWriter::set_metadata(const std::string& key, const std::string& 
 
 namespace {
 
-void write_file(const std::string& path, const std::vector<const void*>& parts,
-                const std::vector<uint64_t>& sizes) {
+void write_file(const std::string& path,
+                const std::vector<std::pair<const void*, uint64_t>>& parts) {
   // Write to a temporary name and rename, so a reader never sees a half-written file.
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   DI_REQUIRE(f, path, ": cannot create: ", std::strerror(errno));
   bool ok = true;
-  for (size_t i = 0; i < parts.size() && ok; ++i)
-    ok = sizes[i] == 0 || std::fwrite(parts[i], 1, sizes[i], f) == sizes[i];
+  for (const auto& [data, size] : parts)
+    ok = ok && (size == 0 || std::fwrite(data, 1, size, f) == size);
   ok = (std::fclose(f) == 0) && ok;
   if (!ok) {
     std::remove(tmp.c_str());
@@ -367,25 +365,19 @@ void SafetensorsWriter::write(const std::string& path) const {
   if (!metadata_.empty()) h["__metadata__"] = metadata_;
   uint64_t off = 0;
   for (const auto& e : entries_) {
-    nlohmann::ordered_json t;
+    nlohmann::ordered_json& t = h[e.name];
     t["dtype"] = std::string(dtype_name(e.dtype));
-    std::vector<int64_t> shape(e.shape.dim, e.shape.dim + e.shape.ndim);
-    t["shape"] = shape;
+    t["shape"] = std::vector<int64_t>(e.shape.dim, e.shape.dim + e.shape.ndim);
     t["data_offsets"] = {off, off + e.bytes.size()};
     off += e.bytes.size();
-    h[e.name] = t;
   }
   std::string header = h.dump();
   while ((8 + header.size()) % 8) header.push_back(' ');
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  std::vector<const void*> parts = {len, header.data()};
-  std::vector<uint64_t> sizes = {8, header.size()};
-  for (const auto& e : entries_) {
-    parts.push_back(e.bytes.data());
-    sizes.push_back(e.bytes.size());
-  }
-  write_file(path, parts, sizes);
+  std::vector<std::pair<const void*, uint64_t>> parts = {{len, 8}, {header.data(), header.size()}};
+  for (const auto& e : entries_) parts.emplace_back(e.bytes.data(), e.bytes.size());
+  write_file(path, parts);
 }
 
 void write_safetensors_index(const std::string& dir,
@@ -393,12 +385,11 @@ void write_safetensors_index(const std::string& dir,
                              uint64_t total_size) {
   nlohmann::ordered_json index;
   index["metadata"] = {{"total_size", total_size}};
-  nlohmann::ordered_json wm = nlohmann::ordered_json::object();
+  nlohmann::ordered_json& wm = index["weight_map"] = nlohmann::ordered_json::object();
   for (const auto& [tensor, file] : weight_map) wm[tensor] = file;
-  index["weight_map"] = wm;
   const std::string text = index.dump(2) + "\n";
-  write_file((fs::path(dir) / "model.safetensors.index.json").string(), {text.data()},
-             {text.size()});
+  write_file((fs::path(dir) / "model.safetensors.index.json").string(),
+             {{text.data(), text.size()}});
 }
 
 void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard_bytes) const {

@@ -17,172 +17,86 @@ namespace fs = std::filesystem;
 
 // --- presets ---
 
+namespace {
+
+// Each preset's config.json (reference keys); keys not listed keep ModelConfig's defaults.
+const std::pair<const char*, const char*> kPresets[] = {
+    {"tiny", R"({"vocab_size": 129280, "dim": 64, "moe_inter_dim": 32, "n_layers": 8, "n_heads": 4,
+      "n_routed_experts": 8, "n_activated_experts": 2, "route_scale": 1.5, "swiglu_limit": 10.0,
+      "q_lora_rank": 64, "head_dim": 64, "rope_head_dim": 16, "o_groups": 2, "o_lora_rank": 32,
+      "window_size": 8, "compress_ratios": [0, 0, 2, 2, 1, 1, 1, 1], "kv_source_layers": [2, 4],
+      "index_source_layers": [2, 4, 6], "compress_rope_theta": 160000, "original_seq_len": 256,
+      "rope_factor": 4, "index_n_heads": 4, "index_head_dim": 32, "index_topk": 4,
+      "candidate_source_layer": 4, "candidate_topk_blocks": 3, "candidate_block_size": 2,
+      "hc_mult": 4, "hc_sinkhorn_iters": 20, "engram_layer_ids": [1, 4],
+      "engram_max_ngram_size": 3, "engram_vocab_size": 1000, "engram_n_heads": 2,
+      "engram_head_dim": 32})"},
+    {"tiny-b", R"({"vocab_size": 1000, "dim": 96, "moe_inter_dim": 64, "n_layers": 6, "n_heads": 2,
+      "n_routed_experts": 4, "n_activated_experts": 1, "route_scale": 2.0, "swiglu_limit": 0.0,
+      "q_lora_rank": 32, "head_dim": 32, "rope_head_dim": 8, "o_groups": 1, "o_lora_rank": 32,
+      "window_size": 5, "compress_ratios": [2, 2, 0, 1, 1, 1], "kv_source_layers": [0, 3],
+      "index_source_layers": [0, 3, 5], "compress_rope_theta": 50000, "original_seq_len": 0,
+      "rope_factor": 1, "index_n_heads": 2, "index_head_dim": 32, "index_topk": 3,
+      "candidate_source_layer": 3, "candidate_topk_blocks": 2, "candidate_block_size": 3,
+      "hc_mult": 2, "hc_sinkhorn_iters": 5, "engram_layer_ids": [0, 3],
+      "engram_max_ngram_size": 4, "engram_vocab_size": 500, "engram_n_heads": 3,
+      "engram_head_dim": 64})"},
+    {"tiny-c", R"({"vocab_size": 2048, "dim": 64, "moe_inter_dim": 32, "n_layers": 5, "n_heads": 8,
+      "n_routed_experts": 16, "n_activated_experts": 4, "route_scale": 1.0, "swiglu_limit": 7.0,
+      "q_lora_rank": 32, "head_dim": 64, "rope_head_dim": 32, "o_groups": 4, "o_lora_rank": 32,
+      "window_size": 16, "compress_ratios": [4, 4, 0, 4, 4], "kv_source_layers": [0],
+      "index_source_layers": [0, 3], "compress_rope_theta": 40000, "original_seq_len": 128,
+      "rope_factor": 8, "index_n_heads": 3, "index_head_dim": 64, "index_topk": 6,
+      "candidate_source_layer": -1, "hc_mult": 3, "hc_sinkhorn_iters": 10,
+      "engram_layer_ids": [2], "engram_max_ngram_size": 2, "engram_vocab_size": 3000,
+      "engram_n_heads": 1, "engram_head_dim": 32, "engram_pad_id": 0})"},
+    {"small", R"({"vocab_size": 129280, "dim": 2048, "moe_inter_dim": 768, "n_layers": 12,
+      "n_heads": 16, "n_routed_experts": 64, "n_activated_experts": 6, "route_scale": 1.5,
+      "swiglu_limit": 10.0, "q_lora_rank": 768, "head_dim": 512, "rope_head_dim": 64,
+      "o_groups": 4, "o_lora_rank": 512, "window_size": 128,
+      "compress_ratios": [0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1], "kv_source_layers": [2, 6],
+      "index_source_layers": [2, 6, 8, 10], "compress_rope_theta": 160000,
+      "original_seq_len": 65536, "rope_factor": 16, "index_n_heads": 16, "index_head_dim": 128,
+      "index_topk": 512, "candidate_source_layer": 6, "candidate_topk_blocks": 128,
+      "candidate_block_size": 8, "hc_mult": 4, "hc_sinkhorn_iters": 20,
+      "engram_layer_ids": [1, 6], "engram_max_ngram_size": 3, "engram_vocab_size": 100000,
+      "engram_n_heads": 4, "engram_head_dim": 128})"},
+};
+
+}  // namespace
+
 std::vector<std::string> tiny_preset_names() {
-  return {"tiny", "tiny-b", "tiny-c", "small"};
+  std::vector<std::string> names;
+  for (const auto& [name, json] : kPresets) names.push_back(name);
+  return names;
 }
 
 ModelConfig tiny_preset_config(const std::string& name) {
-  ModelConfig c;
-  c.score_func = "sqrtsoftplus";
-  c.norm_eps = 1e-20;
-  c.hc_sinkhorn_iters = 20;
-  c.hc_eps = 1e-6;
-  c.engram_pad_id = 2;
-  c.rope_theta = 10000;
-  c.beta_fast = 32;
-  c.beta_slow = 1;
-  if (name == "tiny") {
-    c.vocab_size = 129280;
-    c.dim = 64;
-    c.moe_inter_dim = 32;
-    c.n_layers = 8;
-    c.n_heads = 4;
-    c.n_routed_experts = 8;
-    c.n_activated_experts = 2;
-    c.route_scale = 1.5;
-    c.swiglu_limit = 10.0;
-    c.q_lora_rank = 64;
-    c.head_dim = 64;
-    c.rope_head_dim = 16;
-    c.o_groups = 2;
-    c.o_lora_rank = 32;
-    c.window_size = 8;
-    c.compress_ratios = {0, 0, 2, 2, 1, 1, 1, 1};
-    c.kv_source_layers = {2, 4};
-    c.index_source_layers = {2, 4, 6};
-    c.original_seq_len = 256;
-    c.rope_factor = 4;
-    c.compress_rope_theta = 160000;
-    c.index_n_heads = 4;
-    c.index_head_dim = 32;
-    c.index_topk = 4;
-    c.candidate_source_layer = 4;
-    c.candidate_topk_blocks = 3;
-    c.candidate_block_size = 2;
-    c.hc_mult = 4;
-    c.engram_layer_ids = {1, 4};
-    c.engram_vocab_size = 1000;
-    c.engram_max_ngram_size = 3;
-    c.engram_n_heads = 2;
-    c.engram_head_dim = 32;
-  } else if (name == "tiny-b") {
-    c.vocab_size = 1000;
-    c.dim = 96;
-    c.moe_inter_dim = 64;
-    c.n_layers = 6;
-    c.n_heads = 2;
-    c.n_routed_experts = 4;
-    c.n_activated_experts = 1;
-    c.route_scale = 2.0;
-    c.swiglu_limit = 0.0;
-    c.q_lora_rank = 32;
-    c.head_dim = 32;
-    c.rope_head_dim = 8;
-    c.o_groups = 1;
-    c.o_lora_rank = 32;
-    c.window_size = 5;
-    c.compress_ratios = {2, 2, 0, 1, 1, 1};
-    c.kv_source_layers = {0, 3};
-    c.index_source_layers = {0, 3, 5};
-    c.original_seq_len = 0;
-    c.rope_factor = 1;
-    c.compress_rope_theta = 50000;
-    c.index_n_heads = 2;
-    c.index_head_dim = 32;
-    c.index_topk = 3;
-    c.candidate_source_layer = 3;
-    c.candidate_topk_blocks = 2;
-    c.candidate_block_size = 3;
-    c.hc_mult = 2;
-    c.hc_sinkhorn_iters = 5;
-    c.engram_layer_ids = {0, 3};
-    c.engram_vocab_size = 500;
-    c.engram_max_ngram_size = 4;
-    c.engram_n_heads = 3;
-    c.engram_head_dim = 64;
-  } else if (name == "tiny-c") {
-    c.vocab_size = 2048;
-    c.dim = 64;
-    c.moe_inter_dim = 32;
-    c.n_layers = 5;
-    c.n_heads = 8;
-    c.n_routed_experts = 16;
-    c.n_activated_experts = 4;
-    c.route_scale = 1.0;
-    c.swiglu_limit = 7.0;
-    c.q_lora_rank = 32;
-    c.head_dim = 64;
-    c.rope_head_dim = 32;
-    c.o_groups = 4;
-    c.o_lora_rank = 32;
-    c.window_size = 16;
-    c.compress_ratios = {4, 4, 0, 4, 4};
-    c.kv_source_layers = {0};
-    c.index_source_layers = {0, 3};
-    c.original_seq_len = 128;
-    c.rope_factor = 8;
-    c.compress_rope_theta = 40000;
-    c.index_n_heads = 3;
-    c.index_head_dim = 64;
-    c.index_topk = 6;
-    c.candidate_source_layer = -1;
-    c.hc_mult = 3;
-    c.hc_sinkhorn_iters = 10;
-    c.engram_layer_ids = {2};
-    c.engram_vocab_size = 3000;
-    c.engram_max_ngram_size = 2;
-    c.engram_n_heads = 1;
-    c.engram_head_dim = 32;
-    c.engram_pad_id = 0;
-  } else if (name == "small") {
-    c.vocab_size = 129280;
-    c.dim = 2048;
-    c.moe_inter_dim = 768;
-    c.n_layers = 12;
-    c.n_heads = 16;
-    c.n_routed_experts = 64;
-    c.n_activated_experts = 6;
-    c.route_scale = 1.5;
-    c.swiglu_limit = 10.0;
-    c.q_lora_rank = 768;
-    c.head_dim = 512;
-    c.rope_head_dim = 64;
-    c.o_groups = 4;
-    c.o_lora_rank = 512;
-    c.window_size = 128;
-    c.compress_ratios = {0, 0, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1};
-    c.kv_source_layers = {2, 6};
-    c.index_source_layers = {2, 6, 8, 10};
-    c.original_seq_len = 65536;
-    c.rope_factor = 16;
-    c.compress_rope_theta = 160000;
-    c.index_n_heads = 16;
-    c.index_head_dim = 128;
-    c.index_topk = 512;
-    c.candidate_source_layer = 6;
-    c.candidate_topk_blocks = 128;
-    c.candidate_block_size = 8;
-    c.hc_mult = 4;
-    c.engram_layer_ids = {1, 6};
-    c.engram_vocab_size = 100000;
-    c.engram_max_ngram_size = 3;
-    c.engram_n_heads = 4;
-    c.engram_head_dim = 128;
-  } else {
-    std::string names;
-    for (const auto& n : tiny_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    throw Error(str_cat("unknown preset '", name, "' (expected one of: ", names, ")"));
+  for (const auto& [n, json] : kPresets) {
+    if (n != name) continue;
+    // Not validated here: engram_num_embeddings is still empty.
+    ModelConfig c = ModelConfig::parse(json, "preset " + name, /*validate=*/false);
+    c.engram_compressed_vocab_size = c.vocab_size;  // identity token map (no tokenizer)
+    c.compress_ratios.resize(size_t(c.n_layers + c.n_mtp_layers), 0);
+    return c;
   }
-  c.engram_compressed_vocab_size = c.vocab_size;  // identity token map (no tokenizer)
-  c.compress_ratios.resize(size_t(c.n_layers + c.n_mtp_layers), 0);
-  return c;
+  std::string names;
+  for (const auto& n : tiny_preset_names()) names += (names.empty() ? "" : ", ") + n;
+  throw Error(str_cat("unknown preset '", name, "' (expected one of: ", names, ")"));
 }
 
 // --- random configs ---
 
 namespace {
-uint64_t splitmix64(uint64_t& s);
+
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
 }
+
+}  // namespace
 
 ModelConfig random_tiny_config(uint64_t seed) {
   uint64_t st = seed * 0x2545f4914f6cdd1dull + 0x51ed27;
@@ -282,13 +196,6 @@ TinyLayout parse_tiny_layout(const std::string& name) {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint64_t name_hash(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
@@ -311,11 +218,9 @@ struct Init {
   float center = 0, stddev = 1;
 };
 
-bool ends_with(const std::string& s, const char* suffix);
-
-Init init_for(const TensorSpec& s, const ModelConfig& c) {
+Init init_for(const TensorSpec& s) {
   const std::string& n = s.name;
-  auto ends = [&](const char* suf) { return ends_with(n, suf); };
+  auto ends = [&](const char* suffix) { return n.ends_with(suffix); };
   const float fan_in = s.shape.ndim > 1 ? float(s.shape[1]) : 1.0f;
   if (ends("norm.weight")) return {1.0f, 0.1f};
   if (n == "embed.weight") return {0, 1.0f};
@@ -327,7 +232,6 @@ Init init_for(const TensorSpec& s, const ModelConfig& c) {
   if (ends("gate.bias")) return {0, 0.05f};
   if (ends("engram.embed.weight")) return {0, 1.0f};
   if (ends("q_weight") || ends("k_weight")) return {1.0f, 0.25f};
-  (void)c;
   return {0, 1.0f / std::sqrt(fan_in)};  // linears: O(1) outputs for O(1) inputs
 }
 
@@ -346,15 +250,9 @@ struct Encoded {
   DType dtype;
   Shape shape;
   std::vector<uint8_t> bytes;
-  bool has_scale = false;
   Shape scale_shape;
   std::vector<uint8_t> scale;
 };
-
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t k = std::strlen(suffix);
-  return s.size() >= k && s.compare(s.size() - k, k, suffix) == 0;
-}
 
 // The form a tensor is written in under `layout` (TinyLayout in tiny.h).
 WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
@@ -365,7 +263,7 @@ WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
     case SlotKind::Fp32Linear:
       return s.name == "head.weight" ? WeightFormat::BF16 : WeightFormat::F32;
     case SlotKind::Bf16:
-      return ends_with(s.name, "norm.weight") || ends_with(s.name, "gate.weight")
+      return s.name.ends_with("norm.weight") || s.name.ends_with("gate.weight")
                  ? WeightFormat::F32
                  : WeightFormat::BF16;
     default:
@@ -373,9 +271,9 @@ WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
   }
 }
 
-Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed, TinyLayout layout) {
+Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
   Rng rng(seed ^ name_hash(s.name));
-  const Init in = init_for(s, c);
+  const Init in = init_for(s);
   const float amp = in.stddev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
   const int64_t n = s.shape.numel();
   Encoded e;
@@ -413,7 +311,6 @@ Encoded generate(const TensorSpec& s, const ModelConfig& c, uint64_t seed, TinyL
       const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
       std::vector<float> factor(size_t(br * bc));
       for (auto& f : factor) f = std::ldexp(1.0f, int((splitmix64(rng.s) % 3)) - 1);
-      e.has_scale = true;
       e.scale_shape = Shape{br, bc};
       e.scale.assign(size_t(br * bc), 0);
       for (int64_t bi = 0; bi < br; ++bi)
@@ -470,8 +367,7 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
   std::vector<std::string> shard_files;
   uint64_t total = 0;
   SafetensorsWriter shard;
-  std::vector<std::pair<std::string, std::string>> pending_map;
-  auto flush = [&](bool last) {
+  auto flush = [&] {
     if (shard.empty()) return;
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu.safetensors", shard_files.size() + 1);
@@ -480,7 +376,6 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
     for (const auto& t : shard.names()) weight_map.emplace_back(t, name);
     shard_files.push_back(name);
     shard.clear();
-    (void)last;
   };
   const size_t batch = size_t(std::max(1, pool.size()) * 4);
   for (size_t b0 = 0; b0 < schema.size(); b0 += batch) {
@@ -488,19 +383,19 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
     std::vector<Encoded> enc(b1 - b0);
     pool.parallel_for(int64_t(b1 - b0), 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
-        enc[size_t(i)] = generate(schema[b0 + size_t(i)], config, opt.seed, opt.layout);
+        enc[size_t(i)] = generate(schema[b0 + size_t(i)], opt.seed, opt.layout);
     });
     for (size_t i = b0; i < b1; ++i) {
       Encoded& e = enc[i - b0];
       const uint64_t bytes = e.bytes.size() + e.scale.size();
-      if (!shard.empty() && shard.data_bytes() + bytes > opt.max_shard_bytes) flush(false);
+      if (!shard.empty() && shard.data_bytes() + bytes > opt.max_shard_bytes) flush();
       total += bytes;
       shard.add(schema[i].name, e.dtype, e.shape, std::move(e.bytes));
-      if (e.has_scale)
+      if (!e.scale.empty())
         shard.add(scale_name(schema[i].name), DType::E8M0, e.scale_shape, std::move(e.scale));
     }
   }
-  flush(true);
+  flush();
   // Shard names carry their count ("-of-N") only once it is known: rename now.
   const size_t n = shard_files.size();
   for (size_t i = 0; i < n; ++i) {
