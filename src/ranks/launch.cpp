@@ -15,7 +15,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 
 #include "core/error.h"
 
@@ -28,16 +27,8 @@ namespace {
 std::vector<std::string> own_arguments() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   DI_REQUIRE(f, "cannot read /proc/self/cmdline to start the follower ranks");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::string> args;
-  size_t start = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i] == '\0') {
-      args.push_back(all.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (start < all.size()) args.push_back(all.substr(start));
+  for (std::string arg; std::getline(f, arg, '\0');) args.push_back(arg);
   DI_REQUIRE(!args.empty(), "/proc/self/cmdline is empty");
   return args;
 }
