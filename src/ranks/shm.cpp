@@ -228,12 +228,13 @@ struct ShmState {
 // Sums read all members' slots and add them in rank order on every rank, so the bits agree.
 class ShmGroup final : public Group {
  public:
-  // Member `rank` of `size` (at least 2) in `area`, whose slots hold `slot_bytes` each.
-  ShmGroup(std::shared_ptr<ShmState> state, shm::GroupArea* area, size_t slot_bytes, int rank,
-           int size)
+  // Member `rank` of `size` (at least 2) in area `area` (max_groups: the step channel's).
+  ShmGroup(std::shared_ptr<ShmState> state, uint64_t area, int rank, int size)
       : state_(std::move(state)),
-        area_(area),
-        slot_bytes_(slot_bytes),
+        area_(state_->segment->group(area)),
+        slot_bytes_(area == state_->segment->header()->max_groups
+                        ? state_->segment->header()->piece_bytes
+                        : state_->segment->header()->slot_bytes),
         rank_(rank),
         size_(size),
         parts_(size_t(size)) {
@@ -368,19 +369,16 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
   const uint64_t area =
       base + uint64_t(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
-  return std::make_unique<ShmGroup>(state_, state_->segment->group(area), slot_bytes_, new_rank,
-                                    int(members.size()));
+  return std::make_unique<ShmGroup>(state_, area, new_rank, int(members.size()));
 }
 
 class ShmWorld final : public World {
  public:
   ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
       : state_(s),
-        group_(s, s->segment->group(0), s->segment->header()->slot_bytes, s->world_rank,
-               s->world_size),
+        group_(s, 0, s->world_rank, s->world_size),
         // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
-        channel_(std::make_unique<ShmGroup>(s, s->segment->group(s->segment->header()->max_groups),
-                                            s->segment->header()->piece_bytes, s->world_rank,
+        channel_(std::make_unique<ShmGroup>(s, s->segment->header()->max_groups, s->world_rank,
                                             s->world_size)),
         exit_timeout_s_(options.exit_timeout_s) {}
 
