@@ -29,12 +29,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 
 struct alignas(64) Header {
   uint64_t magic;
-  uint32_t version;
-  uint32_t world_size;
-  uint64_t total_bytes;
-  uint64_t slot_bytes;
-  uint64_t piece_bytes;
-  uint64_t max_groups;
+  uint32_t version, world_size;
+  uint64_t total_bytes, slot_bytes, piece_bytes, max_groups;
   Word joined;   // value: followers that have joined; the leader sleeps on it
   Word started;  // value: 1 once the leader has seen every follower join
   alignas(64) std::atomic<uint32_t> next_group;

@@ -38,15 +38,14 @@ constexpr size_t kMaxBytes = size_t(1) << 30;
 // Floats per round of a sum: bounds the scratch memory.
 constexpr size_t kSumChunk = size_t(1) << 20;
 
-// The fixed-order sum is done here, not by MPI_Allreduce, whose order MPI leaves open: each rank
-// sums its share of the elements over all ranks in rank order and the shares are gathered.
+// The fixed-order sum is done here, not by MPI_Allreduce or MPI_Reduce_scatter, whose order MPI
+// leaves open: each rank sums its share of the elements over all ranks in rank order, and an
+// all-reduce gathers the shares.
 class MpiGroup final : public Group {
  public:
   explicit MpiGroup(MPI_Comm comm) : comm_(comm) {
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    counts_.resize(size_t(size_));
-    displs_.resize(size_t(size_));
   }
   ~MpiGroup() override {
     if (!mpi_finalized()) MPI_Comm_free(&comm_);
@@ -66,29 +65,30 @@ class MpiGroup final : public Group {
 
   using Group::all_reduce;
   void all_reduce(float* data, size_t n) override {
-    for (size_t off = 0; off < n; off += kSumChunk) {
-      const size_t len = std::min(kSumChunk, n - off);
-      // Near-equal shares of the chunk by rank.
-      set_counts([&](size_t r) { return len / size_t(size_) + (r < len % size_t(size_) ? 1 : 0); });
-      float* chunk = data + off;
-      sum_my_share(chunk, chunk + displs_[size_t(rank_)]);
-      check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, chunk, counts_.data(),
-                           displs_.data(), MPI_FLOAT, comm_),
-            "MPI_Allgatherv");
-    }
+    const size_t share = (n + size_t(size_) - 1) / size_t(size_);
+    std::vector<float> padded(share * size_t(size_)), mine(share);
+    std::copy(data, data + n, padded.begin());
+    reduce_scatter(padded.data(), share, mine.data());
+    all_gather(mine.data(), share * sizeof(float), padded.data());
+    std::copy(padded.begin(), padded.begin() + ptrdiff_t(n), data);
   }
 
   void reduce_scatter(const float* in, size_t n_per_rank, float* out) override {
     const size_t chunk = std::max<size_t>(1, kSumChunk / size_t(size_));
-    std::vector<float> send;  // [size_, len]: slice `off` of every destination's part
+    // [size_, len]: slice `off` of every destination's part, and of my part from every rank
+    std::vector<float> send, recv;
+    std::vector<const float*> parts(static_cast<size_t>(size_));
     for (size_t off = 0; off < n_per_rank; off += chunk) {
       const size_t len = std::min(chunk, n_per_rank - off);
       send.resize(size_t(size_) * len);
-      for (int d = 0; d < size_; ++d)
-        std::memcpy(send.data() + size_t(d) * len, in + size_t(d) * n_per_rank + off,
-                    len * sizeof(float));
-      set_counts([&](size_t) { return len; });
-      sum_my_share(send.data(), out + off);
+      recv.resize(send.size());
+      for (size_t d = 0; d < size_t(size_); ++d) {
+        std::memcpy(send.data() + d * len, in + d * n_per_rank + off, len * sizeof(float));
+        parts[d] = recv.data() + d * len;
+      }
+      check(MPI_Alltoall(send.data(), int(len), MPI_FLOAT, recv.data(), int(len), MPI_FLOAT, comm_),
+            "MPI_Alltoall");
+      sum_in_rank_order(parts.data(), size_, len, out + off);
     }
   }
 
@@ -124,38 +124,8 @@ class MpiGroup final : public Group {
   }
 
  private:
-  // counts_[r] = count(r) for every rank r, and displs_ their running sums.
-  template <typename Count>
-  void set_counts(Count&& count) {
-    int at = 0;
-    for (size_t r = 0; r < size_t(size_); ++r) {
-      counts_[r] = int(count(r));
-      displs_[r] = at;
-      at += counts_[r];
-    }
-  }
-
-  // `send` holds counts_[r] floats for every rank r at displs_[r]. Each rank gets its part from
-  // everyone and sums them in rank order into out[counts_[rank_]].
-  void sum_my_share(const float* send, float* out) {
-    const int mine = counts_[size_t(rank_)];
-    std::vector<int> rcounts(size_t(size_), mine), rdispls(static_cast<size_t>(size_));
-    std::vector<const float*> parts(static_cast<size_t>(size_));
-    scratch_.resize(size_t(size_) * size_t(mine));
-    for (int r = 0; r < size_; ++r) {
-      rdispls[size_t(r)] = r * mine;
-      parts[size_t(r)] = scratch_.data() + size_t(r) * size_t(mine);
-    }
-    check(MPI_Alltoallv(send, counts_.data(), displs_.data(), MPI_FLOAT, scratch_.data(),
-                        rcounts.data(), rdispls.data(), MPI_FLOAT, comm_),
-          "MPI_Alltoallv");
-    sum_in_rank_order(parts.data(), size_, size_t(mine), out);
-  }
-
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
-  std::vector<int> counts_, displs_;  // [size_]
-  std::vector<float> scratch_;
 };
 
 // Followers wait for the header with a non-blocking broadcast they poll and sleep on, instead of
