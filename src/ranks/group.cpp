@@ -24,6 +24,28 @@ void sum_in_rank_order(const float* const* parts, int n_parts, size_t n, float* 
   }
 }
 
+void Group::check_root(int root) const {
+  DI_REQUIRE(root >= 0 && root < size(), "broadcast: root ", root, " is outside the group of ",
+             size());
+}
+
+std::vector<std::vector<uint8_t>> Group::all_gather_v(std::span<const uint8_t> mine) {
+  const uint64_t my_len = mine.size();
+  std::vector<uint64_t> lens(static_cast<size_t>(size()));
+  all_gather(&my_len, sizeof my_len, lens.data());
+  // Every message padded to the longest, so that one all_gather moves them all.
+  const uint64_t longest = *std::max_element(lens.begin(), lens.end());
+  std::vector<uint8_t> padded(longest), flat(size_t(size()) * longest);
+  std::copy(mine.begin(), mine.end(), padded.begin());
+  all_gather(padded.data(), longest, flat.data());
+  std::vector<std::vector<uint8_t>> all;
+  for (int r = 0; r < size(); ++r) {
+    const uint8_t* p = flat.data() + size_t(r) * longest;
+    all.emplace_back(p, p + lens[size_t(r)]);
+  }
+  return all;
+}
+
 std::unique_ptr<Group> Group::subgroup(std::span<const int> ranks) {
   std::vector<bool> seen(size_t(size()), false);
   int my_index = -1;
@@ -51,20 +73,11 @@ class SingleGroup final : public Group {
     if (n_bytes_each && in != out) std::memmove(out, in, n_bytes_each);
   }
   void reduce_scatter(const float* in, size_t n_per_rank, float* out) override {
-    if (n_per_rank && in != out) std::memmove(out, in, n_per_rank * sizeof(float));
+    all_gather(in, n_per_rank * sizeof(float), out);
   }
   void barrier() override {}
-  std::vector<std::vector<uint8_t>> all_gather_v(std::span<const uint8_t> mine) override {
-    return {std::vector<uint8_t>(mine.begin(), mine.end())};
-  }
   std::unique_ptr<Group> split(int color, int) override {
-    if (color < 0) return nullptr;
-    return std::make_unique<SingleGroup>();
-  }
-
- private:
-  static void check_root(int root) {
-    DI_REQUIRE(root == 0, "broadcast: root ", root, " is outside the group of 1");
+    return color < 0 ? nullptr : make_single_group();
   }
 };
 

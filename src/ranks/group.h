@@ -42,7 +42,7 @@ class Group {
   virtual void barrier() = 0;
 
   // Each rank contributes a message of any length; every rank gets all of them, by rank.
-  virtual std::vector<std::vector<uint8_t>> all_gather_v(std::span<const uint8_t> mine) = 0;
+  std::vector<std::vector<uint8_t>> all_gather_v(std::span<const uint8_t> mine);
 
   // Partitions the group like MPI_Comm_split: members passing the same non-negative `color`
   // form one new group, ordered by (key, rank here). A negative color joins no group and gets
@@ -52,6 +52,10 @@ class Group {
   // The group of the listed ranks (of this group), in the listed order; nullptr on ranks not
   // listed. Called by every member with the same list.
   std::unique_ptr<Group> subgroup(std::span<const int> ranks);
+
+ protected:
+  // Throws unless `root` is a rank of this group.
+  void check_root(int root) const;
 };
 
 // A group of one: every collective copies its input to its output or does nothing.

@@ -15,7 +15,6 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 
 #include "core/error.h"
 
@@ -28,16 +27,8 @@ namespace {
 std::vector<std::string> own_arguments() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
   DI_REQUIRE(f, "cannot read /proc/self/cmdline to start the follower ranks");
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   std::vector<std::string> args;
-  size_t start = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i] == '\0') {
-      args.push_back(all.substr(start, i - start));
-      start = i + 1;
-    }
-  }
-  if (start < all.size()) args.push_back(all.substr(start));
+  for (std::string arg; std::getline(f, arg, '\0');) args.push_back(arg);
   DI_REQUIRE(!args.empty(), "/proc/self/cmdline is empty");
   return args;
 }
@@ -61,33 +52,28 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 
 std::vector<int> spawn_followers(int world_size, const std::string& shm_name) {
   std::vector<std::string> args = own_arguments();
-  std::vector<std::string> common_env;
+  std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
-    if (!is_rank_variable(*e)) common_env.emplace_back(*e);
-  common_env.push_back(str_cat(kEnvWorldSize, "=", world_size));
-  common_env.push_back(str_cat(kEnvShmName, "=", shm_name));
-
+    if (!is_rank_variable(*e)) env.emplace_back(*e);
+  env.push_back(str_cat(kEnvWorldSize, "=", world_size));
+  env.push_back(str_cat(kEnvShmName, "=", shm_name));
+  env.emplace_back();  // kEnvLocalRank, set for each follower
   // Everything the child touches is built before fork: between fork and exec it may only make
   // async-signal-safe calls (the leader may already run other threads).
-  std::vector<std::vector<std::string>> envs(static_cast<size_t>(world_size));
-  std::vector<std::vector<char*>> envps(static_cast<size_t>(world_size));
-  for (int r = 1; r < world_size; ++r) {
-    envs[size_t(r)] = common_env;
-    envs[size_t(r)].push_back(str_cat(kEnvLocalRank, "=", r));
-    envps[size_t(r)] = c_strings(envs[size_t(r)]);
-  }
   std::vector<char*> argv = c_strings(args);
   const pid_t leader = getpid();
 
   std::vector<int> pids(static_cast<size_t>(world_size), 0);
   pids[0] = leader;
   for (int r = 1; r < world_size; ++r) {
+    env.back() = str_cat(kEnvLocalRank, "=", r);
+    std::vector<char*> envp = c_strings(env);
     const pid_t pid = fork();
     if (pid == 0) {
       // The death signal follows the leader thread that forked; if the leader died before it
       // was armed, the parent is already someone else.
       if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != leader) _exit(126);
-      execve("/proc/self/exe", argv.data(), envps[size_t(r)].data());
+      execve("/proc/self/exe", argv.data(), envp.data());
       _exit(127);
     }
     if (pid < 0) {

@@ -27,8 +27,13 @@ int open_pidfd(int pid) {
 #endif
 }
 
-// Without a pidfd (an old kernel or a sandbox that forbids it): gone, or a zombie nobody reaped.
-bool pid_has_exited(int pid) {
+// Whether `pid` has exited: its pidfd is readable, or without one (an old kernel or a sandbox
+// that forbids them) it is gone or a zombie nobody reaped.
+bool has_exited(int pid, int pidfd) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -92,76 +97,50 @@ void Liveness::check() {
   if (!poll().empty()) throw Error(error_);
 }
 
+int Liveness::reap(size_t r) {
+  int status = 0;
+  const int got = waitpid(pids_[r], &status, WNOHANG);
+  if (got != pids_[r] && !(got < 0 && errno == ECHILD)) return kRunning;
+  reaped_[r] = true;
+  return got == pids_[r] ? status : kUnknown;  // ECHILD: reaped behind our back (SIGCHLD ignored)
+}
+
+std::string Liveness::exited(int r, int status) const {
+  return str_cat(rank_name(r, pids_[size_t(r)]), " exited",
+                 status >= 0 ? str_cat(" with ", describe_exit_status(status)) : "");
+}
+
 void Liveness::poll_children() {
   for (size_t r = 1; r < pids_.size(); ++r) {
     if (reaped_[r]) continue;
-    int status = 0;
-    const int got = waitpid(pids_[r], &status, WNOHANG);
-    if (got == pids_[r]) {
-      reaped_[r] = true;
-      return report(int(r), describe_exit_status(status));
-    }
-    if (got < 0 && errno == ECHILD) {  // reaped behind our back (SIGCHLD ignored)
-      reaped_[r] = true;
-      return report(int(r), "");
-    }
+    const int status = reap(r);
+    if (status != kRunning) return report(int(r), status);
   }
 }
 
 void Liveness::poll_peers() {
   // Reparenting is the quickest sign that the leader is gone.
-  if (!pids_.empty() && pids_[0] > 0 && getppid() != pids_[0]) return report(0, "");
-  pollfd fds[64];
-  for (size_t r0 = 0; r0 < pids_.size(); r0 += 64) {
-    int n = 0, rank_of[64];
-    for (size_t r = r0; r < pids_.size() && r < r0 + 64; ++r) {
-      if (int(r) == self_rank_ || pids_[r] <= 0) continue;
-      if (pidfds_[r] < 0) {
-        if (pid_has_exited(pids_[r])) return report(int(r), "");
-        continue;
-      }
-      fds[n] = {pidfds_[r], POLLIN, 0};
-      rank_of[n++] = int(r);
-    }
-    if (n == 0 || ::poll(fds, nfds_t(n), 0) <= 0) continue;
-    for (int i = 0; i < n; ++i)
-      if (fds[i].revents) return report(rank_of[i], "");
+  if (!pids_.empty() && pids_[0] > 0 && getppid() != pids_[0]) return report(0, kUnknown);
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (int(r) != self_rank_ && pids_[r] > 0 && has_exited(pids_[r], pidfds_[r]))
+      return report(int(r), kUnknown);
   }
 }
 
-void Liveness::report(int seen, const std::string& seen_status) {
-  auto exited = [&](int r, const std::string& status) {
-    return str_cat(rank_name(r, pids_[size_t(r)]), " exited",
-                   status.empty() ? "" : str_cat(" with ", status));
-  };
+void Liveness::report(int seen, int seen_status) {
+  error_ = exited(seen, seen_status);
   // Ranks that notice a death stop too, so the rank seen here may only have followed another
   // one down; the first death anybody saw is the cause worth naming.
-  int cause = seen;
-  if (first_dead_) {
-    int32_t expected = -1;
-    if (!first_dead_->compare_exchange_strong(expected, seen)) cause = expected;
+  int32_t cause = -1;
+  if (!first_dead_ || first_dead_->compare_exchange_strong(cause, seen)) return;
+  if (cause == seen || cause < 0 || size_t(cause) >= pids_.size()) return;
+  // Somebody saw it exit, so its status is there or about to be.
+  int cause_status = kUnknown;
+  for (int i = 0; i < 200 && leader_ && !reaped_[size_t(cause)]; ++i) {
+    cause_status = reap(size_t(cause));
+    if (cause_status == kRunning) std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  if (cause == seen || cause < 0 || size_t(cause) >= pids_.size()) {
-    error_ = exited(seen, seen_status);
-    return;
-  }
-  std::string cause_status;
-  if (leader_ && !reaped_[size_t(cause)]) {
-    // Somebody saw it exit, so its status is there or about to be.
-    for (int i = 0; i < 200 && cause_status.empty(); ++i) {
-      int status = 0;
-      const int got = waitpid(pids_[size_t(cause)], &status, WNOHANG);
-      if (got == pids_[size_t(cause)]) {
-        reaped_[size_t(cause)] = true;
-        cause_status = describe_exit_status(status);
-      } else if (got < 0) {
-        break;
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(500));
-      }
-    }
-  }
-  error_ = str_cat(exited(cause, cause_status), "; then ", exited(seen, seen_status));
+  error_ = str_cat(exited(cause, cause_status), "; then ", error_);
 }
 
 void Liveness::reap_children(double timeout_s) {
@@ -173,23 +152,15 @@ void Liveness::reap_children(double timeout_s) {
     bool all = true;
     for (size_t r = 1; r < pids_.size(); ++r) {
       if (reaped_[r]) continue;
-      int status = 0;
-      const int got = waitpid(pids_[r], &status, WNOHANG);
-      if (got < 0 && errno == ECHILD) {
-        reaped_[r] = true;
-      } else if (got == pids_[r]) {
-        reaped_[r] = true;
-        if (status != 0 && failure.empty())
-          failure = str_cat(rank_name(int(r), pids_[r]), " exited with ",
-                            describe_exit_status(status), " after the shutdown message");
-      } else {
-        all = false;
-      }
+      const int status = reap(r);
+      all = all && status != kRunning;
+      if (status > 0 && failure.empty())
+        failure = str_cat(exited(int(r), status), " after the shutdown message");
     }
     if (all) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      for (size_t r = 1; r < pids_.size(); ++r) {
-        if (!reaped_[r] && failure.empty())
+      for (size_t r = 1; r < pids_.size() && failure.empty(); ++r) {
+        if (!reaped_[r])
           failure = str_cat(rank_name(int(r), pids_[r]), " did not exit within ", timeout_s,
                             " s of the shutdown message and was killed");
       }

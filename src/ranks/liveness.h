@@ -45,7 +45,12 @@ class Liveness {
  private:
   void poll_children();
   void poll_peers();
-  void report(int seen, const std::string& seen_status);
+  // Leader: follower r's wait status once it has exited (reaping it), kUnknown when it was
+  // reaped elsewhere, kRunning while it runs.
+  static constexpr int kRunning = -2, kUnknown = -1;
+  int reap(size_t r);
+  void report(int seen, int seen_status);
+  std::string exited(int r, int status) const;
 
   bool leader_ = false;
   int self_rank_ = 0;

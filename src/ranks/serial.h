@@ -36,10 +36,7 @@ class Writer {
   void put_vector(const std::vector<T>& v) {
     put_vector(std::span<const T>(v));
   }
-  void put_string(std::string_view s) {
-    put<uint64_t>(s.size());
-    put_bytes(s.data(), s.size());
-  }
+  void put_string(std::string_view s) { put_vector(std::span<const char>(s)); }
   void put_bytes(const void* p, size_t n) {
     if (n == 0) return;
     const size_t at = buf_.size();
@@ -69,17 +66,9 @@ class Reader {
   }
   template <Pod T>
   std::vector<T> get_vector() {
-    const uint64_t n = get_length(sizeof(T), "a vector");
-    std::vector<T> v(n);
-    get_bytes(v.data(), n * sizeof(T), "a vector");
-    return v;
+    return get_sequence<std::vector<T>>("a vector");
   }
-  std::string get_string() {
-    const uint64_t n = get_length(1, "a string");
-    std::string s(n, '\0');
-    get_bytes(s.data(), n, "a string");
-    return s;
-  }
+  std::string get_string() { return get_sequence<std::string>("a string"); }
   void get_bytes(void* p, size_t n, const char* item = "bytes") {
     DI_REQUIRE(n <= remaining(), what_, ": truncated at byte ", pos_, " of ", bytes_.size(),
                " reading ", item, " of ", n, " bytes");
@@ -96,13 +85,18 @@ class Reader {
   }
 
  private:
-  // Validates a length prefix against what is left before anything is allocated.
-  uint64_t get_length(size_t elem_bytes, const char* item) {
+  // A length prefix, validated against what is left before anything is allocated, then the
+  // elements.
+  template <typename Seq>
+  Seq get_sequence(const char* item) {
+    using T = typename Seq::value_type;
     const size_t at = pos_;
     const uint64_t n = get<uint64_t>();
-    DI_REQUIRE(n <= remaining() / elem_bytes, what_, ": ", item, " at byte ", at, " claims ", n,
-               " elements of ", elem_bytes, " bytes but only ", remaining(), " bytes remain");
-    return n;
+    DI_REQUIRE(n <= remaining() / sizeof(T), what_, ": ", item, " at byte ", at, " claims ", n,
+               " elements of ", sizeof(T), " bytes but only ", remaining(), " bytes remain");
+    Seq seq(n, T());
+    get_bytes(seq.data(), n * sizeof(T), item);
+    return seq;
   }
 
   std::span<const uint8_t> bytes_;

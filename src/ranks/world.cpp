@@ -5,31 +5,22 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "core/error.h"
+#include "ranks/backend.h"
 #include "ranks/launch.h"
-#include "ranks/shm_world.h"
 
 #ifndef DEEPINFER_RANKS_HAVE_MPI  // defined by CMake when MPI was found
 #define DEEPINFER_RANKS_HAVE_MPI 0
-#endif
-#if DEEPINFER_RANKS_HAVE_MPI
-#include "ranks/mpi/mpi_world.h"
 #endif
 
 namespace deepinfer::ranks {
 
 const char* backend_name(Backend b) {
-  switch (b) {
-    case Backend::kSingle:
-      return "single";
-    case Backend::kShm:
-      return "shm";
-    case Backend::kMpi:
-      return "mpi";
-  }
-  return "?";
+  static const char* const kNames[] = {"single", "shm", "mpi"};
+  return size_t(b) < std::size(kNames) ? kNames[size_t(b)] : "?";
 }
 
 bool mpi_available() {
@@ -37,6 +28,8 @@ bool mpi_available() {
 }
 
 namespace {
+
+constexpr uint64_t kData = 1, kShutdown = 2;
 
 // The value of an environment variable that must hold an integer in [lo, hi].
 int env_int(const char* name, int lo, int hi) {
@@ -51,29 +44,57 @@ int env_int(const char* name, int lo, int hi) {
   return int(x);
 }
 
-class SingleChannel final : public StepChannel {
- public:
-  void send(std::span<const uint8_t>) override {}  // no followers to tell
-  void send_shutdown() override {}
-  bool receive(std::vector<uint8_t>&) override {
-    throw Error("the only rank is the leader; it cannot receive on the step channel");
-  }
-};
-
 class SingleWorld final : public World {
  public:
   Backend backend() const override { return Backend::kSingle; }
   Group& group() override { return *group_; }
-  StepChannel& channel() override { return channel_; }
+  StepChannel& channel() override { return channel_; }  // sends reach nobody
   void finish() override {}
   std::vector<int> local_pids() const override { return {int(getpid())}; }
 
  private:
   std::unique_ptr<Group> group_ = make_single_group();
-  SingleChannel channel_;
+  GroupChannel channel_{make_single_group()};
 };
 
 }  // namespace
+
+void GroupChannel::require_leader() const {
+  DI_REQUIRE(group_->rank() == 0, "the step channel sends from the leader only (rank ",
+             group_->rank(), " tried)");
+}
+
+void GroupChannel::send(std::span<const uint8_t> msg) {
+  require_leader();
+  DI_REQUIRE(!shut_down_, "the step channel was shut down; nothing can be sent after that");
+  uint64_t head[2] = {kData, msg.size()};
+  header(head);
+  group_->broadcast(const_cast<uint8_t*>(msg.data()), msg.size(), 0);  // the root only reads
+}
+
+void GroupChannel::send_shutdown() {
+  require_leader();
+  if (shut_down_) return;
+  uint64_t head[2] = {kShutdown, 0};
+  header(head);
+  shut_down_ = true;
+}
+
+bool GroupChannel::receive(std::vector<uint8_t>& msg) {
+  DI_REQUIRE(group_->rank() != 0, "the leader cannot receive on the step channel");
+  DI_REQUIRE(!shut_down_, "the step channel was shut down; nothing more will arrive");
+  uint64_t head[2] = {0, 0};
+  header(head);
+  msg.clear();
+  if (head[0] == kShutdown) {
+    shut_down_ = true;
+    return false;
+  }
+  DI_CHECK(head[0] == kData, "step channel header kind ", head[0]);
+  msg.resize(head[1]);
+  group_->broadcast(msg.data(), msg.size(), 0);
+  return true;
+}
 
 void await_shutdown(StepChannel& channel) {
   std::vector<uint8_t> msg;

@@ -57,7 +57,7 @@ struct WorldOptions {
 class StepChannel {
  public:
   virtual ~StepChannel() = default;
-  // Leader only. Returns once the message is handed over; it may run ahead of the followers.
+  // Leader only. May block until every follower is in receive().
   virtual void send(std::span<const uint8_t> msg) = 0;
   // Leader only: the last message; receive() returns false for it.
   virtual void send_shutdown() = 0;

@@ -15,7 +15,7 @@
 #include "ranks/group.h"
 #include "ranks/launch.h"
 #include "ranks/liveness.h"
-#include "ranks/shm_segment.h"
+#include "ranks/shm.h"
 #include "ranks/world.h"
 
 namespace deepinfer::ranks {
@@ -165,8 +165,8 @@ TEST(World, BadFollowerEnvironmentNamesTheVariable) {
 
 TEST(Segment, AttachValidatesTheSegment) {
   const std::string name = new_segment_name();
-  shm::Segment seg = shm::Segment::create(name, 3, 4096, 4096, 4);
-  EXPECT_EQ(seg.header()->world_size, 3u);
+  auto seg = shm::Segment::create(name, 3, 4096, 4096, 4);
+  EXPECT_EQ(seg->header()->world_size, 3u);
   try {
     shm::Segment::attach(name, 4);
     FAIL() << "no error";
@@ -178,7 +178,7 @@ TEST(Segment, AttachValidatesTheSegment) {
     ScopedEnv env({{kEnvLocalRank, "1"}, {kEnvWorldSize, "3"}, {kEnvShmName, name.c_str()}});
     EXPECT_NE(init_error().find("was not started by the leader"), std::string::npos);
   }
-  seg.unlink_name();
+  seg->unlink_name();
   EXPECT_NE(access(("/dev/shm" + name).c_str(), F_OK), 0);
 }
 

@@ -1,0 +1,487 @@
+// The shared-memory backend: the segment (shm.h), waits on it, groups, and the world.
+#include "ranks/shm.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <ctime>
+#include <new>
+#include <vector>
+
+#include "core/error.h"
+#include "ranks/backend.h"
+#include "ranks/launch.h"
+#include "ranks/liveness.h"
+
+namespace deepinfer::ranks {
+
+namespace shm {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x3174736964504944ull;  // "DIPdist1"
+constexpr uint32_t kVersion = 2;
+
+// Sizes come from options a user may set, so the products are checked before they wrap.
+uint64_t checked_mul(uint64_t a, uint64_t b, const char* what) {
+  DI_REQUIRE(b == 0 || a <= UINT64_MAX / b, "shared-memory segment: ", what, " overflows");
+  return a * b;
+}
+
+uint64_t group_stride(uint64_t world_size, uint64_t slot_bytes) {
+  return sizeof(GroupArea) + checked_mul(2 * world_size, slot_bytes, "slots");
+}
+
+uint64_t segment_bytes(uint64_t world_size, uint64_t slot_bytes, uint64_t piece_bytes,
+                       uint64_t max_groups) {
+  return sizeof(Header) +
+         checked_mul(max_groups, group_stride(world_size, slot_bytes), "group areas") +
+         sizeof(GroupArea) + checked_mul(2, piece_bytes, "channel");
+}
+
+}  // namespace
+
+std::unique_ptr<Segment> Segment::create(const std::string& name, int world_size,
+                                         uint64_t slot_bytes, uint64_t piece_bytes,
+                                         uint64_t max_groups) {
+  DI_REQUIRE(world_size >= 1 && world_size <= kMaxRanks, "shared-memory world size ", world_size,
+             " is outside [1, ", kMaxRanks, "]");
+  DI_REQUIRE(slot_bytes >= 64 * uint64_t(world_size) && slot_bytes % 64 == 0, "shm slot size ",
+             slot_bytes, " must be a multiple of 64 and at least 64 bytes per rank (",
+             64 * world_size, ")");
+  DI_REQUIRE(piece_bytes >= 64 && piece_bytes % 64 == 0, "channel piece size ", piece_bytes,
+             " must be a multiple of 64 and at least 64");
+  DI_REQUIRE(max_groups >= 1 && max_groups <= 4096, "shm group count ", max_groups,
+             " is outside [1, 4096]");
+  const uint64_t bytes = segment_bytes(uint64_t(world_size), slot_bytes, piece_bytes, max_groups);
+
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  DI_REQUIRE(fd >= 0, "cannot create shared-memory segment ", name, ": ", std::strerror(errno));
+  std::unique_ptr<Segment> s(new Segment);
+  s->name_ = name;
+  s->linked_ = true;
+  // Reserving the pages now turns a /dev/shm that is too small into an error here instead of a
+  // SIGBUS in the middle of a collective.
+  int err = ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
+  if (err == 0) err = posix_fallocate(fd, 0, off_t(bytes));
+  if (err != 0) close(fd);
+  DI_REQUIRE(err == 0, "cannot reserve ", bytes, " bytes of shared memory for ", name, ": ",
+             std::strerror(err),
+             " (a container may need a larger /dev/shm, e.g. docker --shm-size)");
+  s->map(fd, bytes, str_cat("shared-memory segment ", name));
+
+  Header* h = new (s->base_) Header();
+  h->magic = kMagic;
+  h->version = kVersion;
+  h->world_size = uint32_t(world_size);
+  h->total_bytes = bytes;
+  h->slot_bytes = slot_bytes;
+  h->piece_bytes = piece_bytes;
+  h->max_groups = max_groups;
+  for (uint64_t g = 0; g <= max_groups; ++g) new (s->group(g)) GroupArea();
+  h->next_group.store(1);  // area 0 is the world
+  h->first_dead.store(-1);
+  return s;
+}
+
+std::unique_ptr<Segment> Segment::attach(const std::string& name, int world_size) {
+  const std::string what = str_cat("DEEPINFER_SHM_NAME=", name);
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  DI_REQUIRE(fd >= 0, what, ": cannot open the shared-memory segment: ", std::strerror(errno),
+             " (it exists only while the leader is starting its ranks)");
+  struct stat st {};
+  const bool big_enough = fstat(fd, &st) == 0 && uint64_t(st.st_size) >= sizeof(Header);
+  if (!big_enough) close(fd);
+  DI_REQUIRE(big_enough, what, ": the segment is too small to be one");
+  std::unique_ptr<Segment> s(new Segment);
+  s->name_ = name;
+  s->map(fd, size_t(st.st_size), what);
+  const Header* h = s->header();
+  DI_REQUIRE(h->magic == kMagic && h->version == kVersion, what,
+             ": not a segment of this DeepInfer version (magic/version mismatch)");
+  DI_REQUIRE(h->total_bytes == s->bytes_, what, ": header says ", h->total_bytes,
+             " bytes but the segment has ", s->bytes_);
+  DI_REQUIRE(int(h->world_size) == world_size, "DEEPINFER_WORLD_SIZE=", world_size,
+             " but the segment ", name, " was made for ", h->world_size, " ranks");
+  DI_REQUIRE(
+      segment_bytes(h->world_size, h->slot_bytes, h->piece_bytes, h->max_groups) == h->total_bytes,
+      what, ": inconsistent layout in the segment header");
+  return s;
+}
+
+void Segment::map(int fd, size_t bytes, const std::string& what) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  DI_REQUIRE(p != MAP_FAILED, what, ": cannot map: ", std::strerror(err));
+  base_ = p;
+  bytes_ = bytes;
+}
+
+Segment::~Segment() {
+  unlink_name();
+  if (base_) munmap(base_, bytes_);
+}
+
+void Segment::unlink_name() {
+  if (linked_) shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+GroupArea* Segment::group(uint64_t index) const {
+  const Header* h = header();
+  DI_CHECK(index <= h->max_groups);
+  return reinterpret_cast<GroupArea*>(static_cast<uint8_t*>(base_) + sizeof(Header) +
+                                      index * group_stride(h->world_size, h->slot_bytes));
+}
+
+}  // namespace shm
+
+namespace {
+
+// --- waits ---
+// A wait spins briefly and then sleeps on a futex (shared, not private: the word lives in
+// memory mapped by several processes), waking every few milliseconds to check that the other
+// ranks are alive.
+
+uint64_t now_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
+// Returns after a wake, a change of the value from `seen`, or 5 ms.
+void futex_sleep(shm::Word& w, uint32_t seen) {
+  w.sleepers.fetch_add(1, std::memory_order_seq_cst);
+  timespec timeout{0, 5 * 1000 * 1000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w.value), FUTEX_WAIT, seen, &timeout, nullptr, 0);
+  w.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+// After making a condition true: bump the word and wake its sleepers.
+void notify(shm::Word& w) {
+  w.value.fetch_add(1, std::memory_order_seq_cst);
+  if (w.sleepers.load(std::memory_order_seq_cst) != 0)
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&w.value), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
+}
+
+// Blocks until `ready()` holds; `w.value` changes whenever it may have become true. If a rank
+// has died and the condition still does not hold, throws its error.
+template <typename Ready>
+void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
+  // A short spin catches ranks that arrive within microseconds of each other; yielding after
+  // that lets a late rank run when there are more ranks than cores.
+  for (int i = 0; i < 256; ++i) {
+    if (ready()) return;
+    if (i >= 128) {
+      sched_yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+  uint64_t next_check = 0;
+  for (;;) {
+    const uint32_t seen = w.value.load(std::memory_order_seq_cst);
+    if (ready()) return;
+    const uint64_t now = now_us();
+    if (now >= next_check) {
+      next_check = now + 5000;
+      if (!alive.poll().empty()) {
+        // A rank that exits right after the condition became true (a follower after the
+        // shutdown message) is no failure of this wait.
+        if (ready()) return;
+        alive.check();
+      }
+    }
+    futex_sleep(w, seen);
+  }
+}
+
+// What every group of this process shares: the mapping and the watch on the other ranks.
+struct ShmState {
+  std::unique_ptr<shm::Segment> segment;
+  Liveness alive;
+  int world_rank = 0;
+  int world_size = 0;
+  std::vector<int> pids;  // [world_size], by world rank
+};
+
+// A collective runs in rounds. In a round every member writes up to one slot of data into its
+// own slot, everyone meets at the group's barrier, and then everyone reads what it needs from
+// the others' slots. Each member has two slots and rounds alternate between them: a rank may
+// write round k+1 as soon as it leaves barrier k, because every rank arrived there only after it
+// had finished reading round k-1 from the same slots. So one barrier per round suffices, and
+// nothing has to be waited for at the end of a collective.
+//
+// Sums read all members' slots and add them in rank order on every rank, so the bits agree.
+class ShmGroup final : public Group {
+ public:
+  // Member `rank` of `size` (at least 2) in area `area` (max_groups: the step channel's).
+  ShmGroup(std::shared_ptr<ShmState> state, uint64_t area, int rank, int size)
+      : state_(std::move(state)),
+        area_(state_->segment->group(area)),
+        slot_bytes_(area == state_->segment->header()->max_groups
+                        ? state_->segment->header()->piece_bytes
+                        : state_->segment->header()->slot_bytes),
+        rank_(rank),
+        size_(size),
+        parts_(size_t(size)) {
+    DI_CHECK(size >= 2 && size <= state_->world_size && rank >= 0 && rank < size);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void barrier() override {
+    const uint32_t gen = area_->gen.value.load(std::memory_order_acquire);
+    if (area_->arrived.value.fetch_add(1, std::memory_order_acq_rel) == uint32_t(size_ - 1)) {
+      // Last to arrive: reset the count for the next generation before releasing everyone.
+      area_->arrived.value.store(0, std::memory_order_relaxed);
+      notify(area_->gen);
+      return;
+    }
+    wait_until(
+        area_->gen, [&] { return area_->gen.value.load(std::memory_order_acquire) != gen; },
+        state_->alive);
+  }
+
+  void broadcast(void* data, size_t n_bytes, int root) override {
+    check_root(root);
+    auto* bytes = static_cast<uint8_t*>(data);
+    rounds(n_bytes, slot_bytes_, [&](size_t off, size_t len) {
+      if (rank_ == root) std::memcpy(slot(root), bytes + off, len);
+      barrier();
+      if (rank_ != root) std::memcpy(bytes + off, slot(root), len);
+    });
+  }
+
+  using Group::all_reduce;
+  void all_reduce(float* data, size_t n) override {
+    rounds(n, slot_bytes_ / sizeof(float), [&](size_t off, size_t len) {
+      std::memcpy(slot(rank_), data + off, len * sizeof(float));
+      sum_slots(0, len, data + off);
+    });
+  }
+
+  void all_gather(const void* in, size_t n_bytes_each, void* out) override {
+    const auto* src = static_cast<const uint8_t*>(in);
+    auto* dst = static_cast<uint8_t*>(out);
+    rounds(n_bytes_each, slot_bytes_, [&](size_t off, size_t len) {
+      std::memcpy(slot(rank_), src + off, len);
+      barrier();
+      for (int m = 0; m < size_; ++m)
+        std::memcpy(dst + size_t(m) * n_bytes_each + off, slot(m), len);
+    });
+  }
+
+  void reduce_scatter(const float* in, size_t n_per_rank, float* out) override {
+    // Each round carries a slice of every destination's part: [size_, chunk] floats per slot.
+    const size_t chunk = slot_bytes_ / sizeof(float) / size_t(size_);
+    rounds(n_per_rank, chunk, [&](size_t off, size_t len) {
+      auto* mine = reinterpret_cast<float*>(slot(rank_));
+      for (int d = 0; d < size_; ++d)
+        std::memcpy(mine + size_t(d) * chunk, in + size_t(d) * n_per_rank + off,
+                    len * sizeof(float));
+      sum_slots(size_t(rank_) * chunk, len, out + off);
+    });
+  }
+
+  std::unique_ptr<Group> split(int color, int key) override;
+
+ private:
+  // The member's slot of the current round.
+  uint8_t* slot(int member) const {
+    return reinterpret_cast<uint8_t*>(area_ + 1) +
+           (size_t(member) * 2 + (round_ & 1)) * slot_bytes_;
+  }
+
+  // Calls round(off, len) for [0, n) in pieces of `chunk`; each round uses the other slots.
+  template <typename Round>
+  void rounds(size_t n, size_t chunk, Round&& round) {
+    for (size_t off = 0; off < n; off += chunk) {
+      round(off, std::min(chunk, n - off));
+      ++round_;
+    }
+  }
+
+  // Meets the others once every member has written its slot, then out[0, len) = the sum in
+  // rank order of the members' slots from float `at` on.
+  void sum_slots(size_t at, size_t len, float* out) {
+    barrier();
+    for (int m = 0; m < size_; ++m)
+      parts_[size_t(m)] = reinterpret_cast<const float*>(slot(m)) + at;
+    sum_in_rank_order(parts_.data(), size_, len, out);
+  }
+
+  std::shared_ptr<ShmState> state_;
+  shm::GroupArea* area_;
+  size_t slot_bytes_;
+  int rank_, size_;
+  uint64_t round_ = 0;
+  std::vector<const float*> parts_;  // [size_], scratch for sums
+};
+
+std::unique_ptr<Group> ShmGroup::split(int color, int key) {
+  struct Entry {
+    int32_t color, key;
+  };
+  std::vector<Entry> entries(static_cast<size_t>(size_));
+  const Entry me{color, key};
+  all_gather(&me, sizeof me, entries.data());
+
+  std::vector<int32_t> colors;
+  for (const Entry& e : entries)
+    if (e.color >= 0) colors.push_back(e.color);
+  std::sort(colors.begin(), colors.end());
+  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+
+  // Rank 0 takes one fresh area per color for everybody; areas are numbered in color order.
+  shm::Header* h = state_->segment->header();
+  uint64_t base = 0;
+  if (rank_ == 0 && !colors.empty()) {
+    base = h->next_group.fetch_add(uint32_t(colors.size()));
+    if (base + colors.size() > h->max_groups) base = UINT64_MAX;
+  }
+  broadcast(&base, sizeof base, 0);
+  DI_REQUIRE(base != UINT64_MAX, "split: the shared-memory segment has room for ", h->max_groups,
+             " groups (the world included) and they are taken; raise "
+             "WorldOptions::shm_max_groups");
+  if (color < 0) return nullptr;
+
+  std::vector<int> members;  // ranks here with my color, in new-rank order
+  for (int r = 0; r < size_; ++r)
+    if (entries[size_t(r)].color == color) members.push_back(r);
+  if (members.size() == 1) return make_single_group();
+  std::stable_sort(members.begin(), members.end(),
+                   [&](int a, int b) { return entries[size_t(a)].key < entries[size_t(b)].key; });
+  const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+  const uint64_t area =
+      base + uint64_t(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  return std::make_unique<ShmGroup>(state_, area, new_rank, int(members.size()));
+}
+
+class ShmWorld final : public World {
+ public:
+  ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
+      : state_(s),
+        group_(s, 0, s->world_rank, s->world_size),
+        // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
+        channel_(std::make_unique<ShmGroup>(s, s->segment->header()->max_groups, s->world_rank,
+                                            s->world_size)),
+        exit_timeout_s_(options.exit_timeout_s) {}
+
+  ~ShmWorld() override {
+    if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
+  }
+
+  Backend backend() const override { return Backend::kShm; }
+  Group& group() override { return group_; }
+  StepChannel& channel() override { return channel_; }
+  std::vector<int> local_pids() const override { return state_->pids; }
+  std::string dead_rank() override { return state_->alive.poll(); }
+
+  void finish() override {
+    if (finished_) return;
+    if (state_->world_rank == 0) {
+      channel_.send_shutdown();
+    } else if (!channel_.shut_down()) {
+      await_shutdown(channel_);
+    }
+    finished_ = true;
+    if (state_->world_rank == 0) state_->alive.reap_children(exit_timeout_s_);
+  }
+
+ private:
+  std::shared_ptr<ShmState> state_;
+  ShmGroup group_;
+  GroupChannel channel_;
+  double exit_timeout_s_;
+  bool finished_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
+  auto state = std::make_shared<ShmState>();
+  state->world_size = o.world_size;
+  remove_stale_segments();
+  std::string name = new_segment_name();
+  // A name left by an earlier process with this pid is skipped; the next number is free.
+  while (access(str_cat("/dev/shm", name).c_str(), F_OK) == 0) name = new_segment_name();
+  // Armed before the name exists, so that no signal finds it unguarded.
+  if (o.handle_signals) arm_signal_cleanup(name);
+  shm::Header* h = nullptr;
+  try {
+    state->segment =
+        shm::Segment::create(name, o.world_size, o.shm_slot_bytes, o.channel_piece_bytes,
+                             uint64_t(std::max(o.shm_max_groups, 0)));
+    h = state->segment->header();
+    h->pids[0] = int32_t(getpid());
+    state->pids = spawn_followers(o.world_size, name);
+    state->alive.watch_children(state->pids);
+    state->alive.share_first_dead(&h->first_dead);
+    const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
+    const uint32_t followers = uint32_t(o.world_size - 1);
+    while (h->joined.value.load(std::memory_order_acquire) < followers) {
+      state->alive.check();
+      DI_REQUIRE(now_us() <= deadline, "only ", h->joined.value.load(), " of ", followers,
+                 " follower ranks joined within ", o.join_timeout_s, " s");
+      futex_sleep(h->joined, h->joined.value.load());
+    }
+    for (int r = 1; r < o.world_size; ++r) {
+      DI_REQUIRE(h->pids[r] == state->pids[size_t(r)], "rank ", r, " of segment ", name,
+                 " was joined by pid ", h->pids[r], ", not by pid ", state->pids[size_t(r)],
+                 " that was started for it");
+    }
+  } catch (...) {
+    state->alive.kill_children();
+    disarm_signal_cleanup();
+    throw;
+  }
+  // Everyone has it mapped: without a name, nothing is left behind however the run ends.
+  state->segment->unlink_name();
+  disarm_signal_cleanup();
+  h->started.value.store(1, std::memory_order_release);
+  notify(h->started);
+  return std::make_unique<ShmWorld>(state, o);
+}
+
+std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, int world_size,
+                                         const std::string& shm_name) {
+  auto state = std::make_shared<ShmState>();
+  state->segment = shm::Segment::attach(shm_name, world_size);
+  state->world_rank = rank;
+  state->world_size = world_size;
+  shm::Header* h = state->segment->header();
+  const int leader = h->pids[0];
+  DI_REQUIRE(getppid() == leader, kEnvLocalRank, "=", rank, " is set but this process (pid ",
+             getpid(), ") was not started by the leader (pid ", leader, ") of ", shm_name);
+  DI_REQUIRE(h->pids[rank] == 0, kEnvLocalRank, "=", rank, ": rank ", rank, " of ", shm_name,
+             " was already joined by pid ", h->pids[rank]);
+  h->pids[rank] = int32_t(getpid());
+  std::vector<int> pids(static_cast<size_t>(world_size), 0);
+  pids[0] = leader;
+  state->alive.watch_peers(pids, rank);
+  state->alive.share_first_dead(&h->first_dead);
+  notify(h->joined);  // its value counts the followers that joined
+  wait_until(
+      h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
+      state->alive);
+  state->pids.assign(h->pids, h->pids + world_size);
+  state->alive.watch_peers(state->pids, rank);
+  return std::make_unique<ShmWorld>(state, options);
+}
+
+}  // namespace deepinfer::ranks
