@@ -32,7 +32,11 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     engram = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size,
                                 c.engram_compressed_vocab_size);
     check_engram_num_embeddings(engram, c.engram_num_embeddings);
-    // A token map comes checked from the tokenizer (runtime/load_engine.cpp).
+    // A token map's compressed ids are checked where the tokenizer builds it
+    // (runtime/load_engine.cpp); here only that it covers every id the model can see.
+    DI_REQUIRE(opt.engram_token_map.empty() || int64_t(opt.engram_token_map.size()) >= c.vocab_size,
+               ck.dir(), ": the Engram token map covers ", opt.engram_token_map.size(),
+               " ids, the vocabulary has ", c.vocab_size);
     if (opt.engram_token_map.empty())
       DI_REQUIRE(c.engram_compressed_vocab_size == c.vocab_size, ck.dir(),
                  ": the checkpoint has no tokenizer, so the Engram token map is the identity and "
