@@ -13,8 +13,9 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "ranks/serial.h"
 #include "engine_options.h"
+#include "ranks/serial.h"
+#include "server/json_fields.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat.h"
 
@@ -90,92 +91,38 @@ std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
   return tok->encode(encode_prompt_text(o, tok, text), false);
 }
 
-// Per-request sampling fields of a JSONL line override the command-line defaults.
-void apply_request_fields(const json& j, SamplingParams* p) {
-  auto num = [&](const char* k, auto* dst) {
-    auto it = j.find(k);
-    if (it == j.end() || it->is_null()) return;
-    DI_REQUIRE(it->is_number(), "field '", k, "' must be a number, got ", it->dump());
-    *dst = it->get<std::remove_pointer_t<decltype(dst)>>();
-  };
-  num("max_tokens", &p->max_tokens);
-  num("temperature", &p->temperature);
-  num("top_p", &p->top_p);
-  num("top_k", &p->top_k);
-  num("min_p", &p->min_p);
-  num("repetition_penalty", &p->repetition_penalty);
-  num("presence_penalty", &p->presence_penalty);
-  num("frequency_penalty", &p->frequency_penalty);
-  num("logprobs", &p->logprobs);
-  if (auto it = j.find("seed"); it != j.end() && !it->is_null()) {
-    DI_REQUIRE(it->is_number_integer(), "field 'seed' must be an integer, got ", it->dump());
-    p->seed = it->get<uint64_t>();
-  }
-  if (auto it = j.find("ignore_eos"); it != j.end()) {
-    DI_REQUIRE(it->is_boolean(), "field 'ignore_eos' must be true or false");
-    p->ignore_eos = it->get<bool>();
-  }
-  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
-    p->stop.clear();
-    if (it->is_string())
-      p->stop.push_back(it->get<std::string>());
-    else {
-      DI_REQUIRE(it->is_array(), "field 'stop' must be a string or a list of strings");
-      for (const auto& s : *it) {
-        DI_REQUIRE(s.is_string(), "field 'stop' must be a string or a list of strings");
-        p->stop.push_back(s.get<std::string>());
-      }
-    }
-  }
-  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
-    DI_REQUIRE(it->is_array(), "field 'stop_token_ids' must be a list of token ids");
-    p->stop_token_ids.clear();
-    for (const auto& t : *it) {
-      DI_REQUIRE(t.is_number_integer(), "field 'stop_token_ids' must hold integers");
-      p->stop_token_ids.push_back(t.get<int32_t>());
-    }
-  }
-}
-
-// A line's "response_format" (as in the OpenAI API: json_object, or json_schema with its
-// schema) or "json_schema" (the schema itself): the output is constrained to it.
-void apply_output_shape(const json& j, const GenerateOptions& o,
-                        const std::function<server::GrammarCache*()>& grammars, SamplingParams* p) {
+// A JSONL line's fields over the command-line defaults: the sampling fields as the OpenAI server
+// reads them, "max_tokens", "logprobs" (the number of alternatives), and "response_format" (as
+// in the API) or "json_schema" (the schema itself) to constrain the output.
+void apply_request_fields(const json& j, const GenerateOptions& o, server::ModelInfo& info,
+                          const std::function<server::GrammarCache*()>& grammars,
+                          SamplingParams* p) {
+  server::parse_sampling_fields(j, info, p);
+  if (const json* v = server::find_field(j, "max_tokens"))
+    p->max_tokens = server::get_int(*v, "max_tokens", 1, INT64_MAX / 2);
+  if (const json* v = server::find_field(j, "logprobs"))
+    p->logprobs = server::get_int(*v, "logprobs", 0, 20);
   server::OutputShape shape;
-  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
-    DI_REQUIRE(it->is_object() && it->contains("type") && (*it)["type"].is_string(),
-               "field 'response_format' must be an object with a \"type\"");
-    const std::string type = (*it)["type"].get<std::string>();
-    if (type == "json_object") {
-      shape.kind = server::OutputShape::Kind::kJsonObject;
-    } else if (type == "json_schema") {
-      const auto js = it->find("json_schema");
-      DI_REQUIRE(js != it->end() && js->is_object() && js->contains("schema"),
-                 "field 'response_format': json_schema needs {\"json_schema\": {\"schema\": ...}}");
-      shape.kind = server::OutputShape::Kind::kJsonSchema;
-      shape.schema_json = (*js)["schema"].dump();
-    } else {
-      DI_REQUIRE(type == "text", "field 'response_format': type '", type,
-                 "' is not one of text, json_object, json_schema");
-    }
-  }
-  if (auto it = j.find("json_schema"); it != j.end() && !it->is_null()) {
-    DI_REQUIRE(shape.kind == server::OutputShape::Kind::kFree,
-               "give one of 'response_format' and 'json_schema'");
-    DI_REQUIRE(it->is_object() || it->is_boolean(), "field 'json_schema' must be a JSON schema");
+  server::parse_response_format(j, &shape);
+  if (const json* v = server::find_field(j, "json_schema")) {
+    if (shape.kind != server::OutputShape::Kind::kFree)
+      server::throw_bad_value("json_schema", "give one of 'response_format' and 'json_schema'.");
+    if (!v->is_object() && !v->is_boolean()) server::throw_bad_type("json_schema", "a schema", *v);
     shape.kind = server::OutputShape::Kind::kJsonSchema;
-    shape.schema_json = it->dump();
+    shape.schema_json = v->dump();
   }
   if (shape.kind == server::OutputShape::Kind::kFree) return;
-  server::GrammarCache* cache = grammars();
-  DI_REQUIRE(cache, "structured output needs the model's tokenizer, and it has none");
   shape.after_thinking = o.chat && o.thinking;
-  p->grammar = cache->get(shape);
+  info.grammars = grammars();
+  server::constrain(shape, info, p);
 }
 
 std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab,
                                const std::function<server::GrammarCache*()>& grammars) {
   std::vector<Input> in;
+  server::ModelInfo info;  // what a line's fields are checked against
+  info.tokenizer = tok;
+  info.vocab_size = vocab;
   auto base = [&] {
     Input x;
     x.req.params = o.params;
@@ -226,8 +173,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
             x.req.prompt_ids.push_back(t.get<int32_t>());
           }
         }
-        apply_request_fields(j, &x.req.params);
-        apply_output_shape(j, o, grammars, &x.req.params);
+        apply_request_fields(j, o, info, grammars, &x.req.params);
       } catch (const Error& e) {
         x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
       }

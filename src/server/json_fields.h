@@ -36,4 +36,18 @@ double get_number(const Json& v, const std::string& name, double lo, double hi);
 // A token id in [0, vocab).
 int32_t get_token_id(const Json& v, const std::string& name, int64_t vocab);
 
+// --- request fields shared by the OpenAI endpoints and the offline runner's JSONL lines ---
+
+struct OutputShape;
+
+// temperature, top_p, top_k, min_p, the penalties, seed, ignore_eos, stop and stop_token_ids
+// into `p`; fields absent or null keep p's values (the runner's flags, the API's defaults).
+void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p);
+// "response_format": text, json_object or json_schema; sets `shape` and returns the text the
+// chat encoder renders for it (empty for text).
+std::string parse_response_format(const Json& j, OutputShape* shape);
+// The grammar of `shape` from info.grammars into p; a schema that cannot be compiled is a 400
+// naming the place in it.
+void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* p);
+
 }  // namespace deepinfer::server

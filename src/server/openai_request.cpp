@@ -269,8 +269,8 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
   return text;
 }
 
-// "response_format": text, json_object or json_schema; sets `shape` and returns the text the
-// chat encoder renders for it (empty for text).
+}  // namespace
+
 std::string parse_response_format(const Json& j, OutputShape* shape) {
   const Json* rf = find_field(j, "response_format");
   if (!rf) return {};
@@ -300,8 +300,6 @@ std::string parse_response_format(const Json& j, OutputShape* shape) {
   return {};
 }
 
-// The grammar of `shape` from the server's cache; a schema that cannot be compiled is a 400
-// naming the place in it.
 void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* p) {
   if (shape.kind == OutputShape::Kind::kFree) return;
   const char* param =
@@ -320,6 +318,8 @@ void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* 
                    "unsupported_schema");
   }
 }
+
+namespace {
 
 // 1..100, or 0 for "none" (thinking off).
 int parse_effort(const Json& v, const std::string& name) {
@@ -408,10 +408,31 @@ std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, Ch
   return tok.encode(text, false);
 }
 
-// --- sampling ---
+}  // namespace
 
-void parse_stops(const Json& j, const ModelInfo& info, SamplingParams* p) {
+void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p) {
+  if (const Json* v = find_field(j, "temperature"))
+    p->temperature = float(get_number(*v, "temperature", 0, 1e6));
+  if (const Json* v = find_field(j, "top_p")) {
+    p->top_p = float(get_number(*v, "top_p", 0, 1));
+    if (p->top_p <= 0) throw_bad_value("top_p", "expected a number in (0, 1].");
+  }
+  if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
+    p->top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
+  if (const Json* v = find_field(j, "min_p")) p->min_p = float(get_number(*v, "min_p", 0, 1));
+  if (const Json* v = find_field(j, "presence_penalty"))
+    p->presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
+  if (const Json* v = find_field(j, "frequency_penalty"))
+    p->frequency_penalty = float(get_number(*v, "frequency_penalty", -2, 2));
+  if (const Json* v = find_field(j, "repetition_penalty")) {
+    p->repetition_penalty = float(get_number(*v, "repetition_penalty", 0, 1e6));
+    if (p->repetition_penalty <= 0) throw_bad_value("repetition_penalty", "expected a number > 0.");
+  }
+  if (const Json* v = find_field(j, "seed"))
+    p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
+  if (const Json* v = find_field(j, "ignore_eos")) p->ignore_eos = get_bool(*v, "ignore_eos");
   if (const Json* s = find_field(j, "stop")) {
+    p->stop.clear();
     if (s->is_string()) {
       p->stop.push_back(s->get<std::string>());
     } else if (s->is_array()) {
@@ -430,29 +451,11 @@ void parse_stops(const Json& j, const ModelInfo& info, SamplingParams* p) {
     p->stop_token_ids = token_list(*s, "stop_token_ids", info.vocab_size);
 }
 
-void parse_sampling(const Json& j, const ModelInfo& info, ApiRequest* r) {
-  SamplingParams& p = r->params;
-  if (const Json* v = find_field(j, "temperature"))
-    p.temperature = float(get_number(*v, "temperature", 0, 1e6));
-  if (const Json* v = find_field(j, "top_p")) {
-    p.top_p = float(get_number(*v, "top_p", 0, 1));
-    if (p.top_p <= 0) throw_bad_value("top_p", "expected a number in (0, 1].");
-  }
-  if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
-    p.top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
-  if (const Json* v = find_field(j, "min_p")) p.min_p = float(get_number(*v, "min_p", 0, 1));
-  if (const Json* v = find_field(j, "presence_penalty"))
-    p.presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
-  if (const Json* v = find_field(j, "frequency_penalty"))
-    p.frequency_penalty = float(get_number(*v, "frequency_penalty", -2, 2));
-  if (const Json* v = find_field(j, "repetition_penalty")) {
-    p.repetition_penalty = float(get_number(*v, "repetition_penalty", 0, 1e6));
-    if (p.repetition_penalty <= 0) throw_bad_value("repetition_penalty", "expected a number > 0.");
-  }
-  if (const Json* v = find_field(j, "seed"))
-    p.seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
-  if (const Json* v = find_field(j, "ignore_eos")) p.ignore_eos = get_bool(*v, "ignore_eos");
-  parse_stops(j, info, &p);
+namespace {
+
+// The fields of an API call beyond the sampling parameters.
+void parse_call_fields(const Json& j, const ModelInfo& info, ApiRequest* r) {
+  parse_sampling_fields(j, info, &r->params);
   if (const Json* v = find_field(j, "n")) r->n = int32_t(get_int(*v, "n", 1, kMaxChoices));
   if (const Json* v = find_field(j, "best_of"); v && get_int(*v, "best_of", 1, kMaxChoices) != r->n)
     throw ApiError(400, "best_of other than n is not supported.", "best_of", "unsupported_value");
@@ -549,7 +552,7 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body, const Mod
     r.prompts = parse_prompts(j, info);
     parse_response_format(j, &shape);
   }
-  parse_sampling(j, info, &r);
+  parse_call_fields(j, info, &r);
   constrain(shape, info, &r.params);
   parse_logprobs(j, &r);
   if (int64_t(r.prompts.size()) * r.n > kMaxEngineRequests)

@@ -54,21 +54,26 @@ this is not json
 {"prompt": "text needs a tokenizer"}
 {"prompt_ids": [9, 9, 9], "max_tokens": 2, "temperature": 0.8, "seed": 11, "logprobs": 3}
 {"prompt_ids": [4], "max_tokens": 1, "stop_token_ids": "x"}
+{"prompt_ids": [4], "top_p": 0}
+{"prompt_ids": [4], "temperature": "hot", "response_format": {"type": "yaml"}}
 JSONL
 # Rejected requests do not stop the others, but the run's exit status reports them.
 if "$BIN" generate --model "$WORK/tiny" --prompts "$WORK/in.jsonl" --output "$WORK/out.jsonl" \
   2>"$WORK/err"; then
   fail "exit status 0 although requests were rejected"
 fi
-grep -q "6 of 8 requests failed" "$WORK/err" || { cat "$WORK/err"; fail "failed-request summary"; }
+grep -q "8 of 10 requests failed" "$WORK/err" || { cat "$WORK/err"; fail "failed-request summary"; }
 python3 - "$WORK/out.jsonl" <<'PY' || { cat "$WORK/err"; fail "mixed JSONL"; }
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-assert [r["index"] for r in rows] == list(range(8)), rows
+assert [r["index"] for r in rows] == list(range(10)), rows
 assert len(rows[0]["output_ids"]) == 3 and "error" not in rows[0]
 for i, word in [(1, "empty"), (2, "vocabulary"), (3, "max_tokens"), (4, "JSON"), (5, "tokenizer"),
                 (7, "stop_token_ids")]:
     assert word in rows[i]["error"], (i, rows[i])
+# The sampling fields are read by the server's parser: the same messages as the API's 400s.
+assert "Invalid value for 'top_p': expected a number in (0, 1]" in rows[8]["error"], rows[8]
+assert "Invalid type for 'temperature': expected a number" in rows[9]["error"], rows[9]
 # The top 3, then the sampled token when it is not among them.
 for step, top in enumerate(rows[6]["logprobs"]):
     assert len(top) in (3, 4) and [p for _, p in top[:3]] == sorted([p for _, p in top[:3]], reverse=True)
