@@ -8,7 +8,6 @@ namespace deepinfer::app {
 
 void add_make_tiny(CLI::App& app);
 void add_inspect(CLI::App& app);
-void add_bench(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_serve(CLI::App& app);
 

@@ -6,13 +6,34 @@
 #include "commands.h"
 #include "core/error.h"
 
+#ifdef DEEPINFER_HAVE_BENCH
+#include "bench/bench_util.h"
+#endif
+
+namespace {
+
+void add_bench(CLI::App& app) {
+#ifdef DEEPINFER_HAVE_BENCH
+  deepinfer::bench::add_command(app);
+#else
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (not in this build)");
+  cmd->allow_extras();
+  cmd->callback([] {
+    throw deepinfer::Error(
+        "this build has no benchmarks (configure with -DDEEPINFER_BUILD_BENCH=ON)");
+  });
+#endif
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"DeepInfer: DeepSeek-V4.1 inference from the official checkpoint"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "deepinfer 0.1.0");
   deepinfer::app::add_make_tiny(app);
   deepinfer::app::add_inspect(app);
-  deepinfer::app::add_bench(app);
+  add_bench(app);
   deepinfer::app::add_generate(app);
   deepinfer::app::add_serve(app);
   // A first argument that names no command gets said so (CLI11 would report a missing one).

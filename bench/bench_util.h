@@ -11,7 +11,14 @@
 
 #include "core/format.h"
 
+namespace CLI {
+class App;
+}
+
 namespace deepinfer::bench {
+
+// Registers `deepinfer bench` and its subcommands on the app (bench/cmd_bench.cpp).
+void add_command(CLI::App& app);
 
 // One result: ordered fields. Numbers keep their type in JSON.
 class Row {

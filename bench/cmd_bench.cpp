@@ -5,19 +5,18 @@
 #include <memory>
 #include <sstream>
 
-#include "commands.h"
+#include <CLI/CLI.hpp>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
 
-#ifdef DEEPINFER_HAVE_BENCH
 #include "bench/bench_decode.h"
 #include "bench/bench_grammar.h"
 #include "bench/bench_linear.h"
-#endif
+#include "bench/bench_util.h"
 
-namespace deepinfer::app {
+namespace deepinfer::bench {
 
-#ifdef DEEPINFER_HAVE_BENCH
 namespace {
 
 struct BenchFlags {
@@ -61,7 +60,7 @@ void add_common(CLI::App* cmd, BenchFlags& f) {
 
 }  // namespace
 
-void add_bench(CLI::App& app) {
+void add_command(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks against the machine's limits");
   bench->require_subcommand(1);
 
@@ -77,13 +76,13 @@ void add_bench(CLI::App& app) {
     cmd->callback([f, mib, reps] {
       apply(*f);
       DI_REQUIRE(*mib >= 64, "--mib ", *mib, ": expected at least 64");
-      bench::Reporter rep(f->json);
-      bench::bench_bandwidth(rep, uint64_t(*mib) << 20, *reps);
+      Reporter rep(f->json);
+      bench_bandwidth(rep, uint64_t(*mib) << 20, *reps);
     });
   }
   {
     auto f = std::make_shared<BenchFlags>();
-    auto opt = std::make_shared<bench::LinearBenchOptions>();
+    auto opt = std::make_shared<LinearBenchOptions>();
     auto formats = std::make_shared<std::string>("fp8,fp4");
     auto rows = std::make_shared<std::string>("16,128,512");
     auto ws = std::make_shared<int>(256);
@@ -122,13 +121,13 @@ void add_bench(CLI::App& app) {
         DI_REQUIRE(in[0] % 32 == 0, "--shapes: input dim ", in[0], " is not a multiple of 32");
         opt->shapes.push_back({in[0], out[0], s});
       }
-      bench::Reporter rep(f->json);
-      bench::bench_linear(rep, *opt);
+      Reporter rep(f->json);
+      bench_linear(rep, *opt);
     });
   }
   {
     auto f = std::make_shared<BenchFlags>();
-    auto opt = std::make_shared<bench::DecodeBenchOptions>();
+    auto opt = std::make_shared<DecodeBenchOptions>();
     auto batches = std::make_shared<std::string>("1,4,16");
     CLI::App* cmd = bench->add_subcommand(
         "decode", "Decode tok/s vs the bandwidth roofline; prefill tok/s vs the FLOP limit");
@@ -147,13 +146,13 @@ void add_bench(CLI::App& app) {
       opt->batches = parse_list<int>(*batches, "--batches");
       DI_REQUIRE(opt->prompt >= 1 && opt->steps >= 1 && opt->prefill_tokens >= 1 && opt->pairs >= 1,
                  "--prompt, --steps, --pairs and --prefill must be positive");
-      bench::Reporter rep(f->json);
-      bench::bench_decode(rep, *opt);
+      Reporter rep(f->json);
+      bench_decode(rep, *opt);
     });
   }
   {
     auto f = std::make_shared<BenchFlags>();
-    auto opt = std::make_shared<bench::GrammarBenchOptions>();
+    auto opt = std::make_shared<GrammarBenchOptions>();
     CLI::App* cmd = bench->add_subcommand(
         "grammar", "Token-mask cost per step of constrained (JSON) output on a vocabulary");
     add_common(cmd, *f);
@@ -165,8 +164,8 @@ void add_bench(CLI::App& app) {
     cmd->callback([f, opt] {
       apply(*f);
       DI_REQUIRE(opt->walks >= 1 && opt->max_steps >= 1, "--walks and --max-steps must be >= 1");
-      bench::Reporter rep(f->json);
-      bench::bench_grammar(rep, *opt);
+      Reporter rep(f->json);
+      bench_grammar(rep, *opt);
     });
   }
   {
@@ -177,22 +176,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--calls", *calls, "Calls timed");
     cmd->callback([f, calls] {
       apply(*f);
-      bench::Reporter rep(f->json);
-      bench::bench_pool(rep, std::max(1, *calls));
+      Reporter rep(f->json);
+      bench_pool(rep, std::max(1, *calls));
     });
   }
 }
 
-#else
-
-void add_bench(CLI::App& app) {
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks (not in this build)");
-  cmd->allow_extras();
-  cmd->callback([] {
-    throw Error("this build has no benchmarks (configure with -DDEEPINFER_BUILD_BENCH=ON)");
-  });
-}
-
-#endif
-
-}  // namespace deepinfer::app
+}  // namespace deepinfer::bench
