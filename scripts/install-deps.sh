@@ -18,6 +18,7 @@ PKGS=(
   libopenmpi-dev openmpi-bin                       # multi-host ranks
   libdnnl-dev                                      # oneDNN: the bf16 matmul baseline in benchmarks
   procps bc                                        # process checks and timing in e2e tests
+  iproute2                                         # two hosts as network namespaces (MPI test)
 )
 # Node.js (with npm) runs the independent tokenizer and the official OpenAI client in tests. A
 # machine may already carry a Node.js from elsewhere; only install Debian's when none is found.
