@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/region_timer.h"
-#include "kernels/attention_merge.h"
+#include "kernels/attention.h"
 #include "ranks/serial.h"
 
 namespace deepinfer {
