@@ -46,52 +46,29 @@ Clock::duration seconds(double s) {
 }
 
 const char* reason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 415:
-      return "Unsupported Media Type";
-    case 417:
-      return "Expectation Failed";
-    case 422:
-      return "Unprocessable Content";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
-  }
+  static const std::map<int, const char*> kReasons = {{100, "Continue"},
+                                                      {200, "OK"},
+                                                      {400, "Bad Request"},
+                                                      {401, "Unauthorized"},
+                                                      {403, "Forbidden"},
+                                                      {404, "Not Found"},
+                                                      {405, "Method Not Allowed"},
+                                                      {408, "Request Timeout"},
+                                                      {409, "Conflict"},
+                                                      {413, "Content Too Large"},
+                                                      {414, "URI Too Long"},
+                                                      {415, "Unsupported Media Type"},
+                                                      {417, "Expectation Failed"},
+                                                      {422, "Unprocessable Content"},
+                                                      {429, "Too Many Requests"},
+                                                      {431, "Request Header Fields Too Large"},
+                                                      {500, "Internal Server Error"},
+                                                      {501, "Not Implemented"},
+                                                      {502, "Bad Gateway"},
+                                                      {503, "Service Unavailable"},
+                                                      {505, "HTTP Version Not Supported"}};
+  if (auto it = kReasons.find(status); it != kReasons.end()) return it->second;
+  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
 }
 
 // The Date header's value, formatted once a second.
@@ -110,33 +87,19 @@ const std::string& http_date() {
   return text;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
 bool accepts_gzip(const HttpRequest& r) {
   const std::string* ae = r.header("accept-encoding");
   if (!ae) return false;
   std::optional<bool> gzip, any;
-  std::string_view list = *ae;
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    std::string_view e = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  for (std::string_view e : list_elements(*ae)) {
     const size_t semi = e.find(';');
-    const std::string_view name = trim(e.substr(0, semi));
+    const std::string_view name = trim_ows(e.substr(0, semi));
     bool allowed = true;
     if (semi != std::string_view::npos) {
-      std::string_view p = trim(e.substr(semi + 1));
+      std::string_view p = trim_ows(e.substr(semi + 1));
       if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-        p = trim(p.substr(2));
+        p = trim_ows(p.substr(2));
         // q=0, q=0.0, q=0.000: refused; anything else allows it.
         allowed = !(p.size() >= 1 && p[0] == '0' && p.find_first_not_of("0.", 0) == p.npos);
       }
@@ -186,14 +149,14 @@ std::string head(int status, std::string_view content_type, const Headers& extra
     h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
   else
     h += "Connection: close\r\n";
-  return h;
+  return h + "\r\n";
 }
 
 std::string error_response(int status, const std::string& message, const std::string& code,
                            Headers extra = {}) {
   const std::string body = error_body(ApiError(status, message, {}, code));
   extra.emplace_back("Content-Length", std::to_string(body.size()));
-  return head(status, "application/json", extra, false, 0) + "\r\n" + body;
+  return head(status, "application/json", extra, false, 0) + body;
 }
 
 }  // namespace
@@ -256,6 +219,14 @@ struct Transport::Impl {
   int bind();
   void run();
   void accept_all();
+  // A new connection, registered with epoll; null when it cannot be.
+  Connection* add(int fd, bool rejected);
+  bool watch(int op, int fd, uint32_t events, uint64_t id) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = id;
+    return epoll_ctl(epoll_fd, op, fd, &ev) == 0;
+  }
   bool evict_idle();
   void reject(int fd);
   void on_event(Connection& c, uint32_t ev);
@@ -263,6 +234,11 @@ struct Transport::Impl {
   void process(Connection& c);
   void dispatch(Connection& c, HttpRequest req);
   void fail(Connection& c, int status, const std::string& message, const std::string& code);
+  // Appends to the output (the write timeout runs from when output began to wait).
+  void queue(Connection& c, std::string_view bytes) {
+    if (c.pending() == 0) c.write_since = Clock::now();
+    c.out += bytes;
+  }
   void finished(Connection& c, bool keep_alive);
   void flush(Connection& c);
   void settle(Connection& c);
@@ -293,11 +269,18 @@ struct Transport::Impl {
 
 // --- Exchange ---
 
-void Exchange::respond(int status, std::string_view content_type, std::string body, Headers extra) {
-  if (!conn_ || head_sent_) return;
+void Exchange::send_head(int status, std::string_view content_type, const Headers& extra,
+                         bool can_keep_alive) {
   Connection& c = *conn_;
   Transport::Impl& t = c.t;
-  keep_alive_ = request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
+  keep_alive_ = can_keep_alive && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
+  t.queue(c, head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s));
+  head_sent_ = true;
+  if (t.on_status) t.on_status(status);
+}
+
+void Exchange::respond(int status, std::string_view content_type, std::string body, Headers extra) {
+  if (!conn_ || head_sent_) return;
   if (!body.empty() && compressible(content_type) && accepts_gzip(request_)) {
     std::string packed;
     if (gzip(body, &packed)) {
@@ -307,45 +290,35 @@ void Exchange::respond(int status, std::string_view content_type, std::string bo
     }
   }
   extra.emplace_back("Content-Length", std::to_string(body.size()));
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
-  c.out += "\r\n";
+  send_head(status, content_type, extra, true);
+  Connection& c = *conn_;
   if (request_.method != "HEAD") c.out += body;  // the length it would have, without it
-  head_sent_ = complete_ = true;
-  if (t.on_status) t.on_status(status);
-  t.flush(c);
-  if (!c.closed()) t.finished(c, keep_alive_);
+  complete_ = true;
+  c.t.flush(c);
+  if (!c.closed()) c.t.finished(c, keep_alive_);
 }
 
 void Exchange::begin_stream(int status, std::string_view content_type, Headers extra) {
   if (!conn_ || head_sent_) return;
-  Connection& c = *conn_;
-  Transport::Impl& t = c.t;
   chunked_ = request_.version_minor >= 1;
-  keep_alive_ = chunked_ && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
   if (chunked_) extra.emplace_back("Transfer-Encoding", "chunked");
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
-  c.out += "\r\n";
-  head_sent_ = streaming_ = true;
-  if (t.on_status) t.on_status(status);
-  t.flush(c);
-  if (!c.closed()) t.settle(c);
+  send_head(status, content_type, extra, chunked_);
+  streaming_ = true;
+  Connection& c = *conn_;
+  c.t.flush(c);
+  if (!c.closed()) c.t.settle(c);
 }
 
 void Exchange::write(std::string_view data) {
   if (!conn_ || !streaming_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
-  if (c.pending() == 0) c.write_since = Clock::now();
   if (chunked_) {
     char size[24];
     std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    c.out += size;
-    c.out += data;
-    c.out += "\r\n";
-  } else {
-    c.out += data;
+    c.t.queue(c, size);
   }
+  c.t.queue(c, data);
+  if (chunked_) c.out += "\r\n";
   c.t.flush(c);
   if (!c.closed()) c.t.settle(c);
 }
@@ -353,17 +326,10 @@ void Exchange::write(std::string_view data) {
 void Exchange::end_stream() {
   if (!conn_ || !streaming_ || complete_) return;
   Connection& c = *conn_;
-  if (chunked_) {
-    if (c.pending() == 0) c.write_since = Clock::now();
-    c.out += "0\r\n\r\n";
-  }
+  if (chunked_) c.t.queue(c, "0\r\n\r\n");
   complete_ = true;
   c.t.flush(c);
   if (!c.closed()) c.t.finished(c, keep_alive_);
-}
-
-bool Exchange::open() const {
-  return conn_ && !conn_->peer_gone;
 }
 
 size_t Exchange::buffered() const {
@@ -439,12 +405,8 @@ int Transport::Impl::bind() {
   wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   DI_REQUIRE(epoll_fd >= 0 && wake_fd >= 0,
              "cannot create the server's event loop: ", std::strerror(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenId;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
-  ev.data.u64 = kWakeId;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+  watch(EPOLL_CTL_ADD, listen_fd, EPOLLIN, kListenId);
+  watch(EPOLL_CTL_ADD, wake_fd, EPOLLIN, kWakeId);
   // Room for the connections allowed, and a descriptor held back to shed one when out of them.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -556,19 +518,20 @@ void Transport::Impl::accept_all() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     if (active >= opt.max_connections && !evict_idle()) {
       reject(fd);
-      continue;
+    } else if (Connection* c = add(fd, false)) {
+      c->idle_since = Clock::now();
+      update(*c);
     }
-    auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
-    c->idle_since = Clock::now();
-    epoll_event ev{};
-    ev.events = c->events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = c->id;
-    if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) continue;  // closed by ~Connection
-    ++active;
-    Connection& ref = *c;
-    conns.emplace(c->id, std::move(c));
-    update(ref);
   }
+}
+
+Connection* Transport::Impl::add(int fd, bool rejected) {
+  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+  c->events = EPOLLIN | EPOLLRDHUP;
+  if (!watch(EPOLL_CTL_ADD, fd, c->events, c->id)) return nullptr;  // closed by ~Connection
+  c->rejected = rejected;
+  ++(rejected ? rejecting : active);
+  return conns.emplace(c->id, std::move(c)).first->second.get();
 }
 
 // Closes the connection idle the longest (no request begun, nothing to write); false if none is.
@@ -589,25 +552,17 @@ void Transport::Impl::reject(int fd) {
     ::close(fd);
     return;
   }
-  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
-  c->rejected = true;
+  Connection* c = add(fd, true);
+  if (!c) return;
   c->phase = Connection::Phase::kClosing;
-  c->write_since = Clock::now();
-  c->close_by = c->write_since + seconds(kRejectSeconds);
-  c->out = error_response(503,
-                          str_cat("The server has reached its limit of ", opt.max_connections,
-                                  " open connections; retry later."),
-                          "too_many_connections", {{"Retry-After", "1"}});
-  epoll_event ev{};
-  ev.events = c->events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = c->id;
-  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) return;
-  ++rejecting;
+  c->close_by = Clock::now() + seconds(kRejectSeconds);
+  queue(*c, error_response(503,
+                           str_cat("The server has reached its limit of ", opt.max_connections,
+                                   " open connections; retry later."),
+                           "too_many_connections", {{"Retry-After", "1"}}));
   if (on_status) on_status(503);
-  Connection& ref = *c;
-  conns.emplace(c->id, std::move(c));
-  flush(ref);
-  if (!ref.closed()) settle(ref);
+  flush(*c);
+  if (!c->closed()) settle(*c);
 }
 
 void Transport::Impl::on_event(Connection& c, uint32_t ev) {
@@ -674,14 +629,10 @@ void Transport::Impl::process(Connection& c) {
       const HttpRequest& r = c.parser.request();
       if (r.expect_continue && r.content_length && *r.content_length > opt.limits.max_body_bytes) {
         // Refused before the client sends it.
-        fail(c, 413,
-             str_cat("The request body is larger than the server's limit of ",
-                     opt.limits.max_body_bytes, " bytes."),
-             "request_too_large");
+        fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
       } else if (r.expect_continue && c.unparsed() == 0) {
         // The client waits for a go-ahead before sending the body, unless it already has.
-        if (c.pending() == 0) c.write_since = Clock::now();
-        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+        queue(c, "HTTP/1.1 100 Continue\r\n\r\n");
         flush(c);
       }
     } else if (s == HttpParser::State::kError) {
@@ -712,11 +663,8 @@ void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
     // Read to its end (so the client sees this), but not kept.
     ex->force_close_ = true;
     ex->respond(413, "application/json",
-                error_body(ApiError(413,
-                                    str_cat("The request body is larger than the server's limit "
-                                            "of ",
-                                            opt.limits.max_body_bytes, " bytes."),
-                                    {}, "request_too_large")));
+                error_body(ApiError(413, body_too_large_message(opt.limits.max_body_bytes), {},
+                                    "request_too_large")));
     return;
   }
   try {
@@ -736,8 +684,7 @@ void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
 // A request that cannot be served: its error, then the connection closes.
 void Transport::Impl::fail(Connection& c, int status, const std::string& message,
                            const std::string& code) {
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += error_response(status, message, code);
+  queue(c, error_response(status, message, code));
   if (on_status) on_status(status);
   c.phase = Connection::Phase::kClosing;
   flush(c);
@@ -834,10 +781,7 @@ void Transport::Impl::update(Connection& c) {
   if (!c.peer_gone && c.phase == P::kServing) want |= EPOLLRDHUP;  // a client that leaves
   if (c.pending() > 0) want |= EPOLLOUT;
   if (want != c.events) {
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = c.id;
-    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+    watch(EPOLL_CTL_MOD, c.fd, want, c.id);
     c.events = want;
   }
   std::optional<Clock::time_point> d;
@@ -895,10 +839,7 @@ void Transport::Impl::close(Connection& c) {
   c.fd = -1;
   if (c.deadline) deadlines.erase({*c.deadline, c.id});
   c.deadline.reset();
-  if (c.rejected)
-    --rejecting;
-  else
-    --active;
+  --(c.rejected ? rejecting : active);
   auto it = conns.find(c.id);
   if (it != conns.end()) {
     dead.push_back(std::move(it->second));

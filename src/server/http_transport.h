@@ -64,8 +64,6 @@ class Exchange {
 
   bool responded() const { return head_sent_; }  // a status went out
   bool complete() const { return complete_; }
-  // The connection is still there and the client has not closed its side.
-  bool open() const;
   // Bytes of output waiting for the client.
   size_t buffered() const;
   // Once buffered() has fallen to a quarter of max_output_bytes (once).
@@ -79,6 +77,10 @@ class Exchange {
   friend class Transport;
   explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
   void detach();
+  // Queues the head; the connection is kept open after the response when `can_keep_alive` and
+  // everything else allows it.
+  void send_head(int status, std::string_view content_type, const Headers& extra,
+                 bool can_keep_alive);
 
   HttpRequest request_;
   Connection* conn_ = nullptr;
