@@ -172,7 +172,7 @@ class Connection {
     kClosed
   };
 
-  Connection(Transport::Impl& t, int fd, uint64_t id, const ParserLimits& limits)
+  Connection(Transport& t, int fd, uint64_t id, const ParserLimits& limits)
       : t(t), fd(fd), id(id), parser(limits) {}
   ~Connection() {
     if (fd >= 0) ::close(fd);
@@ -182,7 +182,7 @@ class Connection {
   size_t unparsed() const { return in.size() - in_off; }
   bool closed() const { return phase == Phase::kClosed; }
 
-  Transport::Impl& t;
+  Transport& t;
   int fd;
   const uint64_t id;
   Phase phase = Phase::kIdle;
@@ -194,7 +194,7 @@ class Connection {
   std::optional<Clock::time_point> close_by;
   bool served_any = false, peer_gone = false, rejected = false, processing = false;
   uint32_t events = 0;                        // registered with epoll
-  std::optional<Clock::time_point> deadline;  // as registered in Impl::deadlines
+  std::optional<Clock::time_point> deadline;  // as registered in Transport::deadlines
 };
 
 // Whether to read more of what the client sends: not once it has closed its side or the
@@ -206,73 +206,39 @@ bool wants_input(const Connection& c) {
          c.unparsed() < kMaxPipelined;
 }
 
-struct Transport::Impl {
-  Impl(TransportOptions o, Handler h, std::function<void(int)> s)
-      : opt(std::move(o)), handler(std::move(h)), on_status(std::move(s)) {}
-  ~Impl() {
-    conns.clear();
-    dead.clear();
-    for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
-      if (fd >= 0) ::close(fd);
-  }
+Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
+    : opt(std::move(options)), handler(std::move(handler)), on_status(std::move(on_status)) {}
 
-  int bind();
-  void run();
-  void accept_all();
-  // A new connection, registered with epoll; null when it cannot be.
-  Connection* add(int fd, bool rejected);
-  bool watch(int op, int fd, uint32_t events, uint64_t id) {
-    epoll_event ev{};
-    ev.events = events;
-    ev.data.u64 = id;
-    return epoll_ctl(epoll_fd, op, fd, &ev) == 0;
-  }
-  bool evict_idle();
-  void reject(int fd);
-  void on_event(Connection& c, uint32_t ev);
-  void read_some(Connection& c);
-  void process(Connection& c);
-  void dispatch(Connection& c, HttpRequest req);
-  void fail(Connection& c, int status, const std::string& message, const std::string& code);
-  // Appends to the output (the write timeout runs from when output began to wait).
-  void queue(Connection& c, std::string_view bytes) {
-    if (c.pending() == 0) c.write_since = Clock::now();
-    c.out += bytes;
-  }
-  void finished(Connection& c, bool keep_alive);
-  void flush(Connection& c);
-  void settle(Connection& c);
-  void update(Connection& c);
-  void on_deadline(Connection& c);
-  void close(Connection& c);
-  void run_posted();
-  void post(std::function<void()> fn);
-  Connection* find(uint64_t id) {
-    auto it = conns.find(id);
-    return it == conns.end() ? nullptr : it->second.get();
-  }
+Transport::~Transport() {
+  conns.clear();
+  dead.clear();
+  for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
+    if (fd >= 0) ::close(fd);
+}
 
-  TransportOptions opt;
-  Handler handler;
-  std::function<void(int)> on_status;
-  int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
-  bool accepting = false, ending = false;
-  uint64_t next_id = 2;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
-  std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
-  size_t active = 0, rejecting = 0;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
-  std::multimap<Clock::time_point, std::function<void()>> timers;
-  std::mutex post_mu;
-  std::vector<std::function<void()>> posted;
-};
+bool Transport::watch(int op, int fd, uint32_t events, uint64_t id) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  return epoll_ctl(epoll_fd, op, fd, &ev) == 0;
+}
+
+void Transport::queue(Connection& c, std::string_view bytes) {
+  if (c.pending() == 0) c.write_since = Clock::now();
+  c.out += bytes;
+}
+
+Connection* Transport::find(uint64_t id) {
+  auto it = conns.find(id);
+  return it == conns.end() ? nullptr : it->second.get();
+}
 
 // --- Exchange ---
 
 void Exchange::send_head(int status, std::string_view content_type, const Headers& extra,
                          bool can_keep_alive) {
   Connection& c = *conn_;
-  Transport::Impl& t = c.t;
+  Transport& t = c.t;
   keep_alive_ = can_keep_alive && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
   t.queue(c, head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s));
   head_sent_ = true;
@@ -348,7 +314,7 @@ void Exchange::on_hangup(std::function<void()> fn) {
   hangup_ = std::move(fn);
   if (conn_ && conn_->peer_gone && !complete_) {
     // The client already left: told from the event loop, not from inside this call.
-    Transport::Impl& t = conn_->t;
+    Transport& t = conn_->t;
     const uint64_t id = conn_->id;
     t.post([&t, id] {
       if (Connection* c = t.find(id)) t.settle(*c);
@@ -363,7 +329,7 @@ void Exchange::detach() {
 
 // --- the event loop ---
 
-int Transport::Impl::bind() {
+int Transport::bind() {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -421,7 +387,8 @@ int Transport::Impl::bind() {
   return bound;
 }
 
-void Transport::Impl::run() {
+void Transport::run() {
+  DI_REQUIRE(epoll_fd >= 0, "Transport::run() needs bind() first");
   epoll_event events[128];
   while (accepting || !ending || !conns.empty()) {
     Clock::time_point next = Clock::time_point::max();
@@ -467,7 +434,7 @@ void Transport::Impl::run() {
   }
 }
 
-void Transport::Impl::run_posted() {
+void Transport::run_posted() {
   for (int round = 0; round < 4; ++round) {
     std::vector<std::function<void()>> fns;
     {
@@ -485,7 +452,7 @@ void Transport::Impl::run_posted() {
   }
 }
 
-void Transport::Impl::post(std::function<void()> fn) {
+void Transport::post(std::function<void()> fn) {
   bool wake;
   {
     std::lock_guard lk(post_mu);
@@ -498,7 +465,7 @@ void Transport::Impl::post(std::function<void()> fn) {
   }
 }
 
-void Transport::Impl::accept_all() {
+void Transport::accept_all() {
   for (int i = 0; i < 64; ++i) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -525,7 +492,7 @@ void Transport::Impl::accept_all() {
   }
 }
 
-Connection* Transport::Impl::add(int fd, bool rejected) {
+Connection* Transport::add(int fd, bool rejected) {
   auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
   c->events = EPOLLIN | EPOLLRDHUP;
   if (!watch(EPOLL_CTL_ADD, fd, c->events, c->id)) return nullptr;  // closed by ~Connection
@@ -535,7 +502,7 @@ Connection* Transport::Impl::add(int fd, bool rejected) {
 }
 
 // Closes the connection idle the longest (no request begun, nothing to write); false if none is.
-bool Transport::Impl::evict_idle() {
+bool Transport::evict_idle() {
   Connection* oldest = nullptr;
   for (auto& [id, c] : conns) {
     if (c->rejected || c->phase != Connection::Phase::kIdle || c->pending() || c->unparsed())
@@ -547,7 +514,7 @@ bool Transport::Impl::evict_idle() {
   return true;
 }
 
-void Transport::Impl::reject(int fd) {
+void Transport::reject(int fd) {
   if (rejecting >= kMaxRejecting) {
     ::close(fd);
     return;
@@ -565,7 +532,7 @@ void Transport::Impl::reject(int fd) {
   if (!c->closed()) settle(*c);
 }
 
-void Transport::Impl::on_event(Connection& c, uint32_t ev) {
+void Transport::on_event(Connection& c, uint32_t ev) {
   if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger)) {
     close(c);  // reset by the client: nothing more can be written
     return;
@@ -578,7 +545,7 @@ void Transport::Impl::on_event(Connection& c, uint32_t ev) {
   settle(c);
 }
 
-void Transport::Impl::read_some(Connection& c) {
+void Transport::read_some(Connection& c) {
   if (c.phase == Connection::Phase::kLinger) {
     char scratch[16 << 10];
     for (;;) {
@@ -613,7 +580,7 @@ void Transport::Impl::read_some(Connection& c) {
   process(c);
 }
 
-void Transport::Impl::process(Connection& c) {
+void Transport::process(Connection& c) {
   if (c.processing) return;
   c.processing = true;
   while ((c.phase == Connection::Phase::kIdle || c.phase == Connection::Phase::kReading) &&
@@ -654,7 +621,7 @@ void Transport::Impl::process(Connection& c) {
   c.processing = false;
 }
 
-void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
+void Transport::dispatch(Connection& c, HttpRequest req) {
   c.phase = Connection::Phase::kServing;
   std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
   ex->conn_ = &c;
@@ -682,8 +649,8 @@ void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
 }
 
 // A request that cannot be served: its error, then the connection closes.
-void Transport::Impl::fail(Connection& c, int status, const std::string& message,
-                           const std::string& code) {
+void Transport::fail(Connection& c, int status, const std::string& message,
+                     const std::string& code) {
   queue(c, error_response(status, message, code));
   if (on_status) on_status(status);
   c.phase = Connection::Phase::kClosing;
@@ -691,7 +658,7 @@ void Transport::Impl::fail(Connection& c, int status, const std::string& message
   if (!c.closed()) settle(c);
 }
 
-void Transport::Impl::finished(Connection& c, bool keep_alive) {
+void Transport::finished(Connection& c, bool keep_alive) {
   if (c.current) c.current->detach();
   c.current.reset();
   c.served_any = true;
@@ -705,7 +672,7 @@ void Transport::Impl::finished(Connection& c, bool keep_alive) {
   if (!c.closed()) settle(c);
 }
 
-void Transport::Impl::flush(Connection& c) {
+void Transport::flush(Connection& c) {
   while (c.pending() > 0) {
     const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -735,7 +702,7 @@ void Transport::Impl::flush(Connection& c) {
 
 // Moves the connection along after anything happened to it: closes it when it is done, resumes
 // parsing, and registers what it waits for.
-void Transport::Impl::settle(Connection& c) {
+void Transport::settle(Connection& c) {
   using P = Connection::Phase;
   // Inside process() (a handler answered at once): its caller settles the connection after.
   if (c.closed() || c.processing) return;
@@ -773,7 +740,7 @@ void Transport::Impl::settle(Connection& c) {
   update(c);
 }
 
-void Transport::Impl::update(Connection& c) {
+void Transport::update(Connection& c) {
   using P = Connection::Phase;
   if (c.closed()) return;
   uint32_t want = 0;
@@ -809,7 +776,7 @@ void Transport::Impl::update(Connection& c) {
   }
 }
 
-void Transport::Impl::on_deadline(Connection& c) {
+void Transport::on_deadline(Connection& c) {
   using P = Connection::Phase;
   const auto now = Clock::now();
   if ((c.close_by && *c.close_by <= now) ||
@@ -831,7 +798,7 @@ void Transport::Impl::on_deadline(Connection& c) {
   }
 }
 
-void Transport::Impl::close(Connection& c) {
+void Transport::close(Connection& c) {
   if (c.closed()) return;
   c.phase = Connection::Phase::kClosed;
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -854,50 +821,28 @@ void Transport::Impl::close(Connection& c) {
   }
 }
 
-// --- Transport ---
-
-Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(on_status))) {}
-
-Transport::~Transport() = default;
-
-int Transport::bind() {
-  return impl_->bind();
-}
-
-void Transport::run() {
-  DI_REQUIRE(impl_->epoll_fd >= 0, "Transport::run() needs bind() first");
-  impl_->run();
-}
-
-void Transport::post(std::function<void()> fn) {
-  impl_->post(std::move(fn));
-}
-
 void Transport::after(double seconds_from_now, std::function<void()> fn) {
-  impl_->timers.emplace(Clock::now() + seconds(seconds_from_now), std::move(fn));
+  timers.emplace(Clock::now() + seconds(seconds_from_now), std::move(fn));
 }
 
 void Transport::stop_accepting() {
-  Impl& t = *impl_;
-  if (t.listen_fd < 0) return;
-  epoll_ctl(t.epoll_fd, EPOLL_CTL_DEL, t.listen_fd, nullptr);
-  ::close(t.listen_fd);
-  t.listen_fd = -1;
-  t.accepting = false;
+  if (listen_fd < 0) return;
+  epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+  ::close(listen_fd);
+  listen_fd = -1;
+  accepting = false;
 }
 
 void Transport::end_keep_alive() {
-  Impl& t = *impl_;
-  if (t.ending) return;
-  t.ending = true;
+  if (ending) return;
+  ending = true;
   std::vector<uint64_t> ids;
-  for (const auto& [id, c] : t.conns) ids.push_back(id);
+  for (const auto& [id, c] : conns) ids.push_back(id);
   const auto by = Clock::now() + seconds(kEndKeepAliveSeconds);
   for (uint64_t id : ids)
-    if (Connection* c = t.find(id)) {
+    if (Connection* c = find(id)) {
       c->close_by = c->close_by ? std::min(*c->close_by, by) : by;
-      t.settle(*c);
+      settle(*c);
     }
 }
 

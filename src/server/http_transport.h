@@ -20,9 +20,13 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -73,7 +77,6 @@ class Exchange {
   void on_hangup(std::function<void()> fn);
 
  private:
-  friend class Connection;
   friend class Transport;
   explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
   void detach();
@@ -115,10 +118,44 @@ class Transport {
   void end_keep_alive();
 
  private:
-  friend class Connection;
   friend class Exchange;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  using Clock = std::chrono::steady_clock;
+
+  void accept_all();
+  // A new connection, registered with epoll; null when it cannot be.
+  Connection* add(int fd, bool rejected);
+  bool watch(int op, int fd, uint32_t events, uint64_t id);
+  bool evict_idle();
+  void reject(int fd);
+  void on_event(Connection& c, uint32_t ev);
+  void read_some(Connection& c);
+  void process(Connection& c);
+  void dispatch(Connection& c, HttpRequest req);
+  void fail(Connection& c, int status, const std::string& message, const std::string& code);
+  // Appends to the output (the write timeout runs from when output began to wait).
+  void queue(Connection& c, std::string_view bytes);
+  void finished(Connection& c, bool keep_alive);
+  void flush(Connection& c);
+  void settle(Connection& c);
+  void update(Connection& c);
+  void on_deadline(Connection& c);
+  void close(Connection& c);
+  void run_posted();
+  Connection* find(uint64_t id);
+
+  TransportOptions opt;
+  Handler handler;
+  std::function<void(int)> on_status;
+  int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
+  bool accepting = false, ending = false;
+  uint64_t next_id = 2;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
+  std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
+  size_t active = 0, rejecting = 0;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  std::multimap<Clock::time_point, std::function<void()>> timers;
+  std::mutex post_mu;
+  std::vector<std::function<void()>> posted;
 };
 
 }  // namespace deepinfer::server::http
