@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "tokenizer/chat_format.h"
 
@@ -57,23 +58,16 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
   ++num_tokens_;
   pending_.token_ids.push_back(ev.token);
   if (logprobs_) {
-    TokenLogprob lp;
-    lp.token = ev.token;
-    lp.logprob = -9999.0f;
-    for (const auto& [id, v] : ev.logprobs)
-      if (id == ev.token) {
-        lp.logprob = v;
-        break;
-      }
-    lp.top.assign(ev.logprobs.begin(),
-                  ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size()));
-    pending_.logprobs.push_back(std::move(lp));
+    const auto sampled = std::find_if(ev.logprobs.begin(), ev.logprobs.end(),
+                                      [&](const auto& lp) { return lp.first == ev.token; });
+    const auto top_end =
+        ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size());
+    pending_.logprobs.push_back({ev.token,
+                                 sampled == ev.logprobs.end() ? -9999.0f : sampled->second,
+                                 TopLogprobs(ev.logprobs.begin(), top_end)});
   }
+  if (!tokenizer_) return std::exchange(pending_, {});
   ChoiceDelta d;
-  if (!tokenizer_) {
-    std::swap(d, pending_);
-    return d;
-  }
   text_ += detok_->push(ev.token);
   // Hold back from the first stop string found, or from a tail that may grow into one.
   size_t end = text_.size();
@@ -83,12 +77,7 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
                    at != std::string::npos ? at : text_.size() - partial_stop_suffix(text_, stop));
   }
   if (end > sent_) release(end, &d, false);
-  if (d.has_output()) {
-    pending_.append(std::move(d));
-    d = ChoiceDelta();
-    std::swap(d, pending_);
-  }
-  return d;
+  return d.has_output() ? with_pending(std::move(d)) : d;
 }
 
 ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
@@ -99,10 +88,12 @@ ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
     if (!stop_text.empty()) end = std::min(end, text_.find(stop_text));
     release(std::max(end, sent_), &d, true);
   }
+  return with_pending(std::move(d));
+}
+
+ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
   pending_.append(std::move(d));
-  d = ChoiceDelta();
-  std::swap(d, pending_);
-  return d;
+  return std::exchange(pending_, {});
 }
 
 void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {

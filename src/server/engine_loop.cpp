@@ -17,18 +17,15 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); })) return false;
-  while (!updates_.empty()) {
-    if (updates_.front().end) ++taken_ended_;
-    out->push_back(std::move(updates_.front()));
-    updates_.pop_front();
-  }
-  signalled_ = false;
-  return true;
+  return cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); }) && drain(out);
 }
 
 bool Call::take(std::vector<CallUpdate>* out) {
   std::lock_guard lk(mu_);
+  return drain(out);
+}
+
+bool Call::drain(std::vector<CallUpdate>* out) {
   signalled_ = false;
   if (updates_.empty()) return false;
   while (!updates_.empty()) {

@@ -19,8 +19,8 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
-  // Appends the _bucket, _sum and _count lines of `name`.
-  void render(const std::string& name, std::string* out) const;
+  // Appends the HELP and TYPE lines of `name`, then its _bucket, _sum and _count lines.
+  void render(const char* name, const char* help, std::string* out) const;
 
  private:
   std::vector<double> bounds_;
