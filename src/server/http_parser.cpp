@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -21,10 +22,12 @@ bool is_tchar(unsigned char c) {
 }
 
 bool is_token(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (!is_tchar(static_cast<unsigned char>(c))) return false;
-  return true;
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(c); });
+}
+
+// A control character other than tab.
+bool is_ctl(unsigned char c) {
+  return c != '\t' && (c < 0x20 || c == 0x7F);
 }
 
 bool is_ows(char c) {
@@ -40,11 +43,7 @@ std::string lower(std::string_view s) {
 
 // A header field value: visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
 bool valid_field_value(std::string_view v) {
-  for (char ch : v) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c != '\t' && (c < 0x20 || c == 0x7F)) return false;
-  }
-  return true;
+  return std::none_of(v.begin(), v.end(), [](char c) { return is_ctl(c); });
 }
 
 // Printable for the messages that quote what the client sent.
@@ -65,7 +64,7 @@ bool valid_chunk_ext(std::string_view s) {
   };
   auto token = [&] {
     const size_t start = i;
-    while (i < s.size() && is_tchar(static_cast<unsigned char>(s[i]))) ++i;
+    while (i < s.size() && is_tchar(s[i])) ++i;
     return i > start;
   };
   for (;;) {
@@ -80,22 +79,11 @@ bool valid_chunk_ext(std::string_view s) {
       ++i;
       skip_bws();
       if (i < s.size() && s[i] == '"') {
+        // A quoted-string: text and backslash-escaped characters up to the closing quote.
+        for (++i; i < s.size() && s[i] != '"'; ++i)
+          if ((s[i] == '\\' && ++i == s.size()) || is_ctl(s[i])) return false;
+        if (i == s.size()) return false;  // no closing quote
         ++i;
-        bool closed = false;
-        while (i < s.size() && !closed) {
-          const auto c = static_cast<unsigned char>(s[i]);
-          if (c == '"') {
-            closed = true;
-          } else if (c == '\\') {
-            if (++i == s.size()) return false;
-            const auto e = static_cast<unsigned char>(s[i]);
-            if (e != '\t' && (e < 0x20 || e == 0x7F)) return false;
-          } else if (c != '\t' && (c < 0x20 || c == 0x7F)) {
-            return false;
-          }
-          ++i;
-        }
-        if (!closed) return false;
       } else if (!token()) {
         return false;
       }

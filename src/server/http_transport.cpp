@@ -260,8 +260,7 @@ void Exchange::respond(int status, std::string_view content_type, std::string bo
   Connection& c = *conn_;
   if (request_.method != "HEAD") c.out += body;  // the length it would have, without it
   complete_ = true;
-  c.t.flush(c);
-  if (!c.closed()) c.t.finished(c, keep_alive_);
+  if (c.t.flush(c)) c.t.finished(c, keep_alive_);
 }
 
 void Exchange::begin_stream(int status, std::string_view content_type, Headers extra) {
@@ -271,8 +270,7 @@ void Exchange::begin_stream(int status, std::string_view content_type, Headers e
   send_head(status, content_type, extra, chunked_);
   streaming_ = true;
   Connection& c = *conn_;
-  c.t.flush(c);
-  if (!c.closed()) c.t.settle(c);
+  if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::write(std::string_view data) {
@@ -285,8 +283,7 @@ void Exchange::write(std::string_view data) {
   }
   c.t.queue(c, data);
   if (chunked_) c.out += "\r\n";
-  c.t.flush(c);
-  if (!c.closed()) c.t.settle(c);
+  if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::end_stream() {
@@ -294,8 +291,7 @@ void Exchange::end_stream() {
   Connection& c = *conn_;
   if (chunked_) c.t.queue(c, "0\r\n\r\n");
   complete_ = true;
-  c.t.flush(c);
-  if (!c.closed()) c.t.finished(c, keep_alive_);
+  if (c.t.flush(c)) c.t.finished(c, keep_alive_);
 }
 
 size_t Exchange::buffered() const {
@@ -521,15 +517,11 @@ void Transport::reject(int fd) {
   }
   Connection* c = add(fd, true);
   if (!c) return;
-  c->phase = Connection::Phase::kClosing;
   c->close_by = Clock::now() + seconds(kRejectSeconds);
-  queue(*c, error_response(503,
-                           str_cat("The server has reached its limit of ", opt.max_connections,
-                                   " open connections; retry later."),
-                           "too_many_connections", {{"Retry-After", "1"}}));
-  if (on_status) on_status(503);
-  flush(*c);
-  if (!c->closed()) settle(*c);
+  fail(*c, 503,
+       str_cat("The server has reached its limit of ", opt.max_connections,
+               " open connections; retry later."),
+       "too_many_connections", {{"Retry-After", "1"}});
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {
@@ -649,13 +641,12 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
 }
 
 // A request that cannot be served: its error, then the connection closes.
-void Transport::fail(Connection& c, int status, const std::string& message,
-                     const std::string& code) {
-  queue(c, error_response(status, message, code));
+void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
+                     Headers extra) {
+  queue(c, error_response(status, message, code, std::move(extra)));
   if (on_status) on_status(status);
   c.phase = Connection::Phase::kClosing;
-  flush(c);
-  if (!c.closed()) settle(c);
+  if (flush(c)) settle(c);
 }
 
 void Transport::finished(Connection& c, bool keep_alive) {
@@ -672,7 +663,7 @@ void Transport::finished(Connection& c, bool keep_alive) {
   if (!c.closed()) settle(c);
 }
 
-void Transport::flush(Connection& c) {
+bool Transport::flush(Connection& c) {
   while (c.pending() > 0) {
     const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -683,7 +674,7 @@ void Transport::flush(Connection& c) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     close(c);  // the client is gone
-    return;
+    return false;
   }
   if (c.out_off == c.out.size()) {
     c.out.clear();
@@ -698,6 +689,7 @@ void Transport::flush(Connection& c) {
     c.current->drained_ = nullptr;
     fn();
   }
+  return !c.closed();
 }
 
 // Moves the connection along after anything happened to it: closes it when it is done, resumes

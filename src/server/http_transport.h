@@ -131,11 +131,13 @@ class Transport {
   void read_some(Connection& c);
   void process(Connection& c);
   void dispatch(Connection& c, HttpRequest req);
-  void fail(Connection& c, int status, const std::string& message, const std::string& code);
+  // Answers with an error, then closes.
+  void fail(Connection& c, int status, const std::string& message, const std::string& code,
+            Headers extra = {});
   // Appends to the output (the write timeout runs from when output began to wait).
   void queue(Connection& c, std::string_view bytes);
   void finished(Connection& c, bool keep_alive);
-  void flush(Connection& c);
+  bool flush(Connection& c);  // false: the connection closed
   void settle(Connection& c);
   void update(Connection& c);
   void on_deadline(Connection& c);
