@@ -11,13 +11,6 @@ namespace deepinfer::server {
 
 namespace {
 
-std::string new_call_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "call_%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
 // Length of the longest suffix of `text` that is a proper prefix of `stop`.
 size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
   for (size_t n = std::min(text.size(), stop.size() - 1); n > 0; --n)
@@ -26,6 +19,13 @@ size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
 }
 
 }  // namespace
+
+std::string random_hex64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
 
 void ChoiceDelta::append(ChoiceDelta&& d) {
   content += d.content;
@@ -113,7 +113,7 @@ void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
   size_t reasoning_out = r.reasoning.size(), content_out = r.content.size();
   size_t calls_out = r.tool_calls.size();
   auto add_call = [&](ChatToolCall c) {
-    c.id = new_call_id();
+    c.id = "call_" + random_hex64();
     d->tool_calls.push_back(std::move(c));
     ++num_tool_calls_;
   };

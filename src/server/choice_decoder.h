@@ -40,6 +40,9 @@ struct ChoiceDelta {
   void append(ChoiceDelta&& d);
 };
 
+// 16 random hex digits, for the ids of responses and tool calls.
+std::string random_hex64();
+
 class ChoiceDecoder {
  public:
   // `tokenizer` may be null (ids only). `top_logprobs` alternatives are kept per token when

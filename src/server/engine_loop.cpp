@@ -270,14 +270,13 @@ void EngineLoop::finish_outputs(FinishReason override_reason) {
 }
 
 void EngineLoop::publish_gauges() {
-  EngineGauges g;
-  g.running = int64_t(engine_.num_running());
-  g.waiting = int64_t(engine_.num_waiting());
-  g.kv_blocks_used = engine_.kv_blocks_used();
-  g.kv_blocks_total = engine_.num_kv_blocks();
   const EngineStats st = engine_.stats();
-  g.steps = st.steps;
-  g.preemptions = st.preemptions;
+  const EngineGauges g{int64_t(engine_.num_running()),
+                       int64_t(engine_.num_waiting()),
+                       engine_.kv_blocks_used(),
+                       engine_.num_kv_blocks(),
+                       st.steps,
+                       st.preemptions};
   std::lock_guard lk(gauges_mu_);
   gauges_ = g;
 }

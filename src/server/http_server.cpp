@@ -9,7 +9,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -54,13 +53,6 @@ bool same_secret(const std::string& given, const std::string& key) {
   for (size_t i = 0; i < given.size(); ++i)
     diff |= uint8_t(given[i]) ^ uint8_t(key[i % key.size()]);
   return diff == 0;
-}
-
-std::string random_hex() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
 }
 
 // Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
@@ -161,6 +153,12 @@ struct ApiServer::Impl {
   void generate(Endpoint ep, const std::shared_ptr<Exchange>& ex);
   void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
   void pump(const std::shared_ptr<CallContext>& ctx);
+  // pump(ctx) while the call is still served.
+  std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx) {
+    return [this, w = std::weak_ptr<CallContext>(ctx)] {
+      if (auto live = w.lock()) pump(live);
+    };
+  }
   void end_call(CallContext& ctx);
   void disconnect(CallContext& ctx);
   void begin_shutdown();
@@ -318,12 +316,8 @@ void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepar
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
-  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex(), created);
-  c.call->set_notify([this, w = std::weak_ptr<CallContext>(ctx)] {
-    transport.post([this, w] {
-      if (auto live = w.lock()) pump(live);
-    });
-  });
+  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(), created);
+  c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
   loop.submit_async(c.call, std::move(p.requests));
 }
 
@@ -358,10 +352,7 @@ void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
   for (const CallUpdate& u : updates) frame(c.builder->on_update(u));
   if (!c.builder->all_ended()) {
     if (c.stream && !out.empty()) c.ex->write(out);
-    if (backlog)
-      c.ex->when_drained([this, w = std::weak_ptr<CallContext>(ctx)] {
-        if (auto live = w.lock()) pump(live);
-      });
+    if (backlog) c.ex->when_drained(pumper(ctx));
     return;
   }
   // The status of a whole response goes out with the result, so that a failure is still a 5xx.

@@ -71,6 +71,14 @@ const char* reason(int status) {
   return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
 }
 
+// Drops the used front of a buffer: at once when all of it was used, else once it is this long.
+void compact(std::string& buf, size_t& used, size_t at_least) {
+  if (used == buf.size() || used >= at_least) {
+    buf.erase(0, used);
+    used = 0;
+  }
+}
+
 // The Date header's value, formatted once a second.
 const std::string& http_date() {
   static std::string text;
@@ -603,13 +611,7 @@ void Transport::process(Connection& c) {
       dispatch(c, std::move(req));
     }
   }
-  if (c.in_off == c.in.size()) {
-    c.in.clear();
-    c.in_off = 0;
-  } else if (c.in_off >= kReadChunk) {
-    c.in.erase(0, c.in_off);
-    c.in_off = 0;
-  }
+  compact(c.in, c.in_off, kReadChunk);
   c.processing = false;
 }
 
@@ -630,11 +632,11 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
     handler(ex);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-    if (!ex->responded()) {
+    if (!ex->head_sent_) {
       ex->respond(500, "application/json",
                   error_body(ApiError(500, str_cat("Internal server error: ", e.what()), {},
                                       "internal_error")));
-    } else if (!ex->complete() && !c.closed()) {
+    } else if (!ex->complete_ && !c.closed()) {
       close(c);
     }
   }
@@ -676,14 +678,8 @@ bool Transport::flush(Connection& c) {
     close(c);  // the client is gone
     return false;
   }
-  if (c.out_off == c.out.size()) {
-    c.out.clear();
-    c.out_off = 0;
-    if (c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
-  } else if (c.out_off >= (size_t(1) << 20)) {
-    c.out.erase(0, c.out_off);
-    c.out_off = 0;
-  }
+  if (c.pending() == 0 && c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
+  compact(c.out, c.out_off, size_t(1) << 20);
   if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4) {
     auto fn = std::move(c.current->drained_);
     c.current->drained_ = nullptr;

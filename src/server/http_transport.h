@@ -66,8 +66,6 @@ class Exchange {
   void write(std::string_view data);
   void end_stream();
 
-  bool responded() const { return head_sent_; }  // a status went out
-  bool complete() const { return complete_; }
   // Bytes of output waiting for the client.
   size_t buffered() const;
   // Once buffered() has fallen to a quarter of max_output_bytes (once).
