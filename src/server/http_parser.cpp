@@ -150,14 +150,7 @@ HttpRequest HttpParser::take_request() {
 }
 
 void HttpParser::reset() {
-  req_ = HttpRequest{};
-  error_ = ParseError{};
-  state_ = State::kNeedMore;
-  phase_ = Phase::kRequestLine;
-  line_.clear();
-  section_bytes_ = blank_lines_ = trailer_count_ = 0;
-  remaining_ = 0;
-  started_ = false;
+  *this = HttpParser(limits_);
 }
 
 size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
@@ -246,12 +239,10 @@ size_t HttpParser::feed(const char* data, size_t n) {
         used += k;
         remaining_ -= k;
         if (remaining_ == 0) {
-          if (phase_ == Phase::kBody) {
-            phase_ = Phase::kDone;
-            state_ = State::kComplete;
-          } else {
+          if (phase_ == Phase::kBody)
+            complete();
+          else
             phase_ = Phase::kChunkCr;
-          }
         }
         break;
       }
@@ -423,8 +414,7 @@ void HttpParser::on_headers_end() {
     remaining_ = *length;
     state_ = State::kHeaders;
   } else {
-    phase_ = Phase::kDone;
-    state_ = State::kComplete;
+    complete();
   }
 }
 
@@ -458,11 +448,7 @@ void HttpParser::on_chunk_size(std::string_view line) {
 }
 
 void HttpParser::on_trailer_line(std::string_view line) {
-  if (line.empty()) {
-    phase_ = Phase::kDone;
-    state_ = State::kComplete;
-    return;
-  }
+  if (line.empty()) return complete();
   const size_t colon = line.find(':');
   if (is_ows(line[0]) || colon == std::string_view::npos || !is_token(line.substr(0, colon)) ||
       !valid_field_value(trim_ows(line.substr(colon + 1))))

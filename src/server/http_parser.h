@@ -102,6 +102,10 @@ class HttpParser {
   };
 
   void fail(int status, std::string message, std::string code);
+  void complete() {
+    phase_ = Phase::kDone;
+    state_ = State::kComplete;
+  }
   // Appends to line_ up to a LF; returns the bytes taken and whether the line is complete.
   size_t take_line(const char* data, size_t n, bool* complete);
   // Each moves to the next phase, or fails.
