@@ -141,17 +141,8 @@ bool gzip(std::string_view in, std::string* out) {
 std::string head(int status, std::string_view content_type, const Headers& extra, bool keep_alive,
                  double idle_timeout_s) {
   std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
-  if (!content_type.empty()) {
-    h += "Content-Type: ";
-    h += content_type;
-    h += "\r\n";
-  }
-  for (const auto& [k, v] : extra) {
-    h += k;
-    h += ": ";
-    h += v;
-    h += "\r\n";
-  }
+  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
+  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
   h += "Date: " + http_date() + "\r\n";
   if (keep_alive)
     h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
@@ -399,13 +390,9 @@ void Transport::run() {
     if (!deadlines.empty()) next = deadlines.begin()->first;
     if (!timers.empty()) next = std::min(next, timers.begin()->first);
     int timeout = -1;
-    if (next != Clock::time_point::max()) {
-      const auto wait = next - Clock::now();
-      timeout = wait <= Clock::duration::zero()
-                    ? 0
-                    : int(std::min<int64_t>(
-                          std::chrono::ceil<std::chrono::milliseconds>(wait).count(), 60000));
-    }
+    if (next != Clock::time_point::max())
+      timeout = int(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count(), 0, 60000));
     const int n = epoll_wait(epoll_fd, events, 128, timeout);
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
