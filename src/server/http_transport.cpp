@@ -520,10 +520,8 @@ void Transport::reject(int fd) {
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {
-  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger)) {
-    close(c);  // reset by the client: nothing more can be written
-    return;
-  }
+  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger))
+    return close(c);  // reset by the client: nothing more can be written
   if (ev & EPOLLOUT) flush(c);
   if (c.closed()) return;
   if (ev & EPOLLRDHUP) c.peer_gone = true;
@@ -540,8 +538,7 @@ void Transport::read_some(Connection& c) {
       if (n > 0) continue;
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      close(c);  // the client closed too (or reset): done
-      return;
+      return close(c);  // the client closed too (or reset): done
     }
   }
   for (size_t i = 0; i < kReadsPerEvent; ++i) {
@@ -561,8 +558,7 @@ void Transport::read_some(Connection& c) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close(c);
-    return;
+    return close(c);
   }
   process(c);
 }
@@ -683,10 +679,7 @@ void Transport::settle(Connection& c) {
   if (c.closed() || c.processing) return;
   if (c.peer_gone) {
     if (c.current && !c.current->complete_) {
-      if (c.current->hangup_) {
-        close(c);  // a call whose client left: ends now
-        return;
-      }
+      if (c.current->hangup_) return close(c);  // a call whose client left: ends now
     } else if (c.phase == P::kIdle || c.phase == P::kReading) {
       process(c);  // what came before the end of its input is still answered
       if (c.closed()) return;
@@ -697,15 +690,9 @@ void Transport::settle(Connection& c) {
     process(c);
     if (c.closed()) return;
   }
-  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) {
-    close(c);
-    return;
-  }
+  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) return close(c);
   if (c.phase == P::kClosing && c.pending() == 0) {
-    if (c.peer_gone) {
-      close(c);
-      return;
-    }
+    if (c.peer_gone) return close(c);
     ::shutdown(c.fd, SHUT_WR);
     c.phase = P::kLinger;
     c.linger_until = Clock::now() + seconds(kLingerSeconds);
@@ -755,19 +742,16 @@ void Transport::on_deadline(Connection& c) {
   using P = Connection::Phase;
   const auto now = Clock::now();
   if ((c.close_by && *c.close_by <= now) ||
-      (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now)) {
-    close(c);  // a client that does not read what it asked for is treated as gone
-    return;
-  }
+      (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now))
+    return close(c);  // a client that does not read what it asked for is treated as gone
   switch (c.phase) {
     case P::kIdle:
     case P::kLinger:
-      close(c);
-      return;
+      return close(c);
     case P::kReading:
-      fail(c, 408, str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-           "request_timeout");
-      return;
+      return fail(c, 408,
+                  str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                  "request_timeout");
     default:
       update(c);
   }
