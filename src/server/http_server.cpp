@@ -225,9 +225,8 @@ void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
   if (path == "/metrics") {
-    metrics.set_in_flight(in_flight.load());
     return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                       metrics.render(loop.gauges(), resident_memory_bytes()));
+                       metrics.render(loop.gauges(), in_flight.load(), resident_memory_bytes()));
   }
   try {  // /v1/models
     const std::string* auth = r.header("authorization");

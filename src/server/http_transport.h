@@ -55,7 +55,6 @@ class Transport;
 // connection is gone every call is a no-op.
 class Exchange {
  public:
-  const HttpRequest& request() const { return request_; }
   HttpRequest& request() { return request_; }
 
   // The whole response. JSON and plain-text bodies are gzip-compressed when the client accepts it.

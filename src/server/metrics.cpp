@@ -85,12 +85,7 @@ void Metrics::http_response(int status) {
   ++http_[status];
 }
 
-void Metrics::set_in_flight(int64_t n) {
-  std::lock_guard lk(mu_);
-  in_flight_ = n;
-}
-
-std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
+std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rss_bytes) const {
   std::lock_guard lk(mu_);
   std::string out;
   add_metric(&out, "deepinfer_num_requests_running", "gauge",
@@ -98,7 +93,7 @@ std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
   add_metric(&out, "deepinfer_num_requests_waiting", "gauge",
              "Requests waiting for admission to the engine.", double(g.waiting));
   add_metric(&out, "deepinfer_http_requests_in_flight", "gauge", "Generation calls being served.",
-             double(in_flight_));
+             double(in_flight));
   add_metric(&out, "deepinfer_kv_blocks_used", "gauge", "KV pool blocks in use.",
              double(g.kv_blocks_used));
   add_metric(&out, "deepinfer_kv_blocks_total", "gauge", "KV pool blocks in all.",

@@ -40,17 +40,17 @@ class Metrics {
   // Handler threads.
   void client_disconnected();
   void http_response(int status);
-  void set_in_flight(int64_t n);
 
-  // The whole exposition; `gauges` and `rss_bytes` are sampled by the caller.
-  std::string render(const EngineGauges& gauges, int64_t rss_bytes) const;
+  // The whole exposition; `gauges`, the generation calls `in_flight` and `rss_bytes` are sampled
+  // by the caller.
+  std::string render(const EngineGauges& gauges, int64_t in_flight, int64_t rss_bytes) const;
 
  private:
   mutable std::mutex mu_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish reason
   std::map<int, int64_t> http_;              // responses by status
-  int64_t disconnects_ = 0, in_flight_ = 0;
+  int64_t disconnects_ = 0;
   Histogram ttft_, itl_, e2e_;
 };
 
