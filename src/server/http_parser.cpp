@@ -15,8 +15,12 @@ constexpr size_t kMaxBlankLines = 16;       // before a request line (RFC 9112 ย
 constexpr size_t kMaxChunkSizeLine = 4096;  // a chunk size with its extensions
 constexpr uint64_t kHugeChunk = uint64_t(1) << 60;
 
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
 bool is_tchar(unsigned char c) {
-  if (c >= '0' && c <= '9') return true;
+  if (is_digit(c)) return true;
   if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
   return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != 0;
 }
@@ -96,7 +100,7 @@ bool parse_decimal(std::string_view s, uint64_t* out) {
   if (s.empty() || s.size() > 18) return false;
   uint64_t v = 0;
   for (char c : s) {
-    if (c < '0' || c > '9') return false;
+    if (!is_digit(c)) return false;
     v = v * 10 + uint64_t(c - '0');
   }
   *out = v;
@@ -268,29 +272,26 @@ size_t HttpParser::feed(const char* data, size_t n) {
 }
 
 void HttpParser::on_request_line(std::string_view line) {
+  auto malformed = [&](std::string message) {
+    fail(400, std::move(message), "invalid_request_line");
+  };
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
-    return fail(
-        400,
-        str_cat("Malformed request line '", quoted(line), "' (expected METHOD TARGET HTTP/1.1)."),
-        "invalid_request_line");
+    return malformed(
+        str_cat("Malformed request line '", quoted(line), "' (expected METHOD TARGET HTTP/1.1)."));
   const std::string_view method = line.substr(0, sp1);
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
   if (!is_token(method))
-    return fail(400, str_cat("Malformed request method '", quoted(method), "'."),
-                "invalid_request_line");
-  for (char ch : target) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c <= 0x20 || c == 0x7F)
-      return fail(400, "The request target contains a control character.", "invalid_request_line");
-  }
-  const bool digits = version.size() == 8 && version[6] == '.' && version[5] >= '0' &&
-                      version[5] <= '9' && version[7] >= '0' && version[7] <= '9';
+    return malformed(str_cat("Malformed request method '", quoted(method), "'."));
+  if (std::any_of(target.begin(), target.end(),
+                  [](unsigned char c) { return c <= 0x20 || c == 0x7F; }))
+    return malformed("The request target contains a control character.");
+  const bool digits =
+      version.size() == 8 && version[6] == '.' && is_digit(version[5]) && is_digit(version[7]);
   if (!digits || version.substr(0, 5) != "HTTP/")
-    return fail(400, str_cat("Malformed HTTP version '", quoted(version), "'."),
-                "invalid_request_line");
+    return malformed(str_cat("Malformed HTTP version '", quoted(version), "'."));
   if (version[5] != '1')
     return fail(505, str_cat("HTTP version ", quoted(version), " is not supported (HTTP/1.1 is)."),
                 "http_version_not_supported");
@@ -299,18 +300,16 @@ void HttpParser::on_request_line(std::string_view line) {
   req_.method = method;
   req_.target = target;
   std::string_view path = target;
-  if (target.empty()) return fail(400, "The request target is empty.", "invalid_request_line");
+  if (target.empty()) return malformed("The request target is empty.");
   if (target[0] != '/' && target != "*") {
     // Absolute form (RFC 9112 ยง3.2.2): the path after the authority.
-    size_t scheme = 0;
-    if (target.size() >= 7 && strncasecmp(target.data(), "http://", 7) == 0) scheme = 7;
-    if (target.size() >= 8 && strncasecmp(target.data(), "https://", 8) == 0) scheme = 8;
-    if (scheme == 0)
-      return fail(400, str_cat("Malformed request target '", quoted(target), "'."),
-                  "invalid_request_line");
+    const size_t scheme = iequals(target.substr(0, 7), "http://")    ? 7
+                          : iequals(target.substr(0, 8), "https://") ? 8
+                                                                     : 0;
+    if (scheme == 0) return malformed(str_cat("Malformed request target '", quoted(target), "'."));
     const std::string_view rest = target.substr(scheme);
     const size_t at = rest.find_first_of("/?");
-    if (at == 0) return fail(400, "The request target has no host.", "invalid_request_line");
+    if (at == 0) return malformed("The request target has no host.");
     path = at == std::string_view::npos ? std::string_view("/") : rest.substr(at);
   }
   const size_t q = path.find('?');
