@@ -394,10 +394,7 @@ void HttpParser::on_headers_end() {
       close |= iequals(e, "close");
       keep |= iequals(e, "keep-alive");
     }
-    if (close)
-      req_.keep_alive = false;
-    else if (keep)
-      req_.keep_alive = true;
+    if (close || keep) req_.keep_alive = !close;  // close wins
   }
   if (const std::string* e = req_.header("expect"); e && req_.version_minor >= 1) {
     if (!iequals(*e, "100-continue"))

@@ -317,11 +317,6 @@ void Exchange::on_hangup(std::function<void()> fn) {
   }
 }
 
-void Exchange::detach() {
-  conn_ = nullptr;
-  drained_ = nullptr;
-}
-
 // --- the event loop ---
 
 int Transport::bind() {

@@ -76,7 +76,10 @@ class Exchange {
  private:
   friend class Transport;
   explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
-  void detach();
+  void detach() {
+    conn_ = nullptr;
+    drained_ = nullptr;
+  }
   // Queues the head; the connection is kept open after the response when `can_keep_alive` and
   // everything else allows it.
   void send_head(int status, std::string_view content_type, const Headers& extra,
