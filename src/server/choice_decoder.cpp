@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <utility>
 
 #include "tokenizer/chat_format.h"
 
 namespace deepinfer::server {
 
 namespace {
-
-std::string new_call_id() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "call_%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
 
 // Length of the longest suffix of `text` that is a proper prefix of `stop`.
 size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
@@ -25,6 +19,13 @@ size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
 }
 
 }  // namespace
+
+std::string random_hex64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
 
 void ChoiceDelta::append(ChoiceDelta&& d) {
   content += d.content;
@@ -57,23 +58,16 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
   ++num_tokens_;
   pending_.token_ids.push_back(ev.token);
   if (logprobs_) {
-    TokenLogprob lp;
-    lp.token = ev.token;
-    lp.logprob = -9999.0f;
-    for (const auto& [id, v] : ev.logprobs)
-      if (id == ev.token) {
-        lp.logprob = v;
-        break;
-      }
-    lp.top.assign(ev.logprobs.begin(),
-                  ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size()));
-    pending_.logprobs.push_back(std::move(lp));
+    const auto sampled = std::find_if(ev.logprobs.begin(), ev.logprobs.end(),
+                                      [&](const auto& lp) { return lp.first == ev.token; });
+    const auto top_end =
+        ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size());
+    pending_.logprobs.push_back({ev.token,
+                                 sampled == ev.logprobs.end() ? -9999.0f : sampled->second,
+                                 TopLogprobs(ev.logprobs.begin(), top_end)});
   }
+  if (!tokenizer_) return std::exchange(pending_, {});
   ChoiceDelta d;
-  if (!tokenizer_) {
-    std::swap(d, pending_);
-    return d;
-  }
   text_ += detok_->push(ev.token);
   // Hold back from the first stop string found, or from a tail that may grow into one.
   size_t end = text_.size();
@@ -83,12 +77,7 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
                    at != std::string::npos ? at : text_.size() - partial_stop_suffix(text_, stop));
   }
   if (end > sent_) release(end, &d, false);
-  if (d.has_output()) {
-    pending_.append(std::move(d));
-    d = ChoiceDelta();
-    std::swap(d, pending_);
-  }
-  return d;
+  return d.has_output() ? with_pending(std::move(d)) : d;
 }
 
 ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
@@ -99,10 +88,12 @@ ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
     if (!stop_text.empty()) end = std::min(end, text_.find(stop_text));
     release(std::max(end, sent_), &d, true);
   }
+  return with_pending(std::move(d));
+}
+
+ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
   pending_.append(std::move(d));
-  d = ChoiceDelta();
-  std::swap(d, pending_);
-  return d;
+  return std::exchange(pending_, {});
 }
 
 void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {
@@ -122,7 +113,7 @@ void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
   size_t reasoning_out = r.reasoning.size(), content_out = r.content.size();
   size_t calls_out = r.tool_calls.size();
   auto add_call = [&](ChatToolCall c) {
-    c.id = new_call_id();
+    c.id = "call_" + random_hex64();
     d->tool_calls.push_back(std::move(c));
     ++num_tool_calls_;
   };

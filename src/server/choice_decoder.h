@@ -40,6 +40,9 @@ struct ChoiceDelta {
   void append(ChoiceDelta&& d);
 };
 
+// 16 random hex digits, for the ids of responses and tool calls.
+std::string random_hex64();
+
 class ChoiceDecoder {
  public:
   // `tokenizer` may be null (ids only). `top_logprobs` alternatives are kept per token when
@@ -55,12 +58,13 @@ class ChoiceDecoder {
 
   int64_t num_tokens() const { return num_tokens_; }
   bool has_tool_calls() const { return num_tool_calls_ > 0; }
-  int64_t num_tool_calls() const { return num_tool_calls_; }
 
  private:
   // Sends text[sent_, end) onwards (into the chat parser in chat mode).
   void release(size_t end, ChoiceDelta* d, bool final);
   void route(const std::string& text, ChoiceDelta* d, bool final);
+  // The ids and logprobs waiting, with `d` after them; nothing waits after.
+  ChoiceDelta with_pending(ChoiceDelta&& d);
 
   const Tokenizer* tokenizer_;
   std::vector<std::string> stops_;

@@ -17,18 +17,15 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
   std::unique_lock lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); })) return false;
-  while (!updates_.empty()) {
-    if (updates_.front().end) ++taken_ended_;
-    out->push_back(std::move(updates_.front()));
-    updates_.pop_front();
-  }
-  signalled_ = false;
-  return true;
+  return cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); }) && drain(out);
 }
 
 bool Call::take(std::vector<CallUpdate>* out) {
   std::lock_guard lk(mu_);
+  return drain(out);
+}
+
+bool Call::drain(std::vector<CallUpdate>* out) {
   signalled_ = false;
   if (updates_.empty()) return false;
   while (!updates_.empty()) {
@@ -273,14 +270,13 @@ void EngineLoop::finish_outputs(FinishReason override_reason) {
 }
 
 void EngineLoop::publish_gauges() {
-  EngineGauges g;
-  g.running = int64_t(engine_.num_running());
-  g.waiting = int64_t(engine_.num_waiting());
-  g.kv_blocks_used = engine_.kv_blocks_used();
-  g.kv_blocks_total = engine_.num_kv_blocks();
   const EngineStats st = engine_.stats();
-  g.steps = st.steps;
-  g.preemptions = st.preemptions;
+  const EngineGauges g{int64_t(engine_.num_running()),
+                       int64_t(engine_.num_waiting()),
+                       engine_.kv_blocks_used(),
+                       engine_.num_kv_blocks(),
+                       st.steps,
+                       st.preemptions};
   std::lock_guard lk(gauges_mu_);
   gauges_ = g;
 }

@@ -63,7 +63,8 @@ class Call {
  private:
   friend class EngineLoop;
   void admit(std::string error);
-  void signal();  // runs notify_ unless a signal is still untaken
+  bool drain(std::vector<CallUpdate>* out);  // take() with mu_ held
+  void signal();                             // runs notify_ unless a signal is still untaken
   const int32_t num_choices_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

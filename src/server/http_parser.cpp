@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,31 +15,27 @@ constexpr size_t kMaxBlankLines = 16;       // before a request line (RFC 9112 �
 constexpr size_t kMaxChunkSizeLine = 4096;  // a chunk size with its extensions
 constexpr uint64_t kHugeChunk = uint64_t(1) << 60;
 
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
+
 bool is_tchar(unsigned char c) {
-  if (c >= '0' && c <= '9') return true;
+  if (is_digit(c)) return true;
   if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
   return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != 0;
 }
 
 bool is_token(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (!is_tchar(static_cast<unsigned char>(c))) return false;
-  return true;
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(c); });
+}
+
+// A control character other than tab.
+bool is_ctl(unsigned char c) {
+  return c != '\t' && (c < 0x20 || c == 0x7F);
 }
 
 bool is_ows(char c) {
   return c == ' ' || c == '\t';
-}
-
-std::string_view trim_ows(std::string_view s) {
-  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
-  return s;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
 }
 
 std::string lower(std::string_view s) {
@@ -48,29 +45,9 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-// Calls fn(element) for every non-empty element of a comma-separated list; returns the count.
-template <class Fn>
-size_t for_each_element(std::string_view list, Fn&& fn) {
-  size_t n = 0;
-  while (true) {
-    const size_t comma = list.find(',');
-    const std::string_view e = trim_ows(list.substr(0, comma));
-    if (!e.empty()) {
-      fn(e);
-      ++n;
-    }
-    if (comma == std::string_view::npos) return n;
-    list.remove_prefix(comma + 1);
-  }
-}
-
 // A header field value: visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
 bool valid_field_value(std::string_view v) {
-  for (char ch : v) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c != '\t' && (c < 0x20 || c == 0x7F)) return false;
-  }
-  return true;
+  return std::none_of(v.begin(), v.end(), [](char c) { return is_ctl(c); });
 }
 
 // Printable for the messages that quote what the client sent.
@@ -91,7 +68,7 @@ bool valid_chunk_ext(std::string_view s) {
   };
   auto token = [&] {
     const size_t start = i;
-    while (i < s.size() && is_tchar(static_cast<unsigned char>(s[i]))) ++i;
+    while (i < s.size() && is_tchar(s[i])) ++i;
     return i > start;
   };
   for (;;) {
@@ -106,22 +83,11 @@ bool valid_chunk_ext(std::string_view s) {
       ++i;
       skip_bws();
       if (i < s.size() && s[i] == '"') {
+        // A quoted-string: text and backslash-escaped characters up to the closing quote.
+        for (++i; i < s.size() && s[i] != '"'; ++i)
+          if ((s[i] == '\\' && ++i == s.size()) || is_ctl(s[i])) return false;
+        if (i == s.size()) return false;  // no closing quote
         ++i;
-        bool closed = false;
-        while (i < s.size() && !closed) {
-          const auto c = static_cast<unsigned char>(s[i]);
-          if (c == '"') {
-            closed = true;
-          } else if (c == '\\') {
-            if (++i == s.size()) return false;
-            const auto e = static_cast<unsigned char>(s[i]);
-            if (e != '\t' && (e < 0x20 || e == 0x7F)) return false;
-          } else if (c != '\t' && (c < 0x20 || c == 0x7F)) {
-            return false;
-          }
-          ++i;
-        }
-        if (!closed) return false;
       } else if (!token()) {
         return false;
       }
@@ -134,7 +100,7 @@ bool parse_decimal(std::string_view s, uint64_t* out) {
   if (s.empty() || s.size() > 18) return false;
   uint64_t v = 0;
   for (char c : s) {
-    if (c < '0' || c > '9') return false;
+    if (!is_digit(c)) return false;
     v = v * 10 + uint64_t(c - '0');
   }
   *out = v;
@@ -142,6 +108,32 @@ bool parse_decimal(std::string_view s, uint64_t* out) {
 }
 
 }  // namespace
+
+std::string_view trim_ows(std::string_view s) {
+  while (!s.empty() && is_ows(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_ows(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::vector<std::string_view> list_elements(std::string_view list) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view e = trim_ows(list.substr(0, comma));
+    if (!e.empty()) out.push_back(e);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+std::string body_too_large_message(size_t max_body_bytes) {
+  return str_cat("The request body is larger than the server's limit of ", max_body_bytes,
+                 " bytes.");
+}
 
 const std::string* HttpRequest::header(std::string_view name) const {
   for (const auto& [k, v] : headers)
@@ -151,10 +143,10 @@ const std::string* HttpRequest::header(std::string_view name) const {
 
 HttpParser::HttpParser(ParserLimits limits) : limits_(limits) {}
 
-HttpParser::State HttpParser::fail(int status, std::string message, std::string code) {
+void HttpParser::fail(int status, std::string message, std::string code) {
   error_ = ParseError{status, std::move(message), std::move(code)};
   phase_ = Phase::kDone;
-  return state_ = State::kError;
+  state_ = State::kError;
 }
 
 HttpRequest HttpParser::take_request() {
@@ -162,14 +154,7 @@ HttpRequest HttpParser::take_request() {
 }
 
 void HttpParser::reset() {
-  req_ = HttpRequest{};
-  error_ = ParseError{};
-  state_ = State::kNeedMore;
-  phase_ = Phase::kRequestLine;
-  line_.clear();
-  section_bytes_ = blank_lines_ = trailer_count_ = 0;
-  remaining_ = 0;
-  started_ = false;
+  *this = HttpParser(limits_);
 }
 
 size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
@@ -258,12 +243,10 @@ size_t HttpParser::feed(const char* data, size_t n) {
         used += k;
         remaining_ -= k;
         if (remaining_ == 0) {
-          if (phase_ == Phase::kBody) {
-            phase_ = Phase::kDone;
-            state_ = State::kComplete;
-          } else {
+          if (phase_ == Phase::kBody)
+            complete();
+          else
             phase_ = Phase::kChunkCr;
-          }
         }
         break;
       }
@@ -288,65 +271,45 @@ size_t HttpParser::feed(const char* data, size_t n) {
   return used;
 }
 
-bool HttpParser::on_request_line(std::string_view line) {
+void HttpParser::on_request_line(std::string_view line) {
+  auto malformed = [&](std::string message) {
+    fail(400, std::move(message), "invalid_request_line");
+  };
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos) {
-    fail(400,
-         str_cat("Malformed request line '", quoted(line), "' (expected METHOD TARGET HTTP/1.1)."),
-         "invalid_request_line");
-    return false;
-  }
+  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
+    return malformed(
+        str_cat("Malformed request line '", quoted(line), "' (expected METHOD TARGET HTTP/1.1)."));
   const std::string_view method = line.substr(0, sp1);
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
-  if (!is_token(method)) {
-    fail(400, str_cat("Malformed request method '", quoted(method), "'."), "invalid_request_line");
-    return false;
-  }
-  for (char ch : target) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c <= 0x20 || c == 0x7F) {
-      fail(400, "The request target contains a control character.", "invalid_request_line");
-      return false;
-    }
-  }
-  const bool digits = version.size() == 8 && version[6] == '.' && version[5] >= '0' &&
-                      version[5] <= '9' && version[7] >= '0' && version[7] <= '9';
-  if (!digits || version.substr(0, 5) != "HTTP/") {
-    fail(400, str_cat("Malformed HTTP version '", quoted(version), "'."), "invalid_request_line");
-    return false;
-  }
-  if (version[5] != '1') {
-    fail(505, str_cat("HTTP version ", quoted(version), " is not supported (HTTP/1.1 is)."),
-         "http_version_not_supported");
-    return false;
-  }
+  if (!is_token(method))
+    return malformed(str_cat("Malformed request method '", quoted(method), "'."));
+  if (std::any_of(target.begin(), target.end(),
+                  [](unsigned char c) { return c <= 0x20 || c == 0x7F; }))
+    return malformed("The request target contains a control character.");
+  const bool digits =
+      version.size() == 8 && version[6] == '.' && is_digit(version[5]) && is_digit(version[7]);
+  if (!digits || version.substr(0, 5) != "HTTP/")
+    return malformed(str_cat("Malformed HTTP version '", quoted(version), "'."));
+  if (version[5] != '1')
+    return fail(505, str_cat("HTTP version ", quoted(version), " is not supported (HTTP/1.1 is)."),
+                "http_version_not_supported");
   req_.version_minor = version[7] == '0' ? 0 : 1;
   req_.keep_alive = req_.version_minor >= 1;
   req_.method = method;
   req_.target = target;
   std::string_view path = target;
-  if (target.empty()) {
-    fail(400, "The request target is empty.", "invalid_request_line");
-    return false;
-  }
+  if (target.empty()) return malformed("The request target is empty.");
   if (target[0] != '/' && target != "*") {
     // Absolute form (RFC 9112 §3.2.2): the path after the authority.
-    size_t scheme = 0;
-    if (target.size() >= 7 && strncasecmp(target.data(), "http://", 7) == 0) scheme = 7;
-    if (target.size() >= 8 && strncasecmp(target.data(), "https://", 8) == 0) scheme = 8;
-    if (scheme == 0) {
-      fail(400, str_cat("Malformed request target '", quoted(target), "'."),
-           "invalid_request_line");
-      return false;
-    }
+    const size_t scheme = iequals(target.substr(0, 7), "http://")    ? 7
+                          : iequals(target.substr(0, 8), "https://") ? 8
+                                                                     : 0;
+    if (scheme == 0) return malformed(str_cat("Malformed request target '", quoted(target), "'."));
     const std::string_view rest = target.substr(scheme);
     const size_t at = rest.find_first_of("/?");
-    if (at == 0) {
-      fail(400, "The request target has no host.", "invalid_request_line");
-      return false;
-    }
+    if (at == 0) return malformed("The request target has no host.");
     path = at == std::string_view::npos ? std::string_view("/") : rest.substr(at);
   }
   const size_t q = path.find('?');
@@ -354,128 +317,89 @@ bool HttpParser::on_request_line(std::string_view line) {
   if (req_.path.empty()) req_.path = "/";
   if (q != std::string_view::npos) req_.query = path.substr(q + 1);
   phase_ = Phase::kHeaderLines;
-  return true;
 }
 
-bool HttpParser::on_header_line(std::string_view line) {
+void HttpParser::on_header_line(std::string_view line) {
   if (line.empty()) return on_headers_end();
-  if (is_ows(line[0])) {
-    fail(400, "Folded header lines (obs-fold) are not accepted.", "invalid_header");
-    return false;
-  }
+  if (is_ows(line[0]))
+    return fail(400, "Folded header lines (obs-fold) are not accepted.", "invalid_header");
   const size_t colon = line.find(':');
-  if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) {
-    fail(400, str_cat("Malformed header line '", quoted(line), "'."), "invalid_header");
-    return false;
-  }
+  if (colon == std::string_view::npos || !is_token(line.substr(0, colon)))
+    return fail(400, str_cat("Malformed header line '", quoted(line), "'."), "invalid_header");
   const std::string_view value = trim_ows(line.substr(colon + 1));
-  if (!valid_field_value(value)) {
-    fail(400,
-         str_cat("The value of header '", quoted(line.substr(0, colon)),
-                 "' contains a control character."),
-         "invalid_header");
-    return false;
-  }
-  if (req_.headers.size() >= limits_.max_header_count) {
-    fail(431, str_cat("The request has more than ", limits_.max_header_count, " header fields."),
-         "header_too_large");
-    return false;
-  }
+  if (!valid_field_value(value))
+    return fail(400,
+                str_cat("The value of header '", quoted(line.substr(0, colon)),
+                        "' contains a control character."),
+                "invalid_header");
+  if (req_.headers.size() >= limits_.max_header_count)
+    return fail(431,
+                str_cat("The request has more than ", limits_.max_header_count, " header fields."),
+                "header_too_large");
   req_.headers.emplace_back(line.substr(0, colon), value);
-  return true;
 }
 
-bool HttpParser::on_headers_end() {
+void HttpParser::on_headers_end() {
   bool has_te = false, has_cl = false;
   std::vector<std::string> codings;
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
     if (iequals(name, "transfer-encoding")) {
       has_te = true;
-      for_each_element(value, [&](std::string_view e) { codings.push_back(lower(e)); });
+      for (std::string_view e : list_elements(value)) codings.push_back(lower(e));
     } else if (iequals(name, "content-length")) {
       has_cl = true;
-      bool bad = false;
-      std::string_view bad_value = value;
-      const size_t elements = for_each_element(value, [&](std::string_view e) {
-        uint64_t v = 0;
-        if (bad) return;
-        if (!parse_decimal(e, &v)) {
-          bad = true;
-          bad_value = e;
-        } else if (length && *length != v) {
-          bad = true;
-          bad_value = {};
-        } else {
-          length = v;
-        }
-      });
-      if (bad && bad_value.empty()) {
-        fail(400, "The request has conflicting Content-Length values.", "invalid_content_length");
-        return false;
-      }
-      if (bad || elements == 0) {
-        fail(400,
-             str_cat("Content-Length '", quoted(bad_value),
-                     "' is not a byte count (decimal digits)."),
+      auto not_a_count = [&](std::string_view v) {
+        fail(400, str_cat("Content-Length '", quoted(v), "' is not a byte count (decimal digits)."),
              "invalid_content_length");
-        return false;
+      };
+      const std::vector<std::string_view> values = list_elements(value);
+      if (values.empty()) return not_a_count(value);
+      for (std::string_view e : values) {
+        uint64_t v = 0;
+        if (!parse_decimal(e, &v)) return not_a_count(e);
+        if (length && *length != v)
+          return fail(400, "The request has conflicting Content-Length values.",
+                      "invalid_content_length");
+        length = v;
       }
     }
   }
   if (has_te) {
-    if (codings.empty()) {
-      fail(400, "Transfer-Encoding is empty.", "invalid_transfer_encoding");
-      return false;
-    }
+    if (codings.empty())
+      return fail(400, "Transfer-Encoding is empty.", "invalid_transfer_encoding");
     for (const std::string& c : codings)
-      if (c != "chunked") {
-        fail(501,
-             str_cat("Transfer-Encoding '", quoted(c),
-                     "' is not supported (send the body with Content-Length or chunked)."),
-             "unsupported_transfer_encoding");
-        return false;
-      }
-    if (codings.size() > 1) {
-      fail(400, "Transfer-Encoding applies chunked more than once.", "invalid_transfer_encoding");
-      return false;
-    }
-    if (req_.version_minor == 0) {
-      fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.",
-           "invalid_transfer_encoding");
-      return false;
-    }
-    if (has_cl) {
-      fail(400, "The request has both Transfer-Encoding and Content-Length.",
-           "invalid_content_length");
-      return false;
-    }
+      if (c != "chunked")
+        return fail(501,
+                    str_cat("Transfer-Encoding '", quoted(c),
+                            "' is not supported (send the body with Content-Length or chunked)."),
+                    "unsupported_transfer_encoding");
+    if (codings.size() > 1)
+      return fail(400, "Transfer-Encoding applies chunked more than once.",
+                  "invalid_transfer_encoding");
+    if (req_.version_minor == 0)
+      return fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.",
+                  "invalid_transfer_encoding");
+    if (has_cl)
+      return fail(400, "The request has both Transfer-Encoding and Content-Length.",
+                  "invalid_content_length");
     req_.chunked = true;
   }
-  if (length && *length > limits_.max_discard_bytes) {
-    fail(413,
-         str_cat("The request body is larger than the server's limit of ", limits_.max_body_bytes,
-                 " bytes."),
-         "request_too_large");
-    return false;
-  }
+  if (length && *length > limits_.max_discard_bytes)
+    return fail(413, body_too_large_message(limits_.max_body_bytes), "request_too_large");
   req_.content_length = length;
   if (const std::string* c = req_.header("connection")) {
     bool close = false, keep = false;
-    for_each_element(*c, [&](std::string_view e) {
+    for (std::string_view e : list_elements(*c)) {
       close |= iequals(e, "close");
       keep |= iequals(e, "keep-alive");
-    });
-    if (close)
-      req_.keep_alive = false;
-    else if (keep)
-      req_.keep_alive = true;
+    }
+    if (close || keep) req_.keep_alive = !close;  // close wins
   }
   if (const std::string* e = req_.header("expect"); e && req_.version_minor >= 1) {
-    if (!iequals(*e, "100-continue")) {
-      fail(417, str_cat("Expectation '", quoted(*e), "' is not supported."), "expectation_failed");
-      return false;
-    }
+    if (!iequals(*e, "100-continue"))
+      return fail(417, str_cat("Expectation '", quoted(*e), "' is not supported."),
+                  "expectation_failed");
     req_.expect_continue = true;
   }
   if (req_.chunked) {
@@ -486,13 +410,11 @@ bool HttpParser::on_headers_end() {
     remaining_ = *length;
     state_ = State::kHeaders;
   } else {
-    phase_ = Phase::kDone;
-    state_ = State::kComplete;
+    complete();
   }
-  return true;
 }
 
-bool HttpParser::on_chunk_size(std::string_view line) {
+void HttpParser::on_chunk_size(std::string_view line) {
   size_t i = 0;
   uint64_t size = 0;
   for (; i < line.size(); ++i) {
@@ -504,22 +426,13 @@ bool HttpParser::on_chunk_size(std::string_view line) {
     if (d < 0) break;
     size = size >= kHugeChunk / 16 ? kHugeChunk : size * 16 + uint64_t(d);
   }
-  if (i == 0) {
-    fail(400, str_cat("Malformed chunk size '", quoted(line), "'."), "invalid_chunked_body");
-    return false;
-  }
-  if (!valid_chunk_ext(line.substr(i))) {
-    fail(400, str_cat("Malformed chunk extension in '", quoted(line), "'."),
-         "invalid_chunked_body");
-    return false;
-  }
-  if (size >= kHugeChunk || req_.body_bytes + size > limits_.max_discard_bytes) {
-    fail(413,
-         str_cat("The request body is larger than the server's limit of ", limits_.max_body_bytes,
-                 " bytes."),
-         "request_too_large");
-    return false;
-  }
+  if (i == 0)
+    return fail(400, str_cat("Malformed chunk size '", quoted(line), "'."), "invalid_chunked_body");
+  if (!valid_chunk_ext(line.substr(i)))
+    return fail(400, str_cat("Malformed chunk extension in '", quoted(line), "'."),
+                "invalid_chunked_body");
+  if (size >= kHugeChunk || req_.body_bytes + size > limits_.max_discard_bytes)
+    return fail(413, body_too_large_message(limits_.max_body_bytes), "request_too_large");
   if (size == 0) {
     phase_ = Phase::kTrailers;
     section_bytes_ = 0;
@@ -528,27 +441,19 @@ bool HttpParser::on_chunk_size(std::string_view line) {
     phase_ = Phase::kChunkData;
     remaining_ = size;
   }
-  return true;
 }
 
-bool HttpParser::on_trailer_line(std::string_view line) {
-  if (line.empty()) {
-    phase_ = Phase::kDone;
-    state_ = State::kComplete;
-    return true;
-  }
+void HttpParser::on_trailer_line(std::string_view line) {
+  if (line.empty()) return complete();
   const size_t colon = line.find(':');
   if (is_ows(line[0]) || colon == std::string_view::npos || !is_token(line.substr(0, colon)) ||
-      !valid_field_value(trim_ows(line.substr(colon + 1)))) {
-    fail(400, str_cat("Malformed trailer line '", quoted(line), "'."), "invalid_chunked_body");
-    return false;
-  }
-  if (++trailer_count_ > limits_.max_header_count) {
-    fail(431, str_cat("The request has more than ", limits_.max_header_count, " trailer fields."),
-         "header_too_large");
-    return false;
-  }
-  return true;
+      !valid_field_value(trim_ows(line.substr(colon + 1))))
+    return fail(400, str_cat("Malformed trailer line '", quoted(line), "'."),
+                "invalid_chunked_body");
+  if (++trailer_count_ > limits_.max_header_count)
+    return fail(431,
+                str_cat("The request has more than ", limits_.max_header_count, " trailer fields."),
+                "header_too_large");
 }
 
 void HttpParser::body_bytes(const char* data, size_t n) {

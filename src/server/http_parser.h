@@ -60,6 +60,15 @@ struct ParseError {
   std::string code;
 };
 
+// The error message of a body past `max_body_bytes` (413).
+std::string body_too_large_message(size_t max_body_bytes);
+
+// Helpers for header values.
+std::string_view trim_ows(std::string_view s);  // without leading and trailing spaces and tabs
+bool iequals(std::string_view a, std::string_view b);  // ASCII, case-insensitive
+// The non-empty elements of a comma-separated list, trimmed.
+std::vector<std::string_view> list_elements(std::string_view list);
+
 class HttpParser {
  public:
   enum class State { kNeedMore, kHeaders, kComplete, kError };
@@ -92,14 +101,19 @@ class HttpParser {
     kDone
   };
 
-  State fail(int status, std::string message, std::string code);
+  void fail(int status, std::string message, std::string code);
+  void complete() {
+    phase_ = Phase::kDone;
+    state_ = State::kComplete;
+  }
   // Appends to line_ up to a LF; returns the bytes taken and whether the line is complete.
   size_t take_line(const char* data, size_t n, bool* complete);
-  bool on_request_line(std::string_view line);
-  bool on_header_line(std::string_view line);
-  bool on_headers_end();
-  bool on_chunk_size(std::string_view line);
-  bool on_trailer_line(std::string_view line);
+  // Each moves to the next phase, or fails.
+  void on_request_line(std::string_view line);
+  void on_header_line(std::string_view line);
+  void on_headers_end();
+  void on_chunk_size(std::string_view line);
+  void on_trailer_line(std::string_view line);
   void body_bytes(const char* data, size_t n);
 
   ParserLimits limits_;

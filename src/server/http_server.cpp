@@ -7,8 +7,8 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -37,29 +37,22 @@ ApiError shutting_down() {
   return ApiError(503, "The server is shutting down.", {}, "service_unavailable");
 }
 
+ApiError internal_error(const std::exception& e) {
+  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
+  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
+}
+
+// An event-thread task that sends a JSON body with status 200.
+std::function<void()> reply(const std::shared_ptr<Exchange>& ex, std::string json) {
+  return [ex, json = std::move(json)]() mutable { send_json(*ex, 200, std::move(json)); };
+}
+
 // Compares in time independent of where the strings differ. `key` is not empty.
 bool same_secret(const std::string& given, const std::string& key) {
   size_t diff = given.size() ^ key.size();
   for (size_t i = 0; i < given.size(); ++i)
     diff |= uint8_t(given[i]) ^ uint8_t(key[i % key.size()]);
   return diff == 0;
-}
-
-std::string random_hex() {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
-  return buf;
-}
-
-std::string header_or_empty(const HttpRequest& r, std::string_view name) {
-  const std::string* v = r.header(name);
-  return v ? *v : std::string();
-}
-
-bool is_multipart(const HttpRequest& r) {
-  const std::string* t = r.header("content-type");
-  return t && t->size() >= 19 && strncasecmp(t->c_str(), "multipart/form-data", 19) == 0;
 }
 
 // Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
@@ -153,12 +146,19 @@ struct ApiServer::Impl {
   void on_request(std::shared_ptr<Exchange> ex);
   // Throws ApiError: a wrong or missing key, or a shutdown under way.
   void check_access(const std::string& authorization) const;
-  // Runs `fn(body)` on a worker and sends what it returns (status, JSON) back.
+  // Runs `job(body)` on a worker after the access check, then what it returns on the event
+  // thread. What it throws is answered as an error.
   void on_worker(const std::shared_ptr<Exchange>& ex,
-                 std::function<std::string(const std::string& body)> fn);
+                 std::function<std::function<void()>(const std::string& body)> job);
   void generate(Endpoint ep, const std::shared_ptr<Exchange>& ex);
   void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
   void pump(const std::shared_ptr<CallContext>& ctx);
+  // pump(ctx) while the call is still served.
+  std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx) {
+    return [this, w = std::weak_ptr<CallContext>(ctx)] {
+      if (auto live = w.lock()) pump(live);
+    };
+  }
   void end_call(CallContext& ctx);
   void disconnect(CallContext& ctx);
   void begin_shutdown();
@@ -190,60 +190,56 @@ struct ApiServer::Impl {
 void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
   const HttpRequest& r = ex->request();
   const std::string& path = r.path;
-  const bool get = r.method == "GET", post = r.method == "POST";
-  if (post && path == "/v1/completions") return generate(Endpoint::kCompletions, ex);
-  if (post && path == "/v1/chat/completions") return generate(Endpoint::kChat, ex);
-  if (post && path == "/tokenize") {
-    return on_worker(ex, [this](const std::string& body) {
+  static const std::map<std::string_view, std::string_view> kMethodOf = {
+      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
+      {"/tokenize", "POST"},       {"/detokenize", "POST"},
+      {"/v1/models", "GET"},       {"/health", "GET"},
+      {"/metrics", "GET"}};
+  const auto route = kMethodOf.find(path);
+  if (route == kMethodOf.end())
+    return send_error(*ex, ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."),
+                                    {}, "not_found"));
+  if (r.method != route->second)
+    return send_error(
+        *ex, ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."), {},
+                      "method_not_allowed"));
+  if (path == "/v1/completions") return generate(Endpoint::kCompletions, ex);
+  if (path == "/v1/chat/completions") return generate(Endpoint::kChat, ex);
+  if (path == "/tokenize") {
+    return on_worker(ex, [this, ex](const std::string& body) {
       const std::vector<int32_t> ids = parse_tokenize_request(body, info);
-      return dump_json(
-          {{"count", ids.size()}, {"max_model_len", info.max_model_len}, {"tokens", ids}});
+      return reply(
+          ex, dump_json(
+                  {{"count", ids.size()}, {"max_model_len", info.max_model_len}, {"tokens", ids}}));
     });
   }
-  if (post && path == "/detokenize") {
-    return on_worker(ex, [this](const std::string& body) {
+  if (path == "/detokenize") {
+    return on_worker(ex, [this, ex](const std::string& body) {
       const std::vector<int32_t> ids = parse_detokenize_request(body, info);
-      return dump_json({{"prompt", info.tokenizer->decode(ids, false)}});
+      return reply(ex, dump_json({{"prompt", info.tokenizer->decode(ids, false)}}));
     });
   }
-  if (get && path == "/health") {
-    if (loop.failed())
-      send_error(*ex, engine_failed());
-    else if (draining)
-      send_error(*ex, shutting_down());
-    else
-      send_json(*ex, 200, "{\"status\":\"ok\"}");
-    return;
+  if (path == "/health") {
+    if (loop.failed()) return send_error(*ex, engine_failed());
+    if (draining) return send_error(*ex, shutting_down());
+    return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
-  if (get && path == "/metrics") {
-    metrics.set_in_flight(in_flight.load());
-    ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                metrics.render(loop.gauges(), resident_memory_bytes()));
-    return;
+  if (path == "/metrics") {
+    return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                       metrics.render(loop.gauges(), in_flight.load(), resident_memory_bytes()));
   }
-  if (get && path == "/v1/models") {
-    try {
-      check_access(header_or_empty(r, "authorization"));
-      Json model = {{"id", info.names.at(0)},
-                    {"object", "model"},
-                    {"created", info.created},
-                    {"owned_by", "deepinfer"},
-                    {"max_model_len", info.max_model_len}};
-      send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
-    } catch (const ApiError& e) {
-      send_error(*ex, e);
-    }
-    return;
+  try {  // /v1/models
+    const std::string* auth = r.header("authorization");
+    check_access(auth ? *auth : "");
+    Json model = {{"id", info.names.at(0)},
+                  {"object", "model"},
+                  {"created", info.created},
+                  {"owned_by", "deepinfer"},
+                  {"max_model_len", info.max_model_len}};
+    send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
+  } catch (const ApiError& e) {
+    send_error(*ex, e);
   }
-  const bool known = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                     path == "/tokenize" || path == "/detokenize" || path == "/v1/models" ||
-                     path == "/health" || path == "/metrics";
-  if (known)
-    send_error(*ex, ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."),
-                             {}, "method_not_allowed"));
-  else
-    send_error(*ex, ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."), {},
-                             "not_found"));
 }
 
 void ApiServer::Impl::check_access(const std::string& auth) const {
@@ -258,79 +254,48 @@ void ApiServer::Impl::check_access(const std::string& auth) const {
 }
 
 void ApiServer::Impl::on_worker(const std::shared_ptr<Exchange>& ex,
-                                std::function<std::string(const std::string&)> fn) {
-  if (is_multipart(ex->request())) {
-    send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.", {},
-                             "unsupported_media_type"));
-    return;
-  }
+                                std::function<std::function<void()>(const std::string&)> job) {
+  const std::string* type = ex->request().header("content-type");
+  if (type && type->size() >= 19 && strncasecmp(type->c_str(), "multipart/form-data", 19) == 0)
+    return send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.",
+                                    {}, "unsupported_media_type"));
   auto body = std::make_shared<std::string>(std::move(ex->request().body));
-  const std::string auth = header_or_empty(ex->request(), "authorization");
-  workers.submit([this, ex, body, auth, fn = std::move(fn)] {
-    int status = 200;
-    std::string out;
+  const std::string* auth = ex->request().header("authorization");
+  workers.submit([this, ex, body, auth = auth ? *auth : "", job = std::move(job)] {
+    std::function<void()> then;
     try {
       check_access(auth);
-      out = fn(*body);
+      then = job(*body);
     } catch (const ApiError& e) {
-      status = e.status;
-      out = error_body(e);
+      then = [ex, e] { send_error(*ex, e); };
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-      status = 500;
-      out = error_body(
-          ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error"));
+      then = [ex, err = internal_error(e)] { send_error(*ex, err); };
     }
-    auto result = std::make_shared<std::string>(std::move(out));
-    transport.post([ex, status, result] { send_json(*ex, status, std::move(*result)); });
+    transport.post(std::move(then));
   });
 }
 
 // --- generation ---
 
 void ApiServer::Impl::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
-  if (is_multipart(ex->request())) {
-    send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.", {},
-                             "unsupported_media_type"));
-    return;
-  }
   auto ctx = std::make_shared<CallContext>();
   ctx->ex = ex;
   // A client that leaves, at any point before its response is complete, cancels the call.
   ex->on_hangup([this, w = std::weak_ptr<CallContext>(ctx)] {
     if (auto c = w.lock()) disconnect(*c);
   });
-  auto body = std::make_shared<std::string>(std::move(ex->request().body));
-  const std::string auth = header_or_empty(ex->request(), "authorization");
-  workers.submit([this, ctx, ep, body, auth] {
+  on_worker(ex, [this, ctx, ep](const std::string& body) -> std::function<void()> {
     auto p = std::make_shared<Prepared>();
-    try {
-      check_access(auth);
-      p->ar = parse_api_request(ep, *body, info);
-      for (const auto& prompt : p->ar.prompts)
-        for (int32_t i = 0; i < p->ar.n; ++i) {
-          Request r;
-          r.prompt_ids = prompt;
-          r.params = p->ar.params;
-          if (p->ar.params.seed) r.params.seed = choice_seed(*p->ar.params.seed, i);
-          p->requests.push_back(std::move(r));
-        }
-    } catch (const ApiError& e) {
-      auto err = std::make_shared<ApiError>(e);
-      transport.post([ctx, err] {
-        if (!ctx->cancelled) send_error(*ctx->ex, *err);
-      });
-      return;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-      auto err = std::make_shared<ApiError>(500, str_cat("Internal server error: ", e.what()),
-                                            std::string(), "internal_error");
-      transport.post([ctx, err] {
-        if (!ctx->cancelled) send_error(*ctx->ex, *err);
-      });
-      return;
-    }
-    transport.post([this, ctx, p] { start_call(ctx, std::move(*p)); });
+    p->ar = parse_api_request(ep, body, info);
+    for (const auto& prompt : p->ar.prompts)
+      for (int32_t i = 0; i < p->ar.n; ++i) {
+        Request r;
+        r.prompt_ids = prompt;
+        r.params = p->ar.params;
+        if (p->ar.params.seed) r.params.seed = choice_seed(*p->ar.params.seed, i);
+        p->requests.push_back(std::move(r));
+      }
+    return [this, ctx, p] { start_call(ctx, std::move(*p)); };
   });
 }
 
@@ -350,12 +315,8 @@ void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepar
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
-  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex(), created);
-  c.call->set_notify([this, w = std::weak_ptr<CallContext>(ctx)] {
-    transport.post([this, w] {
-      if (auto live = w.lock()) pump(live);
-    });
-  });
+  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(), created);
+  c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
   loop.submit_async(c.call, std::move(p.requests));
 }
 
@@ -390,10 +351,7 @@ void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
   for (const CallUpdate& u : updates) frame(c.builder->on_update(u));
   if (!c.builder->all_ended()) {
     if (c.stream && !out.empty()) c.ex->write(out);
-    if (backlog)
-      c.ex->when_drained([this, w = std::weak_ptr<CallContext>(ctx)] {
-        if (auto live = w.lock()) pump(live);
-      });
+    if (backlog) c.ex->when_drained(pumper(ctx));
     return;
   }
   // The status of a whole response goes out with the result, so that a failure is still a 5xx.

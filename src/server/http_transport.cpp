@@ -46,51 +46,36 @@ Clock::duration seconds(double s) {
 }
 
 const char* reason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 415:
-      return "Unsupported Media Type";
-    case 417:
-      return "Expectation Failed";
-    case 422:
-      return "Unprocessable Content";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+  static const std::map<int, const char*> kReasons = {{100, "Continue"},
+                                                      {200, "OK"},
+                                                      {400, "Bad Request"},
+                                                      {401, "Unauthorized"},
+                                                      {403, "Forbidden"},
+                                                      {404, "Not Found"},
+                                                      {405, "Method Not Allowed"},
+                                                      {408, "Request Timeout"},
+                                                      {409, "Conflict"},
+                                                      {413, "Content Too Large"},
+                                                      {414, "URI Too Long"},
+                                                      {415, "Unsupported Media Type"},
+                                                      {417, "Expectation Failed"},
+                                                      {422, "Unprocessable Content"},
+                                                      {429, "Too Many Requests"},
+                                                      {431, "Request Header Fields Too Large"},
+                                                      {500, "Internal Server Error"},
+                                                      {501, "Not Implemented"},
+                                                      {502, "Bad Gateway"},
+                                                      {503, "Service Unavailable"},
+                                                      {505, "HTTP Version Not Supported"}};
+  if (auto it = kReasons.find(status); it != kReasons.end()) return it->second;
+  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+}
+
+// Drops the used front of a buffer: at once when all of it was used, else once it is this long.
+void compact(std::string& buf, size_t& used, size_t at_least) {
+  if (used == buf.size() || used >= at_least) {
+    buf.erase(0, used);
+    used = 0;
   }
 }
 
@@ -110,33 +95,19 @@ const std::string& http_date() {
   return text;
 }
 
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && strncasecmp(a.data(), b.data(), a.size()) == 0;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
 bool accepts_gzip(const HttpRequest& r) {
   const std::string* ae = r.header("accept-encoding");
   if (!ae) return false;
   std::optional<bool> gzip, any;
-  std::string_view list = *ae;
-  while (!list.empty()) {
-    const size_t comma = list.find(',');
-    std::string_view e = list.substr(0, comma);
-    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+  for (std::string_view e : list_elements(*ae)) {
     const size_t semi = e.find(';');
-    const std::string_view name = trim(e.substr(0, semi));
+    const std::string_view name = trim_ows(e.substr(0, semi));
     bool allowed = true;
     if (semi != std::string_view::npos) {
-      std::string_view p = trim(e.substr(semi + 1));
+      std::string_view p = trim_ows(e.substr(semi + 1));
       if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-        p = trim(p.substr(2));
+        p = trim_ows(p.substr(2));
         // q=0, q=0.0, q=0.000: refused; anything else allows it.
         allowed = !(p.size() >= 1 && p[0] == '0' && p.find_first_not_of("0.", 0) == p.npos);
       }
@@ -170,30 +141,21 @@ bool gzip(std::string_view in, std::string* out) {
 std::string head(int status, std::string_view content_type, const Headers& extra, bool keep_alive,
                  double idle_timeout_s) {
   std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
-  if (!content_type.empty()) {
-    h += "Content-Type: ";
-    h += content_type;
-    h += "\r\n";
-  }
-  for (const auto& [k, v] : extra) {
-    h += k;
-    h += ": ";
-    h += v;
-    h += "\r\n";
-  }
+  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
+  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
   h += "Date: " + http_date() + "\r\n";
   if (keep_alive)
     h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
   else
     h += "Connection: close\r\n";
-  return h;
+  return h + "\r\n";
 }
 
 std::string error_response(int status, const std::string& message, const std::string& code,
                            Headers extra = {}) {
   const std::string body = error_body(ApiError(status, message, {}, code));
   extra.emplace_back("Content-Length", std::to_string(body.size()));
-  return head(status, "application/json", extra, false, 0) + "\r\n" + body;
+  return head(status, "application/json", extra, false, 0) + body;
 }
 
 }  // namespace
@@ -209,7 +171,7 @@ class Connection {
     kClosed
   };
 
-  Connection(Transport::Impl& t, int fd, uint64_t id, const ParserLimits& limits)
+  Connection(Transport& t, int fd, uint64_t id, const ParserLimits& limits)
       : t(t), fd(fd), id(id), parser(limits) {}
   ~Connection() {
     if (fd >= 0) ::close(fd);
@@ -219,7 +181,7 @@ class Connection {
   size_t unparsed() const { return in.size() - in_off; }
   bool closed() const { return phase == Phase::kClosed; }
 
-  Transport::Impl& t;
+  Transport& t;
   int fd;
   const uint64_t id;
   Phase phase = Phase::kIdle;
@@ -231,7 +193,7 @@ class Connection {
   std::optional<Clock::time_point> close_by;
   bool served_any = false, peer_gone = false, rejected = false, processing = false;
   uint32_t events = 0;                        // registered with epoll
-  std::optional<Clock::time_point> deadline;  // as registered in Impl::deadlines
+  std::optional<Clock::time_point> deadline;  // as registered in Transport::deadlines
 };
 
 // Whether to read more of what the client sends: not once it has closed its side or the
@@ -243,61 +205,47 @@ bool wants_input(const Connection& c) {
          c.unparsed() < kMaxPipelined;
 }
 
-struct Transport::Impl {
-  Impl(TransportOptions o, Handler h, std::function<void(int)> s)
-      : opt(std::move(o)), handler(std::move(h)), on_status(std::move(s)) {}
-  ~Impl() {
-    conns.clear();
-    dead.clear();
-    for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
-      if (fd >= 0) ::close(fd);
-  }
+Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
+    : opt(std::move(options)), handler(std::move(handler)), on_status(std::move(on_status)) {}
 
-  int bind();
-  void run();
-  void accept_all();
-  bool evict_idle();
-  void reject(int fd);
-  void on_event(Connection& c, uint32_t ev);
-  void read_some(Connection& c);
-  void process(Connection& c);
-  void dispatch(Connection& c, HttpRequest req);
-  void fail(Connection& c, int status, const std::string& message, const std::string& code);
-  void finished(Connection& c, bool keep_alive);
-  void flush(Connection& c);
-  void settle(Connection& c);
-  void update(Connection& c);
-  void on_deadline(Connection& c);
-  void close(Connection& c);
-  void run_posted();
-  void post(std::function<void()> fn);
-  Connection* find(uint64_t id) {
-    auto it = conns.find(id);
-    return it == conns.end() ? nullptr : it->second.get();
-  }
+Transport::~Transport() {
+  conns.clear();
+  dead.clear();
+  for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
+    if (fd >= 0) ::close(fd);
+}
 
-  TransportOptions opt;
-  Handler handler;
-  std::function<void(int)> on_status;
-  int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
-  bool accepting = false, ending = false;
-  uint64_t next_id = 2;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
-  std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
-  size_t active = 0, rejecting = 0;
-  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
-  std::multimap<Clock::time_point, std::function<void()>> timers;
-  std::mutex post_mu;
-  std::vector<std::function<void()>> posted;
-};
+bool Transport::watch(int op, int fd, uint32_t events, uint64_t id) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = id;
+  return epoll_ctl(epoll_fd, op, fd, &ev) == 0;
+}
+
+void Transport::queue(Connection& c, std::string_view bytes) {
+  if (c.pending() == 0) c.write_since = Clock::now();
+  c.out += bytes;
+}
+
+Connection* Transport::find(uint64_t id) {
+  auto it = conns.find(id);
+  return it == conns.end() ? nullptr : it->second.get();
+}
 
 // --- Exchange ---
 
+void Exchange::send_head(int status, std::string_view content_type, const Headers& extra,
+                         bool can_keep_alive) {
+  Connection& c = *conn_;
+  Transport& t = c.t;
+  keep_alive_ = can_keep_alive && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
+  t.queue(c, head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s));
+  head_sent_ = true;
+  if (t.on_status) t.on_status(status);
+}
+
 void Exchange::respond(int status, std::string_view content_type, std::string body, Headers extra) {
   if (!conn_ || head_sent_) return;
-  Connection& c = *conn_;
-  Transport::Impl& t = c.t;
-  keep_alive_ = request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
   if (!body.empty() && compressible(content_type) && accepts_gzip(request_)) {
     std::string packed;
     if (gzip(body, &packed)) {
@@ -307,63 +255,42 @@ void Exchange::respond(int status, std::string_view content_type, std::string bo
     }
   }
   extra.emplace_back("Content-Length", std::to_string(body.size()));
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
-  c.out += "\r\n";
+  send_head(status, content_type, extra, true);
+  Connection& c = *conn_;
   if (request_.method != "HEAD") c.out += body;  // the length it would have, without it
-  head_sent_ = complete_ = true;
-  if (t.on_status) t.on_status(status);
-  t.flush(c);
-  if (!c.closed()) t.finished(c, keep_alive_);
+  complete_ = true;
+  if (c.t.flush(c)) c.t.finished(c, keep_alive_);
 }
 
 void Exchange::begin_stream(int status, std::string_view content_type, Headers extra) {
   if (!conn_ || head_sent_) return;
-  Connection& c = *conn_;
-  Transport::Impl& t = c.t;
   chunked_ = request_.version_minor >= 1;
-  keep_alive_ = chunked_ && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
   if (chunked_) extra.emplace_back("Transfer-Encoding", "chunked");
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s);
-  c.out += "\r\n";
-  head_sent_ = streaming_ = true;
-  if (t.on_status) t.on_status(status);
-  t.flush(c);
-  if (!c.closed()) t.settle(c);
+  send_head(status, content_type, extra, chunked_);
+  streaming_ = true;
+  Connection& c = *conn_;
+  if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::write(std::string_view data) {
   if (!conn_ || !streaming_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
-  if (c.pending() == 0) c.write_since = Clock::now();
   if (chunked_) {
     char size[24];
     std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    c.out += size;
-    c.out += data;
-    c.out += "\r\n";
-  } else {
-    c.out += data;
+    c.t.queue(c, size);
   }
-  c.t.flush(c);
-  if (!c.closed()) c.t.settle(c);
+  c.t.queue(c, data);
+  if (chunked_) c.out += "\r\n";
+  if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::end_stream() {
   if (!conn_ || !streaming_ || complete_) return;
   Connection& c = *conn_;
-  if (chunked_) {
-    if (c.pending() == 0) c.write_since = Clock::now();
-    c.out += "0\r\n\r\n";
-  }
+  if (chunked_) c.t.queue(c, "0\r\n\r\n");
   complete_ = true;
-  c.t.flush(c);
-  if (!c.closed()) c.t.finished(c, keep_alive_);
-}
-
-bool Exchange::open() const {
-  return conn_ && !conn_->peer_gone;
+  if (c.t.flush(c)) c.t.finished(c, keep_alive_);
 }
 
 size_t Exchange::buffered() const {
@@ -382,7 +309,7 @@ void Exchange::on_hangup(std::function<void()> fn) {
   hangup_ = std::move(fn);
   if (conn_ && conn_->peer_gone && !complete_) {
     // The client already left: told from the event loop, not from inside this call.
-    Transport::Impl& t = conn_->t;
+    Transport& t = conn_->t;
     const uint64_t id = conn_->id;
     t.post([&t, id] {
       if (Connection* c = t.find(id)) t.settle(*c);
@@ -390,14 +317,9 @@ void Exchange::on_hangup(std::function<void()> fn) {
   }
 }
 
-void Exchange::detach() {
-  conn_ = nullptr;
-  drained_ = nullptr;
-}
-
 // --- the event loop ---
 
-int Transport::Impl::bind() {
+int Transport::bind() {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -439,12 +361,8 @@ int Transport::Impl::bind() {
   wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   DI_REQUIRE(epoll_fd >= 0 && wake_fd >= 0,
              "cannot create the server's event loop: ", std::strerror(errno));
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = kListenId;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, listen_fd, &ev);
-  ev.data.u64 = kWakeId;
-  epoll_ctl(epoll_fd, EPOLL_CTL_ADD, wake_fd, &ev);
+  watch(EPOLL_CTL_ADD, listen_fd, EPOLLIN, kListenId);
+  watch(EPOLL_CTL_ADD, wake_fd, EPOLLIN, kWakeId);
   // Room for the connections allowed, and a descriptor held back to shed one when out of them.
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
@@ -459,20 +377,17 @@ int Transport::Impl::bind() {
   return bound;
 }
 
-void Transport::Impl::run() {
+void Transport::run() {
+  DI_REQUIRE(epoll_fd >= 0, "Transport::run() needs bind() first");
   epoll_event events[128];
   while (accepting || !ending || !conns.empty()) {
     Clock::time_point next = Clock::time_point::max();
     if (!deadlines.empty()) next = deadlines.begin()->first;
     if (!timers.empty()) next = std::min(next, timers.begin()->first);
     int timeout = -1;
-    if (next != Clock::time_point::max()) {
-      const auto wait = next - Clock::now();
-      timeout = wait <= Clock::duration::zero()
-                    ? 0
-                    : int(std::min<int64_t>(
-                          std::chrono::ceil<std::chrono::milliseconds>(wait).count(), 60000));
-    }
+    if (next != Clock::time_point::max())
+      timeout = int(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count(), 0, 60000));
     const int n = epoll_wait(epoll_fd, events, 128, timeout);
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
@@ -505,7 +420,7 @@ void Transport::Impl::run() {
   }
 }
 
-void Transport::Impl::run_posted() {
+void Transport::run_posted() {
   for (int round = 0; round < 4; ++round) {
     std::vector<std::function<void()>> fns;
     {
@@ -523,7 +438,7 @@ void Transport::Impl::run_posted() {
   }
 }
 
-void Transport::Impl::post(std::function<void()> fn) {
+void Transport::post(std::function<void()> fn) {
   bool wake;
   {
     std::lock_guard lk(post_mu);
@@ -536,7 +451,7 @@ void Transport::Impl::post(std::function<void()> fn) {
   }
 }
 
-void Transport::Impl::accept_all() {
+void Transport::accept_all() {
   for (int i = 0; i < 64; ++i) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -556,23 +471,24 @@ void Transport::Impl::accept_all() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     if (active >= opt.max_connections && !evict_idle()) {
       reject(fd);
-      continue;
+    } else if (Connection* c = add(fd, false)) {
+      c->idle_since = Clock::now();
+      update(*c);
     }
-    auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
-    c->idle_since = Clock::now();
-    epoll_event ev{};
-    ev.events = c->events = EPOLLIN | EPOLLRDHUP;
-    ev.data.u64 = c->id;
-    if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) continue;  // closed by ~Connection
-    ++active;
-    Connection& ref = *c;
-    conns.emplace(c->id, std::move(c));
-    update(ref);
   }
 }
 
+Connection* Transport::add(int fd, bool rejected) {
+  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+  c->events = EPOLLIN | EPOLLRDHUP;
+  if (!watch(EPOLL_CTL_ADD, fd, c->events, c->id)) return nullptr;  // closed by ~Connection
+  c->rejected = rejected;
+  ++(rejected ? rejecting : active);
+  return conns.emplace(c->id, std::move(c)).first->second.get();
+}
+
 // Closes the connection idle the longest (no request begun, nothing to write); false if none is.
-bool Transport::Impl::evict_idle() {
+bool Transport::evict_idle() {
   Connection* oldest = nullptr;
   for (auto& [id, c] : conns) {
     if (c->rejected || c->phase != Connection::Phase::kIdle || c->pending() || c->unparsed())
@@ -584,37 +500,23 @@ bool Transport::Impl::evict_idle() {
   return true;
 }
 
-void Transport::Impl::reject(int fd) {
+void Transport::reject(int fd) {
   if (rejecting >= kMaxRejecting) {
     ::close(fd);
     return;
   }
-  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
-  c->rejected = true;
-  c->phase = Connection::Phase::kClosing;
-  c->write_since = Clock::now();
-  c->close_by = c->write_since + seconds(kRejectSeconds);
-  c->out = error_response(503,
-                          str_cat("The server has reached its limit of ", opt.max_connections,
-                                  " open connections; retry later."),
-                          "too_many_connections", {{"Retry-After", "1"}});
-  epoll_event ev{};
-  ev.events = c->events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = c->id;
-  if (epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) != 0) return;
-  ++rejecting;
-  if (on_status) on_status(503);
-  Connection& ref = *c;
-  conns.emplace(c->id, std::move(c));
-  flush(ref);
-  if (!ref.closed()) settle(ref);
+  Connection* c = add(fd, true);
+  if (!c) return;
+  c->close_by = Clock::now() + seconds(kRejectSeconds);
+  fail(*c, 503,
+       str_cat("The server has reached its limit of ", opt.max_connections,
+               " open connections; retry later."),
+       "too_many_connections", {{"Retry-After", "1"}});
 }
 
-void Transport::Impl::on_event(Connection& c, uint32_t ev) {
-  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger)) {
-    close(c);  // reset by the client: nothing more can be written
-    return;
-  }
+void Transport::on_event(Connection& c, uint32_t ev) {
+  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger))
+    return close(c);  // reset by the client: nothing more can be written
   if (ev & EPOLLOUT) flush(c);
   if (c.closed()) return;
   if (ev & EPOLLRDHUP) c.peer_gone = true;
@@ -623,7 +525,7 @@ void Transport::Impl::on_event(Connection& c, uint32_t ev) {
   settle(c);
 }
 
-void Transport::Impl::read_some(Connection& c) {
+void Transport::read_some(Connection& c) {
   if (c.phase == Connection::Phase::kLinger) {
     char scratch[16 << 10];
     for (;;) {
@@ -631,8 +533,7 @@ void Transport::Impl::read_some(Connection& c) {
       if (n > 0) continue;
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      close(c);  // the client closed too (or reset): done
-      return;
+      return close(c);  // the client closed too (or reset): done
     }
   }
   for (size_t i = 0; i < kReadsPerEvent; ++i) {
@@ -652,13 +553,12 @@ void Transport::Impl::read_some(Connection& c) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    close(c);
-    return;
+    return close(c);
   }
   process(c);
 }
 
-void Transport::Impl::process(Connection& c) {
+void Transport::process(Connection& c) {
   if (c.processing) return;
   c.processing = true;
   while ((c.phase == Connection::Phase::kIdle || c.phase == Connection::Phase::kReading) &&
@@ -674,14 +574,10 @@ void Transport::Impl::process(Connection& c) {
       const HttpRequest& r = c.parser.request();
       if (r.expect_continue && r.content_length && *r.content_length > opt.limits.max_body_bytes) {
         // Refused before the client sends it.
-        fail(c, 413,
-             str_cat("The request body is larger than the server's limit of ",
-                     opt.limits.max_body_bytes, " bytes."),
-             "request_too_large");
+        fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
       } else if (r.expect_continue && c.unparsed() == 0) {
         // The client waits for a go-ahead before sending the body, unless it already has.
-        if (c.pending() == 0) c.write_since = Clock::now();
-        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+        queue(c, "HTTP/1.1 100 Continue\r\n\r\n");
         flush(c);
       }
     } else if (s == HttpParser::State::kError) {
@@ -693,17 +589,11 @@ void Transport::Impl::process(Connection& c) {
       dispatch(c, std::move(req));
     }
   }
-  if (c.in_off == c.in.size()) {
-    c.in.clear();
-    c.in_off = 0;
-  } else if (c.in_off >= kReadChunk) {
-    c.in.erase(0, c.in_off);
-    c.in_off = 0;
-  }
+  compact(c.in, c.in_off, kReadChunk);
   c.processing = false;
 }
 
-void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
+void Transport::dispatch(Connection& c, HttpRequest req) {
   c.phase = Connection::Phase::kServing;
   std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
   ex->conn_ = &c;
@@ -712,39 +602,34 @@ void Transport::Impl::dispatch(Connection& c, HttpRequest req) {
     // Read to its end (so the client sees this), but not kept.
     ex->force_close_ = true;
     ex->respond(413, "application/json",
-                error_body(ApiError(413,
-                                    str_cat("The request body is larger than the server's limit "
-                                            "of ",
-                                            opt.limits.max_body_bytes, " bytes."),
-                                    {}, "request_too_large")));
+                error_body(ApiError(413, body_too_large_message(opt.limits.max_body_bytes), {},
+                                    "request_too_large")));
     return;
   }
   try {
     handler(ex);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-    if (!ex->responded()) {
+    if (!ex->head_sent_) {
       ex->respond(500, "application/json",
                   error_body(ApiError(500, str_cat("Internal server error: ", e.what()), {},
                                       "internal_error")));
-    } else if (!ex->complete() && !c.closed()) {
+    } else if (!ex->complete_ && !c.closed()) {
       close(c);
     }
   }
 }
 
 // A request that cannot be served: its error, then the connection closes.
-void Transport::Impl::fail(Connection& c, int status, const std::string& message,
-                           const std::string& code) {
-  if (c.pending() == 0) c.write_since = Clock::now();
-  c.out += error_response(status, message, code);
+void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
+                     Headers extra) {
+  queue(c, error_response(status, message, code, std::move(extra)));
   if (on_status) on_status(status);
   c.phase = Connection::Phase::kClosing;
-  flush(c);
-  if (!c.closed()) settle(c);
+  if (flush(c)) settle(c);
 }
 
-void Transport::Impl::finished(Connection& c, bool keep_alive) {
+void Transport::finished(Connection& c, bool keep_alive) {
   if (c.current) c.current->detach();
   c.current.reset();
   c.served_any = true;
@@ -758,7 +643,7 @@ void Transport::Impl::finished(Connection& c, bool keep_alive) {
   if (!c.closed()) settle(c);
 }
 
-void Transport::Impl::flush(Connection& c) {
+bool Transport::flush(Connection& c) {
   while (c.pending() > 0) {
     const ssize_t n = send(c.fd, c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -769,35 +654,27 @@ void Transport::Impl::flush(Connection& c) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     close(c);  // the client is gone
-    return;
+    return false;
   }
-  if (c.out_off == c.out.size()) {
-    c.out.clear();
-    c.out_off = 0;
-    if (c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
-  } else if (c.out_off >= (size_t(1) << 20)) {
-    c.out.erase(0, c.out_off);
-    c.out_off = 0;
-  }
+  if (c.pending() == 0 && c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
+  compact(c.out, c.out_off, size_t(1) << 20);
   if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4) {
     auto fn = std::move(c.current->drained_);
     c.current->drained_ = nullptr;
     fn();
   }
+  return !c.closed();
 }
 
 // Moves the connection along after anything happened to it: closes it when it is done, resumes
 // parsing, and registers what it waits for.
-void Transport::Impl::settle(Connection& c) {
+void Transport::settle(Connection& c) {
   using P = Connection::Phase;
   // Inside process() (a handler answered at once): its caller settles the connection after.
   if (c.closed() || c.processing) return;
   if (c.peer_gone) {
     if (c.current && !c.current->complete_) {
-      if (c.current->hangup_) {
-        close(c);  // a call whose client left: ends now
-        return;
-      }
+      if (c.current->hangup_) return close(c);  // a call whose client left: ends now
     } else if (c.phase == P::kIdle || c.phase == P::kReading) {
       process(c);  // what came before the end of its input is still answered
       if (c.closed()) return;
@@ -808,15 +685,9 @@ void Transport::Impl::settle(Connection& c) {
     process(c);
     if (c.closed()) return;
   }
-  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) {
-    close(c);
-    return;
-  }
+  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) return close(c);
   if (c.phase == P::kClosing && c.pending() == 0) {
-    if (c.peer_gone) {
-      close(c);
-      return;
-    }
+    if (c.peer_gone) return close(c);
     ::shutdown(c.fd, SHUT_WR);
     c.phase = P::kLinger;
     c.linger_until = Clock::now() + seconds(kLingerSeconds);
@@ -826,7 +697,7 @@ void Transport::Impl::settle(Connection& c) {
   update(c);
 }
 
-void Transport::Impl::update(Connection& c) {
+void Transport::update(Connection& c) {
   using P = Connection::Phase;
   if (c.closed()) return;
   uint32_t want = 0;
@@ -834,10 +705,7 @@ void Transport::Impl::update(Connection& c) {
   if (!c.peer_gone && c.phase == P::kServing) want |= EPOLLRDHUP;  // a client that leaves
   if (c.pending() > 0) want |= EPOLLOUT;
   if (want != c.events) {
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = c.id;
-    epoll_ctl(epoll_fd, EPOLL_CTL_MOD, c.fd, &ev);
+    watch(EPOLL_CTL_MOD, c.fd, want, c.id);
     c.events = want;
   }
   std::optional<Clock::time_point> d;
@@ -865,29 +733,26 @@ void Transport::Impl::update(Connection& c) {
   }
 }
 
-void Transport::Impl::on_deadline(Connection& c) {
+void Transport::on_deadline(Connection& c) {
   using P = Connection::Phase;
   const auto now = Clock::now();
   if ((c.close_by && *c.close_by <= now) ||
-      (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now)) {
-    close(c);  // a client that does not read what it asked for is treated as gone
-    return;
-  }
+      (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now))
+    return close(c);  // a client that does not read what it asked for is treated as gone
   switch (c.phase) {
     case P::kIdle:
     case P::kLinger:
-      close(c);
-      return;
+      return close(c);
     case P::kReading:
-      fail(c, 408, str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-           "request_timeout");
-      return;
+      return fail(c, 408,
+                  str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                  "request_timeout");
     default:
       update(c);
   }
 }
 
-void Transport::Impl::close(Connection& c) {
+void Transport::close(Connection& c) {
   if (c.closed()) return;
   c.phase = Connection::Phase::kClosed;
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
@@ -895,10 +760,7 @@ void Transport::Impl::close(Connection& c) {
   c.fd = -1;
   if (c.deadline) deadlines.erase({*c.deadline, c.id});
   c.deadline.reset();
-  if (c.rejected)
-    --rejecting;
-  else
-    --active;
+  --(c.rejected ? rejecting : active);
   auto it = conns.find(c.id);
   if (it != conns.end()) {
     dead.push_back(std::move(it->second));
@@ -913,50 +775,28 @@ void Transport::Impl::close(Connection& c) {
   }
 }
 
-// --- Transport ---
-
-Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
-    : impl_(std::make_unique<Impl>(std::move(options), std::move(handler), std::move(on_status))) {}
-
-Transport::~Transport() = default;
-
-int Transport::bind() {
-  return impl_->bind();
-}
-
-void Transport::run() {
-  DI_REQUIRE(impl_->epoll_fd >= 0, "Transport::run() needs bind() first");
-  impl_->run();
-}
-
-void Transport::post(std::function<void()> fn) {
-  impl_->post(std::move(fn));
-}
-
 void Transport::after(double seconds_from_now, std::function<void()> fn) {
-  impl_->timers.emplace(Clock::now() + seconds(seconds_from_now), std::move(fn));
+  timers.emplace(Clock::now() + seconds(seconds_from_now), std::move(fn));
 }
 
 void Transport::stop_accepting() {
-  Impl& t = *impl_;
-  if (t.listen_fd < 0) return;
-  epoll_ctl(t.epoll_fd, EPOLL_CTL_DEL, t.listen_fd, nullptr);
-  ::close(t.listen_fd);
-  t.listen_fd = -1;
-  t.accepting = false;
+  if (listen_fd < 0) return;
+  epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
+  ::close(listen_fd);
+  listen_fd = -1;
+  accepting = false;
 }
 
 void Transport::end_keep_alive() {
-  Impl& t = *impl_;
-  if (t.ending) return;
-  t.ending = true;
+  if (ending) return;
+  ending = true;
   std::vector<uint64_t> ids;
-  for (const auto& [id, c] : t.conns) ids.push_back(id);
+  for (const auto& [id, c] : conns) ids.push_back(id);
   const auto by = Clock::now() + seconds(kEndKeepAliveSeconds);
   for (uint64_t id : ids)
-    if (Connection* c = t.find(id)) {
+    if (Connection* c = find(id)) {
       c->close_by = c->close_by ? std::min(*c->close_by, by) : by;
-      t.settle(*c);
+      settle(*c);
     }
 }
 

@@ -20,9 +20,13 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -51,7 +55,6 @@ class Transport;
 // connection is gone every call is a no-op.
 class Exchange {
  public:
-  const HttpRequest& request() const { return request_; }
   HttpRequest& request() { return request_; }
 
   // The whole response. JSON and plain-text bodies are gzip-compressed when the client accepts it.
@@ -62,10 +65,6 @@ class Exchange {
   void write(std::string_view data);
   void end_stream();
 
-  bool responded() const { return head_sent_; }  // a status went out
-  bool complete() const { return complete_; }
-  // The connection is still there and the client has not closed its side.
-  bool open() const;
   // Bytes of output waiting for the client.
   size_t buffered() const;
   // Once buffered() has fallen to a quarter of max_output_bytes (once).
@@ -75,10 +74,16 @@ class Exchange {
   void on_hangup(std::function<void()> fn);
 
  private:
-  friend class Connection;
   friend class Transport;
   explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
-  void detach();
+  void detach() {
+    conn_ = nullptr;
+    drained_ = nullptr;
+  }
+  // Queues the head; the connection is kept open after the response when `can_keep_alive` and
+  // everything else allows it.
+  void send_head(int status, std::string_view content_type, const Headers& extra,
+                 bool can_keep_alive);
 
   HttpRequest request_;
   Connection* conn_ = nullptr;
@@ -113,10 +118,46 @@ class Transport {
   void end_keep_alive();
 
  private:
-  friend class Connection;
   friend class Exchange;
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  using Clock = std::chrono::steady_clock;
+
+  void accept_all();
+  // A new connection, registered with epoll; null when it cannot be.
+  Connection* add(int fd, bool rejected);
+  bool watch(int op, int fd, uint32_t events, uint64_t id);
+  bool evict_idle();
+  void reject(int fd);
+  void on_event(Connection& c, uint32_t ev);
+  void read_some(Connection& c);
+  void process(Connection& c);
+  void dispatch(Connection& c, HttpRequest req);
+  // Answers with an error, then closes.
+  void fail(Connection& c, int status, const std::string& message, const std::string& code,
+            Headers extra = {});
+  // Appends to the output (the write timeout runs from when output began to wait).
+  void queue(Connection& c, std::string_view bytes);
+  void finished(Connection& c, bool keep_alive);
+  bool flush(Connection& c);  // false: the connection closed
+  void settle(Connection& c);
+  void update(Connection& c);
+  void on_deadline(Connection& c);
+  void close(Connection& c);
+  void run_posted();
+  Connection* find(uint64_t id);
+
+  TransportOptions opt;
+  Handler handler;
+  std::function<void(int)> on_status;
+  int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
+  bool accepting = false, ending = false;
+  uint64_t next_id = 2;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
+  std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
+  size_t active = 0, rejecting = 0;
+  std::set<std::pair<Clock::time_point, uint64_t>> deadlines;
+  std::multimap<Clock::time_point, std::function<void()>> timers;
+  std::mutex post_mu;
+  std::vector<std::function<void()>> posted;
 };
 
 }  // namespace deepinfer::server::http

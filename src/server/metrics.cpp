@@ -18,10 +18,14 @@ std::string num(double v) {
   return buf;
 }
 
+void add_header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
 void add_metric(std::string* out, const char* name, const char* type, const char* help,
                 double value) {
-  *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n", name, " ",
-                  num(value), "\n");
+  add_header(out, name, type, help);
+  *out += str_cat(name, " ", num(value), "\n");
 }
 
 }  // namespace
@@ -37,7 +41,8 @@ void Histogram::observe(double v) {
   ++count_;
 }
 
-void Histogram::render(const std::string& name, std::string* out) const {
+void Histogram::render(const char* name, const char* help, std::string* out) const {
+  add_header(out, name, "histogram", help);
   uint64_t cum = 0;
   for (size_t i = 0; i < counts_.size(); ++i) {
     cum += counts_[i];
@@ -80,12 +85,7 @@ void Metrics::http_response(int status) {
   ++http_[status];
 }
 
-void Metrics::set_in_flight(int64_t n) {
-  std::lock_guard lk(mu_);
-  in_flight_ = n;
-}
-
-std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
+std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rss_bytes) const {
   std::lock_guard lk(mu_);
   std::string out;
   add_metric(&out, "deepinfer_num_requests_running", "gauge",
@@ -93,7 +93,7 @@ std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
   add_metric(&out, "deepinfer_num_requests_waiting", "gauge",
              "Requests waiting for admission to the engine.", double(g.waiting));
   add_metric(&out, "deepinfer_http_requests_in_flight", "gauge", "Generation calls being served.",
-             double(in_flight_));
+             double(in_flight));
   add_metric(&out, "deepinfer_kv_blocks_used", "gauge", "KV pool blocks in use.",
              double(g.kv_blocks_used));
   add_metric(&out, "deepinfer_kv_blocks_total", "gauge", "KV pool blocks in all.",
@@ -106,9 +106,8 @@ std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
              double(generation_tokens_));
   add_metric(&out, "deepinfer_requests_admitted_total", "counter",
              "Engine requests admitted (one per choice).", double(requests_admitted_));
-  out +=
-      "# HELP deepinfer_requests_finished_total Engine requests ended, by finish reason.\n"
-      "# TYPE deepinfer_requests_finished_total counter\n";
+  add_header(&out, "deepinfer_requests_finished_total", "counter",
+             "Engine requests ended, by finish reason.");
   for (const char* r : {"stop", "length", "abort", "error"}) {
     const auto it = finished_.find(r);
     out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", r, "\"} ",
@@ -116,26 +115,16 @@ std::string Metrics::render(const EngineGauges& g, int64_t rss_bytes) const {
   }
   add_metric(&out, "deepinfer_client_disconnects_total", "counter",
              "Calls cancelled because the client went away.", double(disconnects_));
-  out +=
-      "# HELP deepinfer_http_responses_total HTTP responses, by status.\n"
-      "# TYPE deepinfer_http_responses_total counter\n";
+  add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
   for (const auto& [status, n] : http_)
     out += str_cat("deepinfer_http_responses_total{status=\"", status, "\"} ", n, "\n");
   add_metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps run.", double(g.steps));
   add_metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted.",
              double(g.preemptions));
-  out +=
-      "# HELP deepinfer_time_to_first_token_seconds Submission to first token.\n"
-      "# TYPE deepinfer_time_to_first_token_seconds histogram\n";
-  ttft_.render("deepinfer_time_to_first_token_seconds", &out);
-  out +=
-      "# HELP deepinfer_inter_token_latency_seconds Between consecutive tokens of a request.\n"
-      "# TYPE deepinfer_inter_token_latency_seconds histogram\n";
-  itl_.render("deepinfer_inter_token_latency_seconds", &out);
-  out +=
-      "# HELP deepinfer_e2e_request_latency_seconds Submission to the end of a request.\n"
-      "# TYPE deepinfer_e2e_request_latency_seconds histogram\n";
-  e2e_.render("deepinfer_e2e_request_latency_seconds", &out);
+  ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);
+  itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
+              &out);
+  e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
   add_metric(&out, "process_resident_memory_bytes", "gauge", "Resident memory in bytes.",
              double(rss_bytes));
   return out;

@@ -19,8 +19,8 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> bounds);
   void observe(double v);
-  // Appends the _bucket, _sum and _count lines of `name`.
-  void render(const std::string& name, std::string* out) const;
+  // Appends the HELP and TYPE lines of `name`, then its _bucket, _sum and _count lines.
+  void render(const char* name, const char* help, std::string* out) const;
 
  private:
   std::vector<double> bounds_;
@@ -40,17 +40,17 @@ class Metrics {
   // Handler threads.
   void client_disconnected();
   void http_response(int status);
-  void set_in_flight(int64_t n);
 
-  // The whole exposition; `gauges` and `rss_bytes` are sampled by the caller.
-  std::string render(const EngineGauges& gauges, int64_t rss_bytes) const;
+  // The whole exposition; `gauges`, the generation calls `in_flight` and `rss_bytes` are sampled
+  // by the caller.
+  std::string render(const EngineGauges& gauges, int64_t in_flight, int64_t rss_bytes) const;
 
  private:
   mutable std::mutex mu_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
   std::map<std::string, int64_t> finished_;  // by finish reason
   std::map<int, int64_t> http_;              // responses by status
-  int64_t disconnects_ = 0, in_flight_ = 0;
+  int64_t disconnects_ = 0;
   Histogram ttft_, itl_, e2e_;
 };
 

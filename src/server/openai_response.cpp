@@ -110,16 +110,11 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& req, const ModelInfo& info, s
 
 ResponseBuilder::~ResponseBuilder() = default;
 
-int64_t ResponseBuilder::prompt_tokens() const {
-  int64_t n = 0;
-  for (const auto& p : req_.prompts) n += int64_t(p.size());
-  return n;
-}
-
-int64_t ResponseBuilder::completion_tokens() const {
-  int64_t n = 0;
-  for (const auto& c : choices_) n += c->decoder.num_tokens();
-  return n;
+std::string ResponseBuilder::usage() const {
+  int64_t p = 0, g = 0;
+  for (const auto& prompt : req_.prompts) p += int64_t(prompt.size());
+  for (const auto& c : choices_) g += c->decoder.num_tokens();
+  return dump_json({{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}});
 }
 
 std::string ResponseBuilder::envelope(const std::string& choices_json, const char* object) const {
@@ -139,7 +134,7 @@ std::vector<std::string> ResponseBuilder::stream_start() {
                        {"finish_reason", nullptr}});
     choices_[i]->started = true;
   }
-  std::string s = envelope(dump_json(choices), "chat.completion.chunk");
+  std::string s = envelope(dump_json(choices), chunk_object());
   if (req_.return_token_ids) s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
   if (req_.include_usage) s += ",\"usage\":null";
   out.push_back(s + "}");
@@ -175,8 +170,7 @@ std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const ch
     if (first && !chat) choice["prompt_token_ids"] = req_.prompts[size_t(index / req_.n)];
     choice["token_ids"] = d.token_ids;
   }
-  std::string s = envelope(dump_json(Json::array({std::move(choice)})),
-                           chat ? "chat.completion.chunk" : "text_completion");
+  std::string s = envelope(dump_json(Json::array({std::move(choice)})), chunk_object());
   if (req_.include_usage) s += ",\"usage\":null";
   return s + "}";
 }
@@ -210,11 +204,7 @@ std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
 std::vector<std::string> ResponseBuilder::stream_end() {
   std::vector<std::string> out;
   if (!req_.include_usage) return out;
-  const int64_t p = prompt_tokens(), g = completion_tokens();
-  const Json usage = {{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}};
-  const bool chat = req_.endpoint == Endpoint::kChat;
-  out.push_back(envelope("[]", chat ? "chat.completion.chunk" : "text_completion") +
-                ",\"usage\":" + dump_json(usage) + "}");
+  out.push_back(envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}");
   return out;
 }
 
@@ -247,10 +237,8 @@ std::string ResponseBuilder::full_body() {
     }
     choices.push_back(std::move(choice));
   }
-  const int64_t p = prompt_tokens(), g = completion_tokens();
-  const Json usage = {{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}};
   std::string s = envelope(dump_json(choices), chat ? "chat.completion" : "text_completion");
-  s += ",\"usage\":" + dump_json(usage);
+  s += ",\"usage\":" + usage();
   if (chat && req_.return_token_ids)
     s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
   return s + "}";

@@ -36,13 +36,14 @@ class ResponseBuilder {
   // After every choice ended: the non-streaming body.
   std::string full_body();
 
-  int64_t completion_tokens() const;
-  int64_t prompt_tokens() const;
-
  private:
   struct Choice;
   std::string chunk(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
   std::string envelope(const std::string& choices_json, const char* object) const;
+  const char* chunk_object() const {
+    return req_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  }
+  std::string usage() const;  // the usage object's JSON
 
   ApiRequest req_;
   const ModelInfo& info_;
