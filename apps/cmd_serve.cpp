@@ -74,9 +74,7 @@ void serve(ServeOptions& o) {
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
-    le.run_follower();
-    le.finish();
-    return;
+    return le.run_follower();
   }
 
   server::ModelInfo info;
@@ -145,18 +143,14 @@ void add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_engine_options(cmd, &o->eo, /*serving=*/true);
   server::ServerOptions& so = o->so;
-  cmd->add_option("--host", so.host, "Address to listen on")
-      ->envname("DEEPINFER_HOST")
-      ->capture_default_str();
-  cmd->add_option("--port", so.port, "Port to listen on (0: any free port)")
-      ->envname("DEEPINFER_PORT")
+  env_option(cmd, "--host", so.host, "Address to listen on")->capture_default_str();
+  env_option(cmd, "--port", so.port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   CLI::Option* key =
-      cmd->add_option("--api-key", so.api_key,
-                      "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
-                      "DEEPINFER_API_KEY or --api-key-file)")
-          ->envname("DEEPINFER_API_KEY");
+      env_option(cmd, "--api-key", so.api_key,
+                 "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
+                 "DEEPINFER_API_KEY or --api-key-file)");
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the API key from this file (its first line)")
       ->excludes(key);

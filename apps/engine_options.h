@@ -5,6 +5,8 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <string>
 
 #include "runtime/load_engine.h"
 
@@ -13,6 +15,16 @@ namespace deepinfer::app {
 using deepinfer::EngineOptions;
 using deepinfer::load_engine;
 using deepinfer::LoadedEngine;
+
+// An option (a flag for a bool) that also reads DEEPINFER_<FLAG>: --max-num-seqs from
+// DEEPINFER_MAX_NUM_SEQS.
+template <typename T>
+CLI::Option* env_option(CLI::App* cmd, const std::string& flag, T& var, const std::string& help) {
+  std::string env = "DEEPINFER_" + flag.substr(2);
+  for (char& ch : env) ch = ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
+  if constexpr (std::is_same_v<T, bool>) return cmd->add_flag(flag, var, help)->envname(env);
+  return cmd->add_option(flag, var, help)->envname(env);
+}
 
 // `serving`: for `serve`, which leaves data parallelism and debugging options out of its help.
 void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving = false);

@@ -132,6 +132,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
 void LoadedEngine::run_follower() {
   DI_CHECK(is_follower() && layout.channel);
   run_replica_follower(*follower_runner, *layout.channel);
+  finish();
 }
 
 void LoadedEngine::finish() {
