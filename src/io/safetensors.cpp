@@ -173,25 +173,23 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_s
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   // Non-blocking, so that a named pipe (or a device) is refused below instead of waited on.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DI_REQUIRE(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
+  struct Fd {  // closed on every way out (the mapping outlives it)
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  DI_REQUIRE(fd.fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str_cat(path, ": not a regular file"));
-  }
+  DI_REQUIRE(::fstat(fd.fd, &st) == 0 && S_ISREG(st.st_mode), path, ": not a regular file");
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
   f->size_ = uint64_t(st.st_size);
   if (f->size_ > 0) {
-    f->map_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (f->map_ == MAP_FAILED) {
-      f->map_ = nullptr;
-      ::close(fd);
-      throw Error(str_cat(path, ": mmap failed: ", std::strerror(errno)));
-    }
+    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd.fd, 0);
+    DI_REQUIRE(map != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+    f->map_ = map;
   }
-  ::close(fd);
   const uint8_t* base = static_cast<const uint8_t*>(f->map_);
   static const uint8_t kEmpty[1] = {0};
   SafetensorsHeader h = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
@@ -332,10 +330,6 @@ std::vector<std::string> SafetensorsWriter::names() const {
   std::vector<std::string> v;
   for (const auto& e : entries_) v.push_back(e.name);
   return v;
-}
-
-void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
-  metadata_[key] = value;
 }
 
 namespace {

@@ -118,7 +118,7 @@ class SafetensorsWriter {
   uint64_t data_bytes() const;
   std::vector<std::string> names() const;  // in the order added
   void clear() { entries_.clear(); }
-  void set_metadata(const std::string& key, const std::string& value);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes one file; throws Error on I/O failure.
   void write(const std::string& path) const;
   // Splits the tensors into shards of at most `max_shard_bytes` (at tensor boundaries, a tensor
