@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,8 +39,7 @@ void resolve_api_key(ServeOptions& o) {
     std::ifstream in(o.api_key_file);
     DI_REQUIRE(in, "--api-key-file ", o.api_key_file, ": cannot read it");
     std::getline(in, o.so.api_key);
-    while (!o.so.api_key.empty() && std::isspace(static_cast<unsigned char>(o.so.api_key.back())))
-      o.so.api_key.pop_back();
+    o.so.api_key.erase(o.so.api_key.find_last_not_of(" \t\n\v\f\r") + 1);  // trailing spaces
     DI_REQUIRE(!o.so.api_key.empty(), "--api-key-file ", o.api_key_file,
                ": its first line is empty; expected the API key");
   } else if (o.api_key_given && o.api_key_given->count() > 0) {
@@ -80,8 +78,7 @@ void serve(ServeOptions& o) {
   server::ModelInfo info;
   const std::string given = o.eo.model.empty() ? "deepinfer-tiny" : o.eo.model;
   std::string name = o.served_model_name;
-  if (name.empty())
-    name = o.eo.model.empty() ? given : std::filesystem::path(o.eo.model).filename().string();
+  if (name.empty()) name = std::filesystem::path(given).filename().string();
   if (name.empty()) name = given;  // a path ending in '/'
   info.names = {name, given};
   info.tokenizer = le.tokenizer.get();
