@@ -13,7 +13,6 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "engine_options.h"
 #include "ranks/serial.h"
 #include "server/json_fields.h"
 #include "server/structured_output.h"

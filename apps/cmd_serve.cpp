@@ -5,7 +5,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -15,7 +14,6 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "engine_options.h"
 #include "server/http_server.h"
 #include "server/structured_output.h"
 

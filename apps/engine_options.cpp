@@ -1,12 +1,6 @@
-#include "engine_options.h"
-
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
+#include "commands.h"
 
 namespace deepinfer::app {
-
-namespace fs = std::filesystem;
 
 void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
   SchedulerConfig& s = o->engine.sched;

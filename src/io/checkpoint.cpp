@@ -3,16 +3,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "core/error.h"
 
 namespace deepinfer {
-
-namespace fs = std::filesystem;
 
 std::string scale_name(const std::string& weight_name) {
   if (weight_name.size() > 7 && weight_name.ends_with(".weight"))

@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/tiny.h"
 #include "kernels/engram_hash.h"
 #include "tokenizer/engram_map.h"
 #include "tokenizer/tokenizer.h"
