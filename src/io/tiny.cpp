@@ -295,39 +295,31 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
       const bool block = format == WeightFormat::Fp8Block;
       std::vector<float> w(static_cast<size_t>(n));
       for (auto& v : w) v = draw();
-      // Per-block magnitude factors in {1/2, 1, 2}, so the scale grid is not uniform.
       const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
-      std::vector<float> factor(size_t(br * bc));
-      for (auto& f : factor) f = std::ldexp(1.0f, int((splitmix64(rng) % 3)) - 1);
       e.scale_shape = Shape{br, bc};
       e.scale.assign(size_t(br * bc), 0);
       for (int64_t bi = 0; bi < br; ++bi)
         for (int64_t bj = 0; bj < bc; ++bj) {
+          // A per-block magnitude factor in {1/2, 1, 2}, so the scale grid is not uniform.
+          const float factor = std::ldexp(1.0f, int((splitmix64(rng) % 3)) - 1);
           const int64_t r0 = block ? bi * 32 : bi, r1 = block ? std::min(R, r0 + 32) : r0 + 1;
           const int64_t c0 = bj * 32, c1 = std::min(C, c0 + 32);
           float amax = 0;
           for (int64_t r = r0; r < r1; ++r)
             for (int64_t k = c0; k < c1; ++k) {
               float& v = w[size_t(r * C + k)];
-              v *= factor[size_t(bi * bc + bj)];
+              v *= factor;
               amax = std::max(amax, std::fabs(v));
             }
           e.scale[size_t(bi * bc + bj)] = pow2ceil_e8m0(amax, fp4 ? 1.0f / 6.0f : 1.0f / 448.0f);
         }
-      if (fp4) {
-        e.dtype = DType::I8;
-        e.shape = Shape{R, C / 2};
-        e.bytes.assign(size_t(n / 2), 0);
-      } else {
-        e.dtype = DType::E4M3;
-        e.bytes.resize(size_t(n));
-      }
+      e.dtype = fp4 ? DType::I8 : DType::E4M3;
+      if (fp4) e.shape = Shape{R, C / 2};
+      e.bytes.assign(size_t(fp4 ? n / 2 : n), 0);
       for (int64_t r = 0; r < R; ++r)
         for (int64_t k = 0; k < C; ++k) {
-          const int64_t bi = block ? r / 32 : r;
-          const float sc = e8m0_to_f32(e.scale[size_t(bi * bc + k / 32)]);
-          const float v = w[size_t(r * C + k)] / sc;
           const size_t i = size_t(r * C + k);
+          const float v = w[i] / e8m0_to_f32(e.scale[size_t((block ? r / 32 : r) * bc + k / 32)]);
           if (fp4)
             e.bytes[i / 2] |= uint8_t(f32_to_e2m1(v) << (4 * (i & 1)));
           else
