@@ -13,7 +13,6 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "engine_options.h"
 #include "ranks/serial.h"
 #include "server/json_fields.h"
 #include "server/structured_output.h"
@@ -45,41 +44,21 @@ struct Input {
 
 std::vector<int32_t> parse_id_list(const std::string& s, const std::string& what) {
   std::vector<int32_t> ids;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
+  for (size_t i = 0; i < s.size();) {
+    const size_t j = std::min(s.find(',', i), s.size());
     const std::string tok = s.substr(i, j - i);
+    size_t used = 0;
+    long long v = 0;
     try {
-      size_t used = 0;
-      const long long v = std::stoll(tok, &used);
-      DI_REQUIRE(used == tok.size() && v >= INT32_MIN && v <= INT32_MAX, "x");
-      ids.push_back(int32_t(v));
-    } catch (...) {
-      throw Error(str_cat(what, ": '", tok, "' is not an integer token id (expected e.g. 1,2,3)"));
+      v = std::stoll(tok, &used);
+    } catch (const std::exception&) {  // not a number, or out of range: `used` stays 0
     }
+    DI_REQUIRE(used > 0 && used == tok.size() && v >= INT32_MIN && v <= INT32_MAX, what, ": '", tok,
+               "' is not an integer token id (expected e.g. 1,2,3)");
+    ids.push_back(int32_t(v));
     i = j + 1;
   }
   return ids;
-}
-
-std::string encode_prompt_text(const GenerateOptions& o, const Tokenizer* tok,
-                               const std::string& text) {
-  if (!o.chat) return text;
-  std::vector<ChatMessage> msgs;
-  auto message = [](ChatRole role, const std::string& content) {
-    ChatMessage m;
-    m.role = role;
-    m.content = content;
-    return m;
-  };
-  if (!o.system.empty()) msgs.push_back(message(ChatRole::kSystem, o.system));
-  msgs.push_back(message(ChatRole::kUser, text));
-  ChatOptions co;
-  co.thinking = o.thinking;
-  co.reasoning_effort = o.reasoning_effort;
-  (void)tok;
-  return encode_chat(msgs, co);
 }
 
 std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
@@ -88,7 +67,16 @@ std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
              "text prompts need a tokenizer, and this checkpoint has none "
              "(give token ids with --prompt-ids or \"prompt_ids\")");
   // Chat encoding carries its own BOS; plain text gets none (as the completions API).
-  return tok->encode(encode_prompt_text(o, tok, text), false);
+  if (!o.chat) return tok->encode(text, false);
+  std::vector<ChatMessage> msgs(o.system.empty() ? 1 : 2);  // [system,] user
+  msgs[0].role = ChatRole::kSystem;
+  msgs[0].content = o.system;
+  msgs.back().role = ChatRole::kUser;
+  msgs.back().content = text;
+  ChatOptions co;
+  co.thinking = o.thinking;
+  co.reasoning_effort = o.reasoning_effort;
+  return tok->encode(encode_chat(msgs, co), false);
 }
 
 // A JSONL line's fields over the command-line defaults: the sampling fields as the OpenAI server
@@ -123,31 +111,24 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
   server::ModelInfo info;  // what a line's fields are checked against
   info.tokenizer = tok;
   info.vocab_size = vocab;
-  auto base = [&] {
-    Input x;
-    x.req.params = o.params;
-    return x;
+  auto next = [&]() -> Input& {  // a new input with the flags' sampling parameters
+    in.emplace_back().req.params = o.params;
+    return in.back();
   };
   int given =
       !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty() + (o.num_prompts >= 0);
   DI_REQUIRE(given == 1, "give exactly one of --prompt, --prompt-ids, --prompts or --num-prompts");
   DI_REQUIRE(o.input_len >= 1, "--input-len ", o.input_len, ": must be >= 1");
   if (!o.prompt.empty()) {
-    Input x = base();
-    x.req.prompt_ids = tokenize(o, tok, o.prompt);
-    in.push_back(std::move(x));
+    next().req.prompt_ids = tokenize(o, tok, o.prompt);
   } else if (!o.prompt_ids.empty()) {
-    Input x = base();
-    x.req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
-    in.push_back(std::move(x));
+    next().req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
   } else if (o.num_prompts >= 0) {
-    DI_REQUIRE(o.input_len >= 1, "--input-len must be >= 1");
     std::mt19937_64 rng(o.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
-      Input x = base();
+      Request& r = next().req;
       for (int64_t t = 0; t < o.input_len; ++t)
-        x.req.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
-      in.push_back(std::move(x));
+        r.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
     }
   } else {
     std::ifstream f(o.prompts_file);
@@ -155,7 +136,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     std::string line;
     for (int64_t n = 1; std::getline(f, line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      Input x = base();
+      Input& x = next();
       try {
         const json j = json::parse(line, nullptr, false);
         DI_REQUIRE(!j.is_discarded() && j.is_object(), "not a JSON object");
@@ -177,7 +158,6 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
       } catch (const Error& e) {
         x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
       }
-      in.push_back(std::move(x));
     }
   }
   return in;
@@ -200,11 +180,7 @@ void generate(GenerateOptions& o) {
     throw Error(str_cat(flag, ": ", e));
   }
   LoadedEngine le = load_engine(o.eo);
-  if (le.is_follower()) {
-    le.run_follower();
-    le.finish();
-    return;
-  }
+  if (le.is_follower()) return le.run_follower();
   Engine& engine = *le.engine;
   // Data parallelism: every replica reads the same inputs and serves every dp-th request.
   const int dp = le.layout.cfg.dp, dp_rank = le.layout.dp_rank;
@@ -237,33 +213,24 @@ void generate(GenerateOptions& o) {
   }
   const bool bar = ::isatty(2);
   const auto t0 = std::chrono::steady_clock::now();
-  size_t done = 0;
-  for (const auto& r : results) done += !r.is_null();
+  size_t done = results.size() - size_t(std::count(results.begin(), results.end(), nullptr));
   while (engine.has_unfinished()) {
     engine.step();
     for (RequestOutput& out : engine.take_finished()) {
       json j = {{"index", out.id}, {"prompt_ids", out.prompt_ids}, {"output_ids", out.output_ids}};
-      if (inputs[out.id].req.params.logprobs > 0) {
-        json lp = json::array();
-        for (const auto& top : out.logprobs) {
-          json row = json::array();
-          for (const auto& [id, v] : top) row.push_back({id, v});
-          lp.push_back(row);
-        }
-        j["logprobs"] = lp;
-      }
+      if (inputs[out.id].req.params.logprobs > 0) j["logprobs"] = out.logprobs;  // [[id, lp]...]
       if (tok) {
-        std::string text = tok->decode(out.output_ids, true);
-        if (!out.stop_text.empty()) text = text.substr(0, text.find(out.stop_text));
+        auto cut = [&](const std::string& text) {  // up to the stop string
+          return out.stop_text.empty() ? text : text.substr(0, text.find(out.stop_text));
+        };
         if (o.chat) {
           // The parser reads the markers even where the tokenizer marks them special.
-          std::string marked = tok->decode(out.output_ids, true, chat_markers);
-          if (!out.stop_text.empty()) marked = marked.substr(0, marked.find(out.stop_text));
-          const ParsedCompletion pc = parse_completion(marked, o.thinking);
+          const ParsedCompletion pc =
+              parse_completion(cut(tok->decode(out.output_ids, true, chat_markers)), o.thinking);
           j["reasoning_content"] = pc.reasoning;
           j["content"] = pc.content;
         }
-        j["text"] = text;
+        j["text"] = cut(tok->decode(out.output_ids, true));
       }
       j["finish_reason"] = finish_reason_name(out.finish);
       results[out.id] = std::move(j);
@@ -290,17 +257,14 @@ void generate(GenerateOptions& o) {
     le.finish();
     return;
   }
-  std::FILE* out = stdout;
-  if (!o.output.empty()) {
-    out = std::fopen(o.output.c_str(), "w");
-    DI_REQUIRE(out, o.output, ": cannot create");
-  }
+  std::FILE* out = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
+  DI_REQUIRE(out, o.output, ": cannot create");
   for (const auto& j : results) std::fprintf(out, "%s\n", j.dump().c_str());
   if (out != stdout) std::fclose(out);
 
   const EngineStats st = engine.stats();
-  size_t errors = 0;
-  for (const auto& r : results) errors += r.contains("error");
+  const auto errors = size_t(std::count_if(results.begin(), results.end(),
+                                           [](const json& r) { return r.contains("error"); }));
   std::fprintf(stderr,
                "deepinfer: %zu requests (%zu rejected); prompt tokens %lld, generated %lld; "
                "prefill %.1f tok/s, decode %.1f tok/s; %lld steps; KV pool peak %d/%d blocks "

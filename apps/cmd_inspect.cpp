@@ -1,6 +1,7 @@
-#include <cctype>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "commands.h"
@@ -13,10 +14,8 @@ namespace deepinfer::app {
 
 namespace {
 
-std::string join(const std::vector<int>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
-  return s + "]";
+std::string join(const std::vector<int>& v) {  // [1,2,3]
+  return nlohmann::json(v).dump();
 }
 
 void inspect(const std::string& dir) {
@@ -71,16 +70,9 @@ void inspect(const std::string& dir) {
   // How each slot was loaded: layer and expert numbers folded into '*'.
   std::map<std::string, std::map<std::string, size_t>> forms;  // slot -> "stored -> computes" -> n
   std::vector<std::string> order;
+  const std::regex number(R"(\.[0-9]+)");
   for (const Checkpoint::Form& f : ck->forms) {
-    std::string slot;
-    for (size_t i = 0; i < f.name.size();) {
-      if (std::isdigit(static_cast<unsigned char>(f.name[i])) && i > 0 && f.name[i - 1] == '.') {
-        while (i < f.name.size() && std::isdigit(static_cast<unsigned char>(f.name[i]))) ++i;
-        slot += '*';
-      } else {
-        slot += f.name[i++];
-      }
-    }
+    const std::string slot = std::regex_replace(f.name, number, ".*");
     if (!forms.count(slot)) order.push_back(slot);
     ++forms[slot][f.stored + " -> " + f.computes];
   }

@@ -5,8 +5,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cctype>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -16,7 +14,6 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "engine_options.h"
 #include "server/http_server.h"
 #include "server/structured_output.h"
 
@@ -40,8 +37,7 @@ void resolve_api_key(ServeOptions& o) {
     std::ifstream in(o.api_key_file);
     DI_REQUIRE(in, "--api-key-file ", o.api_key_file, ": cannot read it");
     std::getline(in, o.so.api_key);
-    while (!o.so.api_key.empty() && std::isspace(static_cast<unsigned char>(o.so.api_key.back())))
-      o.so.api_key.pop_back();
+    o.so.api_key.erase(o.so.api_key.find_last_not_of(" \t\n\v\f\r") + 1);  // trailing spaces
     DI_REQUIRE(!o.so.api_key.empty(), "--api-key-file ", o.api_key_file,
                ": its first line is empty; expected the API key");
   } else if (o.api_key_given && o.api_key_given->count() > 0) {
@@ -74,16 +70,13 @@ void serve(ServeOptions& o) {
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
-    le.run_follower();
-    le.finish();
-    return;
+    return le.run_follower();
   }
 
   server::ModelInfo info;
   const std::string given = o.eo.model.empty() ? "deepinfer-tiny" : o.eo.model;
   std::string name = o.served_model_name;
-  if (name.empty())
-    name = o.eo.model.empty() ? given : std::filesystem::path(o.eo.model).filename().string();
+  if (name.empty()) name = std::filesystem::path(given).filename().string();
   if (name.empty()) name = given;  // a path ending in '/'
   info.names = {name, given};
   info.tokenizer = le.tokenizer.get();
@@ -145,18 +138,14 @@ void add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_engine_options(cmd, &o->eo, /*serving=*/true);
   server::ServerOptions& so = o->so;
-  cmd->add_option("--host", so.host, "Address to listen on")
-      ->envname("DEEPINFER_HOST")
-      ->capture_default_str();
-  cmd->add_option("--port", so.port, "Port to listen on (0: any free port)")
-      ->envname("DEEPINFER_PORT")
+  env_option(cmd, "--host", so.host, "Address to listen on")->capture_default_str();
+  env_option(cmd, "--port", so.port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   CLI::Option* key =
-      cmd->add_option("--api-key", so.api_key,
-                      "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
-                      "DEEPINFER_API_KEY or --api-key-file)")
-          ->envname("DEEPINFER_API_KEY");
+      env_option(cmd, "--api-key", so.api_key,
+                 "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
+                 "DEEPINFER_API_KEY or --api-key-file)");
   cmd->add_option("--api-key-file", o->api_key_file,
                   "Read the API key from this file (its first line)")
       ->excludes(key);

@@ -3,6 +3,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <string>
+
+#include "runtime/load_engine.h"
 
 namespace deepinfer::app {
 
@@ -10,5 +14,21 @@ void add_make_tiny(CLI::App& app);
 void add_inspect(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_serve(CLI::App& app);
+
+// An option (a flag for a bool) that also reads DEEPINFER_<FLAG>: --max-num-seqs from
+// DEEPINFER_MAX_NUM_SEQS.
+template <typename T>
+CLI::Option* env_option(CLI::App* cmd, const std::string& flag, T& var, const std::string& help) {
+  std::string env = "DEEPINFER_" + flag.substr(2);
+  for (char& ch : env) ch = ch == '-' ? '_' : char(std::toupper(static_cast<unsigned char>(ch)));
+  if constexpr (std::is_same_v<T, bool>) return cmd->add_flag(flag, var, help)->envname(env);
+  return cmd->add_option(flag, var, help)->envname(env);
+}
+
+// Options shared by the commands that run the engine (generate, serve, bench): the model, numerics
+// and engine limits, parsed into runtime/load_engine.h's EngineOptions. Each option also reads a
+// DEEPINFER_* environment variable so that spawned ranks inherit the leader's settings. `serving`:
+// for `serve`, which leaves data parallelism and debugging options out of its help.
+void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving = false);
 
 }  // namespace deepinfer::app

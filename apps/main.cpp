@@ -54,10 +54,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const deepinfer::Error& e) {
-    std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
+  } catch (const std::exception& e) {  // deepinfer::Error and anything else
     std::fprintf(stderr, "deepinfer: error: %s\n", e.what());
     return 1;
   }

@@ -3,16 +3,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "core/error.h"
 
 namespace deepinfer {
-
-namespace fs = std::filesystem;
 
 std::string scale_name(const std::string& weight_name) {
   if (weight_name.size() > 7 && weight_name.ends_with(".weight"))
@@ -231,17 +227,14 @@ std::string accepted_forms(SlotKind k, const Shape& shape) {
 }  // namespace
 
 std::string loaded_form(SlotKind kind, const Weight& w) {
-  const bool f32 = w.format == WeightFormat::F32;
+  const bool f32 = w.format == WeightFormat::F32, fp8 = w.format == WeightFormat::Fp8Block;
   switch (kind) {
     case SlotKind::QLinear:
-      if (w.format == WeightFormat::Fp8Block)
-        return "fp8 e4m3 + e8m0 32x32 -> act_quant + fp8 QLin";
+      if (fp8) return "fp8 e4m3 + e8m0 32x32 -> act_quant + fp8 QLin";
       if (w.format == WeightFormat::Fp4Row) return "fp4 e2m1 + e8m0 per 32 -> act_quant + fp4 QLin";
-      return f32 ? "f32 values -> plain linear (input not quantized)"
-                 : "bf16 values -> plain linear (input not quantized)";
+      return str_cat(f32 ? "f32" : "bf16", " values -> plain linear (input not quantized)");
     case SlotKind::Bf16Linear:
-      return w.format == WeightFormat::Fp8Block ? "fp8 dequantized (exact) -> plain bf16 linear"
-                                                : "bf16 -> plain bf16 linear";
+      return fp8 ? "fp8 dequantized (exact) -> plain bf16 linear" : "bf16 -> plain bf16 linear";
     case SlotKind::Fp32Linear:
       return f32 ? "f32 -> fp32 linear" : "bf16 widened -> fp32 linear";
     case SlotKind::Fp32:

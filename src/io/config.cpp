@@ -5,8 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <variant>
 
 #include "core/error.h"
@@ -30,101 +30,91 @@ struct Field {
 };
 
 // Every field of ModelConfig with its two spellings (V41_SPEC.md §1.1).
+using C = ModelConfig;
 const Field kFields[] = {
-    {"vocab_size", "vocab_size", &ModelConfig::vocab_size, true},
-    {"dim", "hidden_size", &ModelConfig::dim, true},
-    {"moe_inter_dim", "moe_intermediate_size", &ModelConfig::moe_inter_dim, true},
-    {"n_layers", "num_hidden_layers", &ModelConfig::n_layers, true},
-    {"n_mtp_layers", "num_nextn_predict_layers", &ModelConfig::n_mtp_layers, false},
-    {"n_heads", "num_attention_heads", &ModelConfig::n_heads, true},
-    {"n_routed_experts", "n_routed_experts", &ModelConfig::n_routed_experts, true},
-    {"n_shared_experts", "n_shared_experts", &ModelConfig::n_shared_experts, false},
-    {"n_activated_experts", "num_experts_per_tok", &ModelConfig::n_activated_experts, true},
-    {"score_func", "scoring_func", &ModelConfig::score_func, false},
-    {"gate_temp", "gate_temp", &ModelConfig::gate_temp, false},
-    {"norm_topk_prob", "norm_topk_prob", &ModelConfig::norm_topk_prob, false},
-    {"route_scale", "routed_scaling_factor", &ModelConfig::route_scale, false},
-    {"swiglu_limit", "swiglu_limit", &ModelConfig::swiglu_limit, false},
-    {"q_lora_rank", "q_lora_rank", &ModelConfig::q_lora_rank, true},
-    {"head_dim", "head_dim", &ModelConfig::head_dim, true},
-    {"rope_head_dim", "qk_rope_head_dim", &ModelConfig::rope_head_dim, true},
-    {"norm_eps", "rms_norm_eps", &ModelConfig::norm_eps, false},
-    {"o_groups", "o_groups", &ModelConfig::o_groups, true},
-    {"o_lora_rank", "o_lora_rank", &ModelConfig::o_lora_rank, true},
-    {"window_size", "sliding_window", &ModelConfig::window_size, true},
-    {"compress_ratios", "compress_ratios", &ModelConfig::compress_ratios, true},
-    {"kv_source_layers", "kv_source_layer_ids", &ModelConfig::kv_source_layers, false},
-    {"index_source_layers", "index_source_layer_ids", &ModelConfig::index_source_layers, false},
-    {"compress_rope_theta", "compress_rope_theta", &ModelConfig::compress_rope_theta, false},
-    {"rope_theta", "rope_theta", &ModelConfig::rope_theta, false},
-    {"original_seq_len", "rope_scaling.original_max_position_embeddings",
-     &ModelConfig::original_seq_len, false},
-    {"rope_factor", "rope_scaling.factor", &ModelConfig::rope_factor, false},
-    {"beta_fast", "rope_scaling.beta_fast", &ModelConfig::beta_fast, false},
-    {"beta_slow", "rope_scaling.beta_slow", &ModelConfig::beta_slow, false},
-    {"index_n_heads", "index_n_heads", &ModelConfig::index_n_heads, false},
-    {"index_head_dim", "index_head_dim", &ModelConfig::index_head_dim, false},
-    {"index_topk", "index_topk", &ModelConfig::index_topk, false},
-    {"candidate_source_layer", "candidate_source_layer_id", &ModelConfig::candidate_source_layer,
+    {"vocab_size", "vocab_size", &C::vocab_size, true},
+    {"dim", "hidden_size", &C::dim, true},
+    {"moe_inter_dim", "moe_intermediate_size", &C::moe_inter_dim, true},
+    {"n_layers", "num_hidden_layers", &C::n_layers, true},
+    {"n_mtp_layers", "num_nextn_predict_layers", &C::n_mtp_layers, false},
+    {"n_heads", "num_attention_heads", &C::n_heads, true},
+    {"n_routed_experts", "n_routed_experts", &C::n_routed_experts, true},
+    {"n_shared_experts", "n_shared_experts", &C::n_shared_experts, false},
+    {"n_activated_experts", "num_experts_per_tok", &C::n_activated_experts, true},
+    {"score_func", "scoring_func", &C::score_func, false},
+    {"gate_temp", "gate_temp", &C::gate_temp, false},
+    {"norm_topk_prob", "norm_topk_prob", &C::norm_topk_prob, false},
+    {"route_scale", "routed_scaling_factor", &C::route_scale, false},
+    {"swiglu_limit", "swiglu_limit", &C::swiglu_limit, false},
+    {"q_lora_rank", "q_lora_rank", &C::q_lora_rank, true},
+    {"head_dim", "head_dim", &C::head_dim, true},
+    {"rope_head_dim", "qk_rope_head_dim", &C::rope_head_dim, true},
+    {"norm_eps", "rms_norm_eps", &C::norm_eps, false},
+    {"o_groups", "o_groups", &C::o_groups, true},
+    {"o_lora_rank", "o_lora_rank", &C::o_lora_rank, true},
+    {"window_size", "sliding_window", &C::window_size, true},
+    {"compress_ratios", "compress_ratios", &C::compress_ratios, true},
+    {"kv_source_layers", "kv_source_layer_ids", &C::kv_source_layers, false},
+    {"index_source_layers", "index_source_layer_ids", &C::index_source_layers, false},
+    {"compress_rope_theta", "compress_rope_theta", &C::compress_rope_theta, false},
+    {"rope_theta", "rope_theta", &C::rope_theta, false},
+    {"original_seq_len", "rope_scaling.original_max_position_embeddings", &C::original_seq_len,
      false},
-    {"candidate_topk_blocks", "candidate_topk_blocks", &ModelConfig::candidate_topk_blocks, false},
-    {"candidate_block_size", "candidate_block_size", &ModelConfig::candidate_block_size, false},
-    {"hc_mult", "hc_mult", &ModelConfig::hc_mult, false},
-    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", &ModelConfig::hc_sinkhorn_iters, false},
-    {"hc_eps", "hc_eps", &ModelConfig::hc_eps, false},
-    {"engram_layer_ids", "engram_layer_ids", &ModelConfig::engram_layer_ids, false},
-    {"engram_num_embeddings", "engram_num_embeddings", &ModelConfig::engram_num_embeddings, false},
-    {"engram_max_ngram_size", "engram_max_ngram_size", &ModelConfig::engram_max_ngram_size, false},
-    {"engram_vocab_size", "engram_vocab_size", &ModelConfig::engram_vocab_size, false},
-    {"engram_n_heads", "engram_n_heads", &ModelConfig::engram_n_heads, false},
-    {"engram_head_dim", "engram_head_dim", &ModelConfig::engram_head_dim, false},
-    {"engram_pad_id", "engram_pad_token_id", &ModelConfig::engram_pad_id, false},
+    {"rope_factor", "rope_scaling.factor", &C::rope_factor, false},
+    {"beta_fast", "rope_scaling.beta_fast", &C::beta_fast, false},
+    {"beta_slow", "rope_scaling.beta_slow", &C::beta_slow, false},
+    {"index_n_heads", "index_n_heads", &C::index_n_heads, false},
+    {"index_head_dim", "index_head_dim", &C::index_head_dim, false},
+    {"index_topk", "index_topk", &C::index_topk, false},
+    {"candidate_source_layer", "candidate_source_layer_id", &C::candidate_source_layer, false},
+    {"candidate_topk_blocks", "candidate_topk_blocks", &C::candidate_topk_blocks, false},
+    {"candidate_block_size", "candidate_block_size", &C::candidate_block_size, false},
+    {"hc_mult", "hc_mult", &C::hc_mult, false},
+    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", &C::hc_sinkhorn_iters, false},
+    {"hc_eps", "hc_eps", &C::hc_eps, false},
+    {"engram_layer_ids", "engram_layer_ids", &C::engram_layer_ids, false},
+    {"engram_num_embeddings", "engram_num_embeddings", &C::engram_num_embeddings, false},
+    {"engram_max_ngram_size", "engram_max_ngram_size", &C::engram_max_ngram_size, false},
+    {"engram_vocab_size", "engram_vocab_size", &C::engram_vocab_size, false},
+    {"engram_n_heads", "engram_n_heads", &C::engram_n_heads, false},
+    {"engram_head_dim", "engram_head_dim", &C::engram_head_dim, false},
+    {"engram_pad_id", "engram_pad_token_id", &C::engram_pad_id, false},
     {"engram_compressed_vocab_size", "engram_compressed_vocab_size",
-     &ModelConfig::engram_compressed_vocab_size, false},
-    {"dtype", "", &ModelConfig::dtype, false},
-    {"expert_dtype", "", &ModelConfig::expert_dtype, false},
-    {"bos_token_id", "bos_token_id", &ModelConfig::bos_token_id, false},
-    {"eos_token_id", "eos_token_id", &ModelConfig::eos_token_id, false},
-    {"pad_token_id", "pad_token_id", &ModelConfig::pad_token_id, false},
-    {"max_position_embeddings", "max_position_embeddings", &ModelConfig::max_position_embeddings,
+     &C::engram_compressed_vocab_size, false},
+    {"dtype", "", &C::dtype, false},
+    {"expert_dtype", "", &C::expert_dtype, false},
+    {"bos_token_id", "bos_token_id", &C::bos_token_id, false},
+    {"eos_token_id", "eos_token_id", &C::eos_token_id, false},
+    {"pad_token_id", "pad_token_id", &C::pad_token_id, false},
+    {"max_position_embeddings", "max_position_embeddings", &C::max_position_embeddings, false},
+    {"dspark_block_size", "dspark_block_size", &C::dspark_block_size, false},
+    {"dspark_noise_token_id", "dspark_noise_token_id", &C::dspark_noise_token_id, false},
+    {"dspark_target_layer_ids", "dspark_target_layer_ids", &C::dspark_target_layer_ids, false},
+    {"dspark_markov_rank", "dspark_markov_rank", &C::dspark_markov_rank, false},
+    {"dspark_n_routed_experts", "dspark_n_routed_experts", &C::dspark_n_routed_experts, false},
+    {"dspark_n_activated_experts", "dspark_num_experts_per_tok", &C::dspark_n_activated_experts,
      false},
-    {"dspark_block_size", "dspark_block_size", &ModelConfig::dspark_block_size, false},
-    {"dspark_noise_token_id", "dspark_noise_token_id", &ModelConfig::dspark_noise_token_id, false},
-    {"dspark_target_layer_ids", "dspark_target_layer_ids", &ModelConfig::dspark_target_layer_ids,
+    {"vision_n_layers", "vision_config.num_hidden_layers", &C::vision_n_layers, false},
+    {"vision_dim", "vision_config.hidden_size", &C::vision_dim, false},
+    {"vision_n_heads", "vision_config.num_attention_heads", &C::vision_n_heads, false},
+    {"vision_inter_dim", "vision_config.intermediate_size", &C::vision_inter_dim, false},
+    {"vision_patch_size", "vision_config.patch_size", &C::vision_patch_size, false},
+    {"vision_downsample_ratio", "vision_config.downsample_ratio", &C::vision_downsample_ratio,
      false},
-    {"dspark_markov_rank", "dspark_markov_rank", &ModelConfig::dspark_markov_rank, false},
-    {"dspark_n_routed_experts", "dspark_n_routed_experts", &ModelConfig::dspark_n_routed_experts,
-     false},
-    {"dspark_n_activated_experts", "dspark_num_experts_per_tok",
-     &ModelConfig::dspark_n_activated_experts, false},
-    {"vision_n_layers", "vision_config.num_hidden_layers", &ModelConfig::vision_n_layers, false},
-    {"vision_dim", "vision_config.hidden_size", &ModelConfig::vision_dim, false},
-    {"vision_n_heads", "vision_config.num_attention_heads", &ModelConfig::vision_n_heads, false},
-    {"vision_inter_dim", "vision_config.intermediate_size", &ModelConfig::vision_inter_dim, false},
-    {"vision_patch_size", "vision_config.patch_size", &ModelConfig::vision_patch_size, false},
-    {"vision_downsample_ratio", "vision_config.downsample_ratio",
-     &ModelConfig::vision_downsample_ratio, false},
-    {"vision_max_n_token", "vision_config.max_n_token", &ModelConfig::vision_max_n_token, false},
-    {"vision_min_pixels", "vision_config.min_pixels", &ModelConfig::vision_min_pixels, false},
-    {"vision_max_wh_ratio", "vision_config.max_wh_ratio", &ModelConfig::vision_max_wh_ratio, false},
-    {"vision_rope_theta", "vision_config.rope_theta", &ModelConfig::vision_rope_theta, false},
-    {"image_token_id", "image_token_id", &ModelConfig::image_token_id, false},
+    {"vision_max_n_token", "vision_config.max_n_token", &C::vision_max_n_token, false},
+    {"vision_min_pixels", "vision_config.min_pixels", &C::vision_min_pixels, false},
+    {"vision_max_wh_ratio", "vision_config.max_wh_ratio", &C::vision_max_wh_ratio, false},
+    {"vision_rope_theta", "vision_config.rope_theta", &C::vision_rope_theta, false},
+    {"image_token_id", "image_token_id", &C::image_token_id, false},
 };
 
 // Finds a dotted path ("rope_scaling.factor") in an object; nullptr if absent or null.
 const json* lookup(const json& obj, const std::string& path) {
-  const json* cur = &obj;
-  size_t start = 0;
-  for (;;) {
-    const size_t dot = path.find('.', start);
-    const std::string key = path.substr(start, dot == std::string::npos ? dot : dot - start);
-    if (!cur->is_object()) return nullptr;
-    auto it = cur->find(key);
-    if (it == cur->end() || it->is_null()) return nullptr;
-    cur = &*it;
-    if (dot == std::string::npos) return cur;
-    start = dot + 1;
-  }
+  const size_t dot = path.find('.');
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(path.substr(0, dot));
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return dot == std::string::npos ? &*it : lookup(*it, path.substr(dot + 1));
 }
 
 // What a field of each FieldPtr alternative expects, for errors.
@@ -153,44 +143,36 @@ void assign(ModelConfig& c, const Field& f, const json& v, const std::string& wh
   auto bad = [&] {
     throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show(v)));
   };
-  auto as_int = [&](const json& x) -> int64_t {
+  auto as_int = [&]<typename I>(const json& x, I) {
+    int64_t n = 0;
     // Unsigned values past int64 would wrap; floats past it would make the cast undefined.
     if (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)) bad();
-    if (x.is_number_integer()) return x.get<int64_t>();
-    if (x.is_number_float()) {
-      const double d = x.get<double>();
-      if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return int64_t(d);
-    }
-    bad();
-    return 0;
+    const double d = x.is_number_float() ? x.get<double>() : 0.5;
+    if (x.is_number_integer())
+      n = x.get<int64_t>();
+    else if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d))
+      n = int64_t(d);
+    else
+      bad();
+    if (n < std::numeric_limits<I>::min() || n > std::numeric_limits<I>::max()) bad();
+    return I(n);
   };
   std::visit(
       [&](auto ptr) {
         using T = std::remove_reference_t<decltype(c.*ptr)>;
-        if constexpr (std::is_same_v<T, int>) {
-          const int64_t x = as_int(v);
-          if (x < INT32_MIN || x > INT32_MAX) bad();
-          c.*ptr = int(x);
-        } else if constexpr (std::is_same_v<T, int64_t>) {
-          c.*ptr = as_int(v);
-        } else if constexpr (std::is_same_v<T, double>) {
-          if (!v.is_number()) bad();
-          c.*ptr = v.get<double>();
-        } else if constexpr (std::is_same_v<T, bool>) {
-          if (!v.is_boolean()) bad();
-          c.*ptr = v.get<bool>();
-        } else if constexpr (std::is_same_v<T, std::string>) {
-          if (!v.is_string()) bad();
-          c.*ptr = v.get<std::string>();
+        if constexpr (std::is_same_v<T, int> || std::is_same_v<T, int64_t>) {
+          c.*ptr = as_int(v, T());
+        } else if constexpr (std::is_same_v<T, double> || std::is_same_v<T, bool> ||
+                             std::is_same_v<T, std::string>) {
+          if (!(std::is_same_v<T, double> ? v.is_number()
+                : std::is_same_v<T, bool> ? v.is_boolean()
+                                          : v.is_string()))
+            bad();
+          c.*ptr = v.get<T>();
         } else {
           if (!v.is_array()) bad();
           T out;
-          for (const auto& x : v) {
-            const int64_t n = as_int(x);
-            if constexpr (std::is_same_v<typename T::value_type, int>)
-              if (n < INT32_MIN || n > INT32_MAX) bad();
-            out.push_back(typename T::value_type(n));
-          }
+          for (const auto& x : v) out.push_back(as_int(x, typename T::value_type()));
           c.*ptr = std::move(out);
         }
       },
@@ -200,7 +182,7 @@ void assign(ModelConfig& c, const Field& f, const json& v, const std::string& wh
 }  // namespace
 
 ModelConfig ModelConfig::parse(const std::string& text, const std::string& label, bool validate) {
-  json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const json root = json::parse(text, nullptr, /*allow_exceptions=*/false);
   DI_REQUIRE(!root.is_discarded(), label, ": not valid JSON");
   DI_REQUIRE(root.is_object(), label, ": expected a JSON object");
   ModelConfig c;
@@ -213,15 +195,10 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
     std::string where;
     if (hf && *f.hf) {
       // Hugging Face names first; top-level keys (token ids) and reference names as fallbacks.
-      for (const json* obj : {&src, static_cast<const json*>(&root)}) {
-        for (const char* k : {f.hf, f.ref}) {
-          if ((v = lookup(*obj, k))) {
+      for (const json* obj : {&src, &root})
+        for (const char* k : {f.hf, f.ref})
+          if (!v && (v = lookup(*obj, k)))
             where = str_cat(label, ": ", obj == &src ? "text_config." : "", k);
-            break;
-          }
-        }
-        if (v) break;
-      }
     } else if (!hf) {
       v = lookup(src, f.ref);
       where = str_cat(label, ": ", f.ref);
@@ -237,8 +214,7 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
     // The reference's `expert_dtype: null`: experts stored in the model's dtype.
     const auto it = root.find("expert_dtype");
     if (it != root.end() && it->is_null()) c.expert_dtype = "";
-  }
-  if (hf) {
+  } else {
     // Storage formats come from quantization_config in the Hugging Face form.
     const json* q = lookup(src, "quantization_config");
     if (!q) q = lookup(root, "quantization_config");

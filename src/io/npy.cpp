@@ -56,53 +56,6 @@ uint16_t le16(const uint8_t* p) {
   return uint16_t(p[0] | p[1] << 8);
 }
 
-}  // namespace
-
-int64_t NpyArray::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-template <typename T>
-static std::vector<T> convert(const NpyArray& a) {
-  std::vector<T> out(size_t(a.numel()));
-  auto from = [&]<typename S>(S) {
-    for (size_t i = 0; i < out.size(); ++i) {
-      S v;
-      std::memcpy(&v, a.bytes.data() + sizeof(S) * i, sizeof(S));
-      out[i] = T(v);
-    }
-  };
-  if (a.dtype == "f4")
-    from(float());
-  else if (a.dtype == "f8")
-    from(double());
-  else if (a.dtype == "i4")
-    from(int32_t());
-  else
-    from(int64_t());
-  return out;
-}
-
-std::vector<float> NpyArray::as_f32() const {
-  return convert<float>(*this);
-}
-std::vector<double> NpyArray::as_f64() const {
-  return convert<double>(*this);
-}
-std::vector<int64_t> NpyArray::as_i64() const {
-  return convert<int64_t>(*this);
-}
-
-void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
-  write_npy(path, "<f4", data, 4, shape);
-}
-void npy_write_i32(const std::string& path, const int32_t* data,
-                   const std::vector<int64_t>& shape) {
-  write_npy(path, "<i4", data, 4, shape);
-}
-
 NpyArray npy_parse(const uint8_t* b, uint64_t size, const std::string& label) {
   DI_REQUIRE(size >= 10 && b[0] == 0x93 && std::memcmp(b + 1, "NUMPY", 5) == 0, label,
              ": not a .npy file");
@@ -136,6 +89,50 @@ NpyArray npy_parse(const uint8_t* b, uint64_t size, const std::string& label) {
   DI_REQUIRE(off + hl + nbytes <= size, label, ": truncated data");
   a.bytes.assign(b + off + hl, b + off + hl + nbytes);
   return a;
+}
+
+}  // namespace
+
+int64_t NpyArray::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+template <typename T>
+static std::vector<T> convert(const NpyArray& a) {
+  std::vector<T> out(size_t(a.numel()));
+  auto from = [&]<typename S>(S) {
+    for (size_t i = 0; i < out.size(); ++i) {
+      S v;
+      std::memcpy(&v, a.bytes.data() + sizeof(S) * i, sizeof(S));
+      out[i] = T(v);
+    }
+  };
+  if (a.dtype == "f4")
+    from(float());
+  else if (a.dtype == "f8")
+    from(double());
+  else if (a.dtype == "i4")
+    from(int32_t());
+  else
+    from(int64_t());
+  return out;
+}
+
+std::vector<double> NpyArray::as_f64() const {
+  return convert<double>(*this);
+}
+std::vector<int64_t> NpyArray::as_i64() const {
+  return convert<int64_t>(*this);
+}
+
+void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+  write_npy(path, "<f4", data, 4, shape);
+}
+void npy_write_i32(const std::string& path, const int32_t* data,
+                   const std::vector<int64_t>& shape) {
+  write_npy(path, "<i4", data, 4, shape);
 }
 
 NpyArray npy_read(const std::string& path) {

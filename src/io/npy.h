@@ -16,15 +16,13 @@ struct NpyArray {
   std::vector<uint8_t> bytes;  // raw little-endian data
 
   int64_t numel() const;
-  std::vector<float> as_f32() const;  // converts f8/i4/i8 too
-  std::vector<double> as_f64() const;
+  std::vector<double> as_f64() const;  // converts f4/i4/i8 too
   std::vector<int64_t> as_i64() const;
 };
 
 void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 void npy_write_i32(const std::string& path, const int32_t* data, const std::vector<int64_t>& shape);
 NpyArray npy_read(const std::string& path);
-NpyArray npy_parse(const uint8_t* bytes, uint64_t size, const std::string& label);
 // Every array of an uncompressed .npz, by name (without ".npy").
 std::map<std::string, NpyArray> npz_read(const std::string& path);
 

@@ -173,25 +173,23 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_s
 
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   // Non-blocking, so that a named pipe (or a device) is refused below instead of waited on.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DI_REQUIRE(fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
+  struct Fd {  // closed on every way out (the mapping outlives it)
+    int fd;
+    ~Fd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
+  DI_REQUIRE(fd.fd >= 0, path, ": cannot open safetensors file: ", std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(str_cat(path, ": not a regular file"));
-  }
+  DI_REQUIRE(::fstat(fd.fd, &st) == 0 && S_ISREG(st.st_mode), path, ": not a regular file");
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
   f->size_ = uint64_t(st.st_size);
   if (f->size_ > 0) {
-    f->map_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (f->map_ == MAP_FAILED) {
-      f->map_ = nullptr;
-      ::close(fd);
-      throw Error(str_cat(path, ": mmap failed: ", std::strerror(errno)));
-    }
+    void* map = ::mmap(nullptr, f->size_, PROT_READ, MAP_SHARED, fd.fd, 0);
+    DI_REQUIRE(map != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
+    f->map_ = map;
   }
-  ::close(fd);
   const uint8_t* base = static_cast<const uint8_t*>(f->map_);
   static const uint8_t kEmpty[1] = {0};
   SafetensorsHeader h = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
@@ -334,10 +332,6 @@ std::vector<std::string> SafetensorsWriter::names() const {
   return v;
 }
 
-void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
-  metadata_[key] = value;
-}
-
 namespace {
 
 void write_file(const std::string& path,
@@ -392,29 +386,39 @@ void write_safetensors_index(const std::string& dir,
              {{text.data(), text.size()}});
 }
 
-void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard_bytes) const {
-  std::vector<std::vector<size_t>> shards;
+std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t max_shard_bytes) {
+  std::vector<size_t> starts = {0};
   uint64_t cur = 0;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const uint64_t n = entries_[i].bytes.size();
-    if (shards.empty() || (cur > 0 && cur + n > max_shard_bytes)) {
-      shards.emplace_back();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (cur > 0 && cur + sizes[i] > max_shard_bytes) {
+      starts.push_back(i);
       cur = 0;
     }
-    shards.back().push_back(i);
-    cur += n;
+    cur += sizes[i];
   }
-  if (shards.empty()) shards.emplace_back();
+  starts.push_back(sizes.size());
+  return starts;
+}
+
+std::string shard_file_name(size_t index, size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index + 1, count);
+  return name;
+}
+
+void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard_bytes) const {
+  std::vector<uint64_t> sizes;
+  for (const auto& e : entries_) sizes.push_back(e.bytes.size());
+  const std::vector<size_t> starts = shard_starts(sizes, max_shard_bytes);
   std::error_code ec;
   fs::create_directories(dir, ec);
   DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   std::vector<std::pair<std::string, std::string>> wm;
-  char name[64];
-  for (size_t s = 0; s < shards.size(); ++s) {
-    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+  for (size_t s = 0; s + 1 < starts.size(); ++s) {
+    const std::string name = shard_file_name(s, starts.size() - 1);
     SafetensorsWriter w;
     w.metadata_ = metadata_;
-    for (size_t i : shards[s]) {
+    for (size_t i = starts[s]; i < starts[s + 1]; ++i) {
       w.entries_.push_back(entries_[i]);
       wm.emplace_back(entries_[i].name, name);
     }

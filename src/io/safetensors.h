@@ -99,6 +99,13 @@ void write_safetensors_index(const std::string& dir,
                              const std::vector<std::pair<std::string, std::string>>& weight_map,
                              uint64_t total_size);
 
+// Splits tensors of these byte sizes, in order, into shards of at most `max_shard_bytes` at tensor
+// boundaries (a tensor larger than the limit gets its own shard): the index of each shard's first
+// tensor, then sizes.size(). One shard when there are no tensors.
+std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t max_shard_bytes);
+// The name of shard `index` (from 0) of `count`: "model-00001-of-00004.safetensors".
+std::string shard_file_name(size_t index, size_t count);
+
 // Writes safetensors files (used by make-tiny and tests). Tensors are written in the order
 // added, each aligned to 8 bytes; the header is padded with spaces to a multiple of 8.
 class SafetensorsWriter {
@@ -111,7 +118,7 @@ class SafetensorsWriter {
   uint64_t data_bytes() const;
   std::vector<std::string> names() const;  // in the order added
   void clear() { entries_.clear(); }
-  void set_metadata(const std::string& key, const std::string& value);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes one file; throws Error on I/O failure.
   void write(const std::string& path) const;
   // Splits the tensors into shards of at most `max_shard_bytes` (at tensor boundaries, a tensor

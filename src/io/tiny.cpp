@@ -1,5 +1,6 @@
 #include "io/tiny.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -202,16 +203,6 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-// A deterministic stream of uniform values in [-1, 1) (integer arithmetic, so the same bytes on
-// every machine).
-struct Rng {
-  uint64_t s;
-  explicit Rng(uint64_t seed) : s(seed) {}
-  float uniform() {  // [-1, 1)
-    return float(int32_t(splitmix64(s) >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
-  }
-};
-
 // How a tensor's values are drawn: uniform with this standard deviation around `center`, and for
 // quantized formats a random per-block magnitude factor so scales vary between blocks.
 struct Init {
@@ -240,10 +231,7 @@ uint8_t pow2ceil_e8m0(float amax, float inv_qmax) {
   const float t = amax * inv_qmax;
   if (!(t > 0)) return 127 - 20;
   const uint32_t b = f32_bits(t);
-  int e = int(b >> 23) + ((b & 0x7fffff) ? 1 : 0);
-  if (e < 1) e = 1;
-  if (e > 254) e = 254;
-  return uint8_t(e);
+  return uint8_t(std::clamp(int(b >> 23) + ((b & 0x7fffff) ? 1 : 0), 1, 254));
 }
 
 struct Encoded {
@@ -272,30 +260,30 @@ WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
 }
 
 Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
-  Rng rng(seed ^ name_hash(s.name));
+  uint64_t rng = seed ^ name_hash(s.name);
+  // A deterministic stream of uniform values in [-1, 1) (integer arithmetic, so the same bytes on
+  // every machine).
+  auto uniform = [&] {
+    return float(int32_t(splitmix64(rng) >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
+  };
   const Init in = init_for(s);
   const float amp = in.stddev * std::sqrt(3.0f);  // uniform [-a, a) has std a/sqrt(3)
   const int64_t n = s.shape.numel();
   Encoded e;
   e.shape = s.shape;
-  auto draw = [&] { return in.center + amp * rng.uniform(); };
+  auto draw = [&] { return in.center + amp * uniform(); };
   const WeightFormat format = stored_format(s, layout);
   switch (format) {
-    case WeightFormat::F32: {
-      e.dtype = DType::F32;
-      e.bytes.resize(size_t(n) * 4);
+    case WeightFormat::F32:
+    case WeightFormat::BF16: {
+      const bool f32 = format == WeightFormat::F32;
+      e.dtype = f32 ? DType::F32 : DType::BF16;
+      e.bytes.resize(size_t(n) * (f32 ? 4 : 2));
       for (int64_t i = 0; i < n; ++i) {
         const float v = draw();
-        std::memcpy(e.bytes.data() + 4 * i, &v, 4);
-      }
-      break;
-    }
-    case WeightFormat::BF16: {
-      e.dtype = DType::BF16;
-      e.bytes.resize(size_t(n) * 2);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = f32_to_bf16(draw());
-        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
+        const uint16_t h = f32_to_bf16(v);
+        std::memcpy(e.bytes.data() + (f32 ? 4 : 2) * i, f32 ? &v : static_cast<const void*>(&h),
+                    f32 ? 4 : 2);
       }
       break;
     }
@@ -307,39 +295,31 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
       const bool block = format == WeightFormat::Fp8Block;
       std::vector<float> w(static_cast<size_t>(n));
       for (auto& v : w) v = draw();
-      // Per-block magnitude factors in {1/2, 1, 2}, so the scale grid is not uniform.
       const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
-      std::vector<float> factor(size_t(br * bc));
-      for (auto& f : factor) f = std::ldexp(1.0f, int((splitmix64(rng.s) % 3)) - 1);
       e.scale_shape = Shape{br, bc};
       e.scale.assign(size_t(br * bc), 0);
       for (int64_t bi = 0; bi < br; ++bi)
         for (int64_t bj = 0; bj < bc; ++bj) {
+          // A per-block magnitude factor in {1/2, 1, 2}, so the scale grid is not uniform.
+          const float factor = std::ldexp(1.0f, int((splitmix64(rng) % 3)) - 1);
           const int64_t r0 = block ? bi * 32 : bi, r1 = block ? std::min(R, r0 + 32) : r0 + 1;
           const int64_t c0 = bj * 32, c1 = std::min(C, c0 + 32);
           float amax = 0;
           for (int64_t r = r0; r < r1; ++r)
             for (int64_t k = c0; k < c1; ++k) {
               float& v = w[size_t(r * C + k)];
-              v *= factor[size_t(bi * bc + bj)];
+              v *= factor;
               amax = std::max(amax, std::fabs(v));
             }
           e.scale[size_t(bi * bc + bj)] = pow2ceil_e8m0(amax, fp4 ? 1.0f / 6.0f : 1.0f / 448.0f);
         }
-      if (fp4) {
-        e.dtype = DType::I8;
-        e.shape = Shape{R, C / 2};
-        e.bytes.assign(size_t(n / 2), 0);
-      } else {
-        e.dtype = DType::E4M3;
-        e.bytes.resize(size_t(n));
-      }
+      e.dtype = fp4 ? DType::I8 : DType::E4M3;
+      if (fp4) e.shape = Shape{R, C / 2};
+      e.bytes.assign(size_t(fp4 ? n / 2 : n), 0);
       for (int64_t r = 0; r < R; ++r)
         for (int64_t k = 0; k < C; ++k) {
-          const int64_t bi = block ? r / 32 : r;
-          const float sc = e8m0_to_f32(e.scale[size_t(bi * bc + k / 32)]);
-          const float v = w[size_t(r * C + k)] / sc;
           const size_t i = size_t(r * C + k);
+          const float v = w[i] / e8m0_to_f32(e.scale[size_t((block ? r / 32 : r) * bc + k / 32)]);
           if (fp4)
             e.bytes[i / 2] |= uint8_t(f32_to_e2m1(v) << (4 * (i & 1)));
           else
@@ -360,23 +340,19 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
   fs::create_directories(dir, ec);
   DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   const std::vector<TensorSpec> schema = checkpoint_schema(config);
+  // Each tensor's bytes (values and scales, kept in one shard) decide the shards up front.
+  std::vector<uint64_t> sizes;
+  for (TensorSpec s : schema) {
+    s.format = stored_format(s, opt.layout);
+    sizes.push_back(tensor_spec_bytes(s));
+  }
+  const std::vector<size_t> starts = shard_starts(sizes, opt.max_shard_bytes);
   // Generate in parallel (each tensor's stream depends only on its name and the seed), write in
   // schema order, one shard at a time.
   ThreadPool& pool = ThreadPool::global();
   std::vector<std::pair<std::string, std::string>> weight_map;
-  std::vector<std::string> shard_files;
-  uint64_t total = 0;
   SafetensorsWriter shard;
-  auto flush = [&] {
-    if (shard.empty()) return;
-    char name[64];
-    std::snprintf(name, sizeof(name), "model-%05zu.safetensors", shard_files.size() + 1);
-    shard.set_metadata("format", "pt");
-    shard.write((fs::path(dir) / name).string());
-    for (const auto& t : shard.names()) weight_map.emplace_back(t, name);
-    shard_files.push_back(name);
-    shard.clear();
-  };
+  size_t k = 0;  // the shard being filled
   const size_t batch = size_t(std::max(1, pool.size()) * 4);
   for (size_t b0 = 0; b0 < schema.size(); b0 += batch) {
     const size_t b1 = std::min(schema.size(), b0 + batch);
@@ -387,25 +363,19 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
     });
     for (size_t i = b0; i < b1; ++i) {
       Encoded& e = enc[i - b0];
-      const uint64_t bytes = e.bytes.size() + e.scale.size();
-      if (!shard.empty() && shard.data_bytes() + bytes > opt.max_shard_bytes) flush();
-      total += bytes;
+      DI_CHECK(e.bytes.size() + e.scale.size() == sizes[i], schema[i].name);
       shard.add(schema[i].name, e.dtype, e.shape, std::move(e.bytes));
       if (!e.scale.empty())
         shard.add(scale_name(schema[i].name), DType::E8M0, e.scale_shape, std::move(e.scale));
+      if (i + 1 < starts[k + 1]) continue;
+      const std::string name = shard_file_name(k++, starts.size() - 1);
+      shard.set_metadata("format", "pt");
+      shard.write((fs::path(dir) / name).string());
+      for (const auto& t : shard.names()) weight_map.emplace_back(t, name);
+      shard.clear();
     }
   }
-  flush();
-  // Shard names carry their count ("-of-N") only once it is known: rename now.
-  const size_t n = shard_files.size();
-  for (size_t i = 0; i < n; ++i) {
-    char final_name[64];
-    std::snprintf(final_name, sizeof(final_name), "model-%05zu-of-%05zu.safetensors", i + 1, n);
-    fs::rename(fs::path(dir) / shard_files[i], fs::path(dir) / final_name, ec);
-    DI_REQUIRE(!ec, dir, ": cannot rename ", shard_files[i], ": ", ec.message());
-    for (auto& [t, f] : weight_map)
-      if (f == shard_files[i]) f = final_name;
-  }
+  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t(0));
   write_safetensors_index(dir, weight_map, total);
   std::ofstream out(fs::path(dir) / "config.json");
   out << config.to_json();

@@ -7,7 +7,6 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/tiny.h"
 #include "kernels/engram_hash.h"
 #include "tokenizer/engram_map.h"
 #include "tokenizer/tokenizer.h"
@@ -40,11 +39,10 @@ ModelConfig with_engram_rows(ModelConfig c, const std::string& label) {
 }  // namespace
 
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
-  ModelConfig c = spec.random
-                      ? with_engram_rows(random_tiny_config(spec.config_seed),
-                                         "random config " + std::to_string(spec.config_seed))
-                      : with_engram_rows(tiny_preset_config(spec.preset), "preset " + spec.preset);
   const std::string preset = spec.random ? "random" : spec.preset;
+  ModelConfig c = with_engram_rows(
+      spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset),
+      spec.random ? "random config " + std::to_string(spec.config_seed) : "preset " + preset);
   const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
   if (!tokenizer.empty()) {

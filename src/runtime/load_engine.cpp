@@ -84,10 +84,8 @@ LoadedEngine load_engine(const EngineOptions& o) {
   EngineConfig ec = o.engine;
   ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
   TextDecoder decoder;
-  if (le.tokenizer) {
-    const Tokenizer* tok = le.tokenizer.get();
+  if (const Tokenizer* tok = le.tokenizer.get())
     decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };
-  }
   {
     // This rank's share of the weights (what expert parallelism divides), after the repack.
     std::ifstream status("/proc/self/status");
@@ -132,6 +130,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
 void LoadedEngine::run_follower() {
   DI_CHECK(is_follower() && layout.channel);
   run_replica_follower(*follower_runner, *layout.channel);
+  finish();
 }
 
 void LoadedEngine::finish() {

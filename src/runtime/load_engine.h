@@ -42,8 +42,8 @@ struct LoadedEngine {
   std::unique_ptr<ModelRunner> follower_runner;
 
   bool is_follower() const { return engine == nullptr; }
-  // Replica followers: replays steps until the scheduler ends the run. Everyone: ends the run
-  // (the world's leader waits for every other rank to exit).
+  // Replica followers: replays steps until the scheduler ends the run, then finish(). Everyone:
+  // ends the run (the world's leader waits for every other rank to exit).
   void run_follower();
   void finish();
 };
