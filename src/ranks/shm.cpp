@@ -375,38 +375,29 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
 class ShmWorld final : public World {
  public:
   ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
-      : state_(s),
-        group_(s, 0, s->world_rank, s->world_size),
-        // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
-        channel_(std::make_unique<ShmGroup>(s, s->segment->header()->max_groups, s->world_rank,
-                                            s->world_size)),
+      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, s->world_rank, s->world_size),
+              // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
+              std::make_unique<StepChannel>(std::make_unique<ShmGroup>(
+                  s, s->segment->header()->max_groups, s->world_rank, s->world_size))),
+        state_(s),
         exit_timeout_s_(options.exit_timeout_s) {}
 
   ~ShmWorld() override {
     if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
   }
 
-  Backend backend() const override { return Backend::kShm; }
-  Group& group() override { return group_; }
-  StepChannel& channel() override { return channel_; }
   std::vector<int> local_pids() const override { return state_->pids; }
   std::string dead_rank() override { return state_->alive.poll(); }
 
   void finish() override {
     if (finished_) return;
-    if (state_->world_rank == 0) {
-      channel_.send_shutdown();
-    } else if (!channel_.shut_down()) {
-      await_shutdown(channel_);
-    }
+    channel_->finish();
     finished_ = true;
     if (state_->world_rank == 0) state_->alive.reap_children(exit_timeout_s_);
   }
 
  private:
   std::shared_ptr<ShmState> state_;
-  ShmGroup group_;
-  GroupChannel channel_;
   double exit_timeout_s_;
   bool finished_ = false;
 };
