@@ -42,7 +42,7 @@ class NpyActivationDump {
   explicit NpyActivationDump(std::string dir) : dir_(std::move(dir)) {}
   void begin_call();  // at the start of every forward call that dumps
   void put(const std::string& name, const float* data, const std::vector<int64_t>& shape);
-  void put_i32(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
+  void put(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
 
  private:
   std::string dir_, call_dir_;
