@@ -421,8 +421,7 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
     h = state->segment->header();
     h->pids[0] = int32_t(getpid());
     state->pids = spawn_followers(o.world_size, name);
-    state->alive.watch_children(state->pids);
-    state->alive.share_first_dead(&h->first_dead);
+    state->alive.watch(state->pids, 0, &h->first_dead);
     const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
     while (h->joined.value.load(std::memory_order_acquire) < followers) {
@@ -464,14 +463,13 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
   h->pids[rank] = int32_t(getpid());
   std::vector<int> pids(static_cast<size_t>(world_size), 0);
   pids[0] = leader;
-  state->alive.watch_peers(pids, rank);
-  state->alive.share_first_dead(&h->first_dead);
+  state->alive.watch(pids, rank, &h->first_dead);
   notify(h->joined);  // its value counts the followers that joined
   wait_until(
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
   state->pids.assign(h->pids, h->pids + world_size);
-  state->alive.watch_peers(state->pids, rank);
+  state->alive.watch(state->pids, rank, &h->first_dead);
   return std::make_unique<ShmWorld>(state, options);
 }
 
