@@ -125,10 +125,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
           const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
           fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t(nk++ * Dh)]);
         }
-        SparseAttnArgs a{
-            &q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
-            &o[size_t(row * H * Dh)]};
-        cx.attend(row, a);
+        cx.attend(row, {&q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
+                        bf16, exact, &o[size_t(row * H * Dh)]});
       }
       // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);

@@ -85,17 +85,8 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       const int64_t visible = std::min(T, (p + 1) / r);
       const int64_t vis_own =
           std::lower_bound(own.begin(), own.end(), visible) - own.begin();  // held and visible
-      IndexerScoreArgs a{&qi[size_t(row * Hi * Di)],
-                         &w[size_t(row * Hi)],
-                         keys.data(),
-                         n_own,
-                         vis_own,
-                         Hi,
-                         Di,
-                         bf16,
-                         exact,
-                         scores.data()};
-      indexer_scores(a);
+      indexer_scores({&qi[size_t(row * Hi * Di)], &w[size_t(row * Hi)], keys.data(), n_own, vis_own,
+                      Hi, Di, bf16, exact, scores.data()});
       if (role.candidate_source) {
         // Block scores (max over the block; held rows come in whole blocks), the block of the
         // newest visible row forced in, the best Ck finite ones.
