@@ -83,11 +83,6 @@ std::string Scheduler::add(Request req) {
   return "";
 }
 
-int64_t Scheduler::blocks_missing(const Sequence* s, int64_t tokens) const {
-  const int64_t need = (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  return std::max<int64_t>(0, need - int64_t(s->blocks.size()));
-}
-
 int64_t Scheduler::fit_tokens(const Sequence* s, int64_t n) const {
   // The most of the next n tokens whose KV fits in the blocks held plus the free ones.
   const int64_t room =
@@ -101,8 +96,7 @@ bool Scheduler::can_grow(const Sequence* s, int64_t tokens) const {
 
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
   DI_CHECK(can_grow(s, tokens), "growing without free blocks");
-  const int64_t missing = blocks_missing(s, tokens);
-  for (int64_t i = 0; i < missing; ++i)
+  while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens)
     s->blocks.push_back(pools_.pool_of(s->blocks.size()).allocate());
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
 }

@@ -137,9 +137,8 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
  private:
-  // Blocks a sequence lacks to hold `tokens` tokens of KV; the tokens of the next `n` that fit
-  // in its blocks plus the free ones; allocation of the missing blocks (they must be free).
-  int64_t blocks_missing(const Sequence* s, int64_t tokens) const;
+  // The tokens of the next `n` that fit in a sequence's blocks plus the free ones; whether it can
+  // hold `tokens` tokens of KV; allocation of the missing blocks (they must be free).
   int64_t fit_tokens(const Sequence* s, int64_t n) const;
   bool can_grow(const Sequence* s, int64_t tokens) const;
   void grow_blocks(Sequence* s, int64_t tokens);
