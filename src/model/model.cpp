@@ -99,6 +99,12 @@ void Model::Impl::round(float* x, int64_t n) const {
   if (bf16) round_bf16_inplace(x, n);
 }
 
+void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
+  round(x, n * d);
+  rmsnorm(x, n, d, w, float(c.norm_eps), x);
+  round(x, n * d);
+}
+
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
   st.batch = &batch;
   st.kv = &kv;
@@ -201,9 +207,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   // The stream's copies xs collapsed with `pre` into u, then normed.
   auto collapse = [&](const float* xs, const float* pre, const Weight& norm) {
     for_rows(N, [&](int64_t i) { hc_pre(xs + i * MD, pre + i * M, M, D, &u[size_t(i * D)]); });
-    round(u.data(), N * D);
-    rmsnorm(u.data(), N, D, norm, eps, u.data());
-    round(u.data(), N * D);
+    round_norm(u.data(), N, D, norm);
   };
   // The sublayer's output y spread back over the copies of xs into dst.
   auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {

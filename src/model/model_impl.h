@@ -77,6 +77,8 @@ struct Model::Impl {
   Step step;
 
   void round(float* x, int64_t n) const;
+  // x [n, d] rounded, RMS-normed with `w` and rounded again.
+  void round_norm(float* x, int64_t n, int64_t d, const Weight& w) const;
   // Does this rank hold compressed row `row` of `layer`?
   bool owns_row(const Step& st, int layer, int64_t row) const {
     return opt.parallel.context->owns_block(row * roles[size_t(layer)].ratio /
