@@ -23,12 +23,14 @@ struct ByValueThenId {
   const float* v;
   bool operator()(int32_t a, int32_t b) const { return v[a] != v[b] ? v[a] > v[b] : a < b; }
 };
-}  // namespace
 
+// A uniform draw in [0, 1) for (seed, index): counter-based, no state.
 double sample_uniform(uint64_t seed, uint64_t index) {
   const uint64_t r = mix64(mix64(seed) ^ mix64(index + 0x632be59bd9b4e019ull));
   return double(r >> 11) * (1.0 / 9007199254740992.0);
 }
+
+}  // namespace
 
 int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
   const SamplingParams& p = *in.params;

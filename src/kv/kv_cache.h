@@ -37,7 +37,6 @@ class KvCache {
   KvCache(const ModelConfig& c, const KvCacheOptions& opt);
 
   int64_t block_tokens() const { return block_tokens_; }
-  int32_t num_blocks() const { return num_blocks_; }
   int32_t max_seqs() const { return max_seqs_; }
   uint64_t bytes() const;
 
