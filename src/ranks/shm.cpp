@@ -27,7 +27,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ranks/backend.h"
 #include "ranks/launch.h"
 #include "ranks/liveness.h"
 

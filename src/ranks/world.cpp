@@ -9,7 +9,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "ranks/backend.h"
 #include "ranks/launch.h"
 
 #ifndef DEEPINFER_RANKS_HAVE_MPI  // defined by CMake when MPI was found

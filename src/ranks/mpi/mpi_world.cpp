@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "ranks/backend.h"
+#include "ranks/launch.h"
 
 namespace deepinfer::ranks {
 
