@@ -50,7 +50,6 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
   const KvCacheOptions ko = size_kv_pool(c, &cfg_);
   num_blocks_ = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
-  pool_bytes_ = kv_->bytes();
   scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs,
                                            layout ? layout->cfg.cp : 1);
   runner_ = std::make_unique<ModelRunner>(model_, *kv_, true, layout);
@@ -71,10 +70,6 @@ std::string check_sampling_params(const SamplingParams& p) {
   for (const auto& s : p.stop)
     if (s.empty()) return "stop strings must not be empty";
   return {};
-}
-
-int64_t Engine::kv_capacity_tokens() const {
-  return int64_t(num_blocks_) * cfg_.sched.block_tokens;
 }
 
 std::string Engine::add_request(Request req) {
