@@ -80,11 +80,11 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
         round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
       }
+      rope_angles(rope, j * r, cs.data());  // the group's first position, for key and latent
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
         linear(P.idx_wk, latent.data(), 1, key.data(), exact);
         round_norm(key.data(), 1, Di, W.idx_k_norm);
-        rope_angles(rope, j * r, cs.data());
         rope_rotate(key.data() + Di - R, cs.data(), R, false);
         round(key.data(), Di);
         // Every rank computes the row; its context-parallel owner stores it.
@@ -96,7 +96,6 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
       }
       // RoPE at the group's first position, fp4-C, append (§5.4).
-      rope_angles(rope, j * r, cs.data());
       rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
       round(latent.data(), Dh);
       uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_scratch.data();
