@@ -16,6 +16,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -227,19 +228,17 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
 
 const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
                                                 const std::vector<int32_t>& sampled) {
-  std::vector<Sequence*>& sampled_seqs = sampled_seqs_;
-  sampled_seqs.clear();
-  size_t k = 0;
+  sampled_seqs_.clear();
   for (const SchedSeq& q : out.seqs) {
     Sequence* s = seqs_.at(q.seq_id).get();
     s->num_computed += int64_t(q.tokens.size());
     if (!q.sample) continue;
-    DI_CHECK(k < sampled.size(), "fewer sampled tokens than sampling sequences");
-    s->tokens.push_back(sampled[k++]);
-    sampled_seqs.push_back(s);
+    DI_CHECK(sampled_seqs_.size() < sampled.size(), "fewer sampled tokens than sampling sequences");
+    s->tokens.push_back(sampled[sampled_seqs_.size()]);
+    sampled_seqs_.push_back(s);
   }
-  DI_CHECK(k == sampled.size(), "more sampled tokens than sampling sequences");
-  return sampled_seqs;
+  DI_CHECK(sampled_seqs_.size() == sampled.size(), "more sampled tokens than sampling sequences");
+  return sampled_seqs_;
 }
 
 void Scheduler::finish(Sequence* s, FinishReason why) {
@@ -271,9 +270,7 @@ Sequence* Scheduler::find(RequestId id) {
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
-  std::vector<std::unique_ptr<Sequence>> f;
-  f.swap(finished_);
-  return f;
+  return std::exchange(finished_, {});
 }
 
 }  // namespace deepinfer
