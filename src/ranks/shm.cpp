@@ -415,7 +415,6 @@ class ShmGroup final : public Group {
     });
   }
 
-  using Group::all_reduce;
   void all_reduce(float* data, size_t n) override {
     rounds(n, slot_bytes_ / sizeof(float), [&](size_t off, size_t len) {
       std::memcpy(slot(rank_), data + off, len * sizeof(float));

@@ -62,7 +62,6 @@ class MpiGroup final : public Group {
     }
   }
 
-  using Group::all_reduce;
   void all_reduce(float* data, size_t n) override {
     const size_t share = (n + size_t(size_) - 1) / size_t(size_);
     std::vector<float> padded(share * size_t(size_)), mine(share);
