@@ -32,7 +32,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
-  const RopeTable& rope = rope_for(l);
+  const RopeTable& rope = role.ratio > 0 ? rope_compressed : rope_window;
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
   const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
   ArenaVec<float> cs(static_cast<size_t>(R), &arena);

@@ -84,9 +84,6 @@ struct Model::Impl {
     return opt.parallel.context->owns_block(row * roles[size_t(layer)].ratio /
                                             st.kv->block_tokens());
   }
-  const RopeTable& rope_for(int layer) const {
-    return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;
-  }
   // Activation `name` of layer `layer` (-1: none) to the sink, when this call dumps; builds
   // nothing otherwise.
   template <typename T>
