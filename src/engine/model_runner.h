@@ -9,7 +9,6 @@
 // any), or in lockstep with the other data-parallel replicas.
 #pragma once
 
-#include <memory>
 #include <unordered_map>
 #include <vector>
 
