@@ -50,10 +50,9 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
   const KvCacheOptions ko = size_kv_pool(c, &cfg_);
   num_blocks_ = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
-  pool_bytes_ = kv_->bytes();
   scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs,
                                            layout ? layout->cfg.cp : 1);
-  runner_ = make_runner(model_, *kv_, layout);
+  runner_ = std::make_unique<ModelRunner>(model_, *kv_, true, layout);
   stats_.kv_blocks_total = num_blocks_;
 }
 
@@ -71,10 +70,6 @@ std::string check_sampling_params(const SamplingParams& p) {
   for (const auto& s : p.stop)
     if (s.empty()) return "stop strings must not be empty";
   return {};
-}
-
-int64_t Engine::kv_capacity_tokens() const {
-  return int64_t(num_blocks_) * cfg_.sched.block_tokens;
 }
 
 std::string Engine::add_request(Request req) {
@@ -151,18 +146,15 @@ std::vector<TokenEvent> Engine::step() {
     DI_REGION("engine.schedule");
     scheduler_->schedule(out, allow_prefill);
   }
-  const std::vector<float>* ran = runner_->run(out);
-  if (!ran) return events;
-  const std::vector<float>& logits = *ran;
+  const std::vector<float>* logits = runner_->run(out);
+  if (!logits) return events;
   std::vector<int32_t>& sampled = sampled_;
-  std::vector<TopLogprobs>& tops = tops_;
   sampled.clear();
-  tops.clear();
+  tops_.clear();
   bool has_prompt = false;
   {
     DI_REGION("engine.sample");
     const int64_t V = model_.config().vocab_size;
-    size_t k = 0;
     for (const SchedSeq& q : out.seqs) {
       Sequence* s = scheduler_->find(q.seq_id);
       // Prompt rows: chunks, and a prompt's last token run as a decode row (a one-token prompt
@@ -172,20 +164,17 @@ std::vector<TokenEvent> Engine::step() {
         stats_.prompt_tokens += int64_t(q.tokens.size());
       }
       if (!q.sample) continue;
-      TopLogprobs top;
-      SampleInput in{&logits[k * size_t(V)], &s->req.params, &s->tokens, s->num_prompt,
-                     *s->req.params.seed};
+      SampleInput in{logits->data() + sampled.size() * size_t(V), &s->req.params, &s->tokens,
+                     s->num_prompt, *s->req.params.seed};
       if (s->matcher) {
         DI_REGION("engine.grammar_mask");
         in.allowed = s->matcher->allowed();
       }
-      sampled.push_back(sampler_.sample(in, &top));
+      sampled.push_back(sampler_.sample(in, &tops_.emplace_back()));
       if (s->matcher) {
         const bool ok = s->matcher->accept(sampled.back());
         DI_CHECK(ok, "the sampler chose token ", sampled.back(), ", which the grammar refuses");
       }
-      tops.push_back(std::move(top));
-      ++k;
     }
   }
   const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled);
@@ -196,8 +185,8 @@ std::vector<TokenEvent> Engine::step() {
     ev.id = s->req.id;
     ev.token = sampled[i];
     if (s->req.params.logprobs > 0) {
-      ev.logprobs = tops[i];
-      s->logprobs.push_back(std::move(tops[i]));
+      ev.logprobs = tops_[i];
+      s->logprobs.push_back(std::move(tops_[i]));
     }
     check_stop(s, &ev);
     events.push_back(std::move(ev));
@@ -212,14 +201,13 @@ std::vector<TokenEvent> Engine::step() {
 std::vector<RequestOutput> Engine::take_finished() {
   std::vector<RequestOutput> res;
   for (auto& s : scheduler_->take_finished()) {
-    RequestOutput o;
-    o.id = s->req.id;
-    o.prompt_ids = s->req.prompt_ids;
-    o.output_ids.assign(s->tokens.begin() + s->num_prompt, s->tokens.end());
-    o.logprobs = std::move(s->logprobs);
-    o.finish = s->finish;
-    o.stop_text = s->stop_text;
-    res.push_back(std::move(o));
+    res.push_back({s->req.id,
+                   s->req.prompt_ids,
+                   {s->tokens.begin() + s->num_prompt, s->tokens.end()},
+                   std::move(s->logprobs),
+                   s->finish,
+                   "",
+                   s->stop_text});
   }
   return res;
 }

@@ -54,8 +54,8 @@ class Engine {
 
   // The pool this engine sized (blocks, tokens per block, bytes).
   int32_t num_kv_blocks() const { return num_blocks_; }
-  int64_t kv_capacity_tokens() const;
-  uint64_t kv_pool_bytes() const { return pool_bytes_; }
+  int64_t kv_capacity_tokens() const { return int64_t(num_blocks_) * cfg_.sched.block_tokens; }
+  uint64_t kv_pool_bytes() const { return kv_->bytes(); }
 
   // Validates and queues a request; returns "" or a message saying what is wrong with it (the
   // request is then not queued). Ids must be unique among unfinished requests.
@@ -77,7 +77,6 @@ class Engine {
   EngineConfig cfg_;
   TextDecoder decoder_;
   int32_t num_blocks_ = 0;
-  uint64_t pool_bytes_ = 0;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

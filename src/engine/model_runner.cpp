@@ -6,45 +6,26 @@
 
 namespace deepinfer {
 
-namespace {
+ModelRunner::ModelRunner(Model& model, KvCache& kv, bool logits, const RankLayout* layout)
+    : model_(model), kv_(kv), want_logits_(logits) {
+  if (!layout) return;
+  followers_ = layout->channel;
+  if (layout->cfg.dp == 1) return;
+  dp_ = layout->dp.get();
+  interval_ = layout->cfg.prefill_attempt_interval;
+  empty_steps_ = layout->cfg.ep > 1;
+}
 
-// Data-parallel replicas step together: every step all of them learn whether anyone has work,
-// and every --prefill-attempt-interval steps they vote on whether the step may prefill. With
-// experts split over the replicas an idle rank still runs the (empty) step: the experts'
-// collectives need it.
-class DpRunner : public ModelRunner {
- public:
-  DpRunner(Model& model, KvCache& kv, const RankLayout& L)
-      : ModelRunner(model, kv),
-        dp_(*L.dp),
-        interval_(L.cfg.prefill_attempt_interval),
-        empty_steps_(L.cfg.ep > 1) {}
-  bool begin_step(const Scheduler& s, bool* allow_prefill) override {
-    DI_REGION("comm.dp_vote");
-    float v[2] = {s.has_work() ? 1.0f : 0.0f, s.wants_prefill() ? 1.0f : 0.0f};
-    dp_.all_reduce(v, 2);
-    busy_ = v[0] > 0;
-    if (!busy_) return false;
-    *allow_prefill = v[1] > 0 && steps_ % interval_ == 0;
-    ++steps_;
-    return true;
-  }
-  const std::vector<float>* run(const SchedOutput& out) override {
-    if (out.empty() && !empty_steps_) return nullptr;
-    return &execute(out, empty_steps_);
-  }
-  bool others_busy() const override { return busy_; }
-
- private:
-  ranks::Group& dp_;
-  int64_t interval_, steps_ = 0;
-  bool empty_steps_, busy_ = true;
-};
-
-}  // namespace
-
-bool ModelRunner::begin_step(const Scheduler&, bool* allow_prefill) {
+bool ModelRunner::begin_step(const Scheduler& s, bool* allow_prefill) {
   *allow_prefill = true;
+  if (!dp_) return true;
+  DI_REGION("comm.dp_vote");
+  float v[2] = {s.has_work() ? 1.0f : 0.0f, s.wants_prefill() ? 1.0f : 0.0f};
+  dp_->all_reduce(v, 2);
+  busy_ = v[0] > 0;
+  if (!busy_) return false;
+  *allow_prefill = v[1] > 0 && steps_ % interval_ == 0;
+  ++steps_;
   return true;
 }
 
@@ -53,7 +34,8 @@ const std::vector<float>* ModelRunner::run(const SchedOutput& out) {
     DI_REGION("comm.step_send");
     followers_->send(encode_sched_output(out));
   }
-  return out.empty() ? nullptr : &execute(out);
+  if (out.empty() && !empty_steps_) return nullptr;
+  return &execute(out, empty_steps_);
 }
 
 const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool always) {
@@ -85,11 +67,6 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
     if (!batch_.seqs.empty() || always) model_.forward(batch_, kv_, logits_.data());
   }
   return logits_;
-}
-
-std::unique_ptr<ModelRunner> make_runner(Model& model, KvCache& kv, const RankLayout* layout) {
-  if (layout && layout->cfg.dp > 1) return std::make_unique<DpRunner>(model, kv, *layout);
-  return std::make_unique<ModelRunner>(model, kv, true, layout ? layout->channel : nullptr);
 }
 
 void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel) {

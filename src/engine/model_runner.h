@@ -5,12 +5,10 @@
 // on follower ranks, which replay the leader's SchedOutputs.
 //
 // A scheduling rank's runner also says how its steps go with the other ranks, so that the engine
-// loop is the same for every layout: the base class runs alone (sending each step to the
-// replica's followers, if any); the data-parallel runner steps in lockstep with the other
-// replicas (make_runner).
+// loop is the same for every layout: alone (sending each step to the replica's followers, if
+// any), or in lockstep with the other data-parallel replicas.
 #pragma once
 
-#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -25,19 +23,16 @@ struct RankLayout;
 class ModelRunner {
  public:
   // With logits = false (replica followers, which do not sample) no logits are computed.
-  // `followers`: where every step run goes first (replica rank 0 with followers).
-  ModelRunner(Model& model, KvCache& kv, bool logits = true,
-              ranks::StepChannel* followers = nullptr)
-      : model_(model), kv_(kv), want_logits_(logits), followers_(followers) {}
-  virtual ~ModelRunner() = default;
+  // `layout`: that of a scheduling rank (null: a single rank).
+  ModelRunner(Model& model, KvCache& kv, bool logits = true, const RankLayout* layout = nullptr);
 
   // Before scheduling: false when no rank has anything to do (no step), else whether this step
   // may prefill.
-  virtual bool begin_step(const Scheduler& s, bool* allow_prefill);
+  bool begin_step(const Scheduler& s, bool* allow_prefill);
   // Runs a scheduled step; returns its logits, or null when nothing ran.
-  virtual const std::vector<float>* run(const SchedOutput& out);
+  const std::vector<float>* run(const SchedOutput& out);
   // Other ranks still have work, so this one must keep stepping with them.
-  virtual bool others_busy() const { return false; }
+  bool others_busy() const { return dp_ && busy_; }
 
   // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
   // An empty step runs the model only when `always` (an idle data-parallel rank's placeholder).
@@ -50,11 +45,14 @@ class ModelRunner {
   ForwardBatch batch_;
   std::vector<float> logits_;
   bool want_logits_ = true;
-  ranks::StepChannel* followers_ = nullptr;
+  ranks::StepChannel* followers_ = nullptr;  // where every step run goes first
+  // Data-parallel replicas step together: every step all of them learn whether anyone has work,
+  // and every `interval_` steps they vote on whether the step may prefill. With experts split
+  // over the replicas an idle rank still runs the (empty) step: the experts' collectives need it.
+  ranks::Group* dp_ = nullptr;
+  int64_t interval_ = 1, steps_ = 0;
+  bool empty_steps_ = false, busy_ = true;
 };
-
-// The runner of a scheduling rank with `layout` (null: a single rank).
-std::unique_ptr<ModelRunner> make_runner(Model& model, KvCache& kv, const RankLayout* layout);
 
 // A replica follower: replays the leader's step messages until the shutdown message.
 void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel);

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
-#include "model/parallel.h"
+#include "model/model.h"
 #include "ranks/group.h"
 #include "ranks/world.h"
 

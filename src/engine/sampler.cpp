@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <unordered_map>
 
 #include "kernels/reduce.h"
@@ -22,12 +23,14 @@ struct ByValueThenId {
   const float* v;
   bool operator()(int32_t a, int32_t b) const { return v[a] != v[b] ? v[a] > v[b] : a < b; }
 };
-}  // namespace
 
+// A uniform draw in [0, 1) for (seed, index): counter-based, no state.
 double sample_uniform(uint64_t seed, uint64_t index) {
   const uint64_t r = mix64(mix64(seed) ^ mix64(index + 0x632be59bd9b4e019ull));
   return double(r >> 11) * (1.0 / 9007199254740992.0);
 }
+
+}  // namespace
 
 int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
   const SamplingParams& p = *in.params;
@@ -36,12 +39,11 @@ int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
   float lse = 0;
   const bool want = p.logprobs > 0 && top;
   if (want) {
-    float mx = raw[0];
-    for (int64_t i = 1; i < V; ++i) mx = std::max(mx, raw[i]);
+    const float mx = *std::max_element(raw, raw + V);
     const float sum = canonical_sum(raw, V, [mx](float v) { return std::exp(v - mx); });
     lse = mx + std::log(sum);
     ids_.resize(size_t(V));
-    for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
+    std::iota(ids_.begin(), ids_.end(), 0);
     const int64_t k = std::min<int64_t>(p.logprobs, V);
     std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), ByValueThenId{raw});
     top->clear();
@@ -81,17 +83,12 @@ int32_t Sampler::choose(const SampleInput& in) {
     for (int64_t i = 0; i < V; ++i)
       if (!((a[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
   }
-  if (p.temperature <= 0.0f || p.top_k == 1) {
-    int32_t best = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (l[i] > l[best]) best = int32_t(i);
-    return best;
-  }
+  if (p.temperature <= 0.0f || p.top_k == 1) return int32_t(std::max_element(l, l + V) - l);
   for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
   // Candidates: the top-k tokens, or all. The top-p and min-p cuts walk them in (value desc,
   // id asc) order; without those cuts id order serves as well and the vocabulary is not sorted.
   ids_.resize(size_t(V));
-  for (int64_t i = 0; i < V; ++i) ids_[size_t(i)] = int32_t(i);
+  std::iota(ids_.begin(), ids_.end(), 0);
   int64_t n = V;
   if (p.top_k > 0 && p.top_k < V) {
     n = p.top_k;
@@ -124,8 +121,7 @@ int32_t Sampler::choose(const SampleInput& in) {
     while (m < keep && prob[size_t(m)] >= floor) ++m;
     keep = m;
   }
-  double kept = 0;
-  for (int64_t i = 0; i < keep; ++i) kept += prob[size_t(i)];
+  const double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
   const double u = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt))) * kept;
   double cum = 0;
   for (int64_t i = 0; i < keep; ++i) {

@@ -37,7 +37,4 @@ class Sampler {
   std::vector<int32_t> counts_;
 };
 
-// A uniform draw in [0, 1) for (seed, index): counter-based, no state.
-double sample_uniform(uint64_t seed, uint64_t index);
-
 }  // namespace deepinfer

@@ -16,6 +16,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 
@@ -83,11 +84,6 @@ std::string Scheduler::add(Request req) {
   return "";
 }
 
-int64_t Scheduler::blocks_missing(const Sequence* s, int64_t tokens) const {
-  const int64_t need = (tokens + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  return std::max<int64_t>(0, need - int64_t(s->blocks.size()));
-}
-
 int64_t Scheduler::fit_tokens(const Sequence* s, int64_t n) const {
   // The most of the next n tokens whose KV fits in the blocks held plus the free ones.
   const int64_t room =
@@ -101,8 +97,7 @@ bool Scheduler::can_grow(const Sequence* s, int64_t tokens) const {
 
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
   DI_CHECK(can_grow(s, tokens), "growing without free blocks");
-  const int64_t missing = blocks_missing(s, tokens);
-  for (int64_t i = 0; i < missing; ++i)
+  while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens)
     s->blocks.push_back(pools_.pool_of(s->blocks.size()).allocate());
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
 }
@@ -233,19 +228,17 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
 
 const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
                                                 const std::vector<int32_t>& sampled) {
-  std::vector<Sequence*>& sampled_seqs = sampled_seqs_;
-  sampled_seqs.clear();
-  size_t k = 0;
+  sampled_seqs_.clear();
   for (const SchedSeq& q : out.seqs) {
     Sequence* s = seqs_.at(q.seq_id).get();
     s->num_computed += int64_t(q.tokens.size());
     if (!q.sample) continue;
-    DI_CHECK(k < sampled.size(), "fewer sampled tokens than sampling sequences");
-    s->tokens.push_back(sampled[k++]);
-    sampled_seqs.push_back(s);
+    DI_CHECK(sampled_seqs_.size() < sampled.size(), "fewer sampled tokens than sampling sequences");
+    s->tokens.push_back(sampled[sampled_seqs_.size()]);
+    sampled_seqs_.push_back(s);
   }
-  DI_CHECK(k == sampled.size(), "more sampled tokens than sampling sequences");
-  return sampled_seqs;
+  DI_CHECK(sampled_seqs_.size() == sampled.size(), "more sampled tokens than sampling sequences");
+  return sampled_seqs_;
 }
 
 void Scheduler::finish(Sequence* s, FinishReason why) {
@@ -277,9 +270,7 @@ Sequence* Scheduler::find(RequestId id) {
 }
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
-  std::vector<std::unique_ptr<Sequence>> f;
-  f.swap(finished_);
-  return f;
+  return std::exchange(finished_, {});
 }
 
 }  // namespace deepinfer

@@ -15,10 +15,36 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/sequence.h"
+#include "engine/request.h"
+#include "grammar/grammar.h"
 #include "kv/block_pool.h"
 
 namespace deepinfer {
+
+enum class SeqStatus { Waiting, Running, Finished };
+
+// A request in flight: its tokens (prompt then generated), how many the model has computed, and
+// the KV it holds. Owned by the Scheduler; the Sampler reads its history.
+struct Sequence {
+  Request req;
+  uint64_t arrival = 0;         // admission order (FCFS)
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t num_prompt = 0;
+  int64_t num_computed = 0;  // tokens whose KV is in the cache
+  SeqStatus status = SeqStatus::Waiting;
+  std::vector<int32_t> blocks;  // block table
+  int32_t slot = -1;            // fixed-state slot while running
+  bool table_reset = true;      // the runner must start its mirror of the table afresh
+  size_t blocks_sent = 0;       // blocks already announced to the runner
+  std::vector<TopLogprobs> logprobs;
+  FinishReason finish = FinishReason::None;
+  std::string stop_text;
+  std::unique_ptr<grammar::Matcher> matcher;  // with a grammar: where the output stands in it
+
+  int64_t num_generated() const { return int64_t(tokens.size()) - num_prompt; }
+  // Tokens still to compute before the next token can be sampled.
+  int64_t num_pending() const { return int64_t(tokens.size()) - num_computed; }
+};
 
 struct SchedulerConfig {
   int32_t max_num_seqs = 16;
@@ -111,9 +137,8 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
  private:
-  // Blocks a sequence lacks to hold `tokens` tokens of KV; the tokens of the next `n` that fit
-  // in its blocks plus the free ones; allocation of the missing blocks (they must be free).
-  int64_t blocks_missing(const Sequence* s, int64_t tokens) const;
+  // The tokens of the next `n` that fit in a sequence's blocks plus the free ones; whether it can
+  // hold `tokens` tokens of KV; allocation of the missing blocks (they must be free).
   int64_t fit_tokens(const Sequence* s, int64_t n) const;
   bool can_grow(const Sequence* s, int64_t tokens) const;
   void grow_blocks(Sequence* s, int64_t tokens);

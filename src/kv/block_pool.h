@@ -1,6 +1,7 @@
 // A fixed pool of KV blocks: pure bookkeeping, no bytes. Allocation and release are O(1) through
-// an intrusive doubly linked free list; blocks carry reference counts so that sequences may share
-// blocks (a block returns to the free list when its last reference goes).
+// an intrusive free list (a FIFO queue: allocation takes the head, release appends); blocks carry
+// reference counts so that sequences may share blocks (a block returns to the free list when its
+// last reference goes).
 #pragma once
 
 #include <cstddef>
@@ -27,8 +28,8 @@ class BlockPool {
 
  private:
   void push_free(int32_t b);
-  void unlink(int32_t b);
-  std::vector<int32_t> ref_, next_, prev_;
+  void check_used(int32_t block, const char* what) const;
+  std::vector<int32_t> ref_, next_;
   int32_t head_ = -1, tail_ = -1, n_free_ = 0;
 };
 

@@ -25,12 +25,10 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
     DI_REQUIRE(block_tokens_ % r.ratio == 0, "KV cache: block size ", block_tokens_,
                " tokens is not a multiple of layer ", l, "'s compress ratio ", r.ratio);
     L.rows_per_block = block_tokens_ / r.ratio;
-    L.cmp_row_bytes = compressed_kv_row_bytes(c.head_dim);
-    L.cmp.assign(size_t(num_blocks_ * L.rows_per_block * L.cmp_row_bytes), 0);
-    if (r.key_owner) {
-      L.idx_row_bytes = index_key_row_bytes(c.index_head_dim);
-      L.idx.assign(size_t(num_blocks_ * L.rows_per_block * L.idx_row_bytes), 0);
-    }
+    L.row_bytes[0] = compressed_kv_row_bytes(c.head_dim);
+    L.row_bytes[1] = r.key_owner ? index_key_row_bytes(c.index_head_dim) : 0;
+    for (int which : {0, 1})
+      L.paged[which].assign(size_t(num_blocks_ * L.rows_per_block * L.row_bytes[which]), 0);
     if (r.ratio > 1) L.carry.assign(size_t(max_seqs_ * r.ratio * 2 * c.head_dim), 0.0f);
   }
   history_.assign(size_t(max_seqs_ * history_len_), 0);
@@ -40,29 +38,21 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
 uint64_t KvCache::bytes() const {
   uint64_t n = history_.size() * 8;
   for (const auto& L : layers_)
-    n += L.cmp.size() + L.idx.size() + L.window.size() + L.carry.size() * 4;
+    n += L.paged[0].size() + L.paged[1].size() + L.window.size() + L.carry.size() * 4;
   return n;
 }
 
-uint8_t* KvCache::paged_row(std::vector<uint8_t>& region, int64_t row_bytes, int64_t rows_per_block,
-                            const SeqKv& s, int64_t row, int layer, const char* what) {
+uint8_t* KvCache::paged_row(int layer, int which, const SeqKv& s, int64_t row) {
+  LayerRegion& L = layers_[size_t(layer)];
+  const char* what = which == 0 ? "compressed-KV" : "index-key";
+  const int64_t row_bytes = L.row_bytes[which], rows_per_block = L.rows_per_block;
   DI_CHECK(row_bytes > 0, "layer ", layer, " has no ", what, " cache");
   const int64_t bi = row / rows_per_block;
   DI_CHECK(row >= 0 && bi < s.n_blocks, what, " row ", row, " of layer ", layer,
            " is beyond the sequence's ", s.n_blocks, " blocks");
   const int32_t b = s.blocks[bi];
   DI_CHECK(b >= 0 && b < num_blocks_, "block id ", b, " out of range");
-  return region.data() + (int64_t(b) * rows_per_block + row % rows_per_block) * row_bytes;
-}
-
-uint8_t* KvCache::cmp_row(int layer, const SeqKv& s, int64_t row) {
-  LayerRegion& L = layers_[size_t(layer)];
-  return paged_row(L.cmp, L.cmp_row_bytes, L.rows_per_block, s, row, layer, "compressed-KV");
-}
-
-uint8_t* KvCache::idx_row(int layer, const SeqKv& s, int64_t row) {
-  LayerRegion& L = layers_[size_t(layer)];
-  return paged_row(L.idx, L.idx_row_bytes, L.rows_per_block, s, row, layer, "index-key");
+  return L.paged[which].data() + (int64_t(b) * rows_per_block + row % rows_per_block) * row_bytes;
 }
 
 uint8_t* KvCache::window_slot(int layer, int32_t slot, int64_t index) {
@@ -80,6 +70,32 @@ float* KvCache::carry(int layer, int32_t slot) {
 int64_t* KvCache::engram_history(int32_t slot) {
   DI_CHECK(slot >= 0 && slot < max_seqs_);
   return history_.data() + int64_t(slot) * history_len_;
+}
+
+// --- footprint (kv_layout.h) ---
+
+KvFootprint kv_footprint(const ModelConfig& c) {
+  KvFootprint f;
+  const auto roles = layer_roles(c);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerRole& r = roles[size_t(l)];
+    f.window_bytes += c.window_size * window_kv_row_bytes(c.head_dim);
+    if (!r.kv_source) continue;
+    const int64_t cmp = compressed_kv_row_bytes(c.head_dim);
+    const int64_t idx = r.key_owner ? index_key_row_bytes(c.index_head_dim) : 0;
+    f.compressed_row_bytes += cmp;
+    f.index_row_bytes += idx;
+    f.bytes_per_token += double(cmp + idx) / double(r.ratio);
+    if (r.ratio > 1) f.carry_bytes += 2 * int64_t(r.ratio) * c.head_dim * 4;
+  }
+  if (!c.engram_layer_ids.empty())
+    f.engram_history_bytes = int64_t(c.engram_max_ngram_size - 1) * 8;
+  return f;
+}
+
+int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens) {
+  const KvFootprint f = kv_footprint(c);
+  return int64_t(f.bytes_per_token * double(block_tokens) + 0.5);
 }
 
 }  // namespace deepinfer

@@ -37,14 +37,13 @@ class KvCache {
   KvCache(const ModelConfig& c, const KvCacheOptions& opt);
 
   int64_t block_tokens() const { return block_tokens_; }
-  int32_t num_blocks() const { return num_blocks_; }
   int32_t max_seqs() const { return max_seqs_; }
   uint64_t bytes() const;
 
   // Compressed-KV row `row` of KV source `layer` (packed fp4-C, compressed_kv_row_bytes).
-  uint8_t* cmp_row(int layer, const SeqKv& s, int64_t row);
+  uint8_t* cmp_row(int layer, const SeqKv& s, int64_t row) { return paged_row(layer, 0, s, row); }
   // Index-key row of key owner `layer` (packed fp4-I, index_key_row_bytes).
-  uint8_t* idx_row(int layer, const SeqKv& s, int64_t row);
+  uint8_t* idx_row(int layer, const SeqKv& s, int64_t row) { return paged_row(layer, 1, s, row); }
   // Window ring entry `index` (position p lives at p mod W) of `layer` (packed fp8).
   uint8_t* window_slot(int layer, int32_t slot, int64_t index);
   // Compressor carry of KV source `layer` (r > 1): [r, 2, Dh] fp32 (k row then gate row).
@@ -59,13 +58,14 @@ class KvCache {
 
  private:
   struct LayerRegion {
-    std::vector<uint8_t> cmp, idx;  // [num_blocks, block_tokens / r, row bytes]
-    int64_t cmp_row_bytes = 0, idx_row_bytes = 0, rows_per_block = 0;
+    // [0] compressed KV, [1] index keys: [num_blocks, block_tokens / r, row bytes]
+    std::vector<uint8_t> paged[2];
+    int64_t row_bytes[2] = {0, 0}, rows_per_block = 0;
     std::vector<uint8_t> window;  // [max_seqs, W, row bytes]
     std::vector<float> carry;     // [max_seqs, r, 2, Dh]
   };
-  uint8_t* paged_row(std::vector<uint8_t>& region, int64_t row_bytes, int64_t rows_per_block,
-                     const SeqKv& s, int64_t row, int layer, const char* what);
+  // Row `row` of a sequence in cache `which` (0: compressed KV, 1: index keys) of `layer`.
+  uint8_t* paged_row(int layer, int which, const SeqKv& s, int64_t row);
 
   int64_t block_tokens_;
   int32_t num_blocks_, max_seqs_;

@@ -9,7 +9,6 @@
 #include "core/region_timer.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
 #include "kv/kv_layout.h"
@@ -33,10 +32,9 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
-  const RopeTable& rope = rope_for(l);
+  const RopeTable& rope = role.ratio > 0 ? rope_compressed : rope_window;
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
   const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
-  const float eps = float(c.norm_eps);
   ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // --- query (§5.1) ---
@@ -44,9 +42,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   {
     DI_REGION("attn.q");
     linear(P.wq_a, u, N, qr.data(), exact);
-    round(qr.data(), N * Q);
-    rmsnorm(qr.data(), N, Q, W.q_norm, eps, qr.data());
-    round(qr.data(), N * Q);
+    round_norm(qr.data(), N, Q, W.q_norm);
     linear(P.wq_b, qr.data(), N, q.data(), exact);
     round(q.data(), N * H * Dh);
     for (int64_t i = 0; i < N; ++i) {
@@ -64,9 +60,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   {
     DI_REGION("attn.kv");
     linear(P.wkv, u, N, kv.data(), exact);
-    round(kv.data(), N * Dh);
-    rmsnorm(kv.data(), N, Dh, W.kv_norm, eps, kv.data());
-    round(kv.data(), N * Dh);
+    round_norm(kv.data(), N, Dh, W.kv_norm);
     for (int64_t i = 0; i < N; ++i) {
       float* row = &kv[size_t(i * Dh)];
       rope_angles(rope, st.pos[size_t(i)], cs.data());
@@ -125,10 +119,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
           const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
           fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t(nk++ * Dh)]);
         }
-        SparseAttnArgs a{
-            &q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
-            &o[size_t(row * H * Dh)]};
-        cx.attend(row, a);
+        cx.attend(row, {&q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
+                        bf16, exact, &o[size_t(row * H * Dh)]});
       }
       // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
 #include "kv/kv_layout.h"
@@ -23,7 +22,6 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
   const int64_t r = role.ratio;
-  const float eps = float(c.norm_eps);
   const RopeTable& rope = rope_compressed;
   ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
@@ -31,9 +29,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   ArenaVec<float> k(size_t(N * Dh), &arena), g(&arena);
   if (r == 1) {
     linear(P.cmp_wkv, u, N, k.data(), exact);
-    round(k.data(), N * Dh);
-    rmsnorm(k.data(), N, Dh, W.cmp_norm, eps, k.data());
-    round(k.data(), N * Dh);
+    round_norm(k.data(), N, Dh, W.cmp_norm);
   } else {
     g.resize(size_t(N * Dh));
     linear(P.cmp_wkv, u, N, k.data(), exact);
@@ -82,17 +78,13 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
           for (int64_t t = 0; t < r; ++t) pooled += double(kr[t][d]) * (e[t] / es);
           latent[size_t(d)] = f32(pooled);
         }
-        round(latent.data(), Dh);  // cast to bf16 before the norm
-        rmsnorm(latent.data(), 1, Dh, W.cmp_norm, eps, latent.data());
-        round(latent.data(), Dh);
+        round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
       }
+      rope_angles(rope, j * r, cs.data());  // the group's first position, for key and latent
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
         linear(P.idx_wk, latent.data(), 1, key.data(), exact);
-        round(key.data(), Di);
-        rmsnorm(key.data(), 1, Di, W.idx_k_norm, eps, key.data());
-        round(key.data(), Di);
-        rope_angles(rope, j * r, cs.data());
+        round_norm(key.data(), 1, Di, W.idx_k_norm);
         rope_rotate(key.data() + Di - R, cs.data(), R, false);
         round(key.data(), Di);
         // Every rank computes the row; its context-parallel owner stores it.
@@ -104,7 +96,6 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
       }
       // RoPE at the group's first position, fp4-C, append (§5.4).
-      rope_angles(rope, j * r, cs.data());
       rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
       round(latent.data(), Dh);
       uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_scratch.data();

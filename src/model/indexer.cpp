@@ -42,7 +42,6 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
 
   st.topk.resize(size_t(N * K));
   st.topk_n.assign(size_t(N), 0);
-  st.topk_width.assign(size_t(N), 0);
   if (role.candidate_source) {
     st.cand.assign(size_t(N * c.candidate_topk_blocks), 0);
     st.cand_n.assign(size_t(N), -1);
@@ -86,17 +85,8 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       const int64_t visible = std::min(T, (p + 1) / r);
       const int64_t vis_own =
           std::lower_bound(own.begin(), own.end(), visible) - own.begin();  // held and visible
-      IndexerScoreArgs a{&qi[size_t(row * Hi * Di)],
-                         &w[size_t(row * Hi)],
-                         keys.data(),
-                         n_own,
-                         vis_own,
-                         Hi,
-                         Di,
-                         bf16,
-                         exact,
-                         scores.data()};
-      indexer_scores(a);
+      indexer_scores({&qi[size_t(row * Hi * Di)], &w[size_t(row * Hi)], keys.data(), n_own, vis_own,
+                      Hi, Di, bf16, exact, scores.data()});
       if (role.candidate_source) {
         // Block scores (max over the block; held rows come in whole blocks), the block of the
         // newest visible row forced in, the best Ck finite ones.
@@ -144,17 +134,16 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     });
   merge(top_local, K, [&](int64_t i, const ScoredId* b, int64_t n) {
     st.topk_n[size_t(i)] = int32_t(n);
-    st.topk_width[size_t(i)] = int32_t(std::min(K, rows_of_seq[size_t(i)]));
     for (int64_t j = 0; j < n; ++j) st.topk[size_t(i * K + j)] = b[j].id;
   });
   if (st.dump) {
     int64_t width = 0;
-    for (int64_t i = 0; i < N; ++i) width = std::max<int64_t>(width, st.topk_width[size_t(i)]);
+    for (int64_t i = 0; i < N; ++i) width = std::max(width, std::min(K, rows_of_seq[size_t(i)]));
     ArenaVec<int32_t> list(size_t(N * width), -1, &arena);
     for (int64_t i = 0; i < N; ++i)
       for (int32_t j = 0; j < st.topk_n[size_t(i)]; ++j)
         list[size_t(i * width + j)] = st.topk[size_t(i * K + j)];
-    dump_i32(st, l, "attn.topk", list.data(), {N, width});
+    dump(st, l, "attn.topk", list.data(), {N, width});
   }
 }
 

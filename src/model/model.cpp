@@ -99,20 +99,10 @@ void Model::Impl::round(float* x, int64_t n) const {
   if (bf16) round_bf16_inplace(x, n);
 }
 
-namespace {
-std::string dump_name(int layer, const char* name) {
-  return layer < 0 ? std::string(name) : "L" + std::to_string(layer) + "." + name;
-}
-}  // namespace
-
-void Model::Impl::dump(const Step& st, int layer, const char* name, const float* data,
-                       std::initializer_list<int64_t> shape) const {
-  if (st.dump) sink->put(dump_name(layer, name), data, shape);
-}
-
-void Model::Impl::dump_i32(const Step& st, int layer, const char* name, const int32_t* data,
-                           std::initializer_list<int64_t> shape) const {
-  if (st.dump) sink->put_i32(dump_name(layer, name), data, shape);
+void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
+  round(x, n * d);
+  rmsnorm(x, n, d, w, float(c.norm_eps), x);
+  round(x, n * d);
 }
 
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
@@ -123,14 +113,10 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
   st.engram_ids.clear();
   st.topk.clear();
   st.topk_n.clear();
-  st.topk_width.clear();
   st.cand.clear();
   st.cand_n.clear();
-  st.pos.assign(size_t(st.N), 0);
-  st.seq_of_row.assign(size_t(st.N), 0);
-  st.is_pad.assign(size_t(st.N), 0);
+  st.pos.clear();
   st.row0.clear();
-  int64_t r = 0;
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const ForwardSeq& q = batch.seqs[s];
     DI_CHECK(q.n_tokens >= 1 && q.n_padding >= 0 && q.n_padding < q.n_tokens && q.start_pos >= 0);
@@ -139,15 +125,12 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
     DI_CHECK(kv.capacity_tokens(q.kv.n_blocks) >= q.start_pos + q.n_tokens - q.n_padding,
              "sequence ", s, " has blocks for ", kv.capacity_tokens(q.kv.n_blocks),
              " tokens, needs ", q.start_pos + q.n_tokens - q.n_padding);
-    st.row0.push_back(r);
-    for (int64_t i = 0; i < q.n_tokens; ++i, ++r) {
-      st.pos[size_t(r)] = q.start_pos + i;
-      st.seq_of_row[size_t(r)] = int32_t(s);
-      st.is_pad[size_t(r)] = i >= q.n_tokens - q.n_padding;
-    }
+    st.row0.push_back(int64_t(st.pos.size()));
+    for (int64_t i = 0; i < q.n_tokens; ++i) st.pos.push_back(q.start_pos + i);
     if (q.start_pos == 0) kv.last_key_layer(q.kv.slot) = -1;
   }
-  DI_CHECK(r == st.N, "rows of the sequences (", r, ") != tokens (", st.N, ")");
+  DI_CHECK(int64_t(st.pos.size()) == st.N, "rows of the sequences (", st.pos.size(),
+           ") != tokens (", st.N, ")");
   for (int32_t t : batch.tokens)
     DI_REQUIRE(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ",
                c.vocab_size, ")");
@@ -221,6 +204,18 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       pi[size_t(i * M)] = 1.0f;
     }
   }
+  // The stream's copies xs collapsed with `pre` into u, then normed.
+  auto collapse = [&](const float* xs, const float* pre, const Weight& norm) {
+    for_rows(N, [&](int64_t i) { hc_pre(xs + i * MD, pre + i * M, M, D, &u[size_t(i * D)]); });
+    round_norm(u.data(), N, D, norm);
+  };
+  // The sublayer's output y spread back over the copies of xs into dst.
+  auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {
+    for_rows(N, [&](int64_t i) {
+      hc_post(&y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
+    });
+    round(dst, N * MD);
+  };
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& W = ck.layers[size_t(l)];
     if (c.is_engram_layer(l)) {
@@ -239,42 +234,24 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     {
       DI_REGION("model.hc");
       hc_mixes_rows(hca, x.data(), N, pre_a.data(), post_a.data(), comb_a.data());
-      for_rows(N, [&](int64_t i) {
-        hc_pre(&x[size_t(i * MD)], &pi[size_t(i * M)], M, D, &u[size_t(i * D)]);
-      });
-      round(u.data(), N * D);
-      rmsnorm(u.data(), N, D, W.attn_norm, eps, u.data());
-      round(u.data(), N * D);
+      collapse(x.data(), pi.data(), W.attn_norm);
     }
     dump(st, l, "attn.u", u.data(), {N, D});
     attention(l, st, u.data(), y.data());
     {
       DI_REGION("model.hc");
-      for_rows(N, [&](int64_t i) {
-        hc_post(&y[size_t(i * D)], &x[size_t(i * MD)], &post_a[size_t(i * M)],
-                &comb_a[size_t(i * M * M)], M, D, &x1[size_t(i * MD)]);
-      });
-      round(x1.data(), N * MD);
+      expand(x.data(), post_a.data(), comb_a.data(), x1.data());
       dump(st, l, "hc.x1", x1.data(), {N, M, D});
       hc_mixes_rows(hcf, x1.data(), N, pre_f.data(), post_f.data(), comb_f.data());
       // The FFN collapses with the attention's pre coefficients (§7.3).
-      for_rows(N, [&](int64_t i) {
-        hc_pre(&x1[size_t(i * MD)], &pre_a[size_t(i * M)], M, D, &u[size_t(i * D)]);
-      });
-      round(u.data(), N * D);
-      rmsnorm(u.data(), N, D, W.ffn_norm, eps, u.data());
-      round(u.data(), N * D);
+      collapse(x1.data(), pre_a.data(), W.ffn_norm);
     }
     dump(st, l, "ffn.v", u.data(), {N, D});
     moe(l, st, u.data(), y.data());
     dump(st, l, "ffn.out", y.data(), {N, D});
     {
       DI_REGION("model.hc");
-      for_rows(N, [&](int64_t i) {
-        hc_post(&y[size_t(i * D)], &x1[size_t(i * MD)], &post_f[size_t(i * M)],
-                &comb_f[size_t(i * M * M)], M, D, &x2[size_t(i * MD)]);
-      });
-      round(x2.data(), N * MD);
+      expand(x1.data(), post_f.data(), comb_f.data(), x2.data());
     }
     dump(st, l, "hc.x2", x2.data(), {N, M, D});
     std::swap(x, x2);
@@ -282,11 +259,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   }
   // Final collapse with the last FFN's pre, final norm, fp32 head on the rows that want logits.
   DI_REGION("model.head");
-  for (int64_t i = 0; i < N; ++i)
-    hc_pre(&x[size_t(i * MD)], &pi[size_t(i * M)], M, D, &u[size_t(i * D)]);
-  round(u.data(), N * D);
-  rmsnorm(u.data(), N, D, ck.norm, eps, u.data());
-  round(u.data(), N * D);
+  collapse(x.data(), pi.data(), ck.norm);
   dump(st, -1, "final.h", u.data(), {N, D});
   ArenaVec<float> h(&arena);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
@@ -309,8 +282,8 @@ void NpyActivationDump::put(const std::string& name, const float* data,
                             const std::vector<int64_t>& shape) {
   npy_write_f32(call_dir_ + "/" + name + ".npy", data, shape);
 }
-void NpyActivationDump::put_i32(const std::string& name, const int32_t* data,
-                                const std::vector<int64_t>& shape) {
+void NpyActivationDump::put(const std::string& name, const int32_t* data,
+                            const std::vector<int64_t>& shape) {
   npy_write_i32(call_dir_ + "/" + name + ".npy", data, shape);
 }
 

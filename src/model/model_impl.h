@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "core/error.h"
 #include "kernels/engram_hash.h"
 #include "kernels/linear.h"
 #include "kernels/rope.h"
@@ -19,17 +20,14 @@ namespace deepinfer {
 struct Step {
   const ForwardBatch* batch = nullptr;
   KvCache* kv = nullptr;
-  int64_t N = 0;                    // rows
-  std::vector<int64_t> pos;         // [N] absolute position of each row
-  std::vector<int32_t> seq_of_row;  // [N]
-  std::vector<int64_t> row0;        // [n_seqs] first row of each sequence
-  std::vector<uint8_t> is_pad;      // [N]
+  int64_t N = 0;              // rows
+  std::vector<int64_t> pos;   // [N] absolute position of each row
+  std::vector<int64_t> row0;  // [n_seqs] first row of each sequence
   // Engram hash ids of every row: [N, L_E, NC].
   std::vector<int64_t> engram_ids;
   // Published by index sources: per row, the compressed rows to attend (ascending), width K.
-  std::vector<int32_t> topk;        // [N, K]
-  std::vector<int32_t> topk_n;      // [N]
-  std::vector<int32_t> topk_width;  // [N] min(K, rows existing): the list's width with padding
+  std::vector<int32_t> topk;    // [N, K]
+  std::vector<int32_t> topk_n;  // [N]
   // Published by the candidate source: per row, the kept blocks (ascending), width Ck; -1 count
   // when nothing was published for the row.
   std::vector<int32_t> cand;    // [N, Ck]
@@ -79,20 +77,20 @@ struct Model::Impl {
   Step step;
 
   void round(float* x, int64_t n) const;
+  // x [n, d] rounded, RMS-normed with `w` and rounded again.
+  void round_norm(float* x, int64_t n, int64_t d, const Weight& w) const;
   // Does this rank hold compressed row `row` of `layer`?
   bool owns_row(const Step& st, int layer, int64_t row) const {
     return opt.parallel.context->owns_block(row * roles[size_t(layer)].ratio /
                                             st.kv->block_tokens());
   }
-  const RopeTable& rope_for(int layer) const {
-    return roles[size_t(layer)].ratio > 0 ? rope_compressed : rope_window;
-  }
   // Activation `name` of layer `layer` (-1: none) to the sink, when this call dumps; builds
   // nothing otherwise.
-  void dump(const Step& st, int layer, const char* name, const float* data,
-            std::initializer_list<int64_t> shape) const;
-  void dump_i32(const Step& st, int layer, const char* name, const int32_t* data,
-                std::initializer_list<int64_t> shape) const;
+  template <typename T>
+  void dump(const Step& st, int layer, const char* name, const T* data,
+            std::initializer_list<int64_t> shape) const {
+    if (st.dump) sink->put(layer < 0 ? name : str_cat("L", layer, ".", name), data, shape);
+  }
 
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);

@@ -1,4 +1,4 @@
-#include "model/parallel.h"
+#include "model/model.h"
 
 #include <algorithm>
 #include <cstring>

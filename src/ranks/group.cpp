@@ -67,7 +67,6 @@ class SingleGroup final : public Group {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void broadcast(void*, size_t, int root) override { check_root(root); }
-  using Group::all_reduce;
   void all_reduce(float*, size_t) override {}
   void all_gather(const void* in, size_t n_bytes_each, void* out) override {
     if (n_bytes_each && in != out) std::memmove(out, in, n_bytes_each);

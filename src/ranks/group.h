@@ -29,7 +29,6 @@ class Group {
 
   // data[j] = sum over ranks r in order 0..size-1 of data_r[j], on every rank.
   virtual void all_reduce(float* data /* [n] */, size_t n) = 0;
-  void all_reduce(std::span<float> data) { all_reduce(data.data(), data.size()); }
 
   // out = [in_0, in_1, ..., in_{size-1}], each block `n_bytes_each` long.
   virtual void all_gather(const void* in /* [n_bytes_each] */, size_t n_bytes_each,

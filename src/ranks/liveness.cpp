@@ -69,23 +69,19 @@ Liveness::~Liveness() {
     if (fd >= 0) close(fd);
 }
 
-void Liveness::watch_children(const std::vector<int>& pids) {
-  leader_ = true;
-  self_rank_ = 0;
-  pids_ = pids;
-  reaped_.assign(pids.size(), false);
-  reaped_[0] = true;
-}
-
-void Liveness::watch_peers(const std::vector<int>& pids, int self_rank) {
-  leader_ = false;
+void Liveness::watch(const std::vector<int>& pids, int self_rank,
+                     std::atomic<int32_t>* first_dead) {
+  leader_ = self_rank == 0;
   self_rank_ = self_rank;
+  first_dead_ = first_dead;
+  pids_ = pids;
+  reaped_.assign(pids.size(), false);  // the leader's own entry counts as reaped
+  reaped_[0] = true;
   for (int fd : pidfds_)
     if (fd >= 0) close(fd);
-  pids_ = pids;
   pidfds_.assign(pids.size(), -1);
   for (size_t r = 0; r < pids.size(); ++r)
-    if (int(r) != self_rank && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
+    if (!leader_ && int(r) != self_rank && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
 }
 
 const std::string& Liveness::poll() {

@@ -21,14 +21,11 @@ class Liveness {
   Liveness(const Liveness&) = delete;
   Liveness& operator=(const Liveness&) = delete;
 
-  // The leader: `pids[r]` is follower r (pids[0], the leader itself, is ignored).
-  void watch_children(const std::vector<int>& pids);
-  // A follower: `pids[r]` is rank r (0 where not known yet; pids[self_rank] is ignored).
-  void watch_peers(const std::vector<int>& pids, int self_rank);
-
-  // A word shared by all ranks (-1 at first) where the first rank seen dead is recorded, so
-  // that every rank names the same cause.
-  void share_first_dead(std::atomic<int32_t>* word) { first_dead_ = word; }
+  // Rank `self_rank` watches the others: `pids[r]` is rank r (0 where not known yet;
+  // pids[self_rank] is ignored); rank 0, the leader, spawned them. `first_dead` is a word shared
+  // by all ranks (-1 at first) where the first rank seen dead is recorded, so that every rank
+  // names the same cause.
+  void watch(const std::vector<int>& pids, int self_rank, std::atomic<int32_t>* first_dead);
 
   // Throws deepinfer::Error naming the first rank found dead; once one is, every later call
   // throws the same error.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <ranges>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,17 +27,14 @@ class Writer {
   void put(const T& v) {
     put_bytes(&v, sizeof(T));
   }
-  // A length (uint64) then the elements.
-  template <Pod T>
-  void put_vector(std::span<const T> v) {
-    put<uint64_t>(v.size());
-    put_bytes(v.data(), v.size_bytes());
+  // A length (uint64) then the elements of a contiguous range (vector, span, string).
+  template <std::ranges::contiguous_range R>
+  requires Pod<std::ranges::range_value_t<R>>
+  void put_vector(const R& v) {
+    put<uint64_t>(std::ranges::size(v));
+    put_bytes(std::ranges::data(v), std::ranges::size(v) * sizeof(std::ranges::range_value_t<R>));
   }
-  template <Pod T>
-  void put_vector(const std::vector<T>& v) {
-    put_vector(std::span<const T>(v));
-  }
-  void put_string(std::string_view s) { put_vector(std::span<const char>(s)); }
+  void put_string(std::string_view s) { put_vector(s); }
   void put_bytes(const void* p, size_t n) {
     if (n == 0) return;
     const size_t at = buf_.size();

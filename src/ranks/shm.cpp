@@ -1,26 +1,36 @@
-// The shared-memory backend: the segment (shm.h), waits on it, groups, and the world.
+// The shared-memory backend: the segment (shm.h), the launch of the followers (launch.h), waits
+// on the segment, groups, and the world.
 #include "ranks/shm.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <new>
 #include <vector>
 
 #include "core/error.h"
-#include "ranks/backend.h"
 #include "ranks/launch.h"
 #include "ranks/liveness.h"
+
+extern char** environ;
 
 namespace deepinfer::ranks {
 
@@ -146,6 +156,144 @@ GroupArea* Segment::group(uint64_t index) const {
 
 }  // namespace shm
 
+// --- launch (launch.h) ---
+
+namespace {
+
+std::vector<std::string> own_arguments() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  DI_REQUIRE(f, "cannot read /proc/self/cmdline to start the follower ranks");
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(f, arg, '\0');) args.push_back(arg);
+  DI_REQUIRE(!args.empty(), "/proc/self/cmdline is empty");
+  return args;
+}
+
+bool is_rank_variable(const char* entry) {
+  for (const char* name : {kEnvLocalRank, kEnvWorldSize, kEnvShmName}) {
+    const size_t n = std::strlen(name);
+    if (std::strncmp(entry, name, n) == 0 && entry[n] == '=') return true;
+  }
+  return false;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+std::vector<int> spawn_followers(int world_size, const std::string& shm_name) {
+  std::vector<std::string> args = own_arguments();
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e)
+    if (!is_rank_variable(*e)) env.emplace_back(*e);
+  env.push_back(str_cat(kEnvWorldSize, "=", world_size));
+  env.push_back(str_cat(kEnvShmName, "=", shm_name));
+  env.emplace_back();  // kEnvLocalRank, set for each follower
+  // Everything the child touches is built before fork: between fork and exec it may only make
+  // async-signal-safe calls (the leader may already run other threads).
+  std::vector<char*> argv = c_strings(args);
+  const pid_t leader = getpid();
+
+  std::vector<int> pids(static_cast<size_t>(world_size), 0);
+  pids[0] = leader;
+  for (int r = 1; r < world_size; ++r) {
+    env.back() = str_cat(kEnvLocalRank, "=", r);
+    std::vector<char*> envp = c_strings(env);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      // The death signal follows the leader thread that forked; if the leader died before it
+      // was armed, the parent is already someone else.
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != leader) _exit(126);
+      execve("/proc/self/exe", argv.data(), envp.data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      const int err = errno;
+      for (int k = 1; k < r; ++k) kill(pids[size_t(k)], SIGKILL);
+      for (int k = 1; k < r; ++k) waitpid(pids[size_t(k)], nullptr, 0);
+      throw Error(
+          str_cat("cannot start rank ", r, " of ", world_size, ": fork: ", std::strerror(err)));
+    }
+    pids[size_t(r)] = pid;
+  }
+  return pids;
+}
+
+// --- signal cleanup ---
+// A signal handler can only reach static state; it holds one fixed-size name.
+
+namespace {
+
+char g_armed_name[256];
+std::atomic<bool> g_armed{false};
+struct sigaction g_prev_int, g_prev_term;
+
+void on_fatal_signal(int sig) {
+  if (g_armed.exchange(false)) shm_unlink(g_armed_name);
+  sigaction(SIGINT, &g_prev_int, nullptr);
+  sigaction(SIGTERM, &g_prev_term, nullptr);
+  // Blocked until this handler returns, then delivered to the previous disposition.
+  raise(sig);
+}
+
+}  // namespace
+
+void arm_signal_cleanup(const std::string& shm_name) {
+  DI_CHECK(shm_name.size() < sizeof g_armed_name);
+  disarm_signal_cleanup();
+  std::memcpy(g_armed_name, shm_name.c_str(), shm_name.size() + 1);
+  g_armed.store(true);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
+  // A signal the process was told to ignore (nohup, a background job) stays ignored.
+  sigaction(SIGINT, nullptr, &g_prev_int);
+  sigaction(SIGTERM, nullptr, &g_prev_term);
+  if (g_prev_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
+  if (g_prev_term.sa_handler != SIG_IGN) sigaction(SIGTERM, &sa, nullptr);
+}
+
+void disarm_signal_cleanup() {
+  // Restore only if our handler is still the one installed.
+  if (!g_armed.exchange(false)) return;
+  struct sigaction cur {};
+  sigaction(SIGINT, nullptr, &cur);
+  if (cur.sa_handler == on_fatal_signal) sigaction(SIGINT, &g_prev_int, nullptr);
+  sigaction(SIGTERM, nullptr, &cur);
+  if (cur.sa_handler == on_fatal_signal) sigaction(SIGTERM, &g_prev_term, nullptr);
+}
+
+void remove_stale_segments() {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    int pid = 0, n = 0, used = 0;
+    if (std::sscanf(e->d_name, "deepinfer-%d-%d%n", &pid, &n, &used) != 2 ||
+        e->d_name[used] != '\0' || pid <= 0)
+      continue;
+    // A leader holds its name only while its followers start (a minute at most); an older
+    // name whose pid is gone here is left over, not a leader in another pid namespace that
+    // shares this /dev/shm.
+    struct stat st {};
+    const std::string path = str_cat("/dev/shm/", e->d_name);
+    if (stat(path.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < 600) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(str_cat("/", e->d_name).c_str());
+  }
+  closedir(d);
+}
+
+std::string new_segment_name() {
+  static std::atomic<int> counter{0};
+  return str_cat("/deepinfer-", getpid(), "-", counter.fetch_add(1));
+}
+
 namespace {
 
 // --- waits ---
@@ -267,7 +415,6 @@ class ShmGroup final : public Group {
     });
   }
 
-  using Group::all_reduce;
   void all_reduce(float* data, size_t n) override {
     rounds(n, slot_bytes_ / sizeof(float), [&](size_t off, size_t len) {
       std::memcpy(slot(rank_), data + off, len * sizeof(float));
@@ -375,38 +522,29 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
 class ShmWorld final : public World {
  public:
   ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
-      : state_(s),
-        group_(s, 0, s->world_rank, s->world_size),
-        // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
-        channel_(std::make_unique<ShmGroup>(s, s->segment->header()->max_groups, s->world_rank,
-                                            s->world_size)),
+      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, s->world_rank, s->world_size),
+              // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
+              std::make_unique<StepChannel>(std::make_unique<ShmGroup>(
+                  s, s->segment->header()->max_groups, s->world_rank, s->world_size))),
+        state_(s),
         exit_timeout_s_(options.exit_timeout_s) {}
 
   ~ShmWorld() override {
     if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
   }
 
-  Backend backend() const override { return Backend::kShm; }
-  Group& group() override { return group_; }
-  StepChannel& channel() override { return channel_; }
   std::vector<int> local_pids() const override { return state_->pids; }
   std::string dead_rank() override { return state_->alive.poll(); }
 
   void finish() override {
     if (finished_) return;
-    if (state_->world_rank == 0) {
-      channel_.send_shutdown();
-    } else if (!channel_.shut_down()) {
-      await_shutdown(channel_);
-    }
+    channel_->finish();
     finished_ = true;
     if (state_->world_rank == 0) state_->alive.reap_children(exit_timeout_s_);
   }
 
  private:
   std::shared_ptr<ShmState> state_;
-  ShmGroup group_;
-  GroupChannel channel_;
   double exit_timeout_s_;
   bool finished_ = false;
 };
@@ -430,8 +568,7 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
     h = state->segment->header();
     h->pids[0] = int32_t(getpid());
     state->pids = spawn_followers(o.world_size, name);
-    state->alive.watch_children(state->pids);
-    state->alive.share_first_dead(&h->first_dead);
+    state->alive.watch(state->pids, 0, &h->first_dead);
     const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
     while (h->joined.value.load(std::memory_order_acquire) < followers) {
@@ -473,14 +610,13 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
   h->pids[rank] = int32_t(getpid());
   std::vector<int> pids(static_cast<size_t>(world_size), 0);
   pids[0] = leader;
-  state->alive.watch_peers(pids, rank);
-  state->alive.share_first_dead(&h->first_dead);
+  state->alive.watch(pids, rank, &h->first_dead);
   notify(h->joined);  // its value counts the followers that joined
   wait_until(
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
   state->pids.assign(h->pids, h->pids + world_size);
-  state->alive.watch_peers(state->pids, rank);
+  state->alive.watch(state->pids, rank, &h->first_dead);
   return std::make_unique<ShmWorld>(state, options);
 }
 

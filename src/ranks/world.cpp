@@ -9,7 +9,6 @@
 #include <string>
 
 #include "core/error.h"
-#include "ranks/backend.h"
 #include "ranks/launch.h"
 
 #ifndef DEEPINFER_RANKS_HAVE_MPI  // defined by CMake when MPI was found
@@ -21,10 +20,6 @@ namespace deepinfer::ranks {
 const char* backend_name(Backend b) {
   static const char* const kNames[] = {"single", "shm", "mpi"};
   return size_t(b) < std::size(kNames) ? kNames[size_t(b)] : "?";
-}
-
-bool mpi_available() {
-  return DEEPINFER_RANKS_HAVE_MPI != 0;
 }
 
 namespace {
@@ -44,27 +39,14 @@ int env_int(const char* name, int lo, int hi) {
   return int(x);
 }
 
-class SingleWorld final : public World {
- public:
-  Backend backend() const override { return Backend::kSingle; }
-  Group& group() override { return *group_; }
-  StepChannel& channel() override { return channel_; }  // sends reach nobody
-  void finish() override {}
-  std::vector<int> local_pids() const override { return {int(getpid())}; }
-
- private:
-  std::unique_ptr<Group> group_ = make_single_group();
-  GroupChannel channel_{make_single_group()};
-};
-
 }  // namespace
 
-void GroupChannel::require_leader() const {
+void StepChannel::require_leader() const {
   DI_REQUIRE(group_->rank() == 0, "the step channel sends from the leader only (rank ",
              group_->rank(), " tried)");
 }
 
-void GroupChannel::send(std::span<const uint8_t> msg) {
+void StepChannel::send(std::span<const uint8_t> msg) {
   require_leader();
   DI_REQUIRE(!shut_down_, "the step channel was shut down; nothing can be sent after that");
   uint64_t head[2] = {kData, msg.size()};
@@ -72,7 +54,7 @@ void GroupChannel::send(std::span<const uint8_t> msg) {
   group_->broadcast(const_cast<uint8_t*>(msg.data()), msg.size(), 0);  // the root only reads
 }
 
-void GroupChannel::send_shutdown() {
+void StepChannel::send_shutdown() {
   require_leader();
   if (shut_down_) return;
   uint64_t head[2] = {kShutdown, 0};
@@ -80,7 +62,7 @@ void GroupChannel::send_shutdown() {
   shut_down_ = true;
 }
 
-bool GroupChannel::receive(std::vector<uint8_t>& msg) {
+bool StepChannel::receive(std::vector<uint8_t>& msg) {
   DI_REQUIRE(group_->rank() != 0, "the leader cannot receive on the step channel");
   DI_REQUIRE(!shut_down_, "the step channel was shut down; nothing more will arrive");
   uint64_t head[2] = {0, 0};
@@ -96,10 +78,18 @@ bool GroupChannel::receive(std::vector<uint8_t>& msg) {
   return true;
 }
 
-void await_shutdown(StepChannel& channel) {
+void StepChannel::finish() {
+  if (group_->rank() == 0) return send_shutdown();
   std::vector<uint8_t> msg;
-  DI_REQUIRE(!channel.receive(msg), "the run ended on a follower while the leader still sent a ",
-             msg.size(), "-byte step message; the shutdown message was expected");
+  DI_REQUIRE(shut_down_ || !receive(msg),
+             "the run ended on a follower while the leader still sent a ", msg.size(),
+             "-byte step message; the shutdown message was expected");
+}
+
+std::vector<int> World::local_pids() const {
+  std::vector<int> pids(size_t(group_->size()), 0);
+  pids[size_t(group_->rank())] = int(getpid());
+  return pids;
 }
 
 std::unique_ptr<World> init_world(const WorldOptions& options) {
@@ -124,7 +114,8 @@ std::unique_ptr<World> init_world(const WorldOptions& options) {
     return make_shm_follower(options, rank, world_size, name);
   }
   if (options.world_size > 1) return make_shm_leader(options);
-  return std::make_unique<SingleWorld>();
+  return std::make_unique<World>(Backend::kSingle, make_single_group(),
+                                 std::make_unique<StepChannel>(make_single_group()));
 }
 
 }  // namespace deepinfer::ranks

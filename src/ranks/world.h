@@ -52,33 +52,53 @@ struct WorldOptions {
   bool handle_signals = true;
 };
 
-// Leader to followers, one message per step. The leader's messages arrive at every follower
-// complete and in order.
+// Leader to followers, one message per step, as broadcasts from rank 0 on a group of its own,
+// so that its messages never interleave with the collectives of a step: a header {kind, bytes},
+// then the bytes. The leader's messages arrive at every follower complete and in order.
 class StepChannel {
  public:
+  explicit StepChannel(std::unique_ptr<Group> group) : group_(std::move(group)) {}
   virtual ~StepChannel() = default;
   // Leader only. May block until every follower is in receive().
-  virtual void send(std::span<const uint8_t> msg) = 0;
+  void send(std::span<const uint8_t> msg);
   // Leader only: the last message; receive() returns false for it.
-  virtual void send_shutdown() = 0;
+  void send_shutdown();
   // Followers only. Blocks for the next message; false when it is the shutdown message.
-  virtual bool receive(std::vector<uint8_t>& msg) = 0;
+  bool receive(std::vector<uint8_t>& msg);
+  bool shut_down() const { return shut_down_; }
+  // This side's end of the run: the leader sends the shutdown message if not sent yet; a
+  // follower receives it if it has not arrived yet, and throws if a step message arrives instead.
+  void finish();
+
+ protected:
+  // Broadcasts head[2] from rank 0. A backend may wait for it in its own way.
+  virtual void header(uint64_t* head) { group_->broadcast(head, 2 * sizeof(uint64_t), 0); }
+
+  std::unique_ptr<Group> group_;
+
+ private:
+  void require_leader() const;
+  bool shut_down_ = false;
 };
 
+// The base class is the single rank, and what every backend shares.
 class World {
  public:
+  explicit World(Backend backend, std::unique_ptr<Group> group = nullptr,
+                 std::unique_ptr<StepChannel> channel = nullptr)
+      : backend_(backend), group_(std::move(group)), channel_(std::move(channel)) {}
   virtual ~World() = default;
-  virtual Backend backend() const = 0;
-  virtual Group& group() = 0;
-  virtual StepChannel& channel() = 0;
+  Backend backend() const { return backend_; }
+  Group& group() { return *group_; }
+  StepChannel& channel() { return *channel_; }
   // Leader: sends the shutdown message if not sent yet, waits for every follower to exit and
   // throws if one failed or did not exit in time. Followers: wait for the shutdown message if
   // it has not arrived yet (any other message then is an error). Followers should exit soon
   // after: the leader's finish() waits for that.
-  virtual void finish() = 0;
+  virtual void finish() { channel_->finish(); }
   // Process ids of the ranks on this host, by rank, as far as this rank knows them (the shm
-  // backend knows all; MPI only its own).
-  virtual std::vector<int> local_pids() const = 0;
+  // backend knows all; the others only their own, 0 elsewhere).
+  virtual std::vector<int> local_pids() const;
   // The first rank found dead, described ("rank 1 (pid ...) exited with ..."), or empty while
   // all are alive or when the backend cannot tell between collectives. From the thread that
   // runs the collectives.
@@ -87,15 +107,13 @@ class World {
   int rank() { return group().rank(); }
   int size() { return group().size(); }
   bool is_leader() { return rank() == 0; }
+
+ protected:
+  Backend backend_;
+  std::unique_ptr<Group> group_;
+  std::unique_ptr<StepChannel> channel_;
 };
 
 std::unique_ptr<World> init_world(const WorldOptions& options = {});
-
-// A follower's end of the run: receives the shutdown message, or throws if a step message
-// arrives instead.
-void await_shutdown(StepChannel& channel);
-
-// Whether this build has the MPI backend.
-bool mpi_available();
 
 }  // namespace deepinfer::ranks

@@ -5,7 +5,6 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +12,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "ranks/backend.h"
+#include "ranks/launch.h"
 
 namespace deepinfer::ranks {
 
@@ -63,7 +62,6 @@ class MpiGroup final : public Group {
     }
   }
 
-  using Group::all_reduce;
   void all_reduce(float* data, size_t n) override {
     const size_t share = (n + size_t(size_) - 1) / size_t(size_);
     std::vector<float> padded(share * size_t(size_)), mine(share);
@@ -130,10 +128,9 @@ class MpiGroup final : public Group {
 
 // Followers wait for the header with a non-blocking broadcast they poll and sleep on, instead of
 // spinning in MPI between steps.
-class MpiChannel final : public GroupChannel {
+class MpiChannel final : public StepChannel {
  public:
-  explicit MpiChannel(MPI_Comm comm)
-      : GroupChannel(std::make_unique<MpiGroup>(comm)), comm_(comm) {}
+  explicit MpiChannel(MPI_Comm comm) : StepChannel(std::make_unique<MpiGroup>(comm)), comm_(comm) {}
 
  private:
   void header(uint64_t* head) override {
@@ -154,7 +151,7 @@ class MpiChannel final : public GroupChannel {
 
 class MpiWorld final : public World {
  public:
-  explicit MpiWorld(const WorldOptions& options) {
+  explicit MpiWorld(const WorldOptions& options) : World(Backend::kMpi) {
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {
@@ -173,10 +170,10 @@ class MpiWorld final : public World {
                group_->size(), " ranks but this run asks for ", options.world_size);
   }
   // MPI_Finalize waits for every rank; after an error the others may never get there, so an
-  // unclean end leaves MPI alone: the process exits and mpirun ends the whole job.
+  // unclean end (no shutdown message sent or received) leaves MPI alone: the process exits and
+  // mpirun ends the whole job.
   ~MpiWorld() override {
-    const bool clean = finished_ || channel_->shut_down();
-    if (!clean || mpi_finalized()) {
+    if (!channel_->shut_down() || mpi_finalized()) {
       (void)group_.release();
       (void)channel_.release();
       return;
@@ -186,29 +183,8 @@ class MpiWorld final : public World {
     if (owns_mpi_) MPI_Finalize();
   }
 
-  Backend backend() const override { return Backend::kMpi; }
-  Group& group() override { return *group_; }
-  StepChannel& channel() override { return *channel_; }
-  void finish() override {
-    if (finished_) return;
-    if (group_->rank() == 0) {
-      channel_->send_shutdown();
-    } else if (!channel_->shut_down()) {
-      await_shutdown(*channel_);
-    }
-    finished_ = true;
-  }
-  std::vector<int> local_pids() const override {
-    std::vector<int> pids(size_t(group_->size()), 0);
-    pids[size_t(group_->rank())] = int(getpid());
-    return pids;
-  }
-
  private:
-  std::unique_ptr<MpiGroup> group_;
-  std::unique_ptr<MpiChannel> channel_;
   bool owns_mpi_ = false;
-  bool finished_ = false;
 };
 
 }  // namespace
