@@ -1,6 +1,7 @@
 #include "server/engine_loop.h"
 
 #include <cstdio>
+#include <iterator>
 
 namespace deepinfer::server {
 
@@ -15,24 +16,12 @@ double seconds_between(std::chrono::steady_clock::time_point a,
 
 // --- Call ---
 
-bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
-  std::unique_lock lk(mu_);
-  return cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); }) && drain(out);
-}
-
 bool Call::take(std::vector<CallUpdate>* out) {
   std::lock_guard lk(mu_);
-  return drain(out);
-}
-
-bool Call::drain(std::vector<CallUpdate>* out) {
   signalled_ = false;
   if (updates_.empty()) return false;
-  while (!updates_.empty()) {
-    if (updates_.front().end) ++taken_ended_;
-    out->push_back(std::move(updates_.front()));
-    updates_.pop_front();
-  }
+  std::move(updates_.begin(), updates_.end(), std::back_inserter(*out));
+  updates_.clear();
   return true;
 }
 
@@ -58,18 +47,11 @@ void Call::signal() {
   notify_();
 }
 
-bool Call::done() const {
-  std::lock_guard lk(mu_);
-  return taken_ended_ == num_choices_;
-}
-
 void Call::push(CallUpdate u) {
   {
     std::lock_guard lk(mu_);
-    if (u.end) ++ended_;
     updates_.push_back(std::move(u));
   }
-  cv_.notify_all();
   signal();
 }
 
@@ -94,14 +76,6 @@ void EngineLoop::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-}
-
-std::string EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
-  submit_async(call, std::move(requests));
-  std::unique_lock lk(mu_);
-  std::string error;
-  admitted_cv_.wait(lk, [&] { return call->admission(&error); });
-  return error;
 }
 
 void EngineLoop::submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
@@ -175,9 +149,8 @@ void EngineLoop::run() {
       cancels.swap(cancels_);
       std::swap(cancel_all, cancel_all_);
       stopping = stop_;
-      for (Submission& s : subs) admit(s);  // under mu_: admission is published with it
+      for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
     }
-    admitted_cv_.notify_all();
     for (Submission& s : subs) s.call->signal();
     if (cancel_all || stopping) {
       for (const auto& [id, live] : live_) engine_.abort(id);

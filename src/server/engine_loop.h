@@ -40,15 +40,8 @@ struct CallUpdate {
 // reader (the HTTP side) and the engine thread.
 class Call {
  public:
-  explicit Call(int32_t num_choices) : num_choices_(num_choices) {}
-
-  int32_t num_choices() const { return num_choices_; }
-  // Reader side: waits up to `timeout` for updates and moves them to `out` (false: none came).
-  bool wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout);
-  // Reader side, without waiting: moves the updates there are to `out` (false: none).
+  // Reader side: moves the updates there are to `out` (false: none).
   bool take(std::vector<CallUpdate>* out);
-  // Every choice has ended and every update has been taken.
-  bool done() const;
   // Whether the engine thread has taken the call yet; if so, `*error` is its refusal ("" when
   // every choice was admitted).
   bool admission(std::string* error) const;
@@ -63,13 +56,9 @@ class Call {
  private:
   friend class EngineLoop;
   void admit(std::string error);
-  bool drain(std::vector<CallUpdate>* out);  // take() with mu_ held
-  void signal();                             // runs notify_ unless a signal is still untaken
-  const int32_t num_choices_;
+  void signal();  // runs notify_ unless a signal is still untaken
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<CallUpdate> updates_;
-  int32_t ended_ = 0, taken_ended_ = 0;
   bool signalled_ = false;  // notify_ ran and nothing was taken since
   // Set by the engine thread at admission.
   bool admitted_ = false;
@@ -95,12 +84,9 @@ class EngineLoop {
   // Aborts whatever is still running and joins the thread.
   void stop();
 
-  // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and waits
-  // until the engine thread has taken them: returns "" when all were accepted, else the engine's
-  // reason for refusing one (then none of them runs).
-  std::string submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
-  // The same without waiting: the admission is read with Call::admission once the call's notify
-  // callback has run.
+  // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and
+  // returns. Once the call's notify callback has run, Call::admission says whether the engine
+  // thread accepted them all, else its reason for refusing one (then none of them runs).
   void submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests);
   // Aborts the call's requests that are still running; their ends arrive as Abort.
   void cancel(const std::shared_ptr<Call>& call);
@@ -147,7 +133,6 @@ class EngineLoop {
   std::vector<RequestId> cancels_;
   bool cancel_all_ = false;
   bool stop_ = false;
-  std::condition_variable admitted_cv_;  // submit() waits here for the admission
 
   std::unordered_map<RequestId, Live> live_;  // engine thread only
 

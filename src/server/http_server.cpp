@@ -309,7 +309,7 @@ void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepar
   c.counted = true;
   ++in_flight;
   calls.emplace(ctx.get(), ctx);
-  c.call = std::make_shared<Call>(int32_t(p.requests.size()));
+  c.call = std::make_shared<Call>();
   c.stream = p.ar.stream;
   const char* prefix = p.ar.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
