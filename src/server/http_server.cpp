@@ -2,7 +2,6 @@
 
 #include <strings.h>
 
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -10,12 +9,8 @@
 #include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "server/engine_loop.h"
-#include "server/http_transport.h"
 #include "server/json_fields.h"
-#include "server/metrics.h"
 #include "server/openai_response.h"
 
 namespace deepinfer::server {
@@ -55,9 +50,39 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
+http::TransportOptions transport_options(const ServerOptions& o) {
+  http::TransportOptions t;
+  t.host = o.host;
+  t.port = o.port;
+  t.max_connections = size_t(std::max(1, o.max_connections));
+  t.request_timeout_s = o.request_timeout_s;
+  t.idle_timeout_s = o.idle_timeout_s;
+  t.write_timeout_s = o.write_timeout_s;
+  t.limits.max_body_bytes = o.max_body_bytes;
+  // Bodies a little over the limit are read to their end, so that the client sees the 413.
+  t.limits.max_discard_bytes = 4 * o.max_body_bytes;
+  return t;
+}
+
+}  // namespace
+
+// One generation call being served. Event thread only.
+struct ApiServer::CallContext {
+  std::shared_ptr<Exchange> ex;
+  std::shared_ptr<Call> call;
+  std::unique_ptr<ResponseBuilder> builder;
+  bool stream = false, admitted = false, finished = false, cancelled = false, counted = false;
+};
+
+// A generation request as the worker prepared it.
+struct ApiServer::Prepared {
+  ApiRequest ar;
+  std::vector<Request> requests;
+};
+
 // Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
 // only moves bytes. Jobs never touch a socket: they post their result back.
-class Workers {
+class ApiServer::Workers {
  public:
   explicit Workers(int n) {
     for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
@@ -102,92 +127,50 @@ class Workers {
   std::vector<std::thread> threads_;
 };
 
-http::TransportOptions transport_options(const ServerOptions& o) {
-  http::TransportOptions t;
-  t.host = o.host;
-  t.port = o.port;
-  t.max_connections = size_t(std::max(1, o.max_connections));
-  t.request_timeout_s = o.request_timeout_s;
-  t.idle_timeout_s = o.idle_timeout_s;
-  t.write_timeout_s = o.write_timeout_s;
-  t.limits.max_body_bytes = o.max_body_bytes;
-  // Bodies a little over the limit are read to their end, so that the client sees the 413.
-  t.limits.max_discard_bytes = 4 * o.max_body_bytes;
-  return t;
+ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
+    : info(std::move(info)),
+      options(std::move(options)),
+      loop(engine, metrics),
+      transport(
+          transport_options(this->options),
+          [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
+          [this](int status) { metrics.http_response(status); }),
+      workers(std::make_unique<Workers>(std::max(1, this->options.http_threads))) {
+  // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
+  // calls in flight end with 503, and the drain that follows lets run() return.
+  loop.set_on_failure([this] {
+    std::fprintf(stderr, "deepinfer: the engine failed; stopping the server: %s\n",
+                 loop.failure().c_str());
+    shutdown();
+  });
 }
 
-}  // namespace
+ApiServer::~ApiServer() {
+  loop.stop();
+  workers->stop();
+}
 
-// One generation call being served. Event thread only.
-struct CallContext {
-  std::shared_ptr<Exchange> ex;
-  std::shared_ptr<Call> call;
-  std::unique_ptr<ResponseBuilder> builder;
-  bool stream = false, admitted = false, finished = false, cancelled = false, counted = false;
-};
+int ApiServer::bind() {
+  port = transport.bind();
+  return port;
+}
 
-// A generation request as the worker prepared it.
-struct Prepared {
-  ApiRequest ar;
-  std::vector<Request> requests;
-};
+void ApiServer::run() {
+  DI_REQUIRE(port > 0, "ApiServer::run() needs bind() first");
+  loop.start();
+  transport.run();
+  workers->stop();
+  loop.stop();
+}
 
-struct ApiServer::Impl {
-  Impl(Engine& engine, ModelInfo info, ServerOptions options)
-      : info(std::move(info)),
-        options(std::move(options)),
-        loop(engine, metrics),
-        transport(
-            transport_options(this->options),
-            [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
-            [this](int status) { metrics.http_response(status); }),
-        workers(std::max(1, this->options.http_threads)) {}
-
-  void on_request(std::shared_ptr<Exchange> ex);
-  // Throws ApiError: a wrong or missing key, or a shutdown under way.
-  void check_access(const std::string& authorization) const;
-  // Runs `job(body)` on a worker after the access check, then what it returns on the event
-  // thread. What it throws is answered as an error.
-  void on_worker(const std::shared_ptr<Exchange>& ex,
-                 std::function<std::function<void()>(const std::string& body)> job);
-  void generate(Endpoint ep, const std::shared_ptr<Exchange>& ex);
-  void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
-  void pump(const std::shared_ptr<CallContext>& ctx);
-  // pump(ctx) while the call is still served.
-  std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx) {
-    return [this, w = std::weak_ptr<CallContext>(ctx)] {
-      if (auto live = w.lock()) pump(live);
-    };
-  }
-  void end_call(CallContext& ctx);
-  void disconnect(CallContext& ctx);
-  void begin_shutdown();
-  void on_shutdown();
-  void check_drained();
-  ApiError engine_failed() const {
-    return ApiError(503, "The engine failed and the server is stopping: " + loop.failure(), {},
-                    "engine_failed");
-  }
-
-  ModelInfo info;
-  ServerOptions options;
-  Metrics metrics;
-  EngineLoop loop;
-  http::Transport transport;
-  int port = 0;
-
-  std::atomic<bool> draining{false};
-  std::atomic<int64_t> in_flight{0};
-  // Event thread only.
-  std::unordered_map<CallContext*, std::shared_ptr<CallContext>> calls;
-  bool shutdown_begun = false, drained = false;
-
-  Workers workers;  // last: joined first, while what its jobs use is still there
-};
+ApiError ApiServer::engine_failed() const {
+  return ApiError(503, "The engine failed and the server is stopping: " + loop.failure(), {},
+                  "engine_failed");
+}
 
 // --- routes ---
 
-void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
+void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
   const HttpRequest& r = ex->request();
   const std::string& path = r.path;
   static const std::map<std::string_view, std::string_view> kMethodOf = {
@@ -242,7 +225,7 @@ void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
   }
 }
 
-void ApiServer::Impl::check_access(const std::string& auth) const {
+void ApiServer::check_access(const std::string& auth) const {
   if (!options.api_key.empty()) {
     // The scheme is case-insensitive (RFC 9110 §11.1).
     const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "bearer ", 7) == 0;
@@ -253,15 +236,15 @@ void ApiServer::Impl::check_access(const std::string& auth) const {
   if (draining) throw shutting_down();
 }
 
-void ApiServer::Impl::on_worker(const std::shared_ptr<Exchange>& ex,
-                                std::function<std::function<void()>(const std::string&)> job) {
+void ApiServer::on_worker(const std::shared_ptr<Exchange>& ex,
+                          std::function<std::function<void()>(const std::string&)> job) {
   const std::string* type = ex->request().header("content-type");
   if (type && type->size() >= 19 && strncasecmp(type->c_str(), "multipart/form-data", 19) == 0)
     return send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.",
                                     {}, "unsupported_media_type"));
   auto body = std::make_shared<std::string>(std::move(ex->request().body));
   const std::string* auth = ex->request().header("authorization");
-  workers.submit([this, ex, body, auth = auth ? *auth : "", job = std::move(job)] {
+  workers->submit([this, ex, body, auth = auth ? *auth : "", job = std::move(job)] {
     std::function<void()> then;
     try {
       check_access(auth);
@@ -277,7 +260,7 @@ void ApiServer::Impl::on_worker(const std::shared_ptr<Exchange>& ex,
 
 // --- generation ---
 
-void ApiServer::Impl::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
+void ApiServer::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
   auto ctx = std::make_shared<CallContext>();
   ctx->ex = ex;
   // A client that leaves, at any point before its response is complete, cancels the call.
@@ -299,7 +282,7 @@ void ApiServer::Impl::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex)
   });
 }
 
-void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) {
+void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) {
   CallContext& c = *ctx;
   if (c.cancelled) return;  // the client left while the request was parsed
   // Checked here, on the event thread where the drain is counted: a shutdown that began
@@ -322,7 +305,7 @@ void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepar
 
 // Moves what the engine produced for the call to its client. Runs when the call's notify fired,
 // and when a slow client's output has drained.
-void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
+void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   CallContext& c = *ctx;
   if (c.finished || c.cancelled) return;
   std::string out;
@@ -372,7 +355,13 @@ void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
   }
 }
 
-void ApiServer::Impl::end_call(CallContext& c) {
+std::function<void()> ApiServer::pumper(const std::shared_ptr<CallContext>& ctx) {
+  return [this, w = std::weak_ptr<CallContext>(ctx)] {
+    if (auto live = w.lock()) pump(live);
+  };
+}
+
+void ApiServer::end_call(CallContext& c) {
   if (c.finished) return;
   c.finished = true;
   if (!c.counted) return;
@@ -381,7 +370,7 @@ void ApiServer::Impl::end_call(CallContext& c) {
   check_drained();
 }
 
-void ApiServer::Impl::disconnect(CallContext& c) {
+void ApiServer::disconnect(CallContext& c) {
   if (c.cancelled || c.finished) return;
   c.cancelled = true;
   if (c.call) loop.cancel(c.call);
@@ -391,12 +380,12 @@ void ApiServer::Impl::disconnect(CallContext& c) {
 
 // --- lifecycle ---
 
-void ApiServer::Impl::begin_shutdown() {
+void ApiServer::shutdown() {
   if (draining.exchange(true)) return;
   transport.post([this] { on_shutdown(); });
 }
 
-void ApiServer::Impl::on_shutdown() {
+void ApiServer::on_shutdown() {
   shutdown_begun = true;
   transport.stop_accepting();
   transport.after(options.shutdown_timeout_s, [this] {
@@ -414,61 +403,10 @@ void ApiServer::Impl::on_shutdown() {
   check_drained();
 }
 
-void ApiServer::Impl::check_drained() {
+void ApiServer::check_drained() {
   if (!shutdown_begun || drained || in_flight > 0) return;
   drained = true;
   transport.end_keep_alive();
-}
-
-ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, std::move(info), std::move(options))) {
-  Impl& s = *impl_;
-  // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
-  // calls in flight end with 503, and the drain that follows lets run() return.
-  s.loop.set_on_failure([&s] {
-    std::fprintf(stderr, "deepinfer: the engine failed; stopping the server: %s\n",
-                 s.loop.failure().c_str());
-    s.begin_shutdown();
-  });
-}
-
-ApiServer::~ApiServer() {
-  impl_->loop.stop();
-  impl_->workers.stop();
-}
-
-int ApiServer::bind() {
-  impl_->port = impl_->transport.bind();
-  return impl_->port;
-}
-
-void ApiServer::run() {
-  Impl& s = *impl_;
-  DI_REQUIRE(s.port > 0, "ApiServer::run() needs bind() first");
-  s.loop.start();
-  s.transport.run();
-  s.workers.stop();
-  s.loop.stop();
-}
-
-void ApiServer::shutdown() {
-  impl_->begin_shutdown();
-}
-
-void ApiServer::set_health_probe(std::function<std::string()> probe) {
-  impl_->loop.set_health_probe(std::move(probe));
-}
-
-bool ApiServer::failed() const {
-  return impl_->loop.failed();
-}
-
-std::string ApiServer::failure() const {
-  return impl_->loop.failure();
-}
-
-void ApiServer::cancel_all() {
-  impl_->loop.cancel_all();
 }
 
 }  // namespace deepinfer::server
