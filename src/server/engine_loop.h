@@ -1,12 +1,15 @@
 // The thread that owns the Engine. The HTTP side never touches the engine: it submits the requests
 // of one API call together with a Call (a small channel), and reads tokens and endings from it;
-// cancellations travel the other way through the loop's queue. A reader either waits on the Call
-// or is told through its notify callback that there is something to take.
+// cancellations travel the other way through the loop's queue. A reader is told through the
+// Call's notify callback that there is something to take.
 //
 // The loop: take new submissions and cancellations, step the engine while it has work (else
 // sleep on a condition variable), route each TokenEvent to its call, and report each finished
 // request. A step that throws ends every request in flight with FinishReason::Error; the loop
 // carries on with the next submissions.
+//
+// Metrics: counters and latency histograms updated by the engine and handler threads, engine
+// gauges sampled by the engine thread after every step, rendered in the Prometheus text format.
 #pragma once
 
 #include <atomic>
@@ -15,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,7 +27,6 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/metrics.h"
 
 namespace deepinfer::server {
 
@@ -72,6 +75,52 @@ struct EngineGauges {
   int32_t kv_blocks_used = 0, kv_blocks_total = 0;
   int64_t steps = 0, preemptions = 0;
 };
+
+// --- metrics ---
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // Appends the HELP and TYPE lines of `name`, then its _bucket, _sum and _count lines.
+  void render(const char* name, const char* help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  // Engine thread.
+  void request_admitted(int64_t prompt_tokens);
+  void token_generated(double seconds_since_previous, bool first);  // TTFT when `first`
+  void request_finished(FinishReason why, double seconds);
+  // Handler threads.
+  void client_disconnected();
+  void http_response(int status);
+
+  // The whole exposition; `gauges`, the generation calls `in_flight` and `rss_bytes` are sampled
+  // by the caller.
+  std::string render(const EngineGauges& gauges, int64_t in_flight, int64_t rss_bytes) const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
+  std::map<std::string, int64_t> finished_;  // by finish reason
+  std::map<int, int64_t> http_;              // responses by status
+  int64_t disconnects_ = 0;
+  Histogram ttft_, itl_, e2e_;
+};
+
+// Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
+int64_t resident_memory_bytes();
+
+// --- the loop ---
 
 class EngineLoop {
  public:
