@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "core/error.h"
@@ -36,13 +37,6 @@ bool is_ctl(unsigned char c) {
 
 bool is_ows(char c) {
   return c == ' ' || c == '\t';
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
-  return out;
 }
 
 // A header field value: visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
@@ -97,14 +91,8 @@ bool valid_chunk_ext(std::string_view s) {
 
 bool parse_decimal(std::string_view s, uint64_t* out) {
   // At most 18 digits: every such count fits, and nothing that large is ever accepted.
-  if (s.empty() || s.size() > 18) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (!is_digit(c)) return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  *out = v;
-  return true;
+  const char* end = s.data() + s.size();
+  return !s.empty() && s.size() <= 18 && std::from_chars(s.data(), end, *out).ptr == end;
 }
 
 }  // namespace
@@ -141,20 +129,10 @@ const std::string* HttpRequest::header(std::string_view name) const {
   return nullptr;
 }
 
-HttpParser::HttpParser(ParserLimits limits) : limits_(limits) {}
-
 void HttpParser::fail(int status, std::string message, std::string code) {
   error_ = ParseError{status, std::move(message), std::move(code)};
   phase_ = Phase::kDone;
   state_ = State::kError;
-}
-
-HttpRequest HttpParser::take_request() {
-  return std::move(req_);
-}
-
-void HttpParser::reset() {
-  *this = HttpParser(limits_);
 }
 
 size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
@@ -213,26 +191,14 @@ size_t HttpParser::feed(const char* data, size_t n) {
           fail(400, "A line of the request contains a bare CR.", "invalid_request");
           break;
         }
-        switch (phase_) {
-          case Phase::kRequestLine:
-            if (line.empty()) {
-              section_bytes_ = 0;
-              if (++blank_lines_ > kMaxBlankLines)
-                fail(400, "Too many blank lines before the request line.", "invalid_request_line");
-            } else {
-              on_request_line(line);
-            }
-            break;
-          case Phase::kHeaderLines:
-            on_header_line(line);
-            break;
-          case Phase::kChunkSize:
-            on_chunk_size(line);
-            break;
-          default:
-            on_trailer_line(line);
-            break;
-        }
+        if (phase_ == Phase::kRequestLine)
+          on_request_line(line);
+        else if (phase_ == Phase::kHeaderLines)
+          on_header_line(line);
+        else if (phase_ == Phase::kChunkSize)
+          on_chunk_size(line);
+        else
+          on_trailer_line(line);
         line_.clear();
         break;
       }
@@ -272,6 +238,12 @@ size_t HttpParser::feed(const char* data, size_t n) {
 }
 
 void HttpParser::on_request_line(std::string_view line) {
+  if (line.empty()) {  // allowed before a request line, up to a bound
+    section_bytes_ = 0;
+    if (++blank_lines_ > kMaxBlankLines)
+      fail(400, "Too many blank lines before the request line.", "invalid_request_line");
+    return;
+  }
   auto malformed = [&](std::string message) {
     fail(400, std::move(message), "invalid_request_line");
   };
@@ -341,12 +313,12 @@ void HttpParser::on_header_line(std::string_view line) {
 
 void HttpParser::on_headers_end() {
   bool has_te = false, has_cl = false;
-  std::vector<std::string> codings;
+  std::vector<std::string_view> codings;
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
     if (iequals(name, "transfer-encoding")) {
       has_te = true;
-      for (std::string_view e : list_elements(value)) codings.push_back(lower(e));
+      for (std::string_view e : list_elements(value)) codings.push_back(e);
     } else if (iequals(name, "content-length")) {
       has_cl = true;
       auto not_a_count = [&](std::string_view v) {
@@ -368,8 +340,8 @@ void HttpParser::on_headers_end() {
   if (has_te) {
     if (codings.empty())
       return fail(400, "Transfer-Encoding is empty.", "invalid_transfer_encoding");
-    for (const std::string& c : codings)
-      if (c != "chunked")
+    for (std::string_view c : codings)
+      if (!iequals(c, "chunked"))
         return fail(501,
                     str_cat("Transfer-Encoding '", quoted(c),
                             "' is not supported (send the body with Content-Length or chunked)."),
@@ -415,17 +387,10 @@ void HttpParser::on_headers_end() {
 }
 
 void HttpParser::on_chunk_size(std::string_view line) {
-  size_t i = 0;
   uint64_t size = 0;
-  for (; i < line.size(); ++i) {
-    const char c = line[i];
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) break;
-    size = size >= kHugeChunk / 16 ? kHugeChunk : size * 16 + uint64_t(d);
-  }
+  const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), size, 16);
+  const size_t i = size_t(end - line.data());  // past the hex digits, however many
+  if (ec == std::errc::result_out_of_range) size = kHugeChunk;
   if (i == 0)
     return fail(400, str_cat("Malformed chunk size '", quoted(line), "'."), "invalid_chunked_body");
   if (!valid_chunk_ext(line.substr(i)))
