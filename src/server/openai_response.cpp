@@ -279,14 +279,16 @@ std::vector<std::string> ResponseBuilder::stream_start() {
   return out;
 }
 
-std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const char* finish,
-                                   bool first) {
+std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, const char* finish,
+                                         bool first) {
   Choice& c = *choices_[size_t(index)];
   const Tokenizer* tok = info_.tokenizer;
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  // A stream leaves out empty logprobs; a whole body has them whenever they were asked for.
+  const bool logprobs = req_.logprobs && (!req_.stream || !d.logprobs.empty());
   Json choice;
   choice["index"] = index;
-  const bool chat = req_.endpoint == Endpoint::kChat;
-  if (chat) {
+  if (chat && req_.stream) {
     Json delta = Json::object();
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
     if (!d.content.empty()) delta["content"] = d.content;
@@ -295,20 +297,32 @@ std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const ch
       c.calls_sent += int64_t(d.tool_calls.size());
     }
     choice["delta"] = std::move(delta);
-    choice["logprobs"] =
-        req_.logprobs && !d.logprobs.empty() ? chat_logprobs(tok, d.logprobs) : Json();
+  } else if (chat) {
+    Json msg = {{"role", "assistant"}};
+    const bool calls = !d.tool_calls.empty();
+    msg["content"] = calls && d.content.empty() ? Json() : Json(d.content);
+    if (req_.chat.thinking) msg["reasoning_content"] = d.reasoning;
+    if (calls) msg["tool_calls"] = tool_calls_json(d.tool_calls, 0, false);
+    choice["message"] = std::move(msg);
   } else {
     choice["text"] = d.content;
-    choice["logprobs"] = req_.logprobs && !d.logprobs.empty()
-                             ? completion_logprobs(tok, d.logprobs, &c.text_offset)
-                             : Json();
   }
+  if (!logprobs)
+    choice["logprobs"] = Json();
+  else
+    choice["logprobs"] = chat ? chat_logprobs(tok, d.logprobs)
+                              : completion_logprobs(tok, d.logprobs, &c.text_offset);
   choice["finish_reason"] = finish ? Json(finish) : Json();
   if (req_.return_token_ids) {
     if (first && !chat) choice["prompt_token_ids"] = req_.prompts[size_t(index / req_.n)];
     choice["token_ids"] = d.token_ids;
   }
-  std::string s = envelope(dump_json(Json::array({std::move(choice)})), chunk_object());
+  return dump_json(choice);
+}
+
+std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const char* finish,
+                                   bool first) {
+  std::string s = envelope("[" + choice_json(index, d, finish, first) + "]", chunk_object());
   if (req_.include_usage) s += ",\"usage\":null";
   return s + "}";
 }
@@ -348,34 +362,13 @@ std::vector<std::string> ResponseBuilder::stream_end() {
 
 std::string ResponseBuilder::full_body() {
   const bool chat = req_.endpoint == Endpoint::kChat;
-  const Tokenizer* tok = info_.tokenizer;
-  Json choices = Json::array();
+  std::string choices = "[";
   for (size_t i = 0; i < choices_.size(); ++i) {
-    Choice& c = *choices_[i];
-    Json choice;
-    choice["index"] = i;
-    if (chat) {
-      Json msg = {{"role", "assistant"}};
-      const bool calls = !c.all.tool_calls.empty();
-      msg["content"] = calls && c.all.content.empty() ? Json() : Json(c.all.content);
-      if (req_.chat.thinking) msg["reasoning_content"] = c.all.reasoning;
-      if (calls) msg["tool_calls"] = tool_calls_json(c.all.tool_calls, 0, false);
-      choice["message"] = std::move(msg);
-      choice["logprobs"] = req_.logprobs ? chat_logprobs(tok, c.all.logprobs) : Json();
-    } else {
-      choice["text"] = c.all.content;
-      int64_t offset = 0;
-      choice["logprobs"] =
-          req_.logprobs ? completion_logprobs(tok, c.all.logprobs, &offset) : Json();
-    }
-    choice["finish_reason"] = api_finish_reason(c.finish, c.decoder.has_tool_calls());
-    if (req_.return_token_ids) {
-      if (!chat) choice["prompt_token_ids"] = req_.prompts[i / size_t(req_.n)];
-      choice["token_ids"] = c.all.token_ids;
-    }
-    choices.push_back(std::move(choice));
+    const Choice& c = *choices_[i];
+    const char* finish = api_finish_reason(c.finish, c.decoder.has_tool_calls());
+    choices += (i ? "," : "") + choice_json(int32_t(i), c.all, finish, true);
   }
-  std::string s = envelope(dump_json(choices), chat ? "chat.completion" : "text_completion");
+  std::string s = envelope(choices + "]", chat ? "chat.completion" : "text_completion");
   s += ",\"usage\":" + usage();
   if (chat && req_.return_token_ids)
     s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));

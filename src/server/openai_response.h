@@ -112,6 +112,9 @@ class ResponseBuilder {
 
  private:
   struct Choice;
+  // Choice `index` as JSON text, with `d` (a stream's delta, or everything of a whole body) and
+  // `finish`; `first`: its first chunk, or a whole body.
+  std::string choice_json(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
   std::string chunk(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
   std::string envelope(const std::string& choices_json, const char* object) const;
   const char* chunk_object() const {
