@@ -257,11 +257,7 @@ void Exchange::begin_stream(int status, std::string_view content_type, Headers e
 void Exchange::write(std::string_view data) {
   if (!conn_ || !streaming_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
-  if (chunked_) {
-    char size[24];
-    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    c.t.queue(c, size);
-  }
+  if (chunked_) c.t.queue(c, str_cat(std::hex, data.size(), "\r\n"));
   c.t.queue(c, data);
   if (chunked_) c.out += "\r\n";
   if (c.t.flush(c)) c.t.settle(c);
@@ -315,19 +311,15 @@ int Transport::bind() {
   for (addrinfo* ai = res; ai && listen_fd < 0; ai = ai->ai_next) {
     const int fd =
         socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
     // SO_REUSEADDR only: a restart may bind over connections in TIME_WAIT, but a second server
     // on the same port fails to bind (SO_REUSEPORT would let both listen and split the clients).
     const int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (fd >= 0 && ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
       listen_fd = fd;
     } else {
       err = errno;
-      ::close(fd);
+      if (fd >= 0) ::close(fd);
     }
   }
   freeaddrinfo(res);
