@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iterator>
 
@@ -279,11 +280,8 @@ Histogram::Histogram(std::vector<double> bounds)
     : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
 
 void Histogram::observe(double v) {
-  size_t i = 0;
-  while (i < bounds_.size() && v > bounds_[i]) ++i;
-  ++counts_[i];
+  ++counts_[size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin())];
   sum_ += v;
-  ++count_;
 }
 
 void Histogram::render(const char* name, const char* help, std::string* out) const {
@@ -294,7 +292,7 @@ void Histogram::render(const char* name, const char* help, std::string* out) con
     const std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
     *out += str_cat(name, "_bucket{le=\"", le, "\"} ", cum, "\n");
   }
-  *out += str_cat(name, "_sum ", num(sum_), "\n", name, "_count ", count_, "\n");
+  *out += str_cat(name, "_sum ", num(sum_), "\n", name, "_count ", cum, "\n");
 }
 
 Metrics::Metrics()

@@ -89,7 +89,6 @@ class Histogram {
   std::vector<double> bounds_;
   std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
   double sum_ = 0;
-  uint64_t count_ = 0;
 };
 
 class Metrics {

@@ -51,7 +51,6 @@ class GrammarCache {
   // The grammar of `shape`. Throws deepinfer::Error naming the place in the schema that cannot
   // be compiled.
   std::shared_ptr<const grammar::Grammar> get(const OutputShape& shape);
-  const grammar::TokenVocab& vocab() const { return *vocab_; }
 
  private:
   std::shared_ptr<const grammar::TokenVocab> vocab_;
