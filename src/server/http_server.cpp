@@ -85,9 +85,8 @@ struct ApiServer::Prepared {
 class ApiServer::Workers {
  public:
   explicit Workers(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this](std::stop_token st) { work(st); });
   }
-  ~Workers() { stop(); }
   void submit(std::function<void()> job) {
     {
       std::lock_guard lk(mu_);
@@ -95,24 +94,16 @@ class ApiServer::Workers {
     }
     cv_.notify_one();
   }
-  // Finishes the jobs queued, then joins.
-  void stop() {
-    {
-      std::lock_guard lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
+  // Finishes the jobs queued, then joins (a stopped worker still takes the jobs left).
+  void stop() { threads_.clear(); }
 
  private:
-  void work() {
+  void work(std::stop_token st) {
     for (;;) {
       std::function<void()> job;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
+        cv_.wait(lk, st, [&] { return !jobs_.empty(); });
         if (jobs_.empty()) return;
         job = std::move(jobs_.front());
         jobs_.pop_front();
@@ -121,10 +112,9 @@ class ApiServer::Workers {
     }
   }
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable_any cv_;
   std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
 };
 
 ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
