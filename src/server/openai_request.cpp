@@ -159,27 +159,6 @@ constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
 constexpr int64_t kMaxLogprobs = 20;
 constexpr size_t kMaxStops = 16;
 
-std::string check_model(const Json& j, const ModelInfo& info) {
-  const Json* m = find_field(j, "model");
-  if (!m) return info.names.at(0);
-  const std::string name = get_string(*m, "model");
-  if (std::find(info.names.begin(), info.names.end(), name) == info.names.end())
-    throw ApiError(404,
-                   str_cat("The model '", name, "' does not exist; this server serves '",
-                           info.names.at(0), "'."),
-                   "model", "model_not_found");
-  return info.names.at(0);
-}
-
-const Tokenizer& need_tokenizer(const ModelInfo& info, const std::string& param, const char* what) {
-  if (!info.tokenizer)
-    throw ApiError(400,
-                   str_cat("This model has no tokenizer, so ", what,
-                           " cannot be used; send prompts as token ids."),
-                   param, "no_tokenizer");
-  return *info.tokenizer;
-}
-
 // The field `key` of `obj`, which must be there (and be an object when `object`): else a 400
 // naming `param`, with `message` or "Missing required parameter".
 const Json& need(const Json& obj, const char* key, const std::string& param,
@@ -201,6 +180,25 @@ std::string opt_string(const Json& obj, const char* key, const std::string& name
 // Sets `*out` from the boolean field `key` when it is given.
 void read_bool(const Json& obj, const char* key, bool* out, const std::string& name) {
   if (const Json* v = find_field(obj, key)) *out = get_bool(*v, name);
+}
+
+std::string check_model(const Json& j, const ModelInfo& info) {
+  const std::string name = opt_string(j, "model", "model", info.names.at(0).c_str());
+  if (std::find(info.names.begin(), info.names.end(), name) == info.names.end())
+    throw ApiError(404,
+                   str_cat("The model '", name, "' does not exist; this server serves '",
+                           info.names.at(0), "'."),
+                   "model", "model_not_found");
+  return info.names.at(0);
+}
+
+const Tokenizer& need_tokenizer(const ModelInfo& info, const std::string& param, const char* what) {
+  if (!info.tokenizer)
+    throw ApiError(400,
+                   str_cat("This model has no tokenizer, so ", what,
+                           " cannot be used; send prompts as token ids."),
+                   param, "no_tokenizer");
+  return *info.tokenizer;
 }
 
 std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab) {
