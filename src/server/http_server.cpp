@@ -299,8 +299,8 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   CallContext& c = *ctx;
   if (c.finished || c.cancelled) return;
   std::string out;
-  auto frame = [&](const std::vector<std::string>& chunks) {
-    for (const std::string& s : chunks) out += "data: " + s + "\n\n";
+  auto frame = [&](const std::string& chunk) {
+    if (!chunk.empty()) out += "data: " + chunk + "\n\n";
   };
   if (!c.admitted) {
     std::string refused;

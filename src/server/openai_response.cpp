@@ -117,8 +117,6 @@ ChoiceDecoder::ChoiceDecoder(const Tokenizer* tokenizer, std::vector<std::string
   if (chat_.enabled) parser_ = std::make_unique<CompletionParser>(chat_.thinking);
 }
 
-ChoiceDecoder::~ChoiceDecoder() = default;
-
 ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
   ++num_tokens_;
   pending_.token_ids.push_back(ev.token);
@@ -261,9 +259,8 @@ std::string ResponseBuilder::envelope(const std::string& choices_json, const cha
                  ",\"model\":", dump_json(req_.model), ",\"choices\":", choices_json);
 }
 
-std::vector<std::string> ResponseBuilder::stream_start() {
-  std::vector<std::string> out;
-  if (req_.endpoint != Endpoint::kChat) return out;
+std::string ResponseBuilder::stream_start() {
+  if (req_.endpoint != Endpoint::kChat) return {};
   Json choices = Json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     choices.push_back({{"index", i},
@@ -275,8 +272,7 @@ std::vector<std::string> ResponseBuilder::stream_start() {
   std::string s = envelope(dump_json(choices), chunk_object());
   if (req_.return_token_ids) s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
   if (req_.include_usage) s += ",\"usage\":null";
-  out.push_back(s + "}");
-  return out;
+  return s + "}";
 }
 
 std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, const char* finish,
@@ -327,11 +323,10 @@ std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const ch
   return s + "}";
 }
 
-std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
-  std::vector<std::string> out;
-  if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return out;
+std::string ResponseBuilder::on_update(const CallUpdate& u) {
+  if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return {};
   Choice& c = *choices_[size_t(u.choice)];
-  if (c.ended) return out;
+  if (c.ended) return {};
   ChoiceDelta d;
   const char* finish = nullptr;
   if (u.end) {
@@ -344,20 +339,18 @@ std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
   } else {
     d = c.decoder.push(u.token);
   }
-  const bool first = !c.started;
+  std::string out;
   if (req_.stream && (finish || d.has_output() || !d.token_ids.empty())) {
-    out.push_back(chunk(u.choice, d, finish, first));
+    out = chunk(u.choice, d, finish, !c.started);
     c.started = true;
   }
   if (!req_.stream) c.all.append(std::move(d));
   return out;
 }
 
-std::vector<std::string> ResponseBuilder::stream_end() {
-  std::vector<std::string> out;
-  if (!req_.include_usage) return out;
-  out.push_back(envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}");
-  return out;
+std::string ResponseBuilder::stream_end() {
+  if (!req_.include_usage) return {};
+  return envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}";
 }
 
 std::string ResponseBuilder::full_body() {

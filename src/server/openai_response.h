@@ -56,7 +56,6 @@ class ChoiceDecoder {
   // `logprobs` is set.
   ChoiceDecoder(const Tokenizer* tokenizer, std::vector<std::string> stops, ChatMode chat,
                 bool logprobs, int32_t top_logprobs);
-  ~ChoiceDecoder();
 
   // A generated token. The delta may have no output yet (text held back).
   ChoiceDelta push(const TokenEvent& ev);
@@ -98,15 +97,16 @@ class ResponseBuilder {
   ResponseBuilder(const ResponseBuilder&) = delete;
   ResponseBuilder& operator=(const ResponseBuilder&) = delete;
 
-  // Chunks that open a stream (chat: the assistant role of every choice).
-  std::vector<std::string> stream_start();
-  // Takes one update; returns the chunks it produces when streaming (none otherwise).
-  std::vector<std::string> on_update(const CallUpdate& u);
+  // The chunk that opens a stream (chat: the assistant role of every choice); empty for none.
+  std::string stream_start();
+  // Takes one update; returns the chunk it produces when streaming (empty for none).
+  std::string on_update(const CallUpdate& u);
   bool all_ended() const { return ended_ == int64_t(choices_.size()); }
   // Some choice ended because the engine failed (FinishReason::Error).
   bool any_error() const { return errors_ > 0; }
-  // After every choice ended: the usage chunk when stream_options.include_usage asked for it.
-  std::vector<std::string> stream_end();
+  // After every choice ended: the usage chunk when stream_options.include_usage asked for it,
+  // else empty.
+  std::string stream_end();
   // After every choice ended: the non-streaming body.
   std::string full_body();
 
