@@ -333,8 +333,8 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   if (c.stream) {
     frame(c.builder->stream_end());
     // A choice the engine could not finish: an error event (OpenAI's shape) before the end.
-    if (failed) out += "data: " + error_body(engine_failed()) + "\n\n";
-    out += "data: [DONE]\n\n";
+    if (failed) frame(error_body(engine_failed()));
+    frame("[DONE]");
     ex->write(out);
     ex->end_stream();
     end_call(c);

@@ -287,9 +287,7 @@ void Exchange::on_hangup(std::function<void()> fn) {
   hangup_ = std::move(fn);
   if (conn_ && conn_->peer_gone && !complete_) {
     // The client already left: told from the event loop, not from inside this call.
-    Transport& t = conn_->t;
-    const uint64_t id = conn_->id;
-    t.post([&t, id] {
+    conn_->t.post([&t = conn_->t, id = conn_->id] {
       if (Connection* c = t.find(id)) t.settle(*c);
     });
   }

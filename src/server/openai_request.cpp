@@ -50,13 +50,11 @@ int json_nesting_depth(std::string_view text) {
   int depth = 0, max_depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
+    if (escaped) {
+      escaped = false;
+    } else if (in_string) {
+      escaped = c == '\\';
+      in_string = c != '"';
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
