@@ -216,15 +216,13 @@ void EngineLoop::admit(Submission& s) {
     error = engine_.add_request(std::move(r));
     if (!error.empty()) break;
     metrics_.request_admitted(prompt_tokens);
-    live_[id] = Live{s.call, int32_t(added), now, now, false};
+    live_[id] = Live{s.call, int32_t(added), now, std::nullopt};
   }
-  if (!error.empty()) {
-    // The ones already added never show their ends: they are forgotten here and their aborts
-    // come back from the engine as unknown ids.
-    for (size_t i = 0; i < added; ++i) {
-      engine_.abort(s.requests[i].id);
-      live_.erase(s.requests[i].id);
-    }
+  // On a refusal, the ones already added never show their ends: they are forgotten here and
+  // their aborts come back from the engine as unknown ids.
+  for (size_t i = 0; !error.empty() && i < added; ++i) {
+    engine_.abort(s.requests[i].id);
+    live_.erase(s.requests[i].id);
   }
   s.call->admit(error);
 }
@@ -235,9 +233,7 @@ void EngineLoop::route(std::vector<TokenEvent>& events) {
     auto it = live_.find(ev.id);
     if (it == live_.end()) continue;
     Live& l = it->second;
-    metrics_.token_generated(seconds_between(l.has_token ? l.last_token : l.arrival, now),
-                             !l.has_token);
-    l.has_token = true;
+    metrics_.token_generated(seconds_between(l.last_token.value_or(l.arrival), now), !l.last_token);
     l.last_token = now;
     CallUpdate u;
     u.choice = l.choice;

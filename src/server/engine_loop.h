@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -160,8 +161,8 @@ class EngineLoop {
   struct Live {
     std::shared_ptr<Call> call;
     int32_t choice = 0;
-    std::chrono::steady_clock::time_point arrival, last_token;
-    bool has_token = false;
+    std::chrono::steady_clock::time_point arrival;
+    std::optional<std::chrono::steady_clock::time_point> last_token;  // none before the first
   };
 
   void run();
