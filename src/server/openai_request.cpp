@@ -548,23 +548,22 @@ std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, Ch
 }  // namespace
 
 void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p) {
-  if (const Json* v = find_field(j, "temperature"))
-    p->temperature = float(get_number(*v, "temperature", 0, 1e6));
-  if (const Json* v = find_field(j, "top_p")) {
-    p->top_p = float(get_number(*v, "top_p", 0, 1));
-    if (p->top_p <= 0) throw_bad_value("top_p", "expected a number in (0, 1].");
-  }
+  // The number `key` within [lo, hi] into `*out` when it is given; whether it was.
+  auto number = [&](const char* key, float* out, double lo, double hi) {
+    const Json* v = find_field(j, key);
+    if (v) *out = float(get_number(*v, key, lo, hi));
+    return v != nullptr;
+  };
+  number("temperature", &p->temperature, 0, 1e6);
+  if (number("top_p", &p->top_p, 0, 1) && p->top_p <= 0)
+    throw_bad_value("top_p", "expected a number in (0, 1].");
   if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
     p->top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
-  if (const Json* v = find_field(j, "min_p")) p->min_p = float(get_number(*v, "min_p", 0, 1));
-  if (const Json* v = find_field(j, "presence_penalty"))
-    p->presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
-  if (const Json* v = find_field(j, "frequency_penalty"))
-    p->frequency_penalty = float(get_number(*v, "frequency_penalty", -2, 2));
-  if (const Json* v = find_field(j, "repetition_penalty")) {
-    p->repetition_penalty = float(get_number(*v, "repetition_penalty", 0, 1e6));
-    if (p->repetition_penalty <= 0) throw_bad_value("repetition_penalty", "expected a number > 0.");
-  }
+  number("min_p", &p->min_p, 0, 1);
+  number("presence_penalty", &p->presence_penalty, -2, 2);
+  number("frequency_penalty", &p->frequency_penalty, -2, 2);
+  if (number("repetition_penalty", &p->repetition_penalty, 0, 1e6) && p->repetition_penalty <= 0)
+    throw_bad_value("repetition_penalty", "expected a number > 0.");
   if (const Json* v = find_field(j, "seed"))
     p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
   read_bool(j, "ignore_eos", &p->ignore_eos, "ignore_eos");
