@@ -98,7 +98,7 @@ void EngineLoop::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EngineLoop::submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
+void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
   {
     std::lock_guard lk(mu_);
     for (Request& r : requests) {

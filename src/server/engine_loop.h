@@ -136,7 +136,7 @@ class EngineLoop {
   // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and
   // returns. Once the call's notify callback has run, Call::admission says whether the engine
   // thread accepted them all, else its reason for refusing one (then none of them runs).
-  void submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests);
+  void submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
   // Aborts the call's requests that are still running; their ends arrive as Abort.
   void cancel(const std::shared_ptr<Call>& call);
   // Aborts every request in the engine.

@@ -290,7 +290,7 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) 
                               .count();
   c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(), created);
   c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
-  loop.submit_async(c.call, std::move(p.requests));
+  loop.submit(c.call, std::move(p.requests));
 }
 
 // Moves what the engine produced for the call to its client. Runs when the call's notify fired,

@@ -54,7 +54,7 @@ struct Collected {
 // else its reason for refusing one.
 std::string submit(EngineLoop& loop, const std::shared_ptr<Call>& call,
                    std::vector<Request> requests) {
-  loop.submit_async(call, std::move(requests));
+  loop.submit(call, std::move(requests));
   std::string error;
   while (!call->admission(&error)) std::this_thread::sleep_for(1ms);
   return error;
