@@ -2,9 +2,9 @@
 
 #include <strings.h>
 
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -232,13 +232,13 @@ void ApiServer::on_worker(const std::shared_ptr<Exchange>& ex,
   if (type && type->size() >= 19 && strncasecmp(type->c_str(), "multipart/form-data", 19) == 0)
     return send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.",
                                     {}, "unsupported_media_type"));
-  auto body = std::make_shared<std::string>(std::move(ex->request().body));
   const std::string* auth = ex->request().header("authorization");
-  workers->submit([this, ex, body, auth = auth ? *auth : "", job = std::move(job)] {
+  workers->submit([this, ex, body = std::move(ex->request().body), auth = auth ? *auth : "",
+                   job = std::move(job)] {
     std::function<void()> then;
     try {
       check_access(auth);
-      then = job(*body);
+      then = job(body);
     } catch (const ApiError& e) {
       then = [ex, e] { send_error(*ex, e); };
     } catch (const std::exception& e) {
@@ -285,10 +285,8 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) 
   c.call = std::make_shared<Call>();
   c.stream = p.ar.stream;
   const char* prefix = p.ar.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(), created);
+  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(),
+                                                int64_t(time(nullptr)));
   c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
   loop.submit(c.call, std::move(p.requests));
 }
