@@ -327,24 +327,24 @@ void Metrics::http_response(int status) {
 std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rss_bytes) const {
   std::lock_guard lk(mu_);
   std::string out;
-  add_metric(&out, "deepinfer_num_requests_running", "gauge",
-             "Requests in the engine's running set.", double(g.running));
-  add_metric(&out, "deepinfer_num_requests_waiting", "gauge",
-             "Requests waiting for admission to the engine.", double(g.waiting));
-  add_metric(&out, "deepinfer_http_requests_in_flight", "gauge", "Generation calls being served.",
-             double(in_flight));
-  add_metric(&out, "deepinfer_kv_blocks_used", "gauge", "KV pool blocks in use.",
-             double(g.kv_blocks_used));
-  add_metric(&out, "deepinfer_kv_blocks_total", "gauge", "KV pool blocks in all.",
-             double(g.kv_blocks_total));
-  add_metric(&out, "deepinfer_kv_cache_usage_ratio", "gauge", "Fraction of the KV pool in use.",
-             g.kv_blocks_total ? double(g.kv_blocks_used) / g.kv_blocks_total : 0.0);
-  add_metric(&out, "deepinfer_prompt_tokens_total", "counter",
-             "Prompt tokens of admitted requests.", double(prompt_tokens_));
-  add_metric(&out, "deepinfer_generation_tokens_total", "counter", "Generated tokens.",
-             double(generation_tokens_));
-  add_metric(&out, "deepinfer_requests_admitted_total", "counter",
-             "Engine requests admitted (one per choice).", double(requests_admitted_));
+  auto gauge = [&](const char* name, const char* help, double v) {
+    add_metric(&out, name, "gauge", help, v);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    add_metric(&out, name, "counter", help, v);
+  };
+  gauge("deepinfer_num_requests_running", "Requests in the engine's running set.", g.running);
+  gauge("deepinfer_num_requests_waiting", "Requests waiting for admission to the engine.",
+        g.waiting);
+  gauge("deepinfer_http_requests_in_flight", "Generation calls being served.", in_flight);
+  gauge("deepinfer_kv_blocks_used", "KV pool blocks in use.", g.kv_blocks_used);
+  gauge("deepinfer_kv_blocks_total", "KV pool blocks in all.", g.kv_blocks_total);
+  gauge("deepinfer_kv_cache_usage_ratio", "Fraction of the KV pool in use.",
+        g.kv_blocks_total ? double(g.kv_blocks_used) / g.kv_blocks_total : 0.0);
+  counter("deepinfer_prompt_tokens_total", "Prompt tokens of admitted requests.", prompt_tokens_);
+  counter("deepinfer_generation_tokens_total", "Generated tokens.", generation_tokens_);
+  counter("deepinfer_requests_admitted_total", "Engine requests admitted (one per choice).",
+          requests_admitted_);
   add_header(&out, "deepinfer_requests_finished_total", "counter",
              "Engine requests ended, by finish reason.");
   for (const char* r : {"stop", "length", "abort", "error"}) {
@@ -352,20 +352,18 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rs
     out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", r, "\"} ",
                    it == finished_.end() ? 0 : it->second, "\n");
   }
-  add_metric(&out, "deepinfer_client_disconnects_total", "counter",
-             "Calls cancelled because the client went away.", double(disconnects_));
+  counter("deepinfer_client_disconnects_total", "Calls cancelled because the client went away.",
+          disconnects_);
   add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
   for (const auto& [status, n] : http_)
     out += str_cat("deepinfer_http_responses_total{status=\"", status, "\"} ", n, "\n");
-  add_metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps run.", double(g.steps));
-  add_metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted.",
-             double(g.preemptions));
+  counter("deepinfer_engine_steps_total", "Engine steps run.", g.steps);
+  counter("deepinfer_preemptions_total", "Sequences preempted.", g.preemptions);
   ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);
   e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
-  add_metric(&out, "process_resident_memory_bytes", "gauge", "Resident memory in bytes.",
-             double(rss_bytes));
+  gauge("process_resident_memory_bytes", "Resident memory in bytes.", rss_bytes);
   return out;
 }
 
