@@ -623,11 +623,8 @@ bool Transport::flush(Connection& c) {
   }
   if (c.pending() == 0 && c.phase == Phase::kIdle) c.idle_since = Clock::now();
   compact(c.out, c.out_off, size_t(1) << 20);
-  if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4) {
-    auto fn = std::move(c.current->drained_);
-    c.current->drained_ = nullptr;
-    fn();
-  }
+  if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4)
+    std::exchange(c.current->drained_, nullptr)();
   return !c.closed();
 }
 
@@ -676,20 +673,10 @@ void Transport::update(Connection& c) {
   }
   std::optional<Clock::time_point> d;
   auto earliest = [&](Clock::time_point t) { d = d ? std::min(*d, t) : t; };
-  switch (c.phase) {
-    case Phase::kIdle:
-      if (c.pending() == 0)
-        earliest(c.idle_since + seconds(c.served_any ? opt.idle_timeout_s : opt.request_timeout_s));
-      break;
-    case Phase::kReading:
-      earliest(c.request_start + seconds(opt.request_timeout_s));
-      break;
-    case Phase::kLinger:
-      earliest(c.linger_until);
-      break;
-    default:
-      break;
-  }
+  if (c.phase == Phase::kIdle && c.pending() == 0)
+    earliest(c.idle_since + seconds(c.served_any ? opt.idle_timeout_s : opt.request_timeout_s));
+  if (c.phase == Phase::kReading) earliest(c.request_start + seconds(opt.request_timeout_s));
+  if (c.phase == Phase::kLinger) earliest(c.linger_until);
   if (c.pending() > 0) earliest(c.write_since + seconds(opt.write_timeout_s));
   if (c.close_by) earliest(*c.close_by);
   if (d != c.deadline) {
@@ -704,17 +691,12 @@ void Transport::on_deadline(Connection& c) {
   if ((c.close_by && *c.close_by <= now) ||
       (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now))
     return close(c);  // a client that does not read what it asked for is treated as gone
-  switch (c.phase) {
-    case Phase::kIdle:
-    case Phase::kLinger:
-      return close(c);
-    case Phase::kReading:
-      return fail(c, 408,
-                  str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-                  "request_timeout");
-    default:
-      update(c);
-  }
+  if (c.phase == Phase::kIdle || c.phase == Phase::kLinger) return close(c);
+  if (c.phase == Phase::kReading)
+    return fail(c, 408,
+                str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                "request_timeout");
+  update(c);
 }
 
 void Transport::close(Connection& c) {
@@ -726,14 +708,9 @@ void Transport::close(Connection& c) {
   if (c.deadline) deadlines.erase({*c.deadline, c.id});
   c.deadline.reset();
   --(c.rejected ? rejecting : active);
-  auto it = conns.find(c.id);
-  if (it != conns.end()) {
-    dead.push_back(std::move(it->second));
-    conns.erase(it);
-  }
+  if (auto node = conns.extract(c.id)) dead.push_back(std::move(node.mapped()));
   if (std::shared_ptr<Exchange> ex = std::move(c.current)) {
-    auto hangup = std::move(ex->hangup_);
-    ex->hangup_ = nullptr;
+    auto hangup = std::exchange(ex->hangup_, nullptr);
     const bool incomplete = !ex->complete_;
     ex->detach();
     if (incomplete && hangup) hangup();
