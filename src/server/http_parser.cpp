@@ -141,32 +141,24 @@ size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
   line_.append(data, content);
   *complete = lf != nullptr;
   const size_t total = section_bytes_ + line_.size() + (lf ? 1 : 0);
-  switch (phase_) {
-    case Phase::kRequestLine:
-      if (!started_ && !line_.empty() && (line_.size() > 1 || line_[0] != '\r')) started_ = true;
-      if (line_.size() > limits_.max_request_line)
-        fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
-             "uri_too_long");
-      else if (started_ && total > limits_.max_header_bytes)
-        fail(431,
-             str_cat("The request header section is larger than ", limits_.max_header_bytes,
-                     " bytes."),
-             "header_too_large");
-      break;
-    case Phase::kHeaderLines:
-    case Phase::kTrailers:
-      if (total > limits_.max_header_bytes)
-        fail(431,
-             str_cat(phase_ == Phase::kTrailers ? "The trailer section" : "The header section",
-                     " is larger than ", limits_.max_header_bytes, " bytes."),
-             "header_too_large");
-      break;
-    case Phase::kChunkSize:
-      if (line_.size() > kMaxChunkSizeLine)
-        fail(400, "A chunk size line is too long.", "invalid_chunked_body");
-      break;
-    default:
-      break;
+  if (phase_ == Phase::kRequestLine) {
+    if (!started_ && !line_.empty() && (line_.size() > 1 || line_[0] != '\r')) started_ = true;
+    if (line_.size() > limits_.max_request_line)
+      fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
+           "uri_too_long");
+    else if (started_ && total > limits_.max_header_bytes)
+      fail(431,
+           str_cat("The request header section is larger than ", limits_.max_header_bytes,
+                   " bytes."),
+           "header_too_large");
+  } else if ((phase_ == Phase::kHeaderLines || phase_ == Phase::kTrailers) &&
+             total > limits_.max_header_bytes) {
+    fail(431,
+         str_cat(phase_ == Phase::kTrailers ? "The trailer section" : "The header section",
+                 " is larger than ", limits_.max_header_bytes, " bytes."),
+         "header_too_large");
+  } else if (phase_ == Phase::kChunkSize && line_.size() > kMaxChunkSizeLine) {
+    fail(400, "A chunk size line is too long.", "invalid_chunked_body");
   }
   return lf ? content + 1 : content;
 }

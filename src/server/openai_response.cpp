@@ -210,19 +210,8 @@ void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
 // --- responses ---
 
 const char* api_finish_reason(FinishReason why, bool has_tool_calls) {
-  switch (why) {
-    case FinishReason::Stop:
-      return has_tool_calls ? "tool_calls" : "stop";
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Abort:
-      return "abort";
-    case FinishReason::Error:
-      return "error";
-    case FinishReason::None:
-      break;
-  }
-  return "stop";
+  if (why == FinishReason::Stop && has_tool_calls) return "tool_calls";
+  return why == FinishReason::None ? "stop" : finish_reason_name(why);  // the engine's names
 }
 
 struct ResponseBuilder::Choice {
