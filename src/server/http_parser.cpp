@@ -168,62 +168,43 @@ size_t HttpParser::feed(const char* data, size_t n) {
   state_ = State::kNeedMore;
   size_t used = 0;
   while (used < n && state_ == State::kNeedMore) {
-    switch (phase_) {
-      case Phase::kRequestLine:
-      case Phase::kHeaderLines:
-      case Phase::kChunkSize:
-      case Phase::kTrailers: {
-        bool complete = false;
-        used += take_line(data + used, n - used, &complete);
-        if (state_ == State::kError || !complete) break;
-        if (phase_ != Phase::kChunkSize) section_bytes_ += line_.size() + 1;
-        std::string_view line(line_);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.find('\r') != std::string_view::npos) {
-          fail(400, "A line of the request contains a bare CR.", "invalid_request");
-          break;
-        }
-        if (phase_ == Phase::kRequestLine)
-          on_request_line(line);
-        else if (phase_ == Phase::kHeaderLines)
-          on_header_line(line);
-        else if (phase_ == Phase::kChunkSize)
-          on_chunk_size(line);
-        else
-          on_trailer_line(line);
-        line_.clear();
-        break;
-      }
-      case Phase::kBody:
-      case Phase::kChunkData: {
-        const size_t k = size_t(std::min<uint64_t>(remaining_, n - used));
-        body_bytes(data + used, k);
-        used += k;
-        remaining_ -= k;
-        if (remaining_ == 0) {
-          if (phase_ == Phase::kBody)
-            complete();
-          else
-            phase_ = Phase::kChunkCr;
-        }
-        break;
-      }
-      case Phase::kChunkCr:
-      case Phase::kChunkLf: {
-        const char c = data[used];
-        if (c == '\r' && phase_ == Phase::kChunkCr) {
-          phase_ = Phase::kChunkLf;
-        } else if (c == '\n') {
-          phase_ = Phase::kChunkSize;
-        } else {
-          fail(400, "A chunk's data is not followed by CRLF.", "invalid_chunked_body");
-          break;
-        }
+    if (phase_ == Phase::kBody || phase_ == Phase::kChunkData) {
+      const size_t k = size_t(std::min<uint64_t>(remaining_, n - used));
+      body_bytes(data + used, k);
+      used += k;
+      remaining_ -= k;
+      if (remaining_ == 0 && phase_ == Phase::kBody)
+        complete();
+      else if (remaining_ == 0)
+        phase_ = Phase::kChunkCr;
+    } else if (phase_ == Phase::kChunkCr || phase_ == Phase::kChunkLf) {
+      const char c = data[used];
+      if (c == '\n' || (c == '\r' && phase_ == Phase::kChunkCr)) {
+        phase_ = c == '\n' ? Phase::kChunkSize : Phase::kChunkLf;
         ++used;
-        break;
+      } else {
+        fail(400, "A chunk's data is not followed by CRLF.", "invalid_chunked_body");
       }
-      case Phase::kDone:
-        return used;
+    } else {  // a line: the request line, a header, a chunk size or a trailer
+      bool complete = false;
+      used += take_line(data + used, n - used, &complete);
+      if (state_ == State::kError || !complete) continue;
+      if (phase_ != Phase::kChunkSize) section_bytes_ += line_.size() + 1;
+      std::string_view line(line_);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find('\r') != std::string_view::npos) {
+        fail(400, "A line of the request contains a bare CR.", "invalid_request");
+        continue;
+      }
+      if (phase_ == Phase::kRequestLine)
+        on_request_line(line);
+      else if (phase_ == Phase::kHeaderLines)
+        on_header_line(line);
+      else if (phase_ == Phase::kChunkSize)
+        on_chunk_size(line);
+      else
+        on_trailer_line(line);
+      line_.clear();
     }
   }
   return used;
