@@ -347,16 +347,10 @@ void HttpParser::on_headers_end() {
                   "expectation_failed");
     req_.expect_continue = true;
   }
-  if (req_.chunked) {
-    phase_ = Phase::kChunkSize;
-    state_ = State::kHeaders;
-  } else if (length && *length > 0) {
-    phase_ = Phase::kBody;
-    remaining_ = *length;
-    state_ = State::kHeaders;
-  } else {
-    complete();
-  }
+  if (!req_.chunked && length.value_or(0) == 0) return complete();  // no body
+  phase_ = req_.chunked ? Phase::kChunkSize : Phase::kBody;
+  remaining_ = length.value_or(0);
+  state_ = State::kHeaders;
 }
 
 void HttpParser::on_chunk_size(std::string_view line) {
