@@ -637,16 +637,12 @@ void parse_logprobs(const Json& j, ApiRequest* r) {
 void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
   const bool chat = r->endpoint == Endpoint::kChat;
   // Chat names it max_completion_tokens now; max_tokens is the older spelling.
-  const Json* given = nullptr;
-  std::string given_name = "max_tokens";
-  if (chat && (given = find_field(j, "max_completion_tokens")))
-    given_name = "max_completion_tokens";
-  if (!given) given = find_field(j, "max_tokens");
-  int64_t max_tokens = 0;
-  if (given) max_tokens = get_int(*given, given_name, 1, INT64_MAX / 2);
-  size_t longest = 0;
-  for (const auto& p : r->prompts) longest = std::max(longest, p.size());
-  const int64_t len = int64_t(longest);
+  const char* given_name =
+      chat && find_field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const Json* given = find_field(j, given_name);
+  const int64_t max_tokens = given ? get_int(*given, given_name, 1, INT64_MAX / 2) : 0;
+  int64_t len = 0;  // the longest prompt
+  for (const auto& p : r->prompts) len = std::max(len, int64_t(p.size()));
   const char* prompt_param = chat ? "messages" : "prompt";
   if (len >= info.max_model_len)
     throw ApiError(
@@ -660,9 +656,8 @@ void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
                            " tokens; the prompt has ", len, " and ", given_name, " asks for ",
                            max_tokens, " more (", len + max_tokens, " in all)."),
                    given_name, "context_length_exceeded");
-  if (!given)
-    max_tokens = chat ? info.max_model_len - len : std::min<int64_t>(16, info.max_model_len - len);
-  r->params.max_tokens = max_tokens;
+  const int64_t room = info.max_model_len - len;
+  r->params.max_tokens = given ? max_tokens : chat ? room : std::min<int64_t>(16, room);
 }
 
 }  // namespace
