@@ -90,12 +90,16 @@ void EngineLoop::start() {
 }
 
 void EngineLoop::stop() {
+  wake([&] { stop_ = true; });
+  if (thread_.joinable()) thread_.join();
+}
+
+void EngineLoop::wake(const std::function<void()>& change) {
   {
     std::lock_guard lk(mu_);
-    stop_ = true;
+    change();
   }
   cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
 }
 
 void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
@@ -116,19 +120,11 @@ void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> 
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Call>& call) {
-  {
-    std::lock_guard lk(mu_);
-    cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end());
-  }
-  cv_.notify_all();
+  wake([&] { cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end()); });
 }
 
 void EngineLoop::cancel_all() {
-  {
-    std::lock_guard lk(mu_);
-    cancel_all_ = true;
-  }
-  cv_.notify_all();
+  wake([&] { cancel_all_ = true; });
 }
 
 // Ends every request in flight with an error, refuses later ones, and tells the server once.
