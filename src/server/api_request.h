@@ -21,21 +21,16 @@ class GrammarCache;
 
 class ApiError : public Error {
  public:
-  ApiError(int status, std::string message, std::string param = {}, std::string code = {},
-           std::string type = {})
-      : Error(message),
-        status(status),
-        param(std::move(param)),
-        code(std::move(code)),
-        type(type.empty() ? default_type(status) : std::move(type)) {}
+  ApiError(int status, std::string message, std::string param = {}, std::string code = {})
+      : Error(message), status(status), param(std::move(param)), code(std::move(code)) {}
 
   int status;
   std::string param;  // the request field at fault; empty for none
   std::string code;   // e.g. "invalid_type", "model_not_found"; empty for none
-  std::string type;   // "invalid_request_error", "authentication_error", "server_error", ...
-
- private:
-  static std::string default_type(int status);
+  // OpenAI's error type, from the status.
+  std::string type = status == 401   ? "authentication_error"
+                     : status >= 500 ? "server_error"
+                                     : "invalid_request_error";
 };
 
 // {"error": {"message", "type", "param", "code"}} with nulls for the empty fields.

@@ -1,6 +1,10 @@
 #include "server/engine_loop.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 
 namespace deepinfer::server {
 
@@ -11,28 +15,33 @@ double seconds_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Exact for integers below 1e12 (counters), short for the rest.
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.12g", v);
+  return buf;
+}
+
+void add_header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+void add_metric(std::string* out, const char* name, const char* type, const char* help,
+                double value) {
+  add_header(out, name, type, help);
+  *out += str_cat(name, " ", num(value), "\n");
+}
+
 }  // namespace
 
 // --- Call ---
 
-bool Call::wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
-  std::unique_lock lk(mu_);
-  return cv_.wait_for(lk, timeout, [&] { return !updates_.empty(); }) && drain(out);
-}
-
 bool Call::take(std::vector<CallUpdate>* out) {
   std::lock_guard lk(mu_);
-  return drain(out);
-}
-
-bool Call::drain(std::vector<CallUpdate>* out) {
   signalled_ = false;
   if (updates_.empty()) return false;
-  while (!updates_.empty()) {
-    if (updates_.front().end) ++taken_ended_;
-    out->push_back(std::move(updates_.front()));
-    updates_.pop_front();
-  }
+  std::move(updates_.begin(), updates_.end(), std::back_inserter(*out));
+  updates_.clear();
   return true;
 }
 
@@ -58,18 +67,11 @@ void Call::signal() {
   notify_();
 }
 
-bool Call::done() const {
-  std::lock_guard lk(mu_);
-  return taken_ended_ == num_choices_;
-}
-
 void Call::push(CallUpdate u) {
   {
     std::lock_guard lk(mu_);
-    if (u.end) ++ended_;
     updates_.push_back(std::move(u));
   }
-  cv_.notify_all();
   signal();
 }
 
@@ -88,23 +90,19 @@ void EngineLoop::start() {
 }
 
 void EngineLoop::stop() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  wake([&] { stop_ = true; });
   if (thread_.joinable()) thread_.join();
 }
 
-std::string EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
-  submit_async(call, std::move(requests));
-  std::unique_lock lk(mu_);
-  std::string error;
-  admitted_cv_.wait(lk, [&] { return call->admission(&error); });
-  return error;
+void EngineLoop::wake(const std::function<void()>& change) {
+  {
+    std::lock_guard lk(mu_);
+    change();
+  }
+  cv_.notify_all();
 }
 
-void EngineLoop::submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
+void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
   {
     std::lock_guard lk(mu_);
     for (Request& r : requests) {
@@ -122,19 +120,11 @@ void EngineLoop::submit_async(const std::shared_ptr<Call>& call, std::vector<Req
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Call>& call) {
-  {
-    std::lock_guard lk(mu_);
-    cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end());
-  }
-  cv_.notify_all();
+  wake([&] { cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end()); });
 }
 
 void EngineLoop::cancel_all() {
-  {
-    std::lock_guard lk(mu_);
-    cancel_all_ = true;
-  }
-  cv_.notify_all();
+  wake([&] { cancel_all_ = true; });
 }
 
 // Ends every request in flight with an error, refuses later ones, and tells the server once.
@@ -175,9 +165,8 @@ void EngineLoop::run() {
       cancels.swap(cancels_);
       std::swap(cancel_all, cancel_all_);
       stopping = stop_;
-      for (Submission& s : subs) admit(s);  // under mu_: admission is published with it
+      for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
     }
-    admitted_cv_.notify_all();
     for (Submission& s : subs) s.call->signal();
     if (cancel_all || stopping) {
       for (const auto& [id, live] : live_) engine_.abort(id);
@@ -223,15 +212,13 @@ void EngineLoop::admit(Submission& s) {
     error = engine_.add_request(std::move(r));
     if (!error.empty()) break;
     metrics_.request_admitted(prompt_tokens);
-    live_[id] = Live{s.call, int32_t(added), now, now, false};
+    live_[id] = Live{s.call, int32_t(added), now, std::nullopt};
   }
-  if (!error.empty()) {
-    // The ones already added never show their ends: they are forgotten here and their aborts
-    // come back from the engine as unknown ids.
-    for (size_t i = 0; i < added; ++i) {
-      engine_.abort(s.requests[i].id);
-      live_.erase(s.requests[i].id);
-    }
+  // On a refusal, the ones already added never show their ends: they are forgotten here and
+  // their aborts come back from the engine as unknown ids.
+  for (size_t i = 0; !error.empty() && i < added; ++i) {
+    engine_.abort(s.requests[i].id);
+    live_.erase(s.requests[i].id);
   }
   s.call->admit(error);
 }
@@ -242,9 +229,7 @@ void EngineLoop::route(std::vector<TokenEvent>& events) {
     auto it = live_.find(ev.id);
     if (it == live_.end()) continue;
     Live& l = it->second;
-    metrics_.token_generated(seconds_between(l.has_token ? l.last_token : l.arrival, now),
-                             !l.has_token);
-    l.has_token = true;
+    metrics_.token_generated(seconds_between(l.last_token.value_or(l.arrival), now), !l.last_token);
     l.last_token = now;
     CallUpdate u;
     u.choice = l.choice;
@@ -279,6 +264,112 @@ void EngineLoop::publish_gauges() {
                        st.preemptions};
   std::lock_guard lk(gauges_mu_);
   gauges_ = g;
+}
+
+// --- metrics ---
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double v) {
+  ++counts_[size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin())];
+  sum_ += v;
+}
+
+void Histogram::render(const char* name, const char* help, std::string* out) const {
+  add_header(out, name, "histogram", help);
+  uint64_t cum = 0;
+  for (size_t i = 0; i < counts_.size(); ++i) {
+    cum += counts_[i];
+    const std::string le = i < bounds_.size() ? num(bounds_[i]) : "+Inf";
+    *out += str_cat(name, "_bucket{le=\"", le, "\"} ", cum, "\n");
+  }
+  *out += str_cat(name, "_sum ", num(sum_), "\n", name, "_count ", cum, "\n");
+}
+
+Metrics::Metrics()
+    : ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}),
+      itl_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}),
+      e2e_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320}) {}
+
+void Metrics::request_admitted(int64_t prompt_tokens) {
+  std::lock_guard lk(mu_);
+  ++requests_admitted_;
+  prompt_tokens_ += prompt_tokens;
+}
+
+void Metrics::token_generated(double seconds, bool first) {
+  std::lock_guard lk(mu_);
+  ++generation_tokens_;
+  (first ? ttft_ : itl_).observe(seconds);
+}
+
+void Metrics::request_finished(FinishReason why, double seconds) {
+  std::lock_guard lk(mu_);
+  ++finished_[finish_reason_name(why)];
+  e2e_.observe(seconds);
+}
+
+void Metrics::client_disconnected() {
+  std::lock_guard lk(mu_);
+  ++disconnects_;
+}
+
+void Metrics::http_response(int status) {
+  std::lock_guard lk(mu_);
+  ++http_[status];
+}
+
+std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rss_bytes) const {
+  std::lock_guard lk(mu_);
+  std::string out;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    add_metric(&out, name, "gauge", help, v);
+  };
+  auto counter = [&](const char* name, const char* help, double v) {
+    add_metric(&out, name, "counter", help, v);
+  };
+  gauge("deepinfer_num_requests_running", "Requests in the engine's running set.", g.running);
+  gauge("deepinfer_num_requests_waiting", "Requests waiting for admission to the engine.",
+        g.waiting);
+  gauge("deepinfer_http_requests_in_flight", "Generation calls being served.", in_flight);
+  gauge("deepinfer_kv_blocks_used", "KV pool blocks in use.", g.kv_blocks_used);
+  gauge("deepinfer_kv_blocks_total", "KV pool blocks in all.", g.kv_blocks_total);
+  gauge("deepinfer_kv_cache_usage_ratio", "Fraction of the KV pool in use.",
+        g.kv_blocks_total ? double(g.kv_blocks_used) / g.kv_blocks_total : 0.0);
+  counter("deepinfer_prompt_tokens_total", "Prompt tokens of admitted requests.", prompt_tokens_);
+  counter("deepinfer_generation_tokens_total", "Generated tokens.", generation_tokens_);
+  counter("deepinfer_requests_admitted_total", "Engine requests admitted (one per choice).",
+          requests_admitted_);
+  add_header(&out, "deepinfer_requests_finished_total", "counter",
+             "Engine requests ended, by finish reason.");
+  for (const char* r : {"stop", "length", "abort", "error"}) {
+    const auto it = finished_.find(r);
+    out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", r, "\"} ",
+                   it == finished_.end() ? 0 : it->second, "\n");
+  }
+  counter("deepinfer_client_disconnects_total", "Calls cancelled because the client went away.",
+          disconnects_);
+  add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
+  for (const auto& [status, n] : http_)
+    out += str_cat("deepinfer_http_responses_total{status=\"", status, "\"} ", n, "\n");
+  counter("deepinfer_engine_steps_total", "Engine steps run.", g.steps);
+  counter("deepinfer_preemptions_total", "Sequences preempted.", g.preemptions);
+  ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);
+  itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
+              &out);
+  e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
+  gauge("process_resident_memory_bytes", "Resident memory in bytes.", rss_bytes);
+  return out;
+}
+
+int64_t resident_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace deepinfer::server

@@ -1,12 +1,15 @@
 // The thread that owns the Engine. The HTTP side never touches the engine: it submits the requests
 // of one API call together with a Call (a small channel), and reads tokens and endings from it;
-// cancellations travel the other way through the loop's queue. A reader either waits on the Call
-// or is told through its notify callback that there is something to take.
+// cancellations travel the other way through the loop's queue. A reader is told through the
+// Call's notify callback that there is something to take.
 //
 // The loop: take new submissions and cancellations, step the engine while it has work (else
 // sleep on a condition variable), route each TokenEvent to its call, and report each finished
 // request. A step that throws ends every request in flight with FinishReason::Error; the loop
 // carries on with the next submissions.
+//
+// Metrics: counters and latency histograms updated by the engine and handler threads, engine
+// gauges sampled by the engine thread after every step, rendered in the Prometheus text format.
 #pragma once
 
 #include <atomic>
@@ -15,15 +18,16 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "engine/engine.h"
-#include "server/metrics.h"
 
 namespace deepinfer::server {
 
@@ -40,15 +44,8 @@ struct CallUpdate {
 // reader (the HTTP side) and the engine thread.
 class Call {
  public:
-  explicit Call(int32_t num_choices) : num_choices_(num_choices) {}
-
-  int32_t num_choices() const { return num_choices_; }
-  // Reader side: waits up to `timeout` for updates and moves them to `out` (false: none came).
-  bool wait(std::vector<CallUpdate>* out, std::chrono::milliseconds timeout);
-  // Reader side, without waiting: moves the updates there are to `out` (false: none).
+  // Reader side: moves the updates there are to `out` (false: none).
   bool take(std::vector<CallUpdate>* out);
-  // Every choice has ended and every update has been taken.
-  bool done() const;
   // Whether the engine thread has taken the call yet; if so, `*error` is its refusal ("" when
   // every choice was admitted).
   bool admission(std::string* error) const;
@@ -63,13 +60,9 @@ class Call {
  private:
   friend class EngineLoop;
   void admit(std::string error);
-  bool drain(std::vector<CallUpdate>* out);  // take() with mu_ held
-  void signal();                             // runs notify_ unless a signal is still untaken
-  const int32_t num_choices_;
+  void signal();  // runs notify_ unless a signal is still untaken
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   std::deque<CallUpdate> updates_;
-  int32_t ended_ = 0, taken_ended_ = 0;
   bool signalled_ = false;  // notify_ ran and nothing was taken since
   // Set by the engine thread at admission.
   bool admitted_ = false;
@@ -84,6 +77,51 @@ struct EngineGauges {
   int64_t steps = 0, preemptions = 0;
 };
 
+// --- metrics ---
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double v);
+  // Appends the HELP and TYPE lines of `name`, then its _bucket, _sum and _count lines.
+  void render(const char* name, const char* help, std::string* out) const;
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative); the last is +Inf
+  double sum_ = 0;
+};
+
+class Metrics {
+ public:
+  Metrics();
+
+  // Engine thread.
+  void request_admitted(int64_t prompt_tokens);
+  void token_generated(double seconds_since_previous, bool first);  // TTFT when `first`
+  void request_finished(FinishReason why, double seconds);
+  // Handler threads.
+  void client_disconnected();
+  void http_response(int status);
+
+  // The whole exposition; `gauges`, the generation calls `in_flight` and `rss_bytes` are sampled
+  // by the caller.
+  std::string render(const EngineGauges& gauges, int64_t in_flight, int64_t rss_bytes) const;
+
+ private:
+  mutable std::mutex mu_;
+  int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
+  std::map<std::string, int64_t> finished_;  // by finish reason
+  std::map<int, int64_t> http_;              // responses by status
+  int64_t disconnects_ = 0;
+  Histogram ttft_, itl_, e2e_;
+};
+
+// Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
+int64_t resident_memory_bytes();
+
+// --- the loop ---
+
 class EngineLoop {
  public:
   EngineLoop(Engine& engine, Metrics& metrics);
@@ -95,13 +133,10 @@ class EngineLoop {
   // Aborts whatever is still running and joins the thread.
   void stop();
 
-  // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and waits
-  // until the engine thread has taken them: returns "" when all were accepted, else the engine's
-  // reason for refusing one (then none of them runs).
-  std::string submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
-  // The same without waiting: the admission is read with Call::admission once the call's notify
-  // callback has run.
-  void submit_async(const std::shared_ptr<Call>& call, std::vector<Request> requests);
+  // Queues `requests` (their ids are assigned here) as the choices of `call`, in order, and
+  // returns. Once the call's notify callback has run, Call::admission says whether the engine
+  // thread accepted them all, else its reason for refusing one (then none of them runs).
+  void submit(const std::shared_ptr<Call>& call, std::vector<Request> requests);
   // Aborts the call's requests that are still running; their ends arrive as Abort.
   void cancel(const std::shared_ptr<Call>& call);
   // Aborts every request in the engine.
@@ -126,11 +161,13 @@ class EngineLoop {
   struct Live {
     std::shared_ptr<Call> call;
     int32_t choice = 0;
-    std::chrono::steady_clock::time_point arrival, last_token;
-    bool has_token = false;
+    std::chrono::steady_clock::time_point arrival;
+    std::optional<std::chrono::steady_clock::time_point> last_token;  // none before the first
   };
 
   void run();
+  // Applies `change` to the queues under mu_, then wakes the engine thread.
+  void wake(const std::function<void()>& change);
   void admit(Submission& s);
   void route(std::vector<TokenEvent>& events);
   void finish_outputs(FinishReason override_reason);
@@ -147,7 +184,6 @@ class EngineLoop {
   std::vector<RequestId> cancels_;
   bool cancel_all_ = false;
   bool stop_ = false;
-  std::condition_variable admitted_cv_;  // submit() waits here for the admission
 
   std::unordered_map<RequestId, Live> live_;  // engine thread only
 

@@ -3,6 +3,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 
 #include "core/error.h"
@@ -36,13 +37,6 @@ bool is_ctl(unsigned char c) {
 
 bool is_ows(char c) {
   return c == ' ' || c == '\t';
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out)
-    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
-  return out;
 }
 
 // A header field value: visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
@@ -97,14 +91,8 @@ bool valid_chunk_ext(std::string_view s) {
 
 bool parse_decimal(std::string_view s, uint64_t* out) {
   // At most 18 digits: every such count fits, and nothing that large is ever accepted.
-  if (s.empty() || s.size() > 18) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (!is_digit(c)) return false;
-    v = v * 10 + uint64_t(c - '0');
-  }
-  *out = v;
-  return true;
+  const char* end = s.data() + s.size();
+  return !s.empty() && s.size() <= 18 && std::from_chars(s.data(), end, *out).ptr == end;
 }
 
 }  // namespace
@@ -141,20 +129,10 @@ const std::string* HttpRequest::header(std::string_view name) const {
   return nullptr;
 }
 
-HttpParser::HttpParser(ParserLimits limits) : limits_(limits) {}
-
 void HttpParser::fail(int status, std::string message, std::string code) {
   error_ = ParseError{status, std::move(message), std::move(code)};
   phase_ = Phase::kDone;
   state_ = State::kError;
-}
-
-HttpRequest HttpParser::take_request() {
-  return std::move(req_);
-}
-
-void HttpParser::reset() {
-  *this = HttpParser(limits_);
 }
 
 size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
@@ -163,32 +141,24 @@ size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
   line_.append(data, content);
   *complete = lf != nullptr;
   const size_t total = section_bytes_ + line_.size() + (lf ? 1 : 0);
-  switch (phase_) {
-    case Phase::kRequestLine:
-      if (!started_ && !line_.empty() && (line_.size() > 1 || line_[0] != '\r')) started_ = true;
-      if (line_.size() > limits_.max_request_line)
-        fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
-             "uri_too_long");
-      else if (started_ && total > limits_.max_header_bytes)
-        fail(431,
-             str_cat("The request header section is larger than ", limits_.max_header_bytes,
-                     " bytes."),
-             "header_too_large");
-      break;
-    case Phase::kHeaderLines:
-    case Phase::kTrailers:
-      if (total > limits_.max_header_bytes)
-        fail(431,
-             str_cat(phase_ == Phase::kTrailers ? "The trailer section" : "The header section",
-                     " is larger than ", limits_.max_header_bytes, " bytes."),
-             "header_too_large");
-      break;
-    case Phase::kChunkSize:
-      if (line_.size() > kMaxChunkSizeLine)
-        fail(400, "A chunk size line is too long.", "invalid_chunked_body");
-      break;
-    default:
-      break;
+  if (phase_ == Phase::kRequestLine) {
+    if (!started_ && !line_.empty() && (line_.size() > 1 || line_[0] != '\r')) started_ = true;
+    if (line_.size() > limits_.max_request_line)
+      fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
+           "uri_too_long");
+    else if (started_ && total > limits_.max_header_bytes)
+      fail(431,
+           str_cat("The request header section is larger than ", limits_.max_header_bytes,
+                   " bytes."),
+           "header_too_large");
+  } else if ((phase_ == Phase::kHeaderLines || phase_ == Phase::kTrailers) &&
+             total > limits_.max_header_bytes) {
+    fail(431,
+         str_cat(phase_ == Phase::kTrailers ? "The trailer section" : "The header section",
+                 " is larger than ", limits_.max_header_bytes, " bytes."),
+         "header_too_large");
+  } else if (phase_ == Phase::kChunkSize && line_.size() > kMaxChunkSizeLine) {
+    fail(400, "A chunk size line is too long.", "invalid_chunked_body");
   }
   return lf ? content + 1 : content;
 }
@@ -198,80 +168,55 @@ size_t HttpParser::feed(const char* data, size_t n) {
   state_ = State::kNeedMore;
   size_t used = 0;
   while (used < n && state_ == State::kNeedMore) {
-    switch (phase_) {
-      case Phase::kRequestLine:
-      case Phase::kHeaderLines:
-      case Phase::kChunkSize:
-      case Phase::kTrailers: {
-        bool complete = false;
-        used += take_line(data + used, n - used, &complete);
-        if (state_ == State::kError || !complete) break;
-        if (phase_ != Phase::kChunkSize) section_bytes_ += line_.size() + 1;
-        std::string_view line(line_);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        if (line.find('\r') != std::string_view::npos) {
-          fail(400, "A line of the request contains a bare CR.", "invalid_request");
-          break;
-        }
-        switch (phase_) {
-          case Phase::kRequestLine:
-            if (line.empty()) {
-              section_bytes_ = 0;
-              if (++blank_lines_ > kMaxBlankLines)
-                fail(400, "Too many blank lines before the request line.", "invalid_request_line");
-            } else {
-              on_request_line(line);
-            }
-            break;
-          case Phase::kHeaderLines:
-            on_header_line(line);
-            break;
-          case Phase::kChunkSize:
-            on_chunk_size(line);
-            break;
-          default:
-            on_trailer_line(line);
-            break;
-        }
-        line_.clear();
-        break;
-      }
-      case Phase::kBody:
-      case Phase::kChunkData: {
-        const size_t k = size_t(std::min<uint64_t>(remaining_, n - used));
-        body_bytes(data + used, k);
-        used += k;
-        remaining_ -= k;
-        if (remaining_ == 0) {
-          if (phase_ == Phase::kBody)
-            complete();
-          else
-            phase_ = Phase::kChunkCr;
-        }
-        break;
-      }
-      case Phase::kChunkCr:
-      case Phase::kChunkLf: {
-        const char c = data[used];
-        if (c == '\r' && phase_ == Phase::kChunkCr) {
-          phase_ = Phase::kChunkLf;
-        } else if (c == '\n') {
-          phase_ = Phase::kChunkSize;
-        } else {
-          fail(400, "A chunk's data is not followed by CRLF.", "invalid_chunked_body");
-          break;
-        }
+    if (phase_ == Phase::kBody || phase_ == Phase::kChunkData) {
+      const size_t k = size_t(std::min<uint64_t>(remaining_, n - used));
+      body_bytes(data + used, k);
+      used += k;
+      remaining_ -= k;
+      if (remaining_ == 0 && phase_ == Phase::kBody)
+        complete();
+      else if (remaining_ == 0)
+        phase_ = Phase::kChunkCr;
+    } else if (phase_ == Phase::kChunkCr || phase_ == Phase::kChunkLf) {
+      const char c = data[used];
+      if (c == '\n' || (c == '\r' && phase_ == Phase::kChunkCr)) {
+        phase_ = c == '\n' ? Phase::kChunkSize : Phase::kChunkLf;
         ++used;
-        break;
+      } else {
+        fail(400, "A chunk's data is not followed by CRLF.", "invalid_chunked_body");
       }
-      case Phase::kDone:
-        return used;
+    } else {  // a line: the request line, a header, a chunk size or a trailer
+      bool complete = false;
+      used += take_line(data + used, n - used, &complete);
+      if (state_ == State::kError || !complete) continue;
+      if (phase_ != Phase::kChunkSize) section_bytes_ += line_.size() + 1;
+      std::string_view line(line_);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find('\r') != std::string_view::npos) {
+        fail(400, "A line of the request contains a bare CR.", "invalid_request");
+        continue;
+      }
+      if (phase_ == Phase::kRequestLine)
+        on_request_line(line);
+      else if (phase_ == Phase::kHeaderLines)
+        on_header_line(line);
+      else if (phase_ == Phase::kChunkSize)
+        on_chunk_size(line);
+      else
+        on_trailer_line(line);
+      line_.clear();
     }
   }
   return used;
 }
 
 void HttpParser::on_request_line(std::string_view line) {
+  if (line.empty()) {  // allowed before a request line, up to a bound
+    section_bytes_ = 0;
+    if (++blank_lines_ > kMaxBlankLines)
+      fail(400, "Too many blank lines before the request line.", "invalid_request_line");
+    return;
+  }
   auto malformed = [&](std::string message) {
     fail(400, std::move(message), "invalid_request_line");
   };
@@ -341,12 +286,12 @@ void HttpParser::on_header_line(std::string_view line) {
 
 void HttpParser::on_headers_end() {
   bool has_te = false, has_cl = false;
-  std::vector<std::string> codings;
+  std::vector<std::string_view> codings;
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
     if (iequals(name, "transfer-encoding")) {
       has_te = true;
-      for (std::string_view e : list_elements(value)) codings.push_back(lower(e));
+      for (std::string_view e : list_elements(value)) codings.push_back(e);
     } else if (iequals(name, "content-length")) {
       has_cl = true;
       auto not_a_count = [&](std::string_view v) {
@@ -368,8 +313,8 @@ void HttpParser::on_headers_end() {
   if (has_te) {
     if (codings.empty())
       return fail(400, "Transfer-Encoding is empty.", "invalid_transfer_encoding");
-    for (const std::string& c : codings)
-      if (c != "chunked")
+    for (std::string_view c : codings)
+      if (!iequals(c, "chunked"))
         return fail(501,
                     str_cat("Transfer-Encoding '", quoted(c),
                             "' is not supported (send the body with Content-Length or chunked)."),
@@ -402,30 +347,17 @@ void HttpParser::on_headers_end() {
                   "expectation_failed");
     req_.expect_continue = true;
   }
-  if (req_.chunked) {
-    phase_ = Phase::kChunkSize;
-    state_ = State::kHeaders;
-  } else if (length && *length > 0) {
-    phase_ = Phase::kBody;
-    remaining_ = *length;
-    state_ = State::kHeaders;
-  } else {
-    complete();
-  }
+  if (!req_.chunked && length.value_or(0) == 0) return complete();  // no body
+  phase_ = req_.chunked ? Phase::kChunkSize : Phase::kBody;
+  remaining_ = length.value_or(0);
+  state_ = State::kHeaders;
 }
 
 void HttpParser::on_chunk_size(std::string_view line) {
-  size_t i = 0;
   uint64_t size = 0;
-  for (; i < line.size(); ++i) {
-    const char c = line[i];
-    int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) break;
-    size = size >= kHugeChunk / 16 ? kHugeChunk : size * 16 + uint64_t(d);
-  }
+  const auto [end, ec] = std::from_chars(line.data(), line.data() + line.size(), size, 16);
+  const size_t i = size_t(end - line.data());  // past the hex digits, however many
+  if (ec == std::errc::result_out_of_range) size = kHugeChunk;
   if (i == 0)
     return fail(400, str_cat("Malformed chunk size '", quoted(line), "'."), "invalid_chunked_body");
   if (!valid_chunk_ext(line.substr(i)))

@@ -73,7 +73,7 @@ class HttpParser {
  public:
   enum class State { kNeedMore, kHeaders, kComplete, kError };
 
-  explicit HttpParser(ParserLimits limits = {});
+  explicit HttpParser(ParserLimits limits = {}) : limits_(limits) {}
 
   // Consumes bytes up to the next event (see above); returns how many. After kComplete or kError
   // it consumes nothing until reset().
@@ -83,10 +83,10 @@ class HttpParser {
   // A request has begun: a byte other than the blank lines allowed before a request line.
   bool started() const { return started_; }
   const HttpRequest& request() const { return req_; }
-  HttpRequest take_request();
+  HttpRequest take_request() { return std::move(req_); }
   const ParseError& error() const { return error_; }
   // Ready for the next request on the same connection.
-  void reset();
+  void reset() { *this = HttpParser(limits_); }
 
  private:
   enum class Phase {

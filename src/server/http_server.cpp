@@ -2,20 +2,15 @@
 
 #include <strings.h>
 
-#include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
-#include "server/engine_loop.h"
-#include "server/http_transport.h"
 #include "server/json_fields.h"
-#include "server/metrics.h"
 #include "server/openai_response.h"
 
 namespace deepinfer::server {
@@ -55,53 +50,6 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
-// Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
-// only moves bytes. Jobs never touch a socket: they post their result back.
-class Workers {
- public:
-  explicit Workers(int n) {
-    for (int i = 0; i < n; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~Workers() { stop(); }
-  void submit(std::function<void()> job) {
-    {
-      std::lock_guard lk(mu_);
-      jobs_.push_back(std::move(job));
-    }
-    cv_.notify_one();
-  }
-  // Finishes the jobs queued, then joins.
-  void stop() {
-    {
-      std::lock_guard lk(mu_);
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
- private:
-  void work() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
 http::TransportOptions transport_options(const ServerOptions& o) {
   http::TransportOptions t;
   t.host = o.host;
@@ -119,7 +67,7 @@ http::TransportOptions transport_options(const ServerOptions& o) {
 }  // namespace
 
 // One generation call being served. Event thread only.
-struct CallContext {
+struct ApiServer::CallContext {
   std::shared_ptr<Exchange> ex;
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
@@ -127,67 +75,92 @@ struct CallContext {
 };
 
 // A generation request as the worker prepared it.
-struct Prepared {
+struct ApiServer::Prepared {
   ApiRequest ar;
   std::vector<Request> requests;
 };
 
-struct ApiServer::Impl {
-  Impl(Engine& engine, ModelInfo info, ServerOptions options)
-      : info(std::move(info)),
-        options(std::move(options)),
-        loop(engine, metrics),
-        transport(
-            transport_options(this->options),
-            [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
-            [this](int status) { metrics.http_response(status); }),
-        workers(std::max(1, this->options.http_threads)) {}
-
-  void on_request(std::shared_ptr<Exchange> ex);
-  // Throws ApiError: a wrong or missing key, or a shutdown under way.
-  void check_access(const std::string& authorization) const;
-  // Runs `job(body)` on a worker after the access check, then what it returns on the event
-  // thread. What it throws is answered as an error.
-  void on_worker(const std::shared_ptr<Exchange>& ex,
-                 std::function<std::function<void()>(const std::string& body)> job);
-  void generate(Endpoint ep, const std::shared_ptr<Exchange>& ex);
-  void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
-  void pump(const std::shared_ptr<CallContext>& ctx);
-  // pump(ctx) while the call is still served.
-  std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx) {
-    return [this, w = std::weak_ptr<CallContext>(ctx)] {
-      if (auto live = w.lock()) pump(live);
-    };
+// Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
+// only moves bytes. Jobs never touch a socket: they post their result back.
+class ApiServer::Workers {
+ public:
+  explicit Workers(int n) {
+    for (int i = 0; i < n; ++i) threads_.emplace_back([this](std::stop_token st) { work(st); });
   }
-  void end_call(CallContext& ctx);
-  void disconnect(CallContext& ctx);
-  void begin_shutdown();
-  void on_shutdown();
-  void check_drained();
-  ApiError engine_failed() const {
-    return ApiError(503, "The engine failed and the server is stopping: " + loop.failure(), {},
-                    "engine_failed");
+  void submit(std::function<void()> job) {
+    {
+      std::lock_guard lk(mu_);
+      jobs_.push_back(std::move(job));
+    }
+    cv_.notify_one();
   }
+  // Finishes the jobs queued, then joins (a stopped worker still takes the jobs left).
+  void stop() { threads_.clear(); }
 
-  ModelInfo info;
-  ServerOptions options;
-  Metrics metrics;
-  EngineLoop loop;
-  http::Transport transport;
-  int port = 0;
-
-  std::atomic<bool> draining{false};
-  std::atomic<int64_t> in_flight{0};
-  // Event thread only.
-  std::unordered_map<CallContext*, std::shared_ptr<CallContext>> calls;
-  bool shutdown_begun = false, drained = false;
-
-  Workers workers;  // last: joined first, while what its jobs use is still there
+ private:
+  void work(std::stop_token st) {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lk(mu_);
+        cv_.wait(lk, st, [&] { return !jobs_.empty(); });
+        if (jobs_.empty()) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::jthread> threads_;  // last: stopped and joined first
 };
+
+ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
+    : info(std::move(info)),
+      options(std::move(options)),
+      loop(engine, metrics),
+      transport(
+          transport_options(this->options),
+          [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
+          [this](int status) { metrics.http_response(status); }),
+      workers(std::make_unique<Workers>(std::max(1, this->options.http_threads))) {
+  // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
+  // calls in flight end with 503, and the drain that follows lets run() return.
+  loop.set_on_failure([this] {
+    std::fprintf(stderr, "deepinfer: the engine failed; stopping the server: %s\n",
+                 loop.failure().c_str());
+    shutdown();
+  });
+}
+
+ApiServer::~ApiServer() {
+  loop.stop();
+  workers->stop();
+}
+
+int ApiServer::bind() {
+  port = transport.bind();
+  return port;
+}
+
+void ApiServer::run() {
+  DI_REQUIRE(port > 0, "ApiServer::run() needs bind() first");
+  loop.start();
+  transport.run();
+  workers->stop();
+  loop.stop();
+}
+
+ApiError ApiServer::engine_failed() const {
+  return ApiError(503, "The engine failed and the server is stopping: " + loop.failure(), {},
+                  "engine_failed");
+}
 
 // --- routes ---
 
-void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
+void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
   const HttpRequest& r = ex->request();
   const std::string& path = r.path;
   static const std::map<std::string_view, std::string_view> kMethodOf = {
@@ -242,7 +215,7 @@ void ApiServer::Impl::on_request(std::shared_ptr<Exchange> ex) {
   }
 }
 
-void ApiServer::Impl::check_access(const std::string& auth) const {
+void ApiServer::check_access(const std::string& auth) const {
   if (!options.api_key.empty()) {
     // The scheme is case-insensitive (RFC 9110 §11.1).
     const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "bearer ", 7) == 0;
@@ -253,19 +226,19 @@ void ApiServer::Impl::check_access(const std::string& auth) const {
   if (draining) throw shutting_down();
 }
 
-void ApiServer::Impl::on_worker(const std::shared_ptr<Exchange>& ex,
-                                std::function<std::function<void()>(const std::string&)> job) {
+void ApiServer::on_worker(const std::shared_ptr<Exchange>& ex,
+                          std::function<std::function<void()>(const std::string&)> job) {
   const std::string* type = ex->request().header("content-type");
   if (type && type->size() >= 19 && strncasecmp(type->c_str(), "multipart/form-data", 19) == 0)
     return send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.",
                                     {}, "unsupported_media_type"));
-  auto body = std::make_shared<std::string>(std::move(ex->request().body));
   const std::string* auth = ex->request().header("authorization");
-  workers.submit([this, ex, body, auth = auth ? *auth : "", job = std::move(job)] {
+  workers->submit([this, ex, body = std::move(ex->request().body), auth = auth ? *auth : "",
+                   job = std::move(job)] {
     std::function<void()> then;
     try {
       check_access(auth);
-      then = job(*body);
+      then = job(body);
     } catch (const ApiError& e) {
       then = [ex, e] { send_error(*ex, e); };
     } catch (const std::exception& e) {
@@ -277,7 +250,7 @@ void ApiServer::Impl::on_worker(const std::shared_ptr<Exchange>& ex,
 
 // --- generation ---
 
-void ApiServer::Impl::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
+void ApiServer::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
   auto ctx = std::make_shared<CallContext>();
   ctx->ex = ex;
   // A client that leaves, at any point before its response is complete, cancels the call.
@@ -299,7 +272,7 @@ void ApiServer::Impl::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex)
   });
 }
 
-void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) {
+void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) {
   CallContext& c = *ctx;
   if (c.cancelled) return;  // the client left while the request was parsed
   // Checked here, on the event thread where the drain is counted: a shutdown that began
@@ -309,25 +282,23 @@ void ApiServer::Impl::start_call(const std::shared_ptr<CallContext>& ctx, Prepar
   c.counted = true;
   ++in_flight;
   calls.emplace(ctx.get(), ctx);
-  c.call = std::make_shared<Call>(int32_t(p.requests.size()));
+  c.call = std::make_shared<Call>();
   c.stream = p.ar.stream;
   const char* prefix = p.ar.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
-  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(), created);
+  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(),
+                                                int64_t(time(nullptr)));
   c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
-  loop.submit_async(c.call, std::move(p.requests));
+  loop.submit(c.call, std::move(p.requests));
 }
 
 // Moves what the engine produced for the call to its client. Runs when the call's notify fired,
 // and when a slow client's output has drained.
-void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
+void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   CallContext& c = *ctx;
   if (c.finished || c.cancelled) return;
   std::string out;
-  auto frame = [&](const std::vector<std::string>& chunks) {
-    for (const std::string& s : chunks) out += "data: " + s + "\n\n";
+  auto frame = [&](const std::string& chunk) {
+    if (!chunk.empty()) out += "data: " + chunk + "\n\n";
   };
   if (!c.admitted) {
     std::string refused;
@@ -360,8 +331,8 @@ void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
   if (c.stream) {
     frame(c.builder->stream_end());
     // A choice the engine could not finish: an error event (OpenAI's shape) before the end.
-    if (failed) out += "data: " + error_body(engine_failed()) + "\n\n";
-    out += "data: [DONE]\n\n";
+    if (failed) frame(error_body(engine_failed()));
+    frame("[DONE]");
     ex->write(out);
     ex->end_stream();
     end_call(c);
@@ -372,7 +343,13 @@ void ApiServer::Impl::pump(const std::shared_ptr<CallContext>& ctx) {
   }
 }
 
-void ApiServer::Impl::end_call(CallContext& c) {
+std::function<void()> ApiServer::pumper(const std::shared_ptr<CallContext>& ctx) {
+  return [this, w = std::weak_ptr<CallContext>(ctx)] {
+    if (auto live = w.lock()) pump(live);
+  };
+}
+
+void ApiServer::end_call(CallContext& c) {
   if (c.finished) return;
   c.finished = true;
   if (!c.counted) return;
@@ -381,7 +358,7 @@ void ApiServer::Impl::end_call(CallContext& c) {
   check_drained();
 }
 
-void ApiServer::Impl::disconnect(CallContext& c) {
+void ApiServer::disconnect(CallContext& c) {
   if (c.cancelled || c.finished) return;
   c.cancelled = true;
   if (c.call) loop.cancel(c.call);
@@ -391,12 +368,12 @@ void ApiServer::Impl::disconnect(CallContext& c) {
 
 // --- lifecycle ---
 
-void ApiServer::Impl::begin_shutdown() {
+void ApiServer::shutdown() {
   if (draining.exchange(true)) return;
   transport.post([this] { on_shutdown(); });
 }
 
-void ApiServer::Impl::on_shutdown() {
+void ApiServer::on_shutdown() {
   shutdown_begun = true;
   transport.stop_accepting();
   transport.after(options.shutdown_timeout_s, [this] {
@@ -414,61 +391,10 @@ void ApiServer::Impl::on_shutdown() {
   check_drained();
 }
 
-void ApiServer::Impl::check_drained() {
+void ApiServer::check_drained() {
   if (!shutdown_begun || drained || in_flight > 0) return;
   drained = true;
   transport.end_keep_alive();
-}
-
-ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
-    : impl_(std::make_unique<Impl>(engine, std::move(info), std::move(options))) {
-  Impl& s = *impl_;
-  // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
-  // calls in flight end with 503, and the drain that follows lets run() return.
-  s.loop.set_on_failure([&s] {
-    std::fprintf(stderr, "deepinfer: the engine failed; stopping the server: %s\n",
-                 s.loop.failure().c_str());
-    s.begin_shutdown();
-  });
-}
-
-ApiServer::~ApiServer() {
-  impl_->loop.stop();
-  impl_->workers.stop();
-}
-
-int ApiServer::bind() {
-  impl_->port = impl_->transport.bind();
-  return impl_->port;
-}
-
-void ApiServer::run() {
-  Impl& s = *impl_;
-  DI_REQUIRE(s.port > 0, "ApiServer::run() needs bind() first");
-  s.loop.start();
-  s.transport.run();
-  s.workers.stop();
-  s.loop.stop();
-}
-
-void ApiServer::shutdown() {
-  impl_->begin_shutdown();
-}
-
-void ApiServer::set_health_probe(std::function<std::string()> probe) {
-  impl_->loop.set_health_probe(std::move(probe));
-}
-
-bool ApiServer::failed() const {
-  return impl_->loop.failed();
-}
-
-std::string ApiServer::failure() const {
-  return impl_->loop.failure();
-}
-
-void ApiServer::cancel_all() {
-  impl_->loop.cancel_all();
 }
 
 }  // namespace deepinfer::server

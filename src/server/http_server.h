@@ -20,15 +20,18 @@
 // flight `shutdown_timeout_s` to finish, cancel the rest, and return from run().
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <vector>
+#include <unordered_map>
 
 #include "engine/engine.h"
 #include "server/api_request.h"
+#include "server/engine_loop.h"
+#include "server/http_transport.h"
 
 namespace deepinfer::server {
 
@@ -59,17 +62,53 @@ class ApiServer {
   // Begins the graceful shutdown described above; returns at once. Safe from any thread.
   void shutdown();
   // Cancels every call in flight now (a second signal during shutdown).
-  void cancel_all();
+  void cancel_all() { loop.cancel_all(); }
   // The engine failed (a rank died): the server refused everything from then on and shut
   // itself down; run() has returned or will soon.
-  bool failed() const;
-  std::string failure() const;
+  bool failed() const { return loop.failed(); }
+  std::string failure() const { return loop.failure(); }
   // Asked periodically whether a rank died (non-empty: its description); call before run().
-  void set_health_probe(std::function<std::string()> probe);
+  void set_health_probe(std::function<std::string()> probe) {
+    loop.set_health_probe(std::move(probe));
+  }
 
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  struct CallContext;
+  struct Prepared;
+  class Workers;
+
+  void on_request(std::shared_ptr<http::Exchange> ex);
+  // Throws ApiError: a wrong or missing key, or a shutdown under way.
+  void check_access(const std::string& authorization) const;
+  // Runs `job(body)` on a worker after the access check, then what it returns on the event
+  // thread. What it throws is answered as an error.
+  void on_worker(const std::shared_ptr<http::Exchange>& ex,
+                 std::function<std::function<void()>(const std::string& body)> job);
+  void generate(Endpoint ep, const std::shared_ptr<http::Exchange>& ex);
+  void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
+  void pump(const std::shared_ptr<CallContext>& ctx);
+  // pump(ctx) while the call is still served.
+  std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx);
+  void end_call(CallContext& ctx);
+  void disconnect(CallContext& ctx);
+  void on_shutdown();
+  void check_drained();
+  ApiError engine_failed() const;
+
+  ModelInfo info;
+  ServerOptions options;
+  Metrics metrics;
+  EngineLoop loop;
+  http::Transport transport;
+  int port = 0;
+
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> in_flight{0};
+  // Event thread only.
+  std::unordered_map<CallContext*, std::shared_ptr<CallContext>> calls;
+  bool shutdown_begun = false, drained = false;
+
+  std::unique_ptr<Workers> workers;  // last: joined first, while what its jobs use is still there
 };
 
 }  // namespace deepinfer::server

@@ -4,7 +4,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -17,11 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <set>
-#include <unordered_map>
 
 #include "core/error.h"
 #include "server/api_request.h"
@@ -50,21 +45,16 @@ const char* reason(int status) {
                                                       {200, "OK"},
                                                       {400, "Bad Request"},
                                                       {401, "Unauthorized"},
-                                                      {403, "Forbidden"},
                                                       {404, "Not Found"},
                                                       {405, "Method Not Allowed"},
                                                       {408, "Request Timeout"},
-                                                      {409, "Conflict"},
                                                       {413, "Content Too Large"},
                                                       {414, "URI Too Long"},
                                                       {415, "Unsupported Media Type"},
                                                       {417, "Expectation Failed"},
-                                                      {422, "Unprocessable Content"},
-                                                      {429, "Too Many Requests"},
                                                       {431, "Request Header Fields Too Large"},
                                                       {500, "Internal Server Error"},
                                                       {501, "Not Implemented"},
-                                                      {502, "Bad Gateway"},
                                                       {503, "Service Unavailable"},
                                                       {505, "HTTP Version Not Supported"}};
   if (auto it = kReasons.find(status); it != kReasons.end()) return it->second;
@@ -103,15 +93,11 @@ bool accepts_gzip(const HttpRequest& r) {
   for (std::string_view e : list_elements(*ae)) {
     const size_t semi = e.find(';');
     const std::string_view name = trim_ows(e.substr(0, semi));
-    bool allowed = true;
-    if (semi != std::string_view::npos) {
-      std::string_view p = trim_ows(e.substr(semi + 1));
-      if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-        p = trim_ows(p.substr(2));
-        // q=0, q=0.0, q=0.000: refused; anything else allows it.
-        allowed = !(p.size() >= 1 && p[0] == '0' && p.find_first_not_of("0.", 0) == p.npos);
-      }
-    }
+    std::string_view p = semi == e.npos ? "" : trim_ows(e.substr(semi + 1));
+    const bool weighted = p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=';
+    if (weighted) p = trim_ows(p.substr(2));
+    // q=0, q=0.0, q=0.000: refused; anything else allows it.
+    const bool allowed = !weighted || !(p.starts_with('0') && p.find_first_not_of("0.") == p.npos);
     if (iequals(name, "gzip") || iequals(name, "x-gzip")) gzip = allowed;
     if (name == "*") any = allowed;
   }
@@ -162,6 +148,7 @@ std::string error_response(int status, const std::string& message, const std::st
 
 class Connection {
  public:
+  // In the order a connection goes through them (parsing() and update() compare phases).
   enum class Phase {
     kIdle,     // between requests (or before the first): nothing of a request yet
     kReading,  // a request has begun
@@ -180,6 +167,8 @@ class Connection {
   size_t pending() const { return out.size() - out_off; }
   size_t unparsed() const { return in.size() - in_off; }
   bool closed() const { return phase == Phase::kClosed; }
+  // Between requests or inside one: its input is parsed.
+  bool parsing() const { return phase <= Phase::kReading; }
 
   Transport& t;
   int fd;
@@ -196,14 +185,7 @@ class Connection {
   std::optional<Clock::time_point> deadline;  // as registered in Transport::deadlines
 };
 
-// Whether to read more of what the client sends: not once it has closed its side or the
-// connection is closing, and not beyond a bound while requests wait to be parsed.
-bool wants_input(const Connection& c) {
-  using P = Connection::Phase;
-  return !c.peer_gone &&
-         (c.phase == P::kIdle || c.phase == P::kReading || c.phase == P::kServing) &&
-         c.unparsed() < kMaxPipelined;
-}
+using Phase = Connection::Phase;
 
 Transport::Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status)
     : opt(std::move(options)), handler(std::move(handler)), on_status(std::move(on_status)) {}
@@ -275,11 +257,7 @@ void Exchange::begin_stream(int status, std::string_view content_type, Headers e
 void Exchange::write(std::string_view data) {
   if (!conn_ || !streaming_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
-  if (chunked_) {
-    char size[24];
-    std::snprintf(size, sizeof(size), "%zx\r\n", data.size());
-    c.t.queue(c, size);
-  }
+  if (chunked_) c.t.queue(c, str_cat(std::hex, data.size(), "\r\n"));
   c.t.queue(c, data);
   if (chunked_) c.out += "\r\n";
   if (c.t.flush(c)) c.t.settle(c);
@@ -309,9 +287,7 @@ void Exchange::on_hangup(std::function<void()> fn) {
   hangup_ = std::move(fn);
   if (conn_ && conn_->peer_gone && !complete_) {
     // The client already left: told from the event loop, not from inside this call.
-    Transport& t = conn_->t;
-    const uint64_t id = conn_->id;
-    t.post([&t, id] {
+    conn_->t.post([&t = conn_->t, id = conn_->id] {
       if (Connection* c = t.find(id)) t.settle(*c);
     });
   }
@@ -333,19 +309,15 @@ int Transport::bind() {
   for (addrinfo* ai = res; ai && listen_fd < 0; ai = ai->ai_next) {
     const int fd =
         socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
     // SO_REUSEADDR only: a restart may bind over connections in TIME_WAIT, but a second server
     // on the same port fails to bind (SO_REUSEPORT would let both listen and split the clients).
     const int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (fd >= 0 && ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
       listen_fd = fd;
     } else {
       err = errno;
-      ::close(fd);
+      if (fd >= 0) ::close(fd);
     }
   }
   freeaddrinfo(res);
@@ -381,14 +353,11 @@ void Transport::run() {
   DI_REQUIRE(epoll_fd >= 0, "Transport::run() needs bind() first");
   epoll_event events[128];
   while (accepting || !ending || !conns.empty()) {
-    Clock::time_point next = Clock::time_point::max();
-    if (!deadlines.empty()) next = deadlines.begin()->first;
+    Clock::time_point next = Clock::now() + std::chrono::seconds(60);
+    if (!deadlines.empty()) next = std::min(next, deadlines.begin()->first);
     if (!timers.empty()) next = std::min(next, timers.begin()->first);
-    int timeout = -1;
-    if (next != Clock::time_point::max())
-      timeout = int(std::clamp<int64_t>(
-          std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count(), 0, 60000));
-    const int n = epoll_wait(epoll_fd, events, 128, timeout);
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(next - Clock::now()).count();
+    const int n = epoll_wait(epoll_fd, events, 128, int(std::max<int64_t>(wait, 0)));
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenId) {
@@ -491,8 +460,7 @@ Connection* Transport::add(int fd, bool rejected) {
 bool Transport::evict_idle() {
   Connection* oldest = nullptr;
   for (auto& [id, c] : conns) {
-    if (c->rejected || c->phase != Connection::Phase::kIdle || c->pending() || c->unparsed())
-      continue;
+    if (c->rejected || c->phase != Phase::kIdle || c->pending() || c->unparsed()) continue;
     if (!oldest || c->idle_since < oldest->idle_since) oldest = c.get();
   }
   if (!oldest) return false;
@@ -515,7 +483,7 @@ void Transport::reject(int fd) {
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {
-  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Connection::Phase::kLinger))
+  if ((ev & EPOLLERR) || ((ev & EPOLLHUP) && c.phase != Phase::kLinger))
     return close(c);  // reset by the client: nothing more can be written
   if (ev & EPOLLOUT) flush(c);
   if (c.closed()) return;
@@ -526,19 +494,17 @@ void Transport::on_event(Connection& c, uint32_t ev) {
 }
 
 void Transport::read_some(Connection& c) {
-  if (c.phase == Connection::Phase::kLinger) {
+  if (c.phase == Phase::kLinger) {
     char scratch[16 << 10];
-    for (;;) {
-      const ssize_t n = recv(c.fd, scratch, sizeof(scratch), 0);
-      if (n > 0) continue;
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      return close(c);  // the client closed too (or reset): done
+    ssize_t n;
+    while ((n = recv(c.fd, scratch, sizeof(scratch), 0)) > 0 || (n < 0 && errno == EINTR)) {
     }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    return close(c);  // the client closed too (or reset): done
   }
   for (size_t i = 0; i < kReadsPerEvent; ++i) {
-    const bool serving = c.phase == Connection::Phase::kServing;
-    if ((serving && c.unparsed() >= kMaxPipelined) || c.phase == Connection::Phase::kClosing) break;
+    if ((c.phase == Phase::kServing && c.unparsed() >= kMaxPipelined) || c.phase == Phase::kClosing)
+      break;
     const size_t old = c.in.size();
     c.in.resize(old + kReadChunk);
     const ssize_t n = recv(c.fd, c.in.data() + old, kReadChunk, 0);
@@ -561,12 +527,11 @@ void Transport::read_some(Connection& c) {
 void Transport::process(Connection& c) {
   if (c.processing) return;
   c.processing = true;
-  while ((c.phase == Connection::Phase::kIdle || c.phase == Connection::Phase::kReading) &&
-         c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
+  while (c.parsing() && c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
     const size_t used = c.parser.feed(c.in.data() + c.in_off, c.unparsed());
     c.in_off += used;
-    if (c.phase == Connection::Phase::kIdle && c.parser.started()) {
-      c.phase = Connection::Phase::kReading;
+    if (c.phase == Phase::kIdle && c.parser.started()) {
+      c.phase = Phase::kReading;
       c.request_start = Clock::now();
     }
     const HttpParser::State s = c.parser.state();
@@ -594,7 +559,7 @@ void Transport::process(Connection& c) {
 }
 
 void Transport::dispatch(Connection& c, HttpRequest req) {
-  c.phase = Connection::Phase::kServing;
+  c.phase = Phase::kServing;
   std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
   ex->conn_ = &c;
   c.current = ex;
@@ -625,7 +590,7 @@ void Transport::fail(Connection& c, int status, const std::string& message, cons
                      Headers extra) {
   queue(c, error_response(status, message, code, std::move(extra)));
   if (on_status) on_status(status);
-  c.phase = Connection::Phase::kClosing;
+  c.phase = Phase::kClosing;
   if (flush(c)) settle(c);
 }
 
@@ -634,9 +599,9 @@ void Transport::finished(Connection& c, bool keep_alive) {
   c.current.reset();
   c.served_any = true;
   if (!keep_alive) {
-    c.phase = Connection::Phase::kClosing;
+    c.phase = Phase::kClosing;
   } else {
-    c.phase = Connection::Phase::kIdle;
+    c.phase = Phase::kIdle;
     c.idle_since = Clock::now();
     process(c);  // a pipelined request waiting behind this one
   }
@@ -656,40 +621,35 @@ bool Transport::flush(Connection& c) {
     close(c);  // the client is gone
     return false;
   }
-  if (c.pending() == 0 && c.phase == Connection::Phase::kIdle) c.idle_since = Clock::now();
+  if (c.pending() == 0 && c.phase == Phase::kIdle) c.idle_since = Clock::now();
   compact(c.out, c.out_off, size_t(1) << 20);
-  if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4) {
-    auto fn = std::move(c.current->drained_);
-    c.current->drained_ = nullptr;
-    fn();
-  }
+  if (c.current && c.current->drained_ && c.pending() <= opt.max_output_bytes / 4)
+    std::exchange(c.current->drained_, nullptr)();
   return !c.closed();
 }
 
 // Moves the connection along after anything happened to it: closes it when it is done, resumes
 // parsing, and registers what it waits for.
 void Transport::settle(Connection& c) {
-  using P = Connection::Phase;
   // Inside process() (a handler answered at once): its caller settles the connection after.
   if (c.closed() || c.processing) return;
   if (c.peer_gone) {
     if (c.current && !c.current->complete_) {
       if (c.current->hangup_) return close(c);  // a call whose client left: ends now
-    } else if (c.phase == P::kIdle || c.phase == P::kReading) {
+    } else if (c.parsing()) {
       process(c);  // what came before the end of its input is still answered
       if (c.closed()) return;
-      if (c.phase == P::kIdle || c.phase == P::kReading) c.phase = P::kClosing;
+      if (c.parsing()) c.phase = Phase::kClosing;
     }
-  } else if ((c.phase == P::kIdle || c.phase == P::kReading) && c.unparsed() > 0 &&
-             c.pending() < opt.max_output_bytes) {
+  } else if (c.parsing() && c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
     process(c);
     if (c.closed()) return;
   }
-  if (ending && c.phase == P::kIdle && c.unparsed() == 0 && c.pending() == 0) return close(c);
-  if (c.phase == P::kClosing && c.pending() == 0) {
+  if (ending && c.phase == Phase::kIdle && c.unparsed() == 0 && c.pending() == 0) return close(c);
+  if (c.phase == Phase::kClosing && c.pending() == 0) {
     if (c.peer_gone) return close(c);
     ::shutdown(c.fd, SHUT_WR);
-    c.phase = P::kLinger;
+    c.phase = Phase::kLinger;
     c.linger_until = Clock::now() + seconds(kLingerSeconds);
     read_some(c);  // the client may have closed already
     if (c.closed()) return;
@@ -698,11 +658,14 @@ void Transport::settle(Connection& c) {
 }
 
 void Transport::update(Connection& c) {
-  using P = Connection::Phase;
   if (c.closed()) return;
+  // Input is read unless the client has closed its side or the connection is closing, and not
+  // beyond a bound while requests wait to be parsed.
+  const bool wants_input =
+      !c.peer_gone && c.phase <= Phase::kServing && c.unparsed() < kMaxPipelined;
   uint32_t want = 0;
-  if (c.phase == P::kLinger || wants_input(c)) want |= EPOLLIN | EPOLLRDHUP;
-  if (!c.peer_gone && c.phase == P::kServing) want |= EPOLLRDHUP;  // a client that leaves
+  if (c.phase == Phase::kLinger || wants_input) want |= EPOLLIN | EPOLLRDHUP;
+  if (!c.peer_gone && c.phase == Phase::kServing) want |= EPOLLRDHUP;  // a client that leaves
   if (c.pending() > 0) want |= EPOLLOUT;
   if (want != c.events) {
     watch(EPOLL_CTL_MOD, c.fd, want, c.id);
@@ -710,20 +673,10 @@ void Transport::update(Connection& c) {
   }
   std::optional<Clock::time_point> d;
   auto earliest = [&](Clock::time_point t) { d = d ? std::min(*d, t) : t; };
-  switch (c.phase) {
-    case P::kIdle:
-      if (c.pending() == 0)
-        earliest(c.idle_since + seconds(c.served_any ? opt.idle_timeout_s : opt.request_timeout_s));
-      break;
-    case P::kReading:
-      earliest(c.request_start + seconds(opt.request_timeout_s));
-      break;
-    case P::kLinger:
-      earliest(c.linger_until);
-      break;
-    default:
-      break;
-  }
+  if (c.phase == Phase::kIdle && c.pending() == 0)
+    earliest(c.idle_since + seconds(c.served_any ? opt.idle_timeout_s : opt.request_timeout_s));
+  if (c.phase == Phase::kReading) earliest(c.request_start + seconds(opt.request_timeout_s));
+  if (c.phase == Phase::kLinger) earliest(c.linger_until);
   if (c.pending() > 0) earliest(c.write_since + seconds(opt.write_timeout_s));
   if (c.close_by) earliest(*c.close_by);
   if (d != c.deadline) {
@@ -734,41 +687,30 @@ void Transport::update(Connection& c) {
 }
 
 void Transport::on_deadline(Connection& c) {
-  using P = Connection::Phase;
   const auto now = Clock::now();
   if ((c.close_by && *c.close_by <= now) ||
       (c.pending() > 0 && c.write_since + seconds(opt.write_timeout_s) <= now))
     return close(c);  // a client that does not read what it asked for is treated as gone
-  switch (c.phase) {
-    case P::kIdle:
-    case P::kLinger:
-      return close(c);
-    case P::kReading:
-      return fail(c, 408,
-                  str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-                  "request_timeout");
-    default:
-      update(c);
-  }
+  if (c.phase == Phase::kIdle || c.phase == Phase::kLinger) return close(c);
+  if (c.phase == Phase::kReading)
+    return fail(c, 408,
+                str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                "request_timeout");
+  update(c);
 }
 
 void Transport::close(Connection& c) {
   if (c.closed()) return;
-  c.phase = Connection::Phase::kClosed;
+  c.phase = Phase::kClosed;
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
   ::close(c.fd);
   c.fd = -1;
   if (c.deadline) deadlines.erase({*c.deadline, c.id});
   c.deadline.reset();
   --(c.rejected ? rejecting : active);
-  auto it = conns.find(c.id);
-  if (it != conns.end()) {
-    dead.push_back(std::move(it->second));
-    conns.erase(it);
-  }
+  if (auto node = conns.extract(c.id)) dead.push_back(std::move(node.mapped()));
   if (std::shared_ptr<Exchange> ex = std::move(c.current)) {
-    auto hangup = std::move(ex->hangup_);
-    ex->hangup_ = nullptr;
+    auto hangup = std::exchange(ex->hangup_, nullptr);
     const bool incomplete = !ex->complete_;
     ex->detach();
     if (incomplete && hangup) hangup();

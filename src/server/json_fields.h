@@ -1,5 +1,6 @@
-// Typed access to fields of a request body, with OpenAI-style errors naming the field. Internal
-// to src/server (it carries nlohmann/json); the public headers never include it.
+// Typed access to fields of a request body, with OpenAI-style errors naming the field
+// (implemented in openai_request.cpp). Internal to src/server (it carries nlohmann/json); the
+// public headers never include it.
 #pragma once
 
 #include <cstdint>

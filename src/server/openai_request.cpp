@@ -2,6 +2,8 @@
 // requests. Every field is type-checked and range-checked here, so what reaches the engine is
 // already valid; the engine's own checks stay as a second line.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "server/json_fields.h"
 #include "server/structured_output.h"
@@ -10,6 +12,144 @@
 
 namespace deepinfer::server {
 
+// --- typed fields ---
+
+namespace {
+
+// Deeper bodies are refused before parsing: the parser copes, but dumping and destroying nested
+// values recurses, and no legitimate request nests this deep.
+constexpr int kMaxNesting = 64;
+
+const char* type_name(const Json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  if (v.is_object()) return "an object";
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number_float()) return "a decimal number";
+  if (v.is_binary()) return "an integer beyond 64 bits";
+  return "an unsupported value";
+}
+
+}  // namespace
+
+std::string error_body(const ApiError& e) {
+  Json err = {{"message", e.what()},
+              {"type", e.type},
+              {"param", e.param.empty() ? Json() : Json(e.param)},
+              {"code", e.code.empty() ? Json() : Json(e.code)}};
+  return dump_json(Json{{"error", std::move(err)}});
+}
+
+std::string dump_json(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+int json_nesting_depth(std::string_view text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (escaped) {
+      escaped = false;
+    } else if (in_string) {
+      escaped = c == '\\';
+      in_string = c != '"';
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+Json parse_body(std::string_view body) {
+  if (json_nesting_depth(body) > kMaxNesting)
+    throw ApiError(400, str_cat("The request body nests deeper than ", kMaxNesting, " levels."), {},
+                   "invalid_json");
+  // Integers beyond 64 bits keep their digits (tool schemas and arguments are rendered into the
+  // prompt as Python writes them).
+  Json j = tokenizer_internal::parse_json_exact(body);
+  if (j.is_discarded()) {
+    std::string what;
+    try {
+      (void)Json::parse(body);  // for the library's description of where and why
+    } catch (const Json::exception& e) {
+      // Drop the library's "[json.exception.parse_error.101] " prefix; keep where and why.
+      what = e.what();
+      if (const size_t at = what.find("] "); at != std::string::npos) what.erase(0, at + 2);
+    }
+    throw ApiError(400, "The request body is not valid JSON: " + what, {}, "invalid_json");
+  }
+  if (!j.is_object())
+    throw ApiError(400, str_cat("The request body must be a JSON object, not ", type_name(j), "."),
+                   {}, "invalid_json");
+  return j;
+}
+
+const Json* find_field(const Json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+void throw_bad_type(const std::string& name, const char* expected, const Json& got) {
+  throw ApiError(400,
+                 str_cat("Invalid type for '", name, "': expected ", expected, ", but got ",
+                         type_name(got), "."),
+                 name, "invalid_type");
+}
+
+void throw_bad_value(const std::string& name, const std::string& what) {
+  throw ApiError(400, str_cat("Invalid value for '", name, "': ", what), name, "invalid_value");
+}
+
+std::string get_string(const Json& v, const std::string& name) {
+  if (!v.is_string()) throw_bad_type(name, "a string", v);
+  return v.get<std::string>();
+}
+
+bool get_bool(const Json& v, const std::string& name) {
+  if (!v.is_boolean()) throw_bad_type(name, "a boolean", v);
+  return v.get<bool>();
+}
+
+int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
+  // Unsigned values past the int64 range are outside every range asked for.
+  const bool in_range =
+      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+  const int64_t x = in_range ? v.get<int64_t>() : 0;
+  if (!in_range || x < lo || x > hi)
+    throw_bad_value(name,
+                    str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
+  return x;
+}
+
+double get_number(const Json& v, const std::string& name, double lo, double hi) {
+  if (!v.is_number()) throw_bad_type(name, "a number", v);
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi)
+    throw_bad_value(name,
+                    str_cat("expected a number in [", lo, ", ", hi, "], got ", v.dump(), "."));
+  return x;
+}
+
+int32_t get_token_id(const Json& v, const std::string& name, int64_t vocab) {
+  if (!v.is_number_integer()) throw_bad_type(name, "an integer token id", v);
+  const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() < uint64_t(vocab)
+                                         : v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab;
+  if (!ok)
+    throw_bad_value(name, str_cat(v.dump(), " is not a token id of this model (the vocabulary has ",
+                                  vocab, " tokens)."));
+  return int32_t(v.get<int64_t>());
+}
+
+// --- requests ---
+
 namespace {
 
 constexpr int64_t kMaxChoices = 128;         // n
@@ -17,10 +157,31 @@ constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
 constexpr int64_t kMaxLogprobs = 20;
 constexpr size_t kMaxStops = 16;
 
+// The field `key` of `obj`, which must be there (and be an object when `object`): else a 400
+// naming `param`, with `message` or "Missing required parameter".
+const Json& need(const Json& obj, const char* key, const std::string& param,
+                 const char* message = nullptr, bool object = false) {
+  const Json* v = find_field(obj, key);
+  if (!v || (object && !v->is_object()))
+    throw ApiError(400, message ? message : str_cat("Missing required parameter: '", key, "'."),
+                   param, "missing");
+  return *v;
+}
+
+// The string field `key`, or `absent` when it is not given.
+std::string opt_string(const Json& obj, const char* key, const std::string& name,
+                       const char* absent = "") {
+  const Json* v = find_field(obj, key);
+  return v ? get_string(*v, name) : absent;
+}
+
+// Sets `*out` from the boolean field `key` when it is given.
+void read_bool(const Json& obj, const char* key, bool* out, const std::string& name) {
+  if (const Json* v = find_field(obj, key)) *out = get_bool(*v, name);
+}
+
 std::string check_model(const Json& j, const ModelInfo& info) {
-  const Json* m = find_field(j, "model");
-  if (!m) return info.names.at(0);
-  const std::string name = get_string(*m, "model");
+  const std::string name = opt_string(j, "model", "model", info.names.at(0).c_str());
   if (std::find(info.names.begin(), info.names.end(), name) == info.names.end())
     throw ApiError(404,
                    str_cat("The model '", name, "' does not exist; this server serves '",
@@ -49,22 +210,21 @@ std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t 
 
 // "prompt": a string, an array of strings, an array of token ids, or an array of those.
 std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& info) {
-  const Json* p = find_field(j, "prompt");
-  if (!p) throw ApiError(400, "Missing required parameter: 'prompt'.", "prompt", "missing");
+  const Json& p = need(j, "prompt", "prompt");
   auto text = [&](const Json& s, const std::string& name) {
     return need_tokenizer(info, name, "text prompts").encode(s.get<std::string>(), false);
   };
   std::vector<std::vector<int32_t>> prompts;
-  if (p->is_string()) {
-    prompts.push_back(text(*p, "prompt"));
-  } else if (p->is_array()) {
-    if (p->empty()) throw_bad_value("prompt", "the prompt list is empty.");
-    const Json& first = (*p)[0];
+  if (p.is_string()) {
+    prompts.push_back(text(p, "prompt"));
+  } else if (p.is_array()) {
+    if (p.empty()) throw_bad_value("prompt", "the prompt list is empty.");
+    const Json& first = p[0];
     if (first.is_number()) {
-      prompts.push_back(token_list(*p, "prompt", info.vocab_size));
+      prompts.push_back(token_list(p, "prompt", info.vocab_size));
     } else {
-      for (size_t i = 0; i < p->size(); ++i) {
-        const Json& e = (*p)[i];
+      for (size_t i = 0; i < p.size(); ++i) {
+        const Json& e = p[i];
         const std::string name = str_cat("prompt[", i, "]");
         if (first.is_string() && e.is_string())
           prompts.push_back(text(e, name));
@@ -75,7 +235,7 @@ std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& 
       }
     }
   } else {
-    throw_bad_type("prompt", "a string, an array of strings or an array of token ids", *p);
+    throw_bad_type("prompt", "a string, an array of strings or an array of token ids", p);
   }
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty())
@@ -108,15 +268,13 @@ std::string parse_content(const Json& v, const std::string& name) {
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string part = str_cat(name, "[", i, "]");
     if (!v[i].is_object()) throw_bad_type(part, "an object", v[i]);
-    const Json* type = find_field(v[i], "type");
-    const std::string t = type ? get_string(*type, part + ".type") : "";
+    const std::string t = opt_string(v[i], "type", part + ".type");
     if (t != "text")
       throw ApiError(400, str_cat("Content part type '", t, "' is not supported; only 'text' is."),
                      part + ".type", "unsupported_value");
-    const Json* text = find_field(v[i], "text");
-    if (!text) throw ApiError(400, "A text part needs 'text'.", part + ".text", "missing");
+    const Json& text = need(v[i], "text", part + ".text", "A text part needs 'text'.");
     if (i) out += "\n\n";
-    out += get_string(*text, part + ".text");
+    out += get_string(text, part + ".text");
   }
   return out;
 }
@@ -128,15 +286,13 @@ std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& nam
     const std::string c = str_cat(name, "[", i, "]");
     if (!v[i].is_object()) throw_bad_type(c, "an object", v[i]);
     ChatToolCall call;
-    if (const Json* id = find_field(v[i], "id")) call.id = get_string(*id, c + ".id");
-    const Json* f = find_field(v[i], "function");
-    if (!f || !f->is_object())
-      throw ApiError(400, "A tool call needs a 'function' object.", c + ".function", "missing");
-    const Json* fname = find_field(*f, "name");
-    if (!fname) throw ApiError(400, "A tool call needs a name.", c + ".function.name", "missing");
-    call.name = get_string(*fname, c + ".function.name");
+    call.id = opt_string(v[i], "id", c + ".id");
+    const Json& f =
+        need(v[i], "function", c + ".function", "A tool call needs a 'function' object.", true);
+    call.name = get_string(need(f, "name", c + ".function.name", "A tool call needs a name."),
+                           c + ".function.name");
     // Arguments are JSON text in the API; an object sent as such is accepted too.
-    const Json* args = find_field(*f, "arguments");
+    const Json* args = find_field(f, "arguments");
     if (!args)
       call.arguments = "{}";
     else if (args->is_string())
@@ -158,44 +314,37 @@ std::string tools_text(const Json& tools, const std::string& where) {
     const Json& t = tools[i];
     const std::string name = str_cat(where, "[", i, "]");
     if (!t.is_object()) throw_bad_type(name, "an object", t);
-    const Json* type = find_field(t, "type");
-    if (type && get_string(*type, name + ".type") != "function")
+    if (opt_string(t, "type", name + ".type", "function") != "function")
       throw_bad_value(name + ".type", "only 'function' tools are supported.");
-    const Json* f = find_field(t, "function");
-    if (!f || !f->is_object())
-      throw ApiError(400, "A tool needs a 'function' object.", name + ".function", "missing");
-    const Json* fname = find_field(*f, "name");
-    if (!fname) throw ApiError(400, "A function needs a name.", name + ".function.name", "missing");
-    get_string(*fname, name + ".function.name");
+    const Json& f =
+        need(t, "function", name + ".function", "A tool needs a 'function' object.", true);
+    get_string(need(f, "name", name + ".function.name", "A function needs a name."),
+               name + ".function.name");
   }
   return tools.empty() ? std::string() : tokenizer_internal::py_json_dumps(tools);
 }
 
 std::vector<ChatMessage> parse_messages(const Json& j) {
-  const Json* m = find_field(j, "messages");
-  if (!m) throw ApiError(400, "Missing required parameter: 'messages'.", "messages", "missing");
-  if (!m->is_array()) throw_bad_type("messages", "an array", *m);
-  if (m->empty()) throw_bad_value("messages", "at least one message is needed.");
+  const Json& m = need(j, "messages", "messages");
+  if (!m.is_array()) throw_bad_type("messages", "an array", m);
+  if (m.empty()) throw_bad_value("messages", "at least one message is needed.");
   std::vector<ChatMessage> out;
-  for (size_t i = 0; i < m->size(); ++i) {
-    const Json& e = (*m)[i];
+  for (size_t i = 0; i < m.size(); ++i) {
+    const Json& e = m[i];
     const std::string name = str_cat("messages[", i, "]");
     if (!e.is_object()) throw_bad_type(name, "an object", e);
-    const Json* role = find_field(e, "role");
-    if (!role) throw ApiError(400, "A message needs a 'role'.", name + ".role", "missing");
     ChatMessage msg;
-    msg.role = parse_role(*role, name + ".role");
+    msg.role =
+        parse_role(need(e, "role", name + ".role", "A message needs a 'role'."), name + ".role");
     if (const Json* c = find_field(e, "content"))
       msg.content = parse_content(*c, name + ".content");
     if (msg.role == ChatRole::kAssistant) {
-      if (const Json* r = find_field(e, "reasoning_content"))
-        msg.reasoning_content = get_string(*r, name + ".reasoning_content");
+      msg.reasoning_content = opt_string(e, "reasoning_content", name + ".reasoning_content");
       if (const Json* t = find_field(e, "tool_calls"))
         msg.tool_calls = parse_tool_calls(*t, name + ".tool_calls");
     }
     if (msg.role == ChatRole::kTool)
-      if (const Json* id = find_field(e, "tool_call_id"))
-        msg.tool_call_id = get_string(*id, name + ".tool_call_id");
+      msg.tool_call_id = opt_string(e, "tool_call_id", name + ".tool_call_id");
     // What the encoder reads on a message: tools on system/developer messages, a response format
     // on system messages (written as given), a quick-instruction task on user/developer ones.
     const bool sys = msg.role == ChatRole::kSystem, dev = msg.role == ChatRole::kDeveloper;
@@ -205,8 +354,7 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
       if (!rf->is_object()) throw_bad_type(name + ".response_format", "an object", *rf);
       msg.response_format_json = tokenizer_internal::py_json_dumps(*rf);
     }
-    if (const Json* t = msg.role == ChatRole::kUser || dev ? find_field(e, "task") : nullptr)
-      msg.task = get_string(*t, name + ".task");
+    if (msg.role == ChatRole::kUser || dev) msg.task = opt_string(e, "task", name + ".task");
     out.push_back(std::move(msg));
   }
   return out;
@@ -220,15 +368,12 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
   std::string choice = "auto", named;
   if (const Json* c = find_field(j, "tool_choice")) {
     if (c->is_object()) {
-      const Json* type = find_field(*c, "type");
-      if (!type || get_string(*type, "tool_choice.type") != "function")
+      if (opt_string(*c, "type", "tool_choice.type") != "function")
         throw_bad_value("tool_choice.type", "expected 'function'.");
-      const Json* f = find_field(*c, "function");
-      const Json* n = f && f->is_object() ? find_field(*f, "name") : nullptr;
-      if (!n)
-        throw ApiError(400, "A named tool_choice needs function.name.", "tool_choice.function.name",
-                       "missing");
-      named = get_string(*n, "tool_choice.function.name");
+      const std::string param = "tool_choice.function.name";
+      const char* no_name = "A named tool_choice needs function.name.";
+      named = get_string(need(need(*c, "function", param, no_name, true), "name", param, no_name),
+                         param);
       choice = "named";
     } else if (c->is_string()) {
       choice = c->get<std::string>();
@@ -263,8 +408,7 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
     if (shape->tools.empty())
       throw_bad_value("tool_choice.function.name",
                       str_cat("no tool named '", named, "' is among the tools."));
-    if (const Json* p = find_field(j, "parallel_tool_calls"))
-      shape->parallel_tool_calls = get_bool(*p, "parallel_tool_calls");
+    read_bool(j, "parallel_tool_calls", &shape->parallel_tool_calls, "parallel_tool_calls");
   }
   return text;
 }
@@ -275,24 +419,20 @@ std::string parse_response_format(const Json& j, OutputShape* shape) {
   const Json* rf = find_field(j, "response_format");
   if (!rf) return {};
   if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
-  const Json* type = find_field(*rf, "type");
-  const std::string t = type ? get_string(*type, "response_format.type") : "";
+  const std::string t = opt_string(*rf, "type", "response_format.type");
   if (t == "json_object") {
     shape->kind = OutputShape::Kind::kJsonObject;
     return tokenizer_internal::py_json_dumps(*rf);
   }
   if (t == "json_schema") {
-    const Json* js = find_field(*rf, "json_schema");
-    if (!js || !js->is_object())
-      throw ApiError(400, "A json_schema response format needs a 'json_schema' object.",
-                     "response_format.json_schema", "missing");
-    const Json* schema = find_field(*js, "schema");
+    const Json& js = need(*rf, "json_schema", "response_format.json_schema",
+                          "A json_schema response format needs a 'json_schema' object.", true);
+    const Json* schema = find_field(js, "schema");
     if (!schema || !(schema->is_object() || schema->is_boolean()))
       throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
                      "response_format.json_schema.schema", "missing");
     shape->kind = OutputShape::Kind::kJsonSchema;
-    shape->schema_json = tokenizer_internal::py_json_dumps(*schema);
-    return tokenizer_internal::py_json_dumps(*schema);
+    return shape->schema_json = tokenizer_internal::py_json_dumps(*schema);
   }
   if (t != "text")
     throw_bad_value("response_format.type",
@@ -348,8 +488,7 @@ ChatOptions parse_chat_options(const Json& j, OutputShape* shape) {
   std::optional<bool> thinking;
   if (const Json* t = find_field(j, "thinking")) {
     if (t->is_object()) {
-      const Json* type = find_field(*t, "type");
-      const std::string s = type ? get_string(*type, "thinking.type") : "";
+      const std::string s = opt_string(*t, "type", "thinking.type");
       if (s != "enabled" && s != "disabled")
         throw_bad_value("thinking.type", "expected 'enabled' or 'disabled'.");
       thinking = s == "enabled";
@@ -371,13 +510,11 @@ ChatOptions parse_chat_options(const Json& j, OutputShape* shape) {
     thinking = false;
   }
   o.thinking = thinking.value_or(effort != nullptr);
-  if (const Json* d = kwargs ? find_field(*kwargs, "drop_thinking") : nullptr)
-    o.drop_thinking = get_bool(*d, "chat_template_kwargs.drop_thinking");
+  if (kwargs)
+    read_bool(*kwargs, "drop_thinking", &o.drop_thinking, "chat_template_kwargs.drop_thinking");
   o.tools_json = parse_tools(j, shape);
-  if (const Json* v = find_field(j, "add_generation_prompt"))
-    o.add_generation_prompt = get_bool(*v, "add_generation_prompt");
-  if (const Json* v = find_field(j, "continue_final_message"))
-    o.continue_final_message = get_bool(*v, "continue_final_message");
+  read_bool(j, "add_generation_prompt", &o.add_generation_prompt, "add_generation_prompt");
+  read_bool(j, "continue_final_message", &o.continue_final_message, "continue_final_message");
   if (o.continue_final_message) o.add_generation_prompt = false;
   OutputShape format;
   o.response_format_json = parse_response_format(j, &format);
@@ -411,26 +548,25 @@ std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, Ch
 }  // namespace
 
 void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p) {
-  if (const Json* v = find_field(j, "temperature"))
-    p->temperature = float(get_number(*v, "temperature", 0, 1e6));
-  if (const Json* v = find_field(j, "top_p")) {
-    p->top_p = float(get_number(*v, "top_p", 0, 1));
-    if (p->top_p <= 0) throw_bad_value("top_p", "expected a number in (0, 1].");
-  }
+  // The number `key` within [lo, hi] into `*out` when it is given; whether it was.
+  auto number = [&](const char* key, float* out, double lo, double hi) {
+    const Json* v = find_field(j, key);
+    if (v) *out = float(get_number(*v, key, lo, hi));
+    return v != nullptr;
+  };
+  number("temperature", &p->temperature, 0, 1e6);
+  if (number("top_p", &p->top_p, 0, 1) && p->top_p <= 0)
+    throw_bad_value("top_p", "expected a number in (0, 1].");
   if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
     p->top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
-  if (const Json* v = find_field(j, "min_p")) p->min_p = float(get_number(*v, "min_p", 0, 1));
-  if (const Json* v = find_field(j, "presence_penalty"))
-    p->presence_penalty = float(get_number(*v, "presence_penalty", -2, 2));
-  if (const Json* v = find_field(j, "frequency_penalty"))
-    p->frequency_penalty = float(get_number(*v, "frequency_penalty", -2, 2));
-  if (const Json* v = find_field(j, "repetition_penalty")) {
-    p->repetition_penalty = float(get_number(*v, "repetition_penalty", 0, 1e6));
-    if (p->repetition_penalty <= 0) throw_bad_value("repetition_penalty", "expected a number > 0.");
-  }
+  number("min_p", &p->min_p, 0, 1);
+  number("presence_penalty", &p->presence_penalty, -2, 2);
+  number("frequency_penalty", &p->frequency_penalty, -2, 2);
+  if (number("repetition_penalty", &p->repetition_penalty, 0, 1e6) && p->repetition_penalty <= 0)
+    throw_bad_value("repetition_penalty", "expected a number > 0.");
   if (const Json* v = find_field(j, "seed"))
     p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
-  if (const Json* v = find_field(j, "ignore_eos")) p->ignore_eos = get_bool(*v, "ignore_eos");
+  read_bool(j, "ignore_eos", &p->ignore_eos, "ignore_eos");
   if (const Json* s = find_field(j, "stop")) {
     p->stop.clear();
     if (s->is_string()) {
@@ -461,17 +597,15 @@ void parse_call_fields(const Json& j, const ModelInfo& info, ApiRequest* r) {
     throw ApiError(400, "best_of other than n is not supported.", "best_of", "unsupported_value");
   if (const Json* v = find_field(j, "logit_bias"); v && !(v->is_object() && v->empty()))
     throw ApiError(400, "logit_bias is not supported.", "logit_bias", "unsupported_value");
-  if (const Json* v = find_field(j, "stream")) r->stream = get_bool(*v, "stream");
+  read_bool(j, "stream", &r->stream, "stream");
   if (const Json* v = find_field(j, "stream_options")) {
     if (!r->stream)
       throw ApiError(400, "stream_options is only allowed when stream is true.", "stream_options",
                      "invalid_value");
     if (!v->is_object()) throw_bad_type("stream_options", "an object", *v);
-    if (const Json* u = find_field(*v, "include_usage"))
-      r->include_usage = get_bool(*u, "stream_options.include_usage");
+    read_bool(*v, "include_usage", &r->include_usage, "stream_options.include_usage");
   }
-  if (const Json* v = find_field(j, "return_token_ids"))
-    r->return_token_ids = get_bool(*v, "return_token_ids");
+  read_bool(j, "return_token_ids", &r->return_token_ids, "return_token_ids");
   if (!info.tokenizer) r->return_token_ids = true;  // ids are the only output then
 }
 
@@ -488,7 +622,7 @@ void parse_logprobs(const Json& j, ApiRequest* r) {
       throw ApiError(400, "suffix is not supported.", "suffix", "unsupported_value");
     return;
   }
-  if (const Json* v = find_field(j, "logprobs")) r->logprobs = get_bool(*v, "logprobs");
+  read_bool(j, "logprobs", &r->logprobs, "logprobs");
   if (const Json* v = find_field(j, "top_logprobs")) {
     r->top_logprobs = int32_t(get_int(*v, "top_logprobs", 0, kMaxLogprobs));
     if (!r->logprobs)
@@ -503,16 +637,12 @@ void parse_logprobs(const Json& j, ApiRequest* r) {
 void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
   const bool chat = r->endpoint == Endpoint::kChat;
   // Chat names it max_completion_tokens now; max_tokens is the older spelling.
-  const Json* given = nullptr;
-  std::string given_name = "max_tokens";
-  if (chat && (given = find_field(j, "max_completion_tokens")))
-    given_name = "max_completion_tokens";
-  if (!given) given = find_field(j, "max_tokens");
-  int64_t max_tokens = 0;
-  if (given) max_tokens = get_int(*given, given_name, 1, INT64_MAX / 2);
-  size_t longest = 0;
-  for (const auto& p : r->prompts) longest = std::max(longest, p.size());
-  const int64_t len = int64_t(longest);
+  const char* given_name =
+      chat && find_field(j, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  const Json* given = find_field(j, given_name);
+  const int64_t max_tokens = given ? get_int(*given, given_name, 1, INT64_MAX / 2) : 0;
+  int64_t len = 0;  // the longest prompt
+  for (const auto& p : r->prompts) len = std::max(len, int64_t(p.size()));
   const char* prompt_param = chat ? "messages" : "prompt";
   if (len >= info.max_model_len)
     throw ApiError(
@@ -526,9 +656,8 @@ void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
                            " tokens; the prompt has ", len, " and ", given_name, " asks for ",
                            max_tokens, " more (", len + max_tokens, " in all)."),
                    given_name, "context_length_exceeded");
-  if (!given)
-    max_tokens = chat ? info.max_model_len - len : std::min<int64_t>(16, info.max_model_len - len);
-  r->params.max_tokens = max_tokens;
+  const int64_t room = info.max_model_len - len;
+  r->params.max_tokens = given ? max_tokens : chat ? room : std::min<int64_t>(16, room);
 }
 
 }  // namespace
@@ -582,16 +711,14 @@ std::vector<int32_t> parse_tokenize_request(std::string_view body, const ModelIn
   if (p.is_array()) return token_list(p, "prompt", info.vocab_size);
   const std::string text = get_string(p, "prompt");
   bool bos = false;
-  if (const Json* v = find_field(j, "add_special_tokens")) bos = get_bool(*v, "add_special_tokens");
+  read_bool(j, "add_special_tokens", &bos, "add_special_tokens");
   return need_tokenizer(info, "prompt", "text prompts").encode(text, bos);
 }
 
 std::vector<int32_t> parse_detokenize_request(std::string_view body, const ModelInfo& info) {
   const Json j = parse_body(body);
   check_model(j, info);
-  const Json* t = find_field(j, "tokens");
-  if (!t) throw ApiError(400, "Missing required parameter: 'tokens'.", "tokens", "missing");
-  std::vector<int32_t> ids = token_list(*t, "tokens", info.vocab_size);
+  std::vector<int32_t> ids = token_list(need(j, "tokens", "tokens"), "tokens", info.vocab_size);
   need_tokenizer(info, "tokens", "/detokenize");
   return ids;
 }

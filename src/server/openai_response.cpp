@@ -1,11 +1,23 @@
 #include "server/openai_response.h"
 
-#include "server/choice_decoder.h"
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <utility>
+
 #include "server/json_fields.h"
+#include "tokenizer/chat_format.h"
 
 namespace deepinfer::server {
 
 namespace {
+
+// Length of the longest suffix of `text` that is a proper prefix of `stop`.
+size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
+  for (size_t n = std::min(text.size(), stop.size() - 1); n > 0; --n)
+    if (text.compare(text.size() - n, n, stop, 0, n) == 0) return n;
+  return 0;
+}
 
 // A token as text for logprobs: its bytes (which may be part of a character; the dump repairs
 // them), or "token_id:N" without a tokenizer.
@@ -73,20 +85,133 @@ Json tool_calls_json(const std::vector<ChatToolCall>& calls, int64_t first_index
 
 }  // namespace
 
-const char* api_finish_reason(FinishReason why, bool has_tool_calls) {
-  switch (why) {
-    case FinishReason::Stop:
-      return has_tool_calls ? "tool_calls" : "stop";
-    case FinishReason::Length:
-      return "length";
-    case FinishReason::Abort:
-      return "abort";
-    case FinishReason::Error:
-      return "error";
-    case FinishReason::None:
-      break;
+std::string random_hex64() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[24];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(rng()));
+  return buf;
+}
+
+void ChoiceDelta::append(ChoiceDelta&& d) {
+  content += d.content;
+  reasoning += d.reasoning;
+  for (auto& c : d.tool_calls) tool_calls.push_back(std::move(c));
+  token_ids.insert(token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+  for (auto& l : d.logprobs) logprobs.push_back(std::move(l));
+}
+
+ChoiceDecoder::ChoiceDecoder(const Tokenizer* tokenizer, std::vector<std::string> stops,
+                             ChatMode chat, bool logprobs, int32_t top_logprobs)
+    : tokenizer_(tokenizer),
+      stops_(std::move(stops)),
+      chat_(chat),
+      logprobs_(logprobs),
+      top_logprobs_(top_logprobs) {
+  // Special tokens produce no text, as in the offline runner and the engine's stop check; in
+  // chat mode the markers the parser reads stay, even when the tokenizer marks them special
+  // (the parser takes them out of the visible text).
+  if (tokenizer_)
+    detok_ = std::make_unique<IncrementalDetokenizer>(
+        *tokenizer_, true,
+        chat_.enabled ? chat_marker_tokens(*tokenizer_) : std::vector<int32_t>{});
+  if (chat_.enabled) parser_ = std::make_unique<CompletionParser>(chat_.thinking);
+}
+
+ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
+  ++num_tokens_;
+  pending_.token_ids.push_back(ev.token);
+  if (logprobs_) {
+    const auto sampled = std::find_if(ev.logprobs.begin(), ev.logprobs.end(),
+                                      [&](const auto& lp) { return lp.first == ev.token; });
+    const auto top_end =
+        ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size());
+    pending_.logprobs.push_back({ev.token,
+                                 sampled == ev.logprobs.end() ? -9999.0f : sampled->second,
+                                 TopLogprobs(ev.logprobs.begin(), top_end)});
   }
-  return "stop";
+  if (!tokenizer_) return std::exchange(pending_, {});
+  ChoiceDelta d;
+  text_ += detok_->push(ev.token);
+  // Hold back from the first stop string found, or from a tail that may grow into one.
+  size_t end = text_.size();
+  for (const std::string& stop : stops_) {
+    const size_t at = text_.find(stop, sent_);
+    end = std::min(end,
+                   at != std::string::npos ? at : text_.size() - partial_stop_suffix(text_, stop));
+  }
+  if (end > sent_) release(end, &d, false);
+  return d.has_output() ? with_pending(std::move(d)) : d;
+}
+
+ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
+  ChoiceDelta d;
+  if (tokenizer_) {
+    text_ += detok_->flush();
+    size_t end = text_.size();
+    if (!stop_text.empty()) end = std::min(end, text_.find(stop_text));
+    release(std::max(end, sent_), &d, true);
+  }
+  return with_pending(std::move(d));
+}
+
+ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
+  pending_.append(std::move(d));
+  return std::exchange(pending_, {});
+}
+
+void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {
+  const std::string piece = text_.substr(sent_, end - sent_);
+  sent_ = end;
+  route(piece, d, final);
+}
+
+void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
+  if (!parser_ || parser_failed_) {
+    d->content += text;
+    return;
+  }
+  routed_ += text;
+  const ParsedCompletion& r = parser_->result();
+  // How much of the parser's result has gone out; a failure below resumes from there.
+  size_t reasoning_out = r.reasoning.size(), content_out = r.content.size();
+  size_t calls_out = r.tool_calls.size();
+  auto add_call = [&](ChatToolCall c) {
+    c.id = "call_" + random_hex64();
+    d->tool_calls.push_back(std::move(c));
+    ++num_tool_calls_;
+  };
+  auto take = [&](CompletionParser::Delta&& pd) {
+    d->reasoning += pd.reasoning;
+    d->content += pd.content;
+    for (ChatToolCall& c : pd.tool_calls) add_call(std::move(c));
+    reasoning_out = r.reasoning.size(), content_out = r.content.size();
+    calls_out = r.tool_calls.size();
+  };
+  try {
+    take(parser_->feed(text));
+    if (final) take(parser_->finish());
+  } catch (const Error&) {
+    // A malformed tool-call block: what the parser had accepted before failing goes out as it
+    // would have, and the raw text from the block's opener on becomes content.
+    parser_failed_ = true;
+    d->reasoning += r.reasoning.substr(std::min(reasoning_out, r.reasoning.size()));
+    d->content += r.content.substr(std::min(content_out, r.content.size()));
+    for (size_t i = calls_out; i < r.tool_calls.size(); ++i) add_call(r.tool_calls[i]);
+    size_t from = 0;
+    if (chat_.thinking) {
+      const size_t think_end = routed_.find(chat_format::kThinkEnd);
+      from = think_end == std::string::npos ? routed_.size() : think_end;
+    }
+    const size_t at = routed_.find(chat_format::kCallsStart, from);
+    if (at != std::string::npos) d->content += routed_.substr(at);
+  }
+}
+
+// --- responses ---
+
+const char* api_finish_reason(FinishReason why, bool has_tool_calls) {
+  if (why == FinishReason::Stop && has_tool_calls) return "tool_calls";
+  return why == FinishReason::None ? "stop" : finish_reason_name(why);  // the engine's names
 }
 
 struct ResponseBuilder::Choice {
@@ -123,9 +248,8 @@ std::string ResponseBuilder::envelope(const std::string& choices_json, const cha
                  ",\"model\":", dump_json(req_.model), ",\"choices\":", choices_json);
 }
 
-std::vector<std::string> ResponseBuilder::stream_start() {
-  std::vector<std::string> out;
-  if (req_.endpoint != Endpoint::kChat) return out;
+std::string ResponseBuilder::stream_start() {
+  if (req_.endpoint != Endpoint::kChat) return {};
   Json choices = Json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     choices.push_back({{"index", i},
@@ -137,18 +261,19 @@ std::vector<std::string> ResponseBuilder::stream_start() {
   std::string s = envelope(dump_json(choices), chunk_object());
   if (req_.return_token_ids) s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
   if (req_.include_usage) s += ",\"usage\":null";
-  out.push_back(s + "}");
-  return out;
+  return s + "}";
 }
 
-std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const char* finish,
-                                   bool first) {
+std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, const char* finish,
+                                         bool first) {
   Choice& c = *choices_[size_t(index)];
   const Tokenizer* tok = info_.tokenizer;
+  const bool chat = req_.endpoint == Endpoint::kChat;
+  // A stream leaves out empty logprobs; a whole body has them whenever they were asked for.
+  const bool logprobs = req_.logprobs && (!req_.stream || !d.logprobs.empty());
   Json choice;
   choice["index"] = index;
-  const bool chat = req_.endpoint == Endpoint::kChat;
-  if (chat) {
+  if (chat && req_.stream) {
     Json delta = Json::object();
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
     if (!d.content.empty()) delta["content"] = d.content;
@@ -157,29 +282,40 @@ std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const ch
       c.calls_sent += int64_t(d.tool_calls.size());
     }
     choice["delta"] = std::move(delta);
-    choice["logprobs"] =
-        req_.logprobs && !d.logprobs.empty() ? chat_logprobs(tok, d.logprobs) : Json();
+  } else if (chat) {
+    Json msg = {{"role", "assistant"}};
+    const bool calls = !d.tool_calls.empty();
+    msg["content"] = calls && d.content.empty() ? Json() : Json(d.content);
+    if (req_.chat.thinking) msg["reasoning_content"] = d.reasoning;
+    if (calls) msg["tool_calls"] = tool_calls_json(d.tool_calls, 0, false);
+    choice["message"] = std::move(msg);
   } else {
     choice["text"] = d.content;
-    choice["logprobs"] = req_.logprobs && !d.logprobs.empty()
-                             ? completion_logprobs(tok, d.logprobs, &c.text_offset)
-                             : Json();
   }
+  if (!logprobs)
+    choice["logprobs"] = Json();
+  else
+    choice["logprobs"] = chat ? chat_logprobs(tok, d.logprobs)
+                              : completion_logprobs(tok, d.logprobs, &c.text_offset);
   choice["finish_reason"] = finish ? Json(finish) : Json();
   if (req_.return_token_ids) {
     if (first && !chat) choice["prompt_token_ids"] = req_.prompts[size_t(index / req_.n)];
     choice["token_ids"] = d.token_ids;
   }
-  std::string s = envelope(dump_json(Json::array({std::move(choice)})), chunk_object());
+  return dump_json(choice);
+}
+
+std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const char* finish,
+                                   bool first) {
+  std::string s = envelope("[" + choice_json(index, d, finish, first) + "]", chunk_object());
   if (req_.include_usage) s += ",\"usage\":null";
   return s + "}";
 }
 
-std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
-  std::vector<std::string> out;
-  if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return out;
+std::string ResponseBuilder::on_update(const CallUpdate& u) {
+  if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return {};
   Choice& c = *choices_[size_t(u.choice)];
-  if (c.ended) return out;
+  if (c.ended) return {};
   ChoiceDelta d;
   const char* finish = nullptr;
   if (u.end) {
@@ -192,52 +328,29 @@ std::vector<std::string> ResponseBuilder::on_update(const CallUpdate& u) {
   } else {
     d = c.decoder.push(u.token);
   }
-  const bool first = !c.started;
+  std::string out;
   if (req_.stream && (finish || d.has_output() || !d.token_ids.empty())) {
-    out.push_back(chunk(u.choice, d, finish, first));
+    out = chunk(u.choice, d, finish, !c.started);
     c.started = true;
   }
   if (!req_.stream) c.all.append(std::move(d));
   return out;
 }
 
-std::vector<std::string> ResponseBuilder::stream_end() {
-  std::vector<std::string> out;
-  if (!req_.include_usage) return out;
-  out.push_back(envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}");
-  return out;
+std::string ResponseBuilder::stream_end() {
+  if (!req_.include_usage) return {};
+  return envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}";
 }
 
 std::string ResponseBuilder::full_body() {
   const bool chat = req_.endpoint == Endpoint::kChat;
-  const Tokenizer* tok = info_.tokenizer;
-  Json choices = Json::array();
+  std::string choices = "[";
   for (size_t i = 0; i < choices_.size(); ++i) {
-    Choice& c = *choices_[i];
-    Json choice;
-    choice["index"] = i;
-    if (chat) {
-      Json msg = {{"role", "assistant"}};
-      const bool calls = !c.all.tool_calls.empty();
-      msg["content"] = calls && c.all.content.empty() ? Json() : Json(c.all.content);
-      if (req_.chat.thinking) msg["reasoning_content"] = c.all.reasoning;
-      if (calls) msg["tool_calls"] = tool_calls_json(c.all.tool_calls, 0, false);
-      choice["message"] = std::move(msg);
-      choice["logprobs"] = req_.logprobs ? chat_logprobs(tok, c.all.logprobs) : Json();
-    } else {
-      choice["text"] = c.all.content;
-      int64_t offset = 0;
-      choice["logprobs"] =
-          req_.logprobs ? completion_logprobs(tok, c.all.logprobs, &offset) : Json();
-    }
-    choice["finish_reason"] = api_finish_reason(c.finish, c.decoder.has_tool_calls());
-    if (req_.return_token_ids) {
-      if (!chat) choice["prompt_token_ids"] = req_.prompts[i / size_t(req_.n)];
-      choice["token_ids"] = c.all.token_ids;
-    }
-    choices.push_back(std::move(choice));
+    const Choice& c = *choices_[i];
+    const char* finish = api_finish_reason(c.finish, c.decoder.has_tool_calls());
+    choices += (i ? "," : "") + choice_json(int32_t(i), c.all, finish, true);
   }
-  std::string s = envelope(dump_json(choices), chat ? "chat.completion" : "text_completion");
+  std::string s = envelope(choices + "]", chat ? "chat.completion" : "text_completion");
   s += ",\"usage\":" + usage();
   if (chat && req_.return_token_ids)
     s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));

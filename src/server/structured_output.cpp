@@ -55,24 +55,16 @@ Expr tool_invoke(const ToolSpec& t) {
 
 Expr output_shape_expr(const OutputShape& s) {
   Expr body;
-  switch (s.kind) {
-    case OutputShape::Kind::kFree:
-      return nullptr;
-    case OutputShape::Kind::kJsonObject:
-      body = json_object_expr();
-      break;
-    case OutputShape::Kind::kJsonSchema:
-      body = JsonSchema(s.schema_json).value();
-      break;
-    case OutputShape::Kind::kToolCalls: {
-      DI_REQUIRE(!s.tools.empty(), "a tool call needs tools to call");
-      std::vector<Expr> invokes;
-      for (const ToolSpec& t : s.tools) invokes.push_back(tool_invoke(t));
-      body = seq({lit(str_cat(cf::kCallsStart, ">\n")),
-                  list(alt(std::move(invokes)), lit("\n"), 1, s.parallel_tool_calls ? 16 : 1),
-                  lit(str_cat("\n", cf::kCallsClose))});
-      break;
-    }
+  if (s.kind == OutputShape::Kind::kFree) return nullptr;
+  if (s.kind == OutputShape::Kind::kJsonObject) body = json_object_expr();
+  if (s.kind == OutputShape::Kind::kJsonSchema) body = JsonSchema(s.schema_json).value();
+  if (s.kind == OutputShape::Kind::kToolCalls) {
+    DI_REQUIRE(!s.tools.empty(), "a tool call needs tools to call");
+    std::vector<Expr> invokes;
+    for (const ToolSpec& t : s.tools) invokes.push_back(tool_invoke(t));
+    body = seq({lit(str_cat(cf::kCallsStart, ">\n")),
+                list(alt(std::move(invokes)), lit("\n"), 1, s.parallel_tool_calls ? 16 : 1),
+                lit(str_cat("\n", cf::kCallsClose))});
   }
   if (s.after_thinking) return seq({until(std::string(cf::kThinkEnd)), body});
   return body;

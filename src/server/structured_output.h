@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -51,7 +50,6 @@ class GrammarCache {
   // The grammar of `shape`. Throws deepinfer::Error naming the place in the schema that cannot
   // be compiled.
   std::shared_ptr<const grammar::Grammar> get(const OutputShape& shape);
-  const grammar::TokenVocab& vocab() const { return *vocab_; }
 
  private:
   std::shared_ptr<const grammar::TokenVocab> vocab_;

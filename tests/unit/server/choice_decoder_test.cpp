@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "server/choice_decoder.h"
+#include "server/openai_response.h"
 #include "server_test_util.h"
 
 namespace deepinfer::server {

@@ -50,22 +50,44 @@ struct Collected {
   std::vector<FinishReason> finish;
 };
 
-Collected collect(Call& call, std::chrono::seconds limit = 60s) {
+// Queues the requests and waits for the engine thread to take them: "" when all were accepted,
+// else its reason for refusing one.
+std::string submit(EngineLoop& loop, const std::shared_ptr<Call>& call,
+                   std::vector<Request> requests) {
+  loop.submit(call, std::move(requests));
+  std::string error;
+  while (!call->admission(&error)) std::this_thread::sleep_for(1ms);
+  return error;
+}
+
+// Waits up to `timeout` for updates and moves them to `out` (false: none came).
+bool wait(Call& call, std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!call.take(out) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  return !out->empty();
+}
+
+// The updates of a call's `choices` until every choice has ended.
+Collected collect(Call& call, size_t choices, std::chrono::seconds limit = 60s) {
   Collected c;
-  c.tokens.resize(size_t(call.num_choices()));
-  c.finish.resize(size_t(call.num_choices()));
+  c.tokens.resize(choices);
+  c.finish.resize(choices);
+  size_t ended = 0;
   const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!call.done() && std::chrono::steady_clock::now() < deadline) {
+  while (ended < choices && std::chrono::steady_clock::now() < deadline) {
     std::vector<CallUpdate> ups;
-    call.wait(&ups, 100ms);
+    wait(call, &ups, 100ms);
     for (const CallUpdate& u : ups) {
-      if (u.end)
+      if (u.end) {
         c.finish[size_t(u.choice)] = u.finish;
-      else
+        ++ended;
+      } else {
         c.tokens[size_t(u.choice)].push_back(u.token.token);
+      }
     }
   }
-  EXPECT_TRUE(call.done()) << "call did not end in time";
+  EXPECT_EQ(ended, choices) << "call did not end in time";
   return c;
 }
 
@@ -108,9 +130,9 @@ TEST(EngineLoop, ConcurrentCallsMatchADirectRun) {
   std::vector<std::thread> clients;
   for (int i = 0; i < kCalls; ++i) {
     clients.emplace_back([&, i] {
-      auto call = std::make_shared<Call>(1);
-      ASSERT_EQ(loop.submit(call, {greedy(prompt_of(i), 6 + i)}), "");
-      got[size_t(i)] = collect(*call);
+      auto call = std::make_shared<Call>();
+      ASSERT_EQ(submit(loop, call, {greedy(prompt_of(i), 6 + i)}), "");
+      got[size_t(i)] = collect(*call, 1);
     });
   }
   for (auto& t : clients) t.join();
@@ -130,11 +152,11 @@ TEST(EngineLoop, ChoicesOfOneCallRunSideBySide) {
   Metrics metrics;
   EngineLoop loop(*engine, metrics);
   loop.start();
-  auto call = std::make_shared<Call>(3);
+  auto call = std::make_shared<Call>();
   std::vector<Request> reqs = {greedy(prompt_of(1), 4), greedy(prompt_of(1), 4),
                                greedy(prompt_of(2), 5)};
-  ASSERT_EQ(loop.submit(call, reqs), "");
-  const Collected c = collect(*call);
+  ASSERT_EQ(submit(loop, call, reqs), "");
+  const Collected c = collect(*call, 3);
   EXPECT_EQ(c.tokens[0], c.tokens[1]) << "same prompt, greedy";
   EXPECT_EQ(c.tokens[0].size(), 4u);
   EXPECT_EQ(c.tokens[2].size(), 5u);
@@ -145,16 +167,16 @@ TEST(EngineLoop, CancelEndsTheCallAndFreesItsKv) {
   Metrics metrics;
   EngineLoop loop(*engine, metrics);
   loop.start();
-  auto call = std::make_shared<Call>(1);
-  ASSERT_EQ(loop.submit(call, {greedy(prompt_of(3), 200)}), "");
+  auto call = std::make_shared<Call>();
+  ASSERT_EQ(submit(loop, call, {greedy(prompt_of(3), 200)}), "");
   std::vector<CallUpdate> first;
-  while (first.empty()) call->wait(&first, 100ms);
+  while (first.empty()) wait(*call, &first, 100ms);
   // Gauges are published after the step that produced the token.
   for (int i = 0; i < 100 && loop.gauges().kv_blocks_used == 0; ++i)
     std::this_thread::sleep_for(10ms);
   EXPECT_GT(loop.gauges().kv_blocks_used, 0);
   loop.cancel(call);
-  const Collected c = collect(*call);
+  const Collected c = collect(*call, 1);
   EXPECT_EQ(c.finish[0], FinishReason::Abort);
   EXPECT_LT(c.tokens[0].size() + first.size(), 200u);
   EXPECT_TRUE(wait_idle(loop)) << "KV blocks still held after cancel";
@@ -165,16 +187,16 @@ TEST(EngineLoop, ARefusedChoiceRefusesTheWholeCall) {
   Metrics metrics;
   EngineLoop loop(*engine, metrics);
   loop.start();
-  auto call = std::make_shared<Call>(2);
+  auto call = std::make_shared<Call>();
   const std::string err =
-      loop.submit(call, {greedy(prompt_of(1), 4), greedy(std::vector<int32_t>(300, 5), 4)});
+      submit(loop, call, {greedy(prompt_of(1), 4), greedy(std::vector<int32_t>(300, 5), 4)});
   EXPECT_NE(err.find("max_model_len"), std::string::npos) << err;
   EXPECT_TRUE(wait_idle(loop));
-  auto next = std::make_shared<Call>(1);
-  ASSERT_EQ(loop.submit(next, {greedy(prompt_of(1), 3)}), "");
-  EXPECT_EQ(collect(*next).tokens[0].size(), 3u);
+  auto next = std::make_shared<Call>();
+  ASSERT_EQ(submit(loop, next, {greedy(prompt_of(1), 3)}), "");
+  EXPECT_EQ(collect(*next, 1).tokens[0].size(), 3u);
   std::vector<CallUpdate> stray;
-  EXPECT_FALSE(call->wait(&stray, 50ms)) << "the refused call got updates";
+  EXPECT_FALSE(wait(*call, &stray, 50ms)) << "the refused call got updates";
 }
 
 TEST(EngineLoop, StopEndsRunningCalls) {
@@ -182,14 +204,14 @@ TEST(EngineLoop, StopEndsRunningCalls) {
   Metrics metrics;
   EngineLoop loop(*engine, metrics);
   loop.start();
-  auto call = std::make_shared<Call>(1);
-  ASSERT_EQ(loop.submit(call, {greedy(prompt_of(4), 240)}), "");
+  auto call = std::make_shared<Call>();
+  ASSERT_EQ(submit(loop, call, {greedy(prompt_of(4), 240)}), "");
   loop.stop();
-  const Collected c = collect(*call, 5s);
+  const Collected c = collect(*call, 1, 5s);
   EXPECT_EQ(c.finish[0], FinishReason::Abort);
   EXPECT_EQ(engine->kv_blocks_used(), 0);
-  auto late = std::make_shared<Call>(1);
-  EXPECT_NE(loop.submit(late, {greedy(prompt_of(1), 3)}), "");
+  auto late = std::make_shared<Call>();
+  EXPECT_NE(submit(loop, late, {greedy(prompt_of(1), 3)}), "");
 }
 
 }  // namespace

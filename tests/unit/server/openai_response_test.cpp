@@ -73,21 +73,21 @@ TEST(OpenAiResponse, CompletionStreamChunksAndUsage) {
   r.prompts.resize(1);
   r.include_usage = true;
   ResponseBuilder b(r, info, "cmpl-y", 1);
-  std::vector<std::string> chunks = b.on_update(token(0, 7));
-  ASSERT_EQ(chunks.size(), 1u);
-  json c = json::parse(chunks[0]);
+  const std::string chunk = b.on_update(token(0, 7));
+  ASSERT_FALSE(chunk.empty());
+  json c = json::parse(chunk);
   EXPECT_EQ(c["object"], "text_completion");
   EXPECT_EQ(c["choices"][0]["token_ids"], json::array({7}));
   EXPECT_EQ(c["choices"][0]["prompt_token_ids"], json::array({1, 2, 3})) << "first chunk only";
   EXPECT_TRUE(c["choices"][0]["finish_reason"].is_null());
   EXPECT_TRUE(c.contains("usage") && c["usage"].is_null());
-  c = json::parse(b.on_update(token(0, 8)).at(0));
+  c = json::parse(b.on_update(token(0, 8)));
   EXPECT_FALSE(c["choices"][0].contains("prompt_token_ids"));
-  c = json::parse(b.on_update(end(0, FinishReason::Length)).at(0));
+  c = json::parse(b.on_update(end(0, FinishReason::Length)));
   EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
-  const std::vector<std::string> tail = b.stream_end();
-  ASSERT_EQ(tail.size(), 1u);
-  c = json::parse(tail[0]);
+  const std::string tail = b.stream_end();
+  ASSERT_FALSE(tail.empty());
+  c = json::parse(tail);
   EXPECT_TRUE(c["choices"].empty());
   EXPECT_EQ(c["usage"]["completion_tokens"], 2);
   EXPECT_EQ(c["usage"]["prompt_tokens"], 3);
@@ -103,9 +103,9 @@ TEST(OpenAiResponse, ChatStreamOpensWithTheRoleAndReportsToolCalls) {
   r.stream = true;
   r.chat = {true, false};
   ResponseBuilder b(r, info, "chatcmpl-z", 1);
-  const std::vector<std::string> start = b.stream_start();
-  ASSERT_EQ(start.size(), 1u);
-  json c = json::parse(start[0]);
+  const std::string start = b.stream_start();
+  ASSERT_FALSE(start.empty());
+  json c = json::parse(start);
   EXPECT_EQ(c["object"], "chat.completion.chunk");
   EXPECT_EQ(c["choices"][0]["delta"], json({{"role", "assistant"}, {"content", ""}}));
   const std::string text =
@@ -115,15 +115,15 @@ TEST(OpenAiResponse, ChatStreamOpensWithTheRoleAndReportsToolCalls) {
   std::string content;
   json call;
   for (int32_t id : tok->encode(text, false)) {
-    for (const std::string& s : b.on_update(token(0, id))) {
+    if (const std::string s = b.on_update(token(0, id)); !s.empty()) {
       const json d = json::parse(s)["choices"][0]["delta"];
       if (d.contains("content")) content += d["content"].get<std::string>();
       if (d.contains("tool_calls")) call = d["tool_calls"];
     }
   }
-  const std::vector<std::string> last = b.on_update(end(0, FinishReason::Stop));
-  ASSERT_EQ(last.size(), 1u);
-  EXPECT_EQ(json::parse(last[0])["choices"][0]["finish_reason"], "tool_calls");
+  const std::string last = b.on_update(end(0, FinishReason::Stop));
+  ASSERT_FALSE(last.empty());
+  EXPECT_EQ(json::parse(last)["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(content, "Checking.");
   ASSERT_EQ(call.size(), 1u);
   EXPECT_EQ(call[0]["index"], 0);
