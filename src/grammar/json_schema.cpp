@@ -20,6 +20,12 @@ constexpr int64_t kIntMax = 999999999999999;  // 15 nines
 Expr ch(char c) {
   return byte_ranges({{uint8_t(c), uint8_t(c)}});
 }
+// One byte among `chars`.
+Expr one_of(std::string_view chars) {
+  std::vector<std::pair<uint8_t, uint8_t>> ranges;
+  for (char c : chars) ranges.push_back({uint8_t(c), uint8_t(c)});
+  return byte_ranges(std::move(ranges));
+}
 Expr digits(char lo, char hi) {
   return byte_ranges({{uint8_t(lo), uint8_t(hi)}});
 }
@@ -43,16 +49,8 @@ Expr json_string_char() {
   const Expr u = seq(
       {ch('u'), alt({seq({byte_ranges({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
                           hex, hex, hex}),
-                     seq({byte_ranges({{'d', 'd'}, {'D', 'D'}}), digits('0', '7'), hex, hex})})});
-  const Expr esc = seq({ch('\\'), alt({byte_ranges({{'"', '"'},
-                                                    {'\\', '\\'},
-                                                    {'/', '/'},
-                                                    {'b', 'b'},
-                                                    {'f', 'f'},
-                                                    {'n', 'n'},
-                                                    {'r', 'r'},
-                                                    {'t', 't'}}),
-                                       u})});
+                     seq({one_of("dD"), digits('0', '7'), hex, hex})})});
+  const Expr esc = seq({ch('\\'), alt({one_of("\"\\/bfnrt"), u})});
   return alt({utf8_char(controls() + "\"\\"), esc});
 }
 
@@ -109,13 +107,13 @@ struct Bound {
   bool exclusive = false;
 };
 
-Expr exponent() {
-  return seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
-              optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
-}
-
 Expr any_fraction() {
   return seq({ch('.'), repeat(digit(), 1, kFracDigits)});
+}
+// Any number of at most 15 integer digits.
+Expr any_number() {
+  return seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
+              optional(seq({one_of("eE"), optional(one_of("+-")), repeat(digit(), 1, 3)}))});
 }
 Expr zero_fraction() {
   return seq({ch('.'), repeat(ch('0'), 1, kFracDigits)});
@@ -147,16 +145,12 @@ Expr magnitude(Bound lo, Bound hi) {
 // number bounds must be integral.
 struct Range {
   Bound lo, hi;
-  bool any_bound() const { return lo.present || hi.present; }
 };
 
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), o_(o) {
-    ws_ = json_whitespace(o);
-  }
-
-  Expr ws() const { return ws_; }
+  Compiler(const Json& root, const JsonGrammarOptions& o)
+      : root_(root), o_(o), ws_(json_whitespace(o)), sep_(seq({ws_, ch(','), ws_})) {}
 
   Expr value(const Json& s, const std::string& path) {
     if (s.is_boolean()) return s.get<bool>() ? free_value(o_.free_depth) : nothing();
@@ -228,7 +222,7 @@ class Compiler {
       return nullptr;
     *is_string = true;
     if (const Json* f = field(s, "format")) return format(*f, path);
-    const auto [min, max] = length_bounds(s, path);
+    const auto [min, max] = bounds(s, path, "minLength", "maxLength");
     if (min == 0 && max < 0) return nullptr;
     return repeat(utf8_char("<"), min, max);
   }
@@ -262,6 +256,16 @@ class Compiler {
     if (const Json* u = field(s, "unevaluatedProperties");
         u && !(u->is_boolean() && !u->get<bool>()))
       fail(path + ".unevaluatedProperties", "only false is supported");
+  }
+
+  // `open` ws body ws `close`, the body (and its ws) possibly absent when `optional_body`.
+  Expr enclose(char open, Expr body, bool optional_body, char close) {
+    const Expr inner = seq({std::move(body), ws_});
+    return seq({ch(open), ws_, optional_body ? optional(inner) : inner, ch(close)});
+  }
+  // An object member: key ws ':' ws value.
+  Expr member(Expr key, Expr value) {
+    return seq({std::move(key), ws_, ch(':'), ws_, std::move(value)});
   }
 
   Expr with_null(const Json& s, Expr e) {
@@ -323,13 +327,10 @@ class Compiler {
     if (hi >= 0 && hi < lo) fail(path, str_cat(hi_key, " is below ", lo_key));
     return {lo, hi};
   }
-  std::pair<int32_t, int32_t> length_bounds(const Json& s, const std::string& path) {
-    return bounds(s, path, "minLength", "maxLength");
-  }
 
   Expr json_string(const Json& s, const std::string& path) {
     if (const Json* f = field(s, "format")) return seq({ch('"'), format(*f, path), ch('"')});
-    const auto [min, max] = length_bounds(s, path);
+    const auto [min, max] = bounds(s, path, "minLength", "maxLength");
     return seq({ch('"'), repeat(json_string_char(), min, max), ch('"')});
   }
 
@@ -337,12 +338,13 @@ class Compiler {
   Expr format(const Json& f, const std::string& path) {
     if (!f.is_string()) fail(path + ".format", "expected a string");
     const std::string name = f.get<std::string>();
-    const Expr date =
-        seq({repeat(digit(), 4, 4), ch('-'), uint_pad2(1, 12), ch('-'), uint_pad2(1, 31)});
-    const Expr time = seq({uint_pad2(0, 23), ch(':'), uint_pad2(0, 59), ch(':'), uint_pad2(0, 59),
-                           optional(seq({ch('.'), repeat(digit(), 1, 6)})),
-                           alt({ch('Z'), seq({byte_ranges({{'+', '+'}, {'-', '-'}}),
-                                              uint_pad2(0, 23), ch(':'), uint_pad2(0, 59)})})});
+    const Expr date = seq(
+        {repeat(digit(), 4, 4), ch('-'), fixed_range(1, 12, 2), ch('-'), fixed_range(1, 31, 2)});
+    const Expr time =
+        seq({fixed_range(0, 23, 2), ch(':'), fixed_range(0, 59, 2), ch(':'), fixed_range(0, 59, 2),
+             optional(seq({ch('.'), repeat(digit(), 1, 6)})),
+             alt({ch('Z'),
+                  seq({one_of("+-"), fixed_range(0, 23, 2), ch(':'), fixed_range(0, 59, 2)})})});
     if (name == "date") return date;
     if (name == "time") return time;
     if (name == "date-time") return seq({date, ch('T'), time});
@@ -369,9 +371,6 @@ class Compiler {
                                    "' is not supported (date, time, date-time, uuid, ipv4, email "
                                    "are)"));
   }
-
-  // Two-digit numbers in [lo, hi] ("01".."12").
-  static Expr uint_pad2(int lo, int hi) { return fixed_range(lo, hi, 2); }
 
   Range range(const Json& s, const std::string& path, bool integral) {
     Range r;
@@ -430,10 +429,7 @@ class Compiler {
 
   Expr number(const Json& s, const std::string& path) {
     const Range r = range(s, path, false);
-    if (!r.any_bound()) {
-      return seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
-                  optional(exponent())});
-    }
+    if (!r.lo.present && !r.hi.present) return any_number();
     if (r.lo.present && r.hi.present &&
         (r.lo.value > r.hi.value ||
          (r.lo.value == r.hi.value && (r.lo.exclusive || r.hi.exclusive))))
@@ -472,30 +468,26 @@ class Compiler {
         required.insert(n.get<std::string>());
       }
     }
-    const Expr sep = seq({ws(), ch(','), ws()});
     if (!props || props->empty()) {
       // A map: keys free, values after additionalProperties (absent or true: any value).
       const Json* add = field(s, "additionalProperties");
-      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws(), ch('}')});
+      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws_, ch('}')});
       const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
                                                : free_value(o_.free_depth);
-      const Expr kv = seq({free_string(), ws(), ch(':'), ws(), v});
-      return seq({ch('{'), ws(), optional(seq({list(kv, sep, 0, -1), ws()})), ch('}')});
+      return enclose('{', list(member(free_string(), v), sep_, 0, -1), true, '}');
     }
     std::vector<Member> ms;
     for (auto it = props->begin(); it != props->end(); ++it) {
       const Expr v = value(it.value(), str_cat(path, ".properties.", it.key()));
-      ms.push_back({seq({lit(Json(it.key()).dump()), ws(), ch(':'), ws(), v}),
-                    required.count(it.key()) > 0});
+      ms.push_back({member(lit(Json(it.key()).dump()), v), required.count(it.key()) > 0});
     }
-    return seq({ch('{'), ws(), members(std::move(ms), sep), ws(), ch('}')});
+    return enclose('{', members(std::move(ms), sep_), false, '}');
   }
 
   Expr array(const Json& s, const std::string& path) {
     for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
       if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
-    const Expr sep = seq({ws(), ch(','), ws()});
     const Json* items = field(s, "items");
     Expr item;
     if (!items || (items->is_boolean() && items->get<bool>()))
@@ -508,25 +500,23 @@ class Compiler {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
       // The tuple's members all, then the further items the bounds allow.
-      std::vector<Expr> parts{ch('['), ws()};
+      std::vector<Expr> parts{ch('['), ws_};
       for (size_t i = 0; i < pre->size(); ++i) {
-        if (i) parts.push_back(sep);
+        if (i) parts.push_back(sep_);
         parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
       }
       const int32_t n = int32_t(pre->size());
       if (item && (max < 0 || max > n)) {
         const int32_t more_min = std::max(0, min - n);
         const int32_t more_max = max < 0 ? -1 : max - n;
-        parts.push_back(repeat(seq({sep, item}), more_min, more_max));
+        parts.push_back(repeat(seq({sep_, item}), more_min, more_max));
       }
-      parts.push_back(ws());
+      parts.push_back(ws_);
       parts.push_back(ch(']'));
       return seq(std::move(parts));
     }
-    if (!item) return seq({ch('['), ws(), ch(']')});
-    const Expr body = list(item, sep, std::max(min, 1), max);
-    return seq(
-        {ch('['), ws(), min == 0 ? optional(seq({body, ws()})) : seq({body, ws()}), ch(']')});
+    if (!item) return seq({ch('['), ws_, ch(']')});
+    return enclose('[', list(item, sep_, std::max(min, 1), max), min == 0, ']');
   }
 
  public:
@@ -536,29 +526,21 @@ class Compiler {
   Expr free_value(int32_t depth) {
     depth = std::clamp<int32_t>(depth, 0, 15);
     if (free_[size_t(depth)]) return free_[size_t(depth)];
-    std::vector<Expr> opts{free_string(),
-                           seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
-                                optional(exponent())}),
-                           lit("true"), lit("false"), lit("null")};
+    std::vector<Expr> opts{free_string(), any_number(), lit("true"), lit("false"), lit("null")};
     if (depth > 0) {
       opts.push_back(free_object(depth));
-      const Expr sep = seq({ws(), ch(','), ws()});
-      opts.push_back(
-          seq({ch('['), ws(), optional(seq({list(free_value(depth - 1), sep, 1, -1), ws()})),
-               ch(']')}));
+      opts.push_back(enclose('[', list(free_value(depth - 1), sep_, 1, -1), true, ']'));
     }
     return free_[size_t(depth)] = alt(std::move(opts));
   }
   Expr free_object(int32_t depth) {
-    const Expr sep = seq({ws(), ch(','), ws()});
-    const Expr kv = seq({free_string(), ws(), ch(':'), ws(), free_value(depth - 1)});
-    return seq({ch('{'), ws(), optional(seq({list(kv, sep, 1, -1), ws()})), ch('}')});
+    return enclose('{', list(member(free_string(), free_value(depth - 1)), sep_, 1, -1), true, '}');
   }
 
  private:
   const Json& root_;
   JsonGrammarOptions o_;
-  Expr ws_;
+  Expr ws_, sep_;
   std::map<std::string, int> ref_depth_;
   Expr free_[16];
 };
@@ -594,8 +576,6 @@ Expr JsonSchema::value() const {
 std::vector<JsonSchema::Property> JsonSchema::properties() const {
   const Json& root = impl_->root;
   Compiler c(root, impl_->options);
-  const auto& o = impl_->options;
-  (void)o;
   std::vector<Property> out;
   if (root.is_object() && root.contains("$ref"))
     throw Error("schema: expected properties, not a $ref");
@@ -625,8 +605,7 @@ Expr json_object_expr(const JsonGrammarOptions& options) {
 }
 
 Expr json_whitespace(const JsonGrammarOptions& options) {
-  return repeat(byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0,
-                options.max_whitespace);
+  return repeat(one_of(" \t\n\r"), 0, options.max_whitespace);
 }
 
 }  // namespace deepinfer::grammar
