@@ -25,27 +25,17 @@ struct Block {
   std::string tool_use_id;
 };
 
-struct Msg {
-  ChatRole role = ChatRole::kUser;
-  std::string content;
-  std::string reasoning;
-  std::vector<ChatToolCall> tool_calls;
-  std::string tool_call_id;
-  ordered_json tools;            // array of function schemas, or null
-  ordered_json response_format;  // or null
-  std::string task;
-  bool has_blocks = false;
-  std::vector<Block> blocks;
-  bool open_end = false;  // no end-of-sentence (continue_final_message)
+struct Msg : ChatMessage {
+  ordered_json tools;            // tools_json parsed: array of function schemas, or null
+  ordered_json response_format;  // response_format_json parsed, or null
+  std::vector<Block> blocks;     // user turns, once tool messages are merged
+  bool open_end = false;         // no end-of-sentence (continue_final_message)
 };
 
-std::string_view task_token(const std::string& task) {
-  if (task == "action") return "<｜action｜>";
-  if (task == "query") return "<｜query｜>";
-  if (task == "authority") return "<｜authority｜>";
-  if (task == "domain") return "<｜domain｜>";
-  if (task == "title") return "<｜title｜>";
-  if (task == "read_url") return "<｜read_url｜>";
+// "<｜task｜>" for a known task, empty otherwise.
+std::string task_token(const std::string& task) {
+  for (const char* t : {"action", "query", "authority", "domain", "title", "read_url"})
+    if (task == t) return str_cat("<｜", t, "｜>");
   return {};
 }
 
@@ -97,8 +87,7 @@ ptrdiff_t last_user_index(const std::vector<Msg>& msgs) {
 std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
   std::vector<Msg> out;
   for (Msg& m : in) {
-    const bool after_user =
-        !out.empty() && out.back().role == ChatRole::kUser && out.back().has_blocks;
+    const bool after_user = !out.empty() && out.back().role == ChatRole::kUser;
     if (m.role == ChatRole::kTool) {
       Block b{true, std::move(m.content), std::move(m.tool_call_id)};
       if (after_user) {
@@ -106,7 +95,6 @@ std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
       } else {
         Msg u;
         u.role = ChatRole::kUser;
-        u.has_blocks = true;
         u.blocks.push_back(std::move(b));
         out.push_back(std::move(u));
       }
@@ -116,7 +104,6 @@ std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
         // The reference keeps only the blocks of a user turn merged into the previous one.
         out.back().blocks.push_back(std::move(b));
       } else {
-        m.has_blocks = true;
         m.blocks.push_back(std::move(b));
         out.push_back(std::move(m));
       }
@@ -135,7 +122,7 @@ void sort_tool_results(std::vector<Msg>& msgs) {
       for (size_t i = 0; i < m.tool_calls.size(); ++i) {
         if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
       }
-    } else if (m.role == ChatRole::kUser && m.has_blocks) {
+    } else if (m.role == ChatRole::kUser) {
       std::vector<Block> results;
       for (const Block& b : m.blocks) {
         if (b.tool_result) results.push_back(b);
@@ -169,7 +156,7 @@ std::vector<Msg> drop_earlier_thinking(std::vector<Msg> in) {
     if (kept_role || ptrdiff_t(i) >= last_user) {
       out.push_back(std::move(m));
     } else if (m.role == ChatRole::kAssistant) {
-      m.reasoning.clear();
+      m.reasoning_content.clear();
       out.push_back(std::move(m));
     }
     // Earlier developer messages are dropped.
@@ -281,15 +268,12 @@ std::string render_message(const RenderContext& ctx, size_t index) {
       break;
     case ChatRole::kUser:
       prompt += cf::kUser;
-      if (m.has_blocks && !m.blocks.empty()) {
-        for (size_t i = 0; i < m.blocks.size(); ++i) {
-          if (i) prompt += "\n\n";
-          const Block& b = m.blocks[i];
-          prompt +=
-              b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
-        }
-      } else {
-        prompt += m.content;
+      // Tool messages are merged into user turns, so every user turn has its blocks.
+      for (size_t i = 0; i < m.blocks.size(); ++i) {
+        if (i) prompt += "\n\n";
+        const Block& b = m.blocks[i];
+        prompt +=
+            b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
       }
       break;
     case ChatRole::kLatestReminder:
@@ -299,7 +283,7 @@ std::string render_message(const RenderContext& ctx, size_t index) {
     case ChatRole::kAssistant: {
       const bool after_task = index > 0 && !msgs[index - 1].task.empty();
       if (ctx.thinking && !after_task && (!ctx.drop_thinking || ptrdiff_t(index) > last_user)) {
-        prompt += m.reasoning;
+        prompt += m.reasoning_content;
         prompt += cf::kThinkEnd;
       }
       prompt += m.content;
@@ -336,12 +320,7 @@ std::string render_message(const RenderContext& ctx, size_t index) {
 Msg convert(const ChatMessage& in, size_t i) {
   const std::string where = str_cat("messages[", i, "]");
   Msg m;
-  m.role = in.role;
-  m.content = in.content;
-  m.reasoning = in.reasoning_content;
-  m.tool_calls = in.tool_calls;
-  m.tool_call_id = in.tool_call_id;
-  m.task = in.task;
+  static_cast<ChatMessage&>(m) = in;
   if (!in.tools_json.empty()) m.tools = parse_tools(in.tools_json, where + ".tools_json");
   if (!in.response_format_json.empty()) {
     m.response_format = parse_field(in.response_format_json, where + ".response_format_json");
