@@ -9,38 +9,19 @@ namespace deepinfer::tokenizer_internal {
 namespace {
 
 void quote(const std::string& s, std::string& out) {
+  // The characters with a short escape, and the letter after the backslash for each.
+  constexpr std::string_view kEscaped = "\"\\\n\r\t\b\f", kLetters = "\"\\nrtbf";
   out.push_back('"');
   for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (uint8_t(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
+    if (const size_t k = kEscaped.find(c); k != std::string_view::npos) {
+      out.push_back('\\');
+      out.push_back(kLetters[k]);
+    } else if (uint8_t(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
+      out += buf;
+    } else {
+      out.push_back(c);
     }
   }
   out.push_back('"');
@@ -106,28 +87,19 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
     case value_t::string:
       quote(v.get_ref<const std::string&>(), out);
       break;
-    case value_t::array: {
-      out.push_back('[');
-      bool first = true;
-      for (const auto& item : v) {
-        if (!first) out += ", ";
-        first = false;
-        dump(item, out);
-      }
-      out.push_back(']');
-      break;
-    }
+    case value_t::array:
     case value_t::object: {
-      out.push_back('{');
-      bool first = true;
+      const bool object = v.is_object();
+      out.push_back(object ? '{' : '[');
       for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!first) out += ", ";
-        first = false;
-        quote(it.key(), out);
-        out += ": ";
+        if (it != v.begin()) out += ", ";
+        if (object) {
+          quote(it.key(), out);
+          out += ": ";
+        }
         dump(it.value(), out);
       }
-      out.push_back('}');
+      out.push_back(object ? '}' : ']');
       break;
     }
     case value_t::binary:
@@ -135,17 +107,12 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
         out.append(v.get_binary().begin(), v.get_binary().end());  // an integer's digits
         break;
       }
-      out += "null";
-      break;
+      [[fallthrough]];
     default:
-      out += "null";
-      break;  // discarded values never come from parsing text
+      out += "null";  // discarded values never come from parsing text
+      break;
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Builds the value from nlohmann's SAX events, turning integers too large for 64 bits (which the
 // lexer reports as floats, with their text) into digit strings.
