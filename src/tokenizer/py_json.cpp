@@ -114,75 +114,27 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
   }
 }
 
-// Builds the value from nlohmann's SAX events, turning integers too large for 64 bits (which the
-// lexer reports as floats, with their text) into digit strings.
-class ExactBuilder {
+// nlohmann's own DOM builder, except that integers too large for 64 bits (which the lexer
+// reports as floats, with their text) become digit strings.
+class ExactBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::ordered_json> {
  public:
-  using J = nlohmann::ordered_json;
-  J root;
-  bool null() { return put(J(nullptr)); }
-  bool boolean(bool b) { return put(J(b)); }
-  bool number_integer(J::number_integer_t v) { return put(J(v)); }
-  bool number_unsigned(J::number_unsigned_t v) { return put(J(v)); }
-  bool number_float(J::number_float_t v, const std::string& text) {
-    if (text.find_first_of(".eE") == std::string::npos) {
-      std::vector<uint8_t> digits(text.begin(), text.end());
-      return put(J::binary(std::move(digits), kBigIntSubtype));
-    }
-    return put(J(v));
+  using json_sax_dom_parser::json_sax_dom_parser;
+  bool number_float(number_float_t v, const string_t& text) {
+    if (text.find_first_of(".eE") != std::string::npos)
+      return json_sax_dom_parser::number_float(v, text);
+    binary_t digits(std::vector<uint8_t>(text.begin(), text.end()), kBigIntSubtype);
+    return binary(digits);
   }
-  bool string(std::string& s) { return put(J(std::move(s))); }
-  bool binary(J::binary_t& b) { return put(J::binary(std::move(b))); }
-  bool start_object(std::size_t) { return open(J::object()); }
-  bool key(std::string& k) {
-    key_ = std::move(k);
-    return true;
-  }
-  bool end_object() { return close(); }
-  bool start_array(std::size_t) { return open(J::array()); }
-  bool end_array() { return close(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    return false;
-  }
-
- private:
-  J* place(J v) {
-    if (stack_.empty()) {
-      root = std::move(v);
-      return &root;
-    }
-    J& top = *stack_.back();
-    if (top.is_array()) {
-      top.push_back(std::move(v));
-      return &top.back();
-    }
-    J& slot = top[key_];
-    slot = std::move(v);
-    return &slot;
-  }
-  bool put(J v) {
-    place(std::move(v));
-    return true;
-  }
-  bool open(J v) {
-    stack_.push_back(place(std::move(v)));
-    return true;
-  }
-  bool close() {
-    stack_.pop_back();
-    return true;
-  }
-  std::vector<J*> stack_;
-  std::string key_;
 };
 
 }  // namespace
 
 nlohmann::ordered_json parse_json_exact(std::string_view text) {
-  ExactBuilder b;
+  nlohmann::ordered_json root;
+  ExactBuilder b(root, /*allow_exceptions=*/false);
   if (!nlohmann::ordered_json::sax_parse(text, &b))
     return nlohmann::ordered_json::value_t::discarded;
-  return std::move(b.root);
+  return root;
 }
 
 std::string py_json_dumps(const nlohmann::ordered_json& value) {
