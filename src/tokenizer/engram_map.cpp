@@ -5,7 +5,6 @@
 #include <unordered_map>
 
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer {
@@ -35,7 +34,10 @@ std::string engram_normalize(std::string_view text) {
 
   std::u32string cps;
   for (const char32_t cp : to_code_points(nfd)) {
-    if (unicode::is_mark(cp)) continue;
+    const auto category = utf8proc_category(utf8proc_int32_t(cp));
+    if (category == UTF8PROC_CATEGORY_MN || category == UTF8PROC_CATEGORY_MC ||
+        category == UTF8PROC_CATEGORY_ME)
+      continue;  // a mark (category M)
     // Per-character full lowercase mapping; U+0130 is the one character whose lowercase is
     // two characters with no context condition.
     if (cp == 0x130) {
@@ -58,8 +60,8 @@ std::string engram_normalize(std::string_view text) {
   if (collapsed == U" ") collapsed = std::u32string(1, kSentinel);
 
   size_t begin = 0, end = collapsed.size();
-  while (begin < end && unicode::is_white_space(collapsed[begin])) ++begin;
-  while (end > begin && unicode::is_white_space(collapsed[end - 1])) --end;
+  while (begin < end && utf8::is_white_space(collapsed[begin])) ++begin;
+  while (end > begin && utf8::is_white_space(collapsed[end - 1])) --end;
 
   std::string out;
   out.reserve(end - begin);

@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer_internal {
@@ -88,53 +87,58 @@ std::string rewrite_whitespace_classes(const std::string& pattern) {
   return out;
 }
 
-struct Regex::Impl {
-  pcre2_code* code = nullptr;
-  std::string label;
-  ~Impl() { pcre2_code_free(code); }
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& label) : label_(label) {
+    const std::string rewritten = rewrite_whitespace_classes(pattern);
+    int error = 0;
+    PCRE2_SIZE error_offset = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                          PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
+    if (code_ == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      throw Error(str_cat(label, ": cannot compile regex \"", pattern, "\" at offset ",
+                          error_offset, ": ", reinterpret_cast<const char*>(message)));
+    }
+    // Without JIT support pcre2_match interprets the pattern: slower, same results.
+    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // Calls on_match(begin, end) for each non-overlapping match, left to right. `text` must be
+  // valid UTF-8.
+  template <typename F>
+  void for_each_match(std::string_view text, F&& on_match) const {
+    MatchScratch& s = scratch();
+    for (size_t pos = 0; pos <= text.size();) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
+                                 PCRE2_NO_UTF_CHECK, s.data, s.context);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        PCRE2_UCHAR message[256];
+        pcre2_get_error_message(rc, message, sizeof(message));
+        throw Error(str_cat(label_, ": regex match failed on a ", text.size(),
+                            "-byte piece: ", reinterpret_cast<const char*>(message)));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
+      on_match(size_t(ov[0]), size_t(ov[1]));
+      // After an empty match, resume one character later.
+      pos = ov[1] > ov[0]          ? ov[1]
+            : ov[1] >= text.size() ? text.size() + 1
+                                   : ov[1] + utf8::step(text, ov[1]).len;
+    }
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+  std::string label_;
 };
 
-Regex::Regex(const std::string& pattern, const std::string& label) : impl_(new Impl) {
-  impl_->label = label;
-  const std::string rewritten = rewrite_whitespace_classes(pattern);
-  int error = 0;
-  PCRE2_SIZE error_offset = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
-  if (impl_->code == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error, message, sizeof(message));
-    throw Error(str_cat(label, ": cannot compile regex \"", pattern, "\" at offset ", error_offset,
-                        ": ", reinterpret_cast<const char*>(message)));
-  }
-  // Without JIT support pcre2_match interprets the pattern: slower, same results.
-  pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);
-}
-
-Regex::~Regex() = default;
-Regex::Regex(Regex&&) noexcept = default;
-Regex& Regex::operator=(Regex&&) noexcept = default;
-
-bool Regex::next_match(std::string_view text, size_t from, size_t& begin, size_t& end) const {
-  if (from > text.size()) return false;
-  MatchScratch& s = scratch();
-  const int rc = pcre2_match(impl_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
-                             from, PCRE2_NO_UTF_CHECK, s.data, s.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(rc, message, sizeof(message));
-    throw Error(str_cat(impl_->label, ": regex match failed on a ", text.size(),
-                        "-byte piece: ", reinterpret_cast<const char*>(message)));
-  }
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
-  begin = ov[0], end = ov[1];
-  return true;
-}
-
-size_t Regex::advance_one(std::string_view text, size_t pos) {
-  if (pos >= text.size()) return text.size() + 1;
-  return pos + utf8::step(text, pos).len;
+std::shared_ptr<const Regex> compile_regex(const std::string& pattern, const std::string& label) {
+  return std::make_shared<const Regex>(pattern, label);
 }
 
 // --- pre-tokenizer ---
@@ -221,12 +225,12 @@ void split_piece(const PreTokenizerStep& step, std::string_view piece,
 
 }  // namespace
 
-void PreTokenizer::split(std::string_view text, Pieces& out) const {
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, Pieces& out) {
   const size_t first = out.items.size();
   out.items.push_back(text);
   std::vector<std::string_view> next;
   std::vector<Span> spans;
-  for (const PreTokenizerStep& step : steps_) {
+  for (const PreTokenizerStep& step : steps) {
     next.clear();
     for (size_t i = first; i < out.items.size(); ++i) {
       std::string_view piece = out.items[i];
@@ -251,21 +255,11 @@ void PreTokenizer::split(std::string_view text, Pieces& out) const {
 // --- normalization ---
 
 std::string normalize(std::string_view text, NormalForm form) {
-  int options = UTF8PROC_STABLE;
-  switch (form) {
-    case NormalForm::kNFC:
-      options |= UTF8PROC_COMPOSE;
-      break;
-    case NormalForm::kNFD:
-      options |= UTF8PROC_DECOMPOSE;
-      break;
-    case NormalForm::kNFKC:
-      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-      break;
-    case NormalForm::kNFKD:
-      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-      break;
-  }
+  // Indexed by NormalForm: NFC, NFD, NFKC, NFKD.
+  constexpr int kOptions[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE,
+                              UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                              UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+  const int options = UTF8PROC_STABLE | kOptions[int(form)];
   if (text.empty()) return {};
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n =
@@ -281,27 +275,62 @@ std::string normalize(std::string_view text, NormalForm form) {
 
 // --- added tokens ---
 
+namespace {
+
+// A "word" character as regex `\w` defines it: letters, marks, decimal digits, connector
+// punctuation and the joiners.
+bool is_word_char(char32_t cp) {
+  constexpr uint32_t kWordCategories =
+      1u << UTF8PROC_CATEGORY_LU | 1u << UTF8PROC_CATEGORY_LL | 1u << UTF8PROC_CATEGORY_LT |
+      1u << UTF8PROC_CATEGORY_LM | 1u << UTF8PROC_CATEGORY_LO | 1u << UTF8PROC_CATEGORY_NL |
+      1u << UTF8PROC_CATEGORY_MN | 1u << UTF8PROC_CATEGORY_MC | 1u << UTF8PROC_CATEGORY_ME |
+      1u << UTF8PROC_CATEGORY_ND | 1u << UTF8PROC_CATEGORY_PC;
+  return cp == 0x200C || cp == 0x200D ||
+         (kWordCategories >> utf8proc_category(utf8proc_int32_t(cp)) & 1) != 0;
+}
+
+// The code point ending at `pos` (text is valid UTF-8, pos > 0) and where it starts.
+char32_t char_before(std::string_view text, size_t pos, size_t& start) {
+  start = pos - 1;
+  while (start > 0 && (uint8_t(text[start]) & 0xC0) == 0x80) --start;
+  return utf8::step(text, start).cp;
+}
+
+// Neither the character before `begin` nor the one at `end` is a word character.
+bool is_whole_word(std::string_view text, size_t begin, size_t end) {
+  size_t start;
+  return (begin == 0 || !is_word_char(char_before(text, begin, start))) &&
+         (end >= text.size() || !is_word_char(utf8::step(text, end).cp));
+}
+
+// Start of the run of white space that ends at `pos`.
+size_t whitespace_run_start(std::string_view text, size_t pos) {
+  for (size_t start; pos > 0 && utf8::is_white_space(char_before(text, pos, start));) pos = start;
+  return pos;
+}
+
+// End of the run of white space that starts at `pos`.
+size_t whitespace_run_end(std::string_view text, size_t pos) {
+  for (utf8::Step st; pos < text.size() && utf8::is_white_space((st = utf8::step(text, pos)).cp);)
+    pos += st.len;
+  return pos;
+}
+
+}  // namespace
+
 AddedTokenMatcher::AddedTokenMatcher(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
-  nodes_.emplace_back();
+  token_at_.push_back(-1);  // the root
   for (int32_t t = 0; t < int32_t(tokens_.size()); ++t) {
     const std::string& content = tokens_[t].content;
     if (content.empty()) continue;
     first_byte_[uint8_t(content[0])] = true;
     int32_t node = 0;
     for (const char c : content) {
-      const uint8_t b = uint8_t(c);
-      int32_t child = -1;
-      for (const auto& [byte, index] : nodes_[node].children) {
-        if (byte == b) child = index;
-      }
-      if (child < 0) {
-        child = int32_t(nodes_.size());
-        nodes_[node].children.emplace_back(b, child);
-        nodes_.emplace_back();
-      }
-      node = child;
+      const auto [it, added] = children_.try_emplace(edge(node, c), int32_t(token_at_.size()));
+      if (added) token_at_.push_back(-1);
+      node = it->second;
     }
-    nodes_[node].token = t;  // a later duplicate wins, like a map keyed by content
+    token_at_[node] = t;  // a later duplicate wins, like a map keyed by content
   }
 }
 
@@ -309,17 +338,10 @@ std::pair<size_t, int32_t> AddedTokenMatcher::longest_at(std::string_view text, 
   std::pair<size_t, int32_t> best{0, -1};
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
-    const uint8_t b = uint8_t(text[i]);
-    int32_t child = -1;
-    for (const auto& [byte, index] : nodes_[node].children) {
-      if (byte == b) {
-        child = index;
-        break;
-      }
-    }
-    if (child < 0) break;
-    node = child;
-    if (nodes_[node].token >= 0) best = {i + 1 - pos, nodes_[node].token};
+    const auto it = children_.find(edge(node, text[i]));
+    if (it == children_.end()) break;
+    node = it->second;
+    if (token_at_[node] >= 0) best = {i + 1 - pos, token_at_[node]};
   }
   return best;
 }
@@ -339,13 +361,12 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
     }
     const Token& tok = tokens_[t];
     size_t begin = pos, end = pos + len;
-    if (tok.single_word && !(unicode::at_word_boundary_before(text, begin) &&
-                             unicode::at_word_boundary_after(text, end))) {
+    if (tok.single_word && !is_whole_word(text, begin, end)) {
       ++pos;
       continue;
     }
-    if (tok.lstrip) begin = std::max(emitted, unicode::whitespace_run_start(text, begin));
-    if (tok.rstrip) end = unicode::whitespace_run_end(text, end);
+    if (tok.lstrip) begin = std::max(emitted, whitespace_run_start(text, begin));
+    if (tok.rstrip) end = whitespace_run_end(text, end);
     if (begin > emitted) out.push_back({emitted, begin, -1});
     out.push_back({begin, end, tok.id});
     emitted = pos = end;
