@@ -176,50 +176,23 @@ void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector
 void split_piece(const PreTokenizerStep& step, std::string_view piece,
                  std::vector<std::string_view>& out, std::vector<Span>& spans) {
   find_spans(step, piece, spans);
-  const auto view = [&](size_t b, size_t e) { return piece.substr(b, e - b); };
-  size_t pending = std::string::npos;  // start of a run not yet emitted
-  switch (step.behavior) {
-    case SplitBehavior::kRemoved:
-      for (const Span& s : spans) {
-        if (!s.match) out.push_back(view(s.begin, s.end));
-      }
-      break;
-    case SplitBehavior::kIsolated:
-      for (const Span& s : spans) out.push_back(view(s.begin, s.end));
-      break;
-    case SplitBehavior::kMergedWithPrevious:
-      // A match joins the text before it.
-      for (const Span& s : spans) {
-        if (pending == std::string::npos) pending = s.begin;
-        if (s.match) {
-          out.push_back(view(pending, s.end));
-          pending = std::string::npos;
-        }
-      }
-      if (pending != std::string::npos) out.push_back(view(pending, piece.size()));
-      break;
-    case SplitBehavior::kMergedWithNext:
-      // A match joins the text after it.
-      for (const Span& s : spans) {
-        if (s.match && pending != std::string::npos) {
-          out.push_back(view(pending, s.begin));
-          pending = std::string::npos;
-        }
-        if (pending == std::string::npos) pending = s.begin;
-      }
-      if (pending != std::string::npos) out.push_back(view(pending, piece.size()));
-      break;
-    case SplitBehavior::kContiguous:
-      // Consecutive matches form one piece.
-      for (size_t i = 0; i < spans.size(); ++i) {
-        size_t j = i;
-        if (spans[i].match) {
-          while (j + 1 < spans.size() && spans[j + 1].match) ++j;
-        }
-        out.push_back(view(spans[i].begin, spans[j].end));
-        i = j;
-      }
-      break;
+  // A piece ends after span i where the behavior cuts between spans i and i + 1: Removed (which
+  // then drops the matches) and Isolated always; MergedWithPrevious after a match (it joins the
+  // text before it); MergedWithNext before one (it joins the text after it); Contiguous except
+  // between two matches.
+  using B = SplitBehavior;
+  const B b = step.behavior;
+  size_t start = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    const bool next_match = i + 1 < spans.size() && spans[i + 1].match;
+    const bool cut = i + 1 == spans.size() || b == B::kRemoved || b == B::kIsolated ||
+                     (b == B::kMergedWithPrevious && s.match) ||
+                     (b == B::kMergedWithNext && next_match) ||
+                     (b == B::kContiguous && !(s.match && next_match));
+    if (!cut) continue;
+    if (b != B::kRemoved || !s.match) out.push_back(piece.substr(start, s.end - start));
+    start = s.end;
   }
 }
 
