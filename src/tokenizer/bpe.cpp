@@ -23,12 +23,8 @@ void MergeTable::reserve(size_t n) {
   }
 }
 
-void MergeTable::grow() {
-  reserve(std::max<size_t>(8, size_ + 1) * 2);
-}
-
 void MergeTable::insert(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
-  if (2 * (size_ + 1) > slots_.size()) grow();
+  if (2 * (size_ + 1) > slots_.size()) reserve(std::max<size_t>(8, size_ + 1) * 2);
   const uint64_t key = pack(left, right);
   for (size_t i = slot(key);; i = (i + 1) & mask_) {
     Entry& e = slots_[i];

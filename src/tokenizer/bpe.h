@@ -38,12 +38,10 @@ class MergeTable {
       if (e.key == kEmpty) return nullptr;
     }
   }
-  size_t size() const { return size_; }
 
  private:
   static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
   size_t slot(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void grow();
 
   std::vector<Entry> slots_;  // [capacity], capacity a power of two, at most half full
   size_t mask_ = 0;
@@ -61,8 +59,6 @@ class BpeModel {
 
   // Appends the ids of one pre-token (raw bytes) to `out`.
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
-
-  const MergeTable& merges() const { return merges_; }
 
  private:
   void merge_word(std::string_view bytes, std::vector<int32_t>& out) const;
