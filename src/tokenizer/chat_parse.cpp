@@ -127,10 +127,7 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
         }
         std::string_view head = std::string_view(buffer_).substr(0, at);
         if (call_step_ == CallStep::kName) {
-          while (!head.empty() && (head[0] == ' ' || head[0] == '\t' || head[0] == '\n' ||
-                                   head[0] == '\r' || head[0] == '\f' || head[0] == '\v')) {
-            head.remove_prefix(1);
-          }
+          head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
           if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
               head.substr(head.size() - 3) != "\">\n") {
             malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
@@ -209,19 +206,15 @@ void CompletionParser::step(Delta& delta, bool final) {
       case State::kAfterCalls: {
         // Only the end-of-sentence marker may follow the block.
         const size_t n = std::min(buffer_.size(), cf::kEos.size());
-        if (std::string_view(buffer_).substr(0, n) != cf::kEos.substr(0, n)) {
+        if (std::string_view(buffer_).substr(0, n) != cf::kEos.substr(0, n) ||
+            (final && n > 0 && n < cf::kEos.size())) {
           malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
         }
-        if (buffer_.size() >= cf::kEos.size()) {
-          buffer_.erase(0, cf::kEos.size());
-          state_ = State::kEnded;
-          result_.ended = true;
-          continue;
-        }
-        if (final && !buffer_.empty()) {
-          malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
-        }
-        return;
+        if (n < cf::kEos.size()) return;
+        buffer_.erase(0, n);
+        state_ = State::kEnded;
+        result_.ended = true;
+        continue;
       }
       case State::kEnded:
         if (!buffer_.empty()) {
