@@ -42,6 +42,12 @@ struct TokenizerState {
 
   // Encodes text that holds no added token: pre-tokenize, then BPE each piece.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // The id of an added token or else a vocabulary token spelled `token`; -1 if none.
+  int32_t id_of(const std::string& token) const {
+    if (const auto it = added.find(token); it != added.end()) return it->second;
+    if (const auto it = vocab.find(token); it != vocab.end()) return it->second;
+    return -1;
+  }
 };
 
 namespace {
@@ -330,9 +336,7 @@ int32_t config_token_id(const Reader& r, const json& config, const char* key,
   } else {
     r.fail(key, "expected a string or an object with \"content\"");
   }
-  if (const auto it = impl.added.find(content); it != impl.added.end()) return it->second;
-  if (const auto it = impl.vocab.find(content); it != impl.vocab.end()) return it->second;
-  return -1;
+  return impl.id_of(content);
 }
 
 void load_json(std::string_view tokenizer_json, std::string_view config_json,
@@ -509,10 +513,7 @@ int32_t Tokenizer::vocab_size() const {
 }
 
 int32_t Tokenizer::token_to_id(std::string_view token) const {
-  const std::string key(token);
-  if (const auto it = impl_->added.find(key); it != impl_->added.end()) return it->second;
-  if (const auto it = impl_->vocab.find(key); it != impl_->vocab.end()) return it->second;
-  return -1;
+  return impl_->id_of(std::string(token));
 }
 
 std::string_view Tokenizer::id_to_token(int32_t id) const {
