@@ -53,24 +53,13 @@ std::string rewrite_whitespace_classes(const std::string& pattern) {
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
-      const char n = pattern[i + 1];
-      ++i;
-      if (n == 's') {
-        if (in_class) {
-          out += kWhiteSpaceClass;
-        } else {
-          out += '[';
-          out += kWhiteSpaceClass;
-          out += ']';
-        }
-      } else if (n == 'S' && !in_class) {
-        out += "[^";
-        out += kWhiteSpaceClass;
-        out += ']';
-      } else {
-        out += c;
-        out += n;
-      }
+      const char n = pattern[++i];
+      if (n == 's')
+        out += in_class ? std::string(kWhiteSpaceClass) : str_cat("[", kWhiteSpaceClass, "]");
+      else if (n == 'S' && !in_class)
+        out += str_cat("[^", kWhiteSpaceClass, "]");
+      else
+        out += {c, n};
       continue;
     }
     if (!in_class && c == '[') {
