@@ -545,12 +545,6 @@ class Compiler {
   Expr free_[16];
 };
 
-Json parse_schema(std::string_view text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw Error("schema: not valid JSON");
-  return j;
-}
-
 }  // namespace
 
 struct JsonSchema::Impl {
@@ -559,9 +553,8 @@ struct JsonSchema::Impl {
 };
 
 JsonSchema::JsonSchema(std::string_view schema_json, const JsonGrammarOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->root = parse_schema(schema_json);
-  impl_->options = options;
+    : impl_(new Impl{Json::parse(schema_json, nullptr, /*allow_exceptions=*/false), options}) {
+  if (impl_->root.is_discarded()) throw Error("schema: not valid JSON");
   if (!impl_->root.is_object() && !impl_->root.is_boolean())
     throw Error("schema: expected a JSON object");
 }
