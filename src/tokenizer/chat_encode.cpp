@@ -87,29 +87,22 @@ ptrdiff_t last_user_index(const std::vector<Msg>& msgs) {
 std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
   std::vector<Msg> out;
   for (Msg& m : in) {
-    const bool after_user = !out.empty() && out.back().role == ChatRole::kUser;
-    if (m.role == ChatRole::kTool) {
-      Block b{true, std::move(m.content), std::move(m.tool_call_id)};
-      if (after_user) {
-        out.back().blocks.push_back(std::move(b));
-      } else {
-        Msg u;
-        u.role = ChatRole::kUser;
-        u.blocks.push_back(std::move(b));
-        out.push_back(std::move(u));
-      }
-    } else if (m.role == ChatRole::kUser) {
-      Block b{false, m.content, {}};
-      if (after_user && out.back().task.empty()) {
-        // The reference keeps only the blocks of a user turn merged into the previous one.
-        out.back().blocks.push_back(std::move(b));
-      } else {
-        m.blocks.push_back(std::move(b));
-        out.push_back(std::move(m));
-      }
-    } else {
+    if (m.role != ChatRole::kTool && m.role != ChatRole::kUser) {
       out.push_back(std::move(m));
+      continue;
     }
+    const bool tool = m.role == ChatRole::kTool;
+    Block b{tool, m.content, tool ? m.tool_call_id : std::string()};
+    // A tool result joins the user turn before it; so does a user message unless that turn has
+    // a task. (The reference keeps only the blocks of a user turn merged into the previous one.)
+    if (!out.empty() && out.back().role == ChatRole::kUser && (tool || out.back().task.empty())) {
+      out.back().blocks.push_back(std::move(b));
+      continue;
+    }
+    if (tool) m = Msg();  // a tool result opens a user turn of its own
+    m.role = ChatRole::kUser;
+    m.blocks.push_back(std::move(b));
+    out.push_back(std::move(m));
   }
   return out;
 }
