@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <mutex>
-#include <numeric>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -17,13 +15,12 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
     : bytes_(std::move(bytes)), eos_(eos) {
   DI_REQUIRE(eos_ >= 0 && eos_ < int32_t(bytes_.size()), "grammar vocabulary: EOS id ", eos_,
              " is outside [0, ", bytes_.size(), ")");
-  std::vector<int32_t> ids;
+  std::vector<int32_t>& ids = sorted_ids_;
   for (int32_t i = 0; i < int32_t(bytes_.size()); ++i)
     if (!bytes_[size_t(i)].empty() && i != eos_) ids.push_back(i);
   std::sort(ids.begin(), ids.end(), [this](int32_t a, int32_t b) {
     return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
   });
-  sorted_ids_ = ids;
   // Sorted strings make a trie in preorder by extending the previous string's path: `path[d]`
   // is the node at depth d. A node's subtree ends where the next node of its depth or less
   // begins.
@@ -33,16 +30,13 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
   for (uint32_t k = 0; k < ids.size(); ++k) {
     const std::string_view s = bytes_[size_t(ids[k])];
     DI_REQUIRE(s.size() < 65535, "grammar vocabulary: token ", ids[k], " is too long");
-    size_t common = 0;
-    while (common < s.size() && common < prev.size() && s[common] == prev[common]) ++common;
+    const size_t common =
+        size_t(std::mismatch(s.begin(), s.end(), prev.begin(), prev.end()).first - s.begin());
     for (size_t d = path.size() - 1; d > common; --d) nodes_[path[d]].end = uint32_t(nodes_.size());
     path.resize(common + 1);
     for (size_t d = common; d < s.size(); ++d) {
-      Node node;
-      node.byte = uint8_t(s[d]);
-      node.depth = uint16_t(d + 1);
       path.push_back(uint32_t(nodes_.size()));
-      nodes_.push_back(node);
+      nodes_.push_back(Node{0, 0, 0, uint16_t(d + 1), uint8_t(s[d])});
     }
     max_depth_ = std::max(max_depth_, s.size());
     Node& end = nodes_[path.back()];

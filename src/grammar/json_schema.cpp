@@ -405,12 +405,12 @@ class Compiler {
                            (b.value == slot.value && b.exclusive);
       if (tighter) slot = b;
     };
-    const Json* emin = field(s, "exclusiveMinimum");
-    const Json* emax = field(s, "exclusiveMaximum");
-    const bool draft4_min = emin && emin->is_boolean() && emin->get<bool>();
-    const bool draft4_max = emax && emax->is_boolean() && emax->get<bool>();
-    read("minimum", false, draft4_min);
-    read("maximum", true, draft4_max);
+    const auto draft4 = [&](const char* key) {
+      const Json* e = field(s, key);
+      return e && e->is_boolean() && e->get<bool>();
+    };
+    read("minimum", false, draft4("exclusiveMinimum"));
+    read("maximum", true, draft4("exclusiveMaximum"));
     read("exclusiveMinimum", false, true);
     read("exclusiveMaximum", true, true);
     return r;

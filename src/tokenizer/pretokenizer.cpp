@@ -23,13 +23,10 @@ constexpr std::string_view kWhiteSpaceClass =
 // Per-thread match scratch: one match data (only the whole-match offsets are read) and a JIT
 // stack large enough for long whitespace runs under `\s+(?!\S)`.
 struct MatchScratch {
-  pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
   MatchScratch() {
-    data = pcre2_match_data_create(1, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
     if (context && jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
   }
   ~MatchScratch() {
