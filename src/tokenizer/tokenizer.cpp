@@ -447,12 +447,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
   }
 
   // Tokens marked non-normalized are matched on the raw text, the others on normalized text.
+  // Without a matcher a text is one plain segment.
+  const auto split = [](const std::optional<AddedTokenMatcher>& matcher, std::string_view part,
+                        std::vector<AddedTokenMatcher::Segment>& segments) {
+    segments.clear();
+    if (matcher)
+      matcher->split(part, segments);
+    else
+      segments.push_back({0, part.size(), -1});
+  };
   std::vector<AddedTokenMatcher::Segment> raw_segments, segments;
-  if (m.raw_added) {
-    m.raw_added->split(text, raw_segments);
-  } else {
-    raw_segments.push_back({0, text.size(), -1});
-  }
+  split(m.raw_added, text, raw_segments);
   for (const auto& seg : raw_segments) {
     if (seg.id >= 0) {
       out.push_back(seg.id);
@@ -462,23 +467,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
     std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
     if (!m.normalizers.empty()) {
       normalized.assign(part);
-      for (const auto form : m.normalizers) {
-        normalized = normalize(normalized, form);
-      }
+      for (const auto form : m.normalizers) normalized = normalize(normalized, form);
       part = normalized;
     }
-    if (!m.normalized_added) {
-      m.encode_plain(part, out);
-      continue;
-    }
-    segments.clear();
-    m.normalized_added->split(part, segments);
+    split(m.normalized_added, part, segments);
     for (const auto& s : segments) {
-      if (s.id >= 0) {
+      if (s.id >= 0)
         out.push_back(s.id);
-      } else {
+      else
         m.encode_plain(part.substr(s.begin, s.end - s.begin), out);
-      }
     }
   }
   return out;
