@@ -175,7 +175,8 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
   }
 }
 
-void CompletionParser::step(Delta& delta, bool final) {
+CompletionParser::Delta CompletionParser::step(bool final) {
+  Delta delta;
   for (;;) {
     switch (state_) {
       case State::kReasoning: {
@@ -194,14 +195,14 @@ void CompletionParser::step(Delta& delta, bool final) {
           emit(delta, std::string_view(buffer_).substr(0, at));
           buffer_.erase(0, at + (which == 0 ? cf::kCallsStart : cf::kEos).size());
           state_ = which == 0 ? State::kCalls : State::kEnded;
-          result_.ended = which == 1;
+          delta.ended = result_.ended = which == 1;
           continue;
         }
         break;
       }
       case State::kCalls:
         parse_calls(delta, final);
-        if (state_ == State::kCalls) return;
+        if (state_ == State::kCalls) return delta;
         continue;
       case State::kAfterCalls: {
         // Only the end-of-sentence marker may follow the block.
@@ -210,10 +211,10 @@ void CompletionParser::step(Delta& delta, bool final) {
             (final && n > 0 && n < cf::kEos.size())) {
           malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
         }
-        if (n < cf::kEos.size()) return;
+        if (n < cf::kEos.size()) return delta;
         buffer_.erase(0, n);
         state_ = State::kEnded;
-        result_.ended = true;
+        delta.ended = result_.ended = true;
         continue;
       }
       case State::kEnded:
@@ -221,7 +222,7 @@ void CompletionParser::step(Delta& delta, bool final) {
           throw Error("completion: text after the end-of-sentence marker: \"" + excerpt(buffer_) +
                       "\"");
         }
-        return;
+        return delta;
     }
     break;
   }
@@ -240,19 +241,12 @@ void CompletionParser::step(Delta& delta, bool final) {
   }
   emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));
   buffer_.erase(0, buffer_.size() - hold);
+  return delta;
 }
 
 CompletionParser::Delta CompletionParser::feed(std::string_view text) {
-  Delta delta;
   buffer_ += text;
-  step(delta, /*final=*/false);
-  return delta;
-}
-
-CompletionParser::Delta CompletionParser::finish() {
-  Delta delta;
-  step(delta, /*final=*/true);
-  return delta;
+  return step(/*final=*/false);
 }
 
 ParsedCompletion parse_completion(std::string_view text, bool thinking) {
@@ -263,7 +257,6 @@ ParsedCompletion parse_completion(std::string_view text, bool thinking) {
 }
 
 std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
-  namespace cf = chat_format;
   std::vector<int32_t> out;
   for (const int32_t id : tok.special_ids()) {
     const std::string_view text = tok.token_bytes(id);

@@ -254,8 +254,7 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
 
   const json& merges = r.field(model, "merges", where);
   if (!merges.is_array()) r.fail(where + ".merges", "expected an array");
-  MergeTable table;
-  table.reserve(merges.size());
+  MergeTable table(merges.size());
   const auto lookup = [&](const std::string& token, size_t i) {
     const auto it = impl.vocab.find(token);
     if (it == impl.vocab.end()) {
