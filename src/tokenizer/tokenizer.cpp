@@ -22,11 +22,13 @@
 namespace deepinfer::tokenizer_internal {
 
 struct TokenizerState {
-  // Indexed by id, [max_id + 1]; ids without a token have has_token = 0.
-  std::vector<std::string> tokens;
-  std::vector<std::string> bytes;  // what each id decodes to
-  std::vector<uint8_t> has_token;
-  std::vector<uint8_t> special;
+  struct Entry {
+    std::string token;  // as stored in tokenizer.json
+    std::string bytes;  // what the id decodes to
+    bool known = false;
+    bool special = false;
+  };
+  std::vector<Entry> ids;  // [max_id + 1]; ids without a token are not `known`
   int32_t n_distinct = 0;
 
   std::unordered_map<std::string, int32_t> vocab;  // model vocabulary
@@ -42,6 +44,10 @@ struct TokenizerState {
 
   // Encodes text that holds no added token: pre-tokenize, then BPE each piece.
   void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
+  // The entry of a known id, else null.
+  const Entry* entry(int32_t id) const {
+    return id >= 0 && size_t(id) < ids.size() && ids[size_t(id)].known ? &ids[size_t(id)] : nullptr;
+  }
   // The id of an added token or else a vocabulary token spelled `token`; -1 if none.
   int32_t id_of(const std::string& token) const {
     if (const auto it = added.find(token); it != added.end()) return it->second;
@@ -125,6 +131,13 @@ struct Reader {
     }
     return int32_t(v.get<int64_t>());
   }
+  // Calls read(item, where) for each item of the array node[key] (a "Sequence" step's list).
+  template <typename F>
+  void for_each_item(const json& node, const char* key, const std::string& where, F read) const {
+    const json& list = field(node, key, where);
+    if (!list.is_array()) fail(where + "." + key, "expected an array");
+    for (size_t i = 0; i < list.size(); ++i) read(list[i], str_cat(where, ".", key, "[", i, "]"));
+  }
 };
 
 json parse_json(std::string_view text, const std::string& label) {
@@ -137,14 +150,12 @@ json parse_json(std::string_view text, const std::string& label) {
 
 // --- sections ---
 
-void set_token(TokenizerState& impl, int32_t id, const std::string& content) {
-  if (size_t(id) >= impl.tokens.size()) {
-    impl.tokens.resize(size_t(id) + 1);
-    impl.has_token.resize(size_t(id) + 1, 0);
-    impl.special.resize(size_t(id) + 1, 0);
-  }
-  impl.tokens[id] = content;
-  impl.has_token[id] = 1;
+TokenizerState::Entry& set_token(TokenizerState& impl, int32_t id, const std::string& content) {
+  if (size_t(id) >= impl.ids.size()) impl.ids.resize(size_t(id) + 1);
+  TokenizerState::Entry& e = impl.ids[size_t(id)];
+  e.token = content;
+  e.known = true;
+  return e;
 }
 
 constexpr std::pair<std::string_view, NormalForm> kNormalForms[] = {{"NFC", NormalForm::kNFC},
@@ -157,12 +168,9 @@ void read_normalizer(const Reader& r, const json& node, const std::string& where
   if (node.is_null()) return;
   const std::string type = r.string_field(node, "type", where);
   if (type == "Sequence") {
-    const json& list = r.field(node, "normalizers", where);
-    if (!list.is_array()) r.fail(where + ".normalizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      read_normalizer(r, list[i], str_cat(where, ".normalizers[", i, "]"), out);
-    }
-    return;
+    return r.for_each_item(node, "normalizers", where, [&](const json& n, const std::string& w) {
+      read_normalizer(r, n, w, out);
+    });
   }
   for (const auto& [name, form] : kNormalForms)
     if (type == name) return out.push_back(form);
@@ -192,11 +200,9 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
   if (node.is_null()) return;
   const std::string type = r.string_field(node, "type", where);
   if (type == "Sequence") {
-    const json& list = r.field(node, "pretokenizers", where);
-    if (!list.is_array()) r.fail(where + ".pretokenizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      read_pre_tokenizer(r, list[i], str_cat(where, ".pretokenizers[", i, "]"), impl, byte_level);
-    }
+    r.for_each_item(node, "pretokenizers", where, [&](const json& n, const std::string& w) {
+      read_pre_tokenizer(r, n, w, impl, byte_level);
+    });
   } else if (type == "Split") {
     PreTokenizerStep step;
     const json& pattern = r.field(node, "pattern", where);
@@ -314,8 +320,7 @@ void read_added_tokens(const Reader& r, const json& list, TokenizerState& impl) 
                                  r.bool_field(t, "lstrip", where, false),
                                  r.bool_field(t, "rstrip", where, false)};
     (r.bool_field(t, "normalized", where, true) ? normalized : raw).push_back(tok);
-    set_token(impl, id, content);
-    impl.special[id] = r.bool_field(t, "special", where, false) ? 1 : 0;
+    set_token(impl, id, content).special = r.bool_field(t, "special", where, false);
     impl.added[content] = id;
   }
   if (!raw.empty()) impl.raw_added.emplace(std::move(raw));
@@ -357,15 +362,10 @@ void load_json(std::string_view tokenizer_json, std::string_view config_json,
 
   // What each id decodes to: a token made only of byte-level characters maps back to those
   // bytes; any other token (special tokens, typically) is its own UTF-8.
-  impl.bytes.resize(impl.tokens.size());
-  for (size_t id = 0; id < impl.tokens.size(); ++id) {
-    if (!impl.has_token[id]) continue;
-    std::string out;
-    impl.bytes[id] = byte_level_bytes(impl.tokens[id], out) ? std::move(out) : impl.tokens[id];
-  }
-  std::unordered_map<std::string, int32_t> distinct = impl.vocab;
-  distinct.insert(impl.added.begin(), impl.added.end());
-  impl.n_distinct = int32_t(distinct.size());
+  for (TokenizerState::Entry& e : impl.ids)
+    if (e.known && !byte_level_bytes(e.token, e.bytes)) e.bytes = e.token;
+  impl.n_distinct = int32_t(impl.vocab.size());
+  for (const auto& [content, id] : impl.added) impl.n_distinct += !impl.vocab.count(content);
 
   if (!config_json.empty()) {
     const std::string config_label = label + " (tokenizer_config.json)";
@@ -487,20 +487,18 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
   const TokenizerState& m = *impl_;
   std::string bytes;
   for (const int32_t id : ids) {
-    if (id < 0 || size_t(id) >= m.tokens.size() || !m.has_token[id]) continue;
-    if (skip_special && m.special[id] && !std::binary_search(keep.begin(), keep.end(), id))
+    const TokenizerState::Entry* e = m.entry(id);
+    if (!e || (skip_special && e->special && !std::binary_search(keep.begin(), keep.end(), id)))
       continue;
-    bytes += m.bytes[id];
+    bytes += e->bytes;
   }
   return utf8::lossy(bytes);
 }
 
 std::vector<int32_t> Tokenizer::special_ids() const {
   std::vector<int32_t> out;
-  for (const auto& [content, id] : impl_->added)
-    if (impl_->special[size_t(id)]) out.push_back(id);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  for (size_t id = 0; id < impl_->ids.size(); ++id)
+    if (impl_->ids[id].special) out.push_back(int32_t(id));
   return out;
 }
 
@@ -513,20 +511,22 @@ int32_t Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string_view Tokenizer::id_to_token(int32_t id) const {
-  if (id < 0 || size_t(id) >= impl_->tokens.size() || !impl_->has_token[id]) {
+  const TokenizerState::Entry* e = impl_->entry(id);
+  if (!e) {
     throw Error(str_cat("tokenizer: unknown token id ", id, " (vocabulary has ids 0..",
-                        int64_t(impl_->tokens.size()) - 1, ")"));
+                        int64_t(impl_->ids.size()) - 1, ")"));
   }
-  return impl_->tokens[id];
+  return e->token;
 }
 
 bool Tokenizer::is_special(int32_t id) const {
-  return id >= 0 && size_t(id) < impl_->special.size() && impl_->special[id];
+  const TokenizerState::Entry* e = impl_->entry(id);
+  return e && e->special;
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
-  if (id < 0 || size_t(id) >= impl_->bytes.size()) return {};
-  return impl_->bytes[id];
+  const TokenizerState::Entry* e = impl_->entry(id);
+  return e ? std::string_view(e->bytes) : std::string_view();
 }
 
 int32_t Tokenizer::bos_id() const {
