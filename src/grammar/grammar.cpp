@@ -50,8 +50,9 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
 // --- expressions ---
 
 struct ExprNode {
-  enum Kind : uint8_t { kEmpty, kNothing, kBytes, kSeq, kAlt, kList, kMembers, kUntil };
-  Kind kind = kEmpty;
+  // The empty string is a kSeq of no parts, and no string at all a kAlt of no options.
+  enum Kind : uint8_t { kBytes, kSeq, kAlt, kList, kMembers, kUntil };
+  Kind kind = kSeq;
   std::vector<std::pair<uint8_t, uint8_t>> ranges;  // kBytes
   std::vector<Expr> parts;                          // kSeq, kAlt; kList: {item, sep}
   std::vector<bool> required;                       // kMembers: parts[i] (sep is last)
@@ -72,10 +73,10 @@ std::shared_ptr<ExprNode> make(ExprNode::Kind kind, std::vector<Expr> parts = {}
 }  // namespace
 
 Expr empty() {
-  return make(ExprNode::kEmpty);
+  return make(ExprNode::kSeq);
 }
 Expr nothing() {
-  return make(ExprNode::kNothing);
+  return make(ExprNode::kAlt);
 }
 Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
   auto n = make(ExprNode::kBytes);
@@ -175,10 +176,6 @@ class NfaBuilder {
   // Appends `e` after state `from`; returns the state where it ends.
   uint32_t emit(const ExprNode& e, uint32_t from) {
     switch (e.kind) {
-      case ExprNode::kEmpty:
-        return from;
-      case ExprNode::kNothing:
-        return state();  // unreachable
       case ExprNode::kBytes: {
         const uint32_t to = state();
         for (const auto& [lo, hi] : e.ranges) edges_[from].push_back({lo, hi, to});
@@ -190,7 +187,7 @@ class NfaBuilder {
         return cur;
       }
       case ExprNode::kAlt: {
-        const uint32_t end = state();
+        const uint32_t end = state();  // unreachable when there are no options
         for (const Expr& p : e.parts) {
           const uint32_t s = state();
           epsilon(from, s);
@@ -299,8 +296,7 @@ struct Grammar::Impl {
   // state is first expanded.
   struct DState {
     std::vector<uint32_t> nfa;
-    std::vector<int32_t> next;  // [256] once expanded
-    bool expanded = false;
+    std::vector<int32_t> next;  // [256] once expanded, empty before
     bool accept = false;
     bool terminal = false;  // no byte continues
     int32_t mask = -1;      // index into masks, -1: not computed
@@ -336,7 +332,7 @@ struct Grammar::Impl {
   }
 
   void expand(int32_t id) {
-    if (dstates[size_t(id)].expanded) return;
+    if (!dstates[size_t(id)].next.empty()) return;
     // Targets per byte, as sorted sets.
     std::vector<std::vector<uint32_t>> to(256);
     for (uint32_t s : dstates[size_t(id)].nfa)
@@ -354,7 +350,6 @@ struct Grammar::Impl {
     DState& d = dstates[size_t(id)];
     d.next = std::move(next);
     d.terminal = !any;
-    d.expanded = true;
   }
 
   int32_t run(int32_t id, std::string_view bytes) {

@@ -77,23 +77,14 @@ Expr fixed_range(int64_t a, int64_t b, int len) {
   return alt(std::move(parts));
 }
 
-int num_digits(int64_t n) {
-  int d = 1;
-  while (n >= 10) {
-    n /= 10;
-    ++d;
-  }
-  return d;
-}
-
 // Decimal numbers in [lo, hi] (0 <= lo), without leading zeros.
 Expr uint_range(int64_t lo, int64_t hi) {
   if (lo > hi) return nothing();
   if (lo == 0 && hi == kIntMax)
     return alt({ch('0'), seq({digits('1', '9'), repeat(digit(), 0, kIntDigits - 1)})});
   std::vector<Expr> parts;
-  int64_t p = 1;  // 10^(len-1)
-  for (int len = 1; len <= num_digits(hi); ++len, p *= 10) {
+  int64_t p = 1;  // 10^(len-1), the least number of len digits but for len = 1
+  for (int len = 1; len == 1 || p <= hi; ++len, p *= 10) {
     const int64_t a = std::max(lo, len == 1 ? 0 : p), b = std::min(hi, p * 10 - 1);
     if (a <= b) parts.push_back(fixed_range(a, b, len));
   }
@@ -123,19 +114,22 @@ Expr nonzero_fraction() {
               repeat(digit(), 0, kFracDigits - 1)});
 }
 
-// Non-negative decimals m (integer part, optional fraction) with lo <= m <= hi (bounds
-// inclusive or not; lo.value >= 0 and present).
-Expr magnitude(Bound lo, Bound hi) {
+// Non-negative decimals m (integer part, optional fraction unless `integral`) with
+// lo <= m <= hi (bounds inclusive or not; lo.value >= 0 and present).
+Expr magnitude(Bound lo, Bound hi, bool integral) {
+  if (integral && hi.present && !hi.exclusive) hi = {true, hi.value + 1, true};
   std::vector<Expr> parts;
   int64_t core_lo = lo.value;
   const int64_t top = hi.present ? hi.value : kIntMax + 1;
   if (lo.exclusive) {
-    if (lo.value < top) parts.push_back(seq({uint_range(lo.value, lo.value), nonzero_fraction()}));
+    if (!integral && lo.value < top)
+      parts.push_back(seq({uint_range(lo.value, lo.value), nonzero_fraction()}));
     core_lo = lo.value + 1;
   }
   const int64_t core_hi = std::min(top - 1, kIntMax);
   if (core_lo <= core_hi)
-    parts.push_back(seq({uint_range(core_lo, core_hi), optional(any_fraction())}));
+    parts.push_back(
+        seq({uint_range(core_lo, core_hi), integral ? empty() : optional(any_fraction())}));
   if (hi.present && !hi.exclusive && hi.value >= core_lo)
     parts.push_back(seq({uint_range(hi.value, hi.value), optional(zero_fraction())}));
   return alt(std::move(parts));
@@ -303,8 +297,7 @@ class Compiler {
 
   Expr typed(const Json& s, const std::string& t, const std::string& path) {
     if (t == "string") return json_string(s, path);
-    if (t == "integer") return integer(s, path);
-    if (t == "number") return number(s, path);
+    if (t == "integer" || t == "number") return numeric(s, path, t == "integer");
     if (t == "boolean") return alt({lit("true"), lit("false")});
     if (t == "null") return lit("null");
     if (t == "object") return object(s, path);
@@ -416,30 +409,20 @@ class Compiler {
     return r;
   }
 
-  Expr integer(const Json& s, const std::string& path) {
-    const Range r = range(s, path, true);
-    const int64_t lo = r.lo.present ? r.lo.value : -kIntMax;
-    const int64_t hi = r.hi.present ? r.hi.value : kIntMax;
-    if (lo > hi) fail(path, "the bounds leave no integer");
-    std::vector<Expr> parts;
-    if (hi >= 0) parts.push_back(uint_range(std::max<int64_t>(lo, 0), hi));
-    if (lo < 0) parts.push_back(seq({ch('-'), uint_range(std::max<int64_t>(1, -hi), -lo)}));
-    return alt(std::move(parts));
-  }
-
-  Expr number(const Json& s, const std::string& path) {
-    const Range r = range(s, path, false);
-    if (!r.lo.present && !r.hi.present) return any_number();
+  // An integer or number schema (integer bounds are inclusive, see range()).
+  Expr numeric(const Json& s, const std::string& path, bool integral) {
+    const Range r = range(s, path, integral);
+    if (!integral && !r.lo.present && !r.hi.present) return any_number();
     if (r.lo.present && r.hi.present &&
         (r.lo.value > r.hi.value ||
          (r.lo.value == r.hi.value && (r.lo.exclusive || r.hi.exclusive))))
-      fail(path, "the bounds leave no number");
+      fail(path, integral ? "the bounds leave no integer" : "the bounds leave no number");
     std::vector<Expr> parts;
     // v >= 0: lo' = max(lo, 0) (0 inclusive when lo < 0).
     const bool nonneg = !r.hi.present || r.hi.value > 0 || (r.hi.value == 0 && !r.hi.exclusive);
     if (nonneg) {
       Bound lo = r.lo.present && r.lo.value >= 0 ? r.lo : Bound{true, 0, false};
-      parts.push_back(magnitude(lo, r.hi));
+      parts.push_back(magnitude(lo, r.hi, integral));
     }
     // v < 0 as '-' m: m in [max(-hi, 0), -lo], the bounds' exclusivity swapped over.
     const bool neg = !r.lo.present || r.lo.value < 0;
@@ -447,7 +430,7 @@ class Compiler {
       Bound mlo = r.hi.present && r.hi.value < 0 ? Bound{true, -r.hi.value, r.hi.exclusive}
                                                  : Bound{true, 0, true};
       Bound mhi = r.lo.present ? Bound{true, -r.lo.value, r.lo.exclusive} : Bound{};
-      parts.push_back(seq({ch('-'), magnitude(mlo, mhi)}));
+      parts.push_back(seq({ch('-'), magnitude(mlo, mhi, integral)}));
     }
     return alt(std::move(parts));
   }
