@@ -1,5 +1,6 @@
 #include "tokenizer/py_json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -30,36 +31,29 @@ void quote(const std::string& s, std::string& out) {
 // Python's float repr: the shortest digits that round-trip, written in positional notation
 // when the decimal point falls within (-4, 16] digits of the first digit, else as d.ddde+XX.
 void py_float(double v, std::string& out) {
-  if (std::isnan(v)) {
-    out += "NaN";
+  if (!std::isfinite(v)) {
+    out += std::isnan(v) ? "NaN" : v < 0 ? "-Infinity" : "Infinity";
     return;
   }
-  if (std::isinf(v)) {
-    out += v < 0 ? "-Infinity" : "Infinity";
-    return;
-  }
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);
-  std::string sign;
-  if (sci[0] == '-') sign = "-", sci.erase(0, 1);
-  const size_t e = sci.find('e');
-  const int exp10 = std::stoi(sci.substr(e + 1));
-  std::string digits = sci.substr(0, e);
+  // Shortest round-trip digits d.ddd and the decimal exponent, from scientific notation.
+  char buf[64] = {};  // zeros: the exponent text ends there
+  char* end = std::to_chars(buf, buf + sizeof(buf), std::abs(v), std::chars_format::scientific).ptr;
+  char* e = std::find(buf, end, 'e');
+  const int exp10 = std::atoi(e + 1);
+  std::string digits(buf, e);
   if (digits.size() > 1) digits.erase(1, 1);  // drop the '.'
-  const int decpt = exp10 + 1;                // digits before the decimal point
-  out += sign;
+  if (std::signbit(v)) out += '-';
+  const int n = int(digits.size()), decpt = exp10 + 1;  // digits before the decimal point
   if (decpt > -4 && decpt <= 16) {
-    if (decpt <= 0) {
-      out += "0." + std::string(size_t(-decpt), '0') + digits;
-    } else if (size_t(decpt) >= digits.size()) {
-      out += digits + std::string(size_t(decpt) - digits.size(), '0') + ".0";
-    } else {
-      out += digits.substr(0, size_t(decpt)) + "." + digits.substr(size_t(decpt));
-    }
+    // Zeros before the first digit (as in 0.00ddd) and after the last (as in ddd00.0).
+    const int lead = std::max(0, 1 - decpt);
+    const std::string p =
+        std::string(size_t(lead), '0') + digits + std::string(size_t(std::max(0, decpt - n)), '0');
+    const size_t point = size_t(decpt + lead);
+    out += p.substr(0, point) + "." + (point < p.size() ? p.substr(point) : "0");
   } else {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (n > 1) out += "." + digits.substr(1);
     char ebuf[16];
     std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     out += ebuf;
