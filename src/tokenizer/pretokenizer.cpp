@@ -41,6 +41,12 @@ MatchScratch& scratch() {
   return s;
 }
 
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof(message));
+  return reinterpret_cast<const char*>(message);
+}
+
 }  // namespace
 
 std::string rewrite_whitespace_classes(const std::string& pattern) {
@@ -79,20 +85,15 @@ class Regex {
     const std::string rewritten = rewrite_whitespace_classes(pattern);
     int error = 0;
     PCRE2_SIZE error_offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                          PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
-    if (code_ == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error, message, sizeof(message));
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr));
+    if (!code_) {
       throw Error(str_cat(label, ": cannot compile regex \"", pattern, "\" at offset ",
-                          error_offset, ": ", reinterpret_cast<const char*>(message)));
+                          error_offset, ": ", pcre2_message(error)));
     }
     // Without JIT support pcre2_match interprets the pattern: slower, same results.
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
   }
-  ~Regex() { pcre2_code_free(code_); }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
 
   // Calls on_match(begin, end) for each non-overlapping match, left to right. `text` must be
   // valid UTF-8.
@@ -100,14 +101,12 @@ class Regex {
   void for_each_match(std::string_view text, F&& on_match) const {
     MatchScratch& s = scratch();
     for (size_t pos = 0; pos <= text.size();) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
-                                 PCRE2_NO_UTF_CHECK, s.data, s.context);
+      const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()),
+                                 text.size(), pos, PCRE2_NO_UTF_CHECK, s.data, s.context);
       if (rc == PCRE2_ERROR_NOMATCH) return;
       if (rc < 0) {
-        PCRE2_UCHAR message[256];
-        pcre2_get_error_message(rc, message, sizeof(message));
         throw Error(str_cat(label_, ": regex match failed on a ", text.size(),
-                            "-byte piece: ", reinterpret_cast<const char*>(message)));
+                            "-byte piece: ", pcre2_message(rc)));
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
       on_match(size_t(ov[0]), size_t(ov[1]));
@@ -119,7 +118,7 @@ class Regex {
   }
 
  private:
-  pcre2_code* code_ = nullptr;
+  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code_{nullptr, pcre2_code_free};
   std::string label_;
 };
 
@@ -177,7 +176,8 @@ void split_piece(const PreTokenizerStep& step, std::string_view piece,
                      (b == B::kMergedWithNext && next_match) ||
                      (b == B::kContiguous && !(s.match && next_match));
     if (!cut) continue;
-    if (b != B::kRemoved || !s.match) out.push_back(piece.substr(start, s.end - start));
+    if ((b != B::kRemoved || !s.match) && s.end > start)
+      out.push_back(piece.substr(start, s.end - start));
     start = s.end;
   }
 }
@@ -193,21 +193,14 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view t
     next.clear();
     for (size_t i = first; i < out.items.size(); ++i) {
       std::string_view piece = out.items[i];
-      if (step.kind == PreTokenizerStep::Kind::kByteLevel && step.add_prefix_space &&
-          (piece.empty() || piece[0] != ' ')) {
+      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
         out.arena.push_back(" " + std::string(piece));
         piece = out.arena.back();
       }
-      if (step.kind == PreTokenizerStep::Kind::kByteLevel && !step.regex) {
-        next.push_back(piece);
-      } else {
-        split_piece(step, piece, next, spans);
-      }
+      split_piece(step, piece, next, spans);
     }
     out.items.resize(first);
-    for (const std::string_view p : next) {
-      if (!p.empty()) out.items.push_back(p);
-    }
+    out.items.insert(out.items.end(), next.begin(), next.end());
   }
 }
 
@@ -295,6 +288,7 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<Token> tokens) : tokens_(std::m
 
 std::pair<size_t, int32_t> AddedTokenMatcher::longest_at(std::string_view text, size_t pos) const {
   std::pair<size_t, int32_t> best{0, -1};
+  if (!first_byte_[uint8_t(text[pos])]) return best;  // the common case, without a lookup
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
     const auto it = children_.find(edge(node, text[i]));
@@ -309,21 +303,13 @@ void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) 
   size_t emitted = 0;  // end of the last segment pushed
   size_t pos = 0;
   while (pos < text.size()) {
-    if (!first_byte_[uint8_t(text[pos])]) {
-      ++pos;
-      continue;
-    }
     const auto [len, t] = longest_at(text, pos);
-    if (t < 0) {
+    if (t < 0 || (tokens_[t].single_word && !is_whole_word(text, pos, pos + len))) {
       ++pos;
       continue;
     }
     const Token& tok = tokens_[t];
     size_t begin = pos, end = pos + len;
-    if (tok.single_word && !is_whole_word(text, begin, end)) {
-      ++pos;
-      continue;
-    }
     if (tok.lstrip) begin = std::max(emitted, whitespace_run_start(text, begin));
     if (tok.rstrip) end = whitespace_run_end(text, end);
     if (begin > emitted) out.push_back({emitted, begin, -1});

@@ -38,15 +38,14 @@ enum class SplitBehavior : uint8_t {
   kContiguous
 };
 
-// One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split.
+// One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
+// matches; without its regex, no split at all).
 struct PreTokenizerStep {
-  enum class Kind : uint8_t { kSplit, kByteLevel };
-  Kind kind = Kind::kSplit;
   std::shared_ptr<const Regex> regex;  // null for a literal split or a ByteLevel without regex
   std::string literal;
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
-  bool add_prefix_space = false;  // ByteLevel
+  bool add_prefix_space = false;  // ByteLevel: a space is put before each piece lacking one
 };
 
 // Splits `text` (valid UTF-8) by each step in turn into pre-tokens, appended to `out.items`.

@@ -219,7 +219,6 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
     impl.pre_tokenizer.push_back(std::move(step));
   } else if (type == "ByteLevel") {
     PreTokenizerStep step;
-    step.kind = PreTokenizerStep::Kind::kByteLevel;
     step.add_prefix_space = r.bool_field(node, "add_prefix_space", where, true);
     if (r.bool_field(node, "use_regex", where, true)) {
       step.regex = compile_regex(kByteLevelPattern, r.label + ": " + where);
