@@ -275,12 +275,11 @@ class Compiler {
     if (target == "#") {
       s = &root_;
     } else {
-      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-        const std::string p = prefix;
-        if (target.compare(0, p.size(), p) != 0) continue;
-        const Json* defs = field(root_, p == "#/$defs/" ? "$defs" : "definitions");
-        const std::string name = target.substr(p.size());
-        if (defs && defs->is_object()) s = field(*defs, name.c_str());
+      for (const char* key : {"$defs", "definitions"}) {
+        const std::string prefix = str_cat("#/", key, "/");
+        if (!target.starts_with(prefix)) continue;
+        const Json* defs = field(root_, key);
+        if (defs && defs->is_object()) s = field(*defs, target.substr(prefix.size()).c_str());
         break;
       }
     }
@@ -563,11 +562,8 @@ std::vector<JsonSchema::Property> JsonSchema::properties() const {
     for (const Json& n : *r)
       if (n.is_string()) required.insert(n.get<std::string>());
   for (auto it = p->begin(); it != p->end(); ++it) {
-    Property prop;
-    prop.name = it.key();
-    prop.required = required.count(it.key()) > 0;
     const std::string path = "schema.properties." + it.key();
-    prop.json = c.value(it.value(), path);
+    Property prop{it.key(), required.count(it.key()) > 0, c.value(it.value(), path)};
     prop.raw = c.raw_string(it.value(), path, &prop.string);
     out.push_back(std::move(prop));
   }

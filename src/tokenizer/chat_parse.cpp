@@ -97,18 +97,15 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
   while (state_ == State::kCalls) {
     switch (call_step_) {
       case CallStep::kSeek: {
+        // ">\n" (as much of it as has arrived), then an invoke or the end of the block.
         const auto [at, which] = find_first(buffer_, {kInvokeStart, cf::kCallsClose});
-        if (at == std::string::npos) {
-          if (final) malformed("no closing " + std::string(cf::kCallsClose));
-          if (std::string_view(">\n").substr(0, std::min<size_t>(2, buffer_.size())) !=
-              std::string_view(buffer_).substr(0, 2)) {
-            malformed("expected \">\\n\", got \"" + excerpt(buffer_) + "\"");
-          }
-          return;
-        }
-        if (at != 2 || buffer_.compare(0, 2, ">\n") != 0) {
-          malformed("expected \">\\n\", got \"" + excerpt(buffer_.substr(0, at)) + "\"");
-        }
+        const std::string_view head = std::string_view(buffer_).substr(0, at);
+        if (at == std::string::npos && final)
+          malformed("no closing " + std::string(cf::kCallsClose));
+        if (at == std::string::npos ? !std::string_view(">\n").starts_with(head.substr(0, 2))
+                                    : head != ">\n")
+          malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
+        if (at == std::string::npos) return;
         if (which == 1) {
           buffer_.erase(0, at + cf::kCallsClose.size());
           state_ = State::kAfterCalls;

@@ -62,11 +62,7 @@ std::string lossy(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const Step st = step(s, i);
-    if (st.kind == Step::Kind::kChar) {
-      out.append(s.substr(i, st.len));
-    } else {
-      out.append(kReplacement);
-    }
+    out.append(st.kind == Step::Kind::kChar ? s.substr(i, st.len) : kReplacement);
     i += st.len;
   }
   return out;
