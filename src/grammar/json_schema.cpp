@@ -171,27 +171,23 @@ class Compiler {
         fail(path + ".allOf", "only an allOf of one schema is supported");
       return value((*a)[0], path + ".allOf[0]");
     }
-    std::vector<std::string> types;
+    Json types = Json::array();  // the type names, one or a list
     if (const Json* t = field(s, "type")) {
-      if (t->is_string()) {
-        types.push_back(t->get<std::string>());
-      } else if (t->is_array() && !t->empty()) {
-        for (const Json& x : *t) {
-          if (!x.is_string()) fail(path + ".type", "expected type names");
-          types.push_back(x.get<std::string>());
-        }
-      } else {
-        fail(path + ".type", "expected a type name or an array of them");
-      }
+      if (t->is_string()) types.push_back(*t);
+      if (t->is_array()) types = *t;
+      if (types.empty()) fail(path + ".type", "expected a type name or an array of them");
     } else if (field(s, "properties") || field(s, "additionalProperties") || field(s, "required")) {
-      types = {"object"};
+      types.push_back("object");
     } else if (field(s, "items") || field(s, "prefixItems")) {
-      types = {"array"};
+      types.push_back("array");
     } else {
       return with_null(s, free_value(o_.free_depth));
     }
     std::vector<Expr> opts;
-    for (const std::string& t : types) opts.push_back(typed(s, t, path));
+    for (const Json& t : types) {
+      if (!t.is_string()) fail(path + ".type", "expected type names");
+      opts.push_back(typed(s, t.get<std::string>(), path));
+    }
     return with_null(s, alt(std::move(opts)));
   }
 

@@ -300,6 +300,7 @@ std::pair<size_t, int32_t> AddedTokenMatcher::longest_at(std::string_view text, 
 }
 
 void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
+  out.clear();
   size_t emitted = 0;  // end of the last segment pushed
   size_t pos = 0;
   while (pos < text.size()) {

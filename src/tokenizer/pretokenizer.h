@@ -63,13 +63,13 @@ class AddedTokenMatcher {
     int32_t id;
     bool single_word, lstrip, rstrip;
   };
-  explicit AddedTokenMatcher(std::vector<Token> tokens);
+  explicit AddedTokenMatcher(std::vector<Token> tokens = {});
 
   struct Segment {
     size_t begin, end;
     int32_t id;  // -1 for plain text
   };
-  // Splits `text` into plain segments and added-token segments covering it entirely.
+  // Sets `out` to plain segments and added-token segments covering `text` entirely.
   void split(std::string_view text, std::vector<Segment>& out) const;
 
  private:

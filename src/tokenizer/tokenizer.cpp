@@ -34,9 +34,9 @@ struct TokenizerState {
   std::unordered_map<std::string, int32_t> vocab;  // model vocabulary
   std::unordered_map<std::string, int32_t> added;  // added tokens by content
 
-  std::optional<AddedTokenMatcher> raw_added;         // non-normalized
-  std::optional<AddedTokenMatcher> normalized_added;  // normalized
-  std::vector<NormalForm> normalizers;                // applied in order
+  AddedTokenMatcher raw_added;          // non-normalized
+  AddedTokenMatcher normalized_added;   // normalized
+  std::vector<NormalForm> normalizers;  // applied in order
   std::vector<PreTokenizerStep> pre_tokenizer;
   std::optional<BpeModel> bpe;
 
@@ -322,8 +322,8 @@ void read_added_tokens(const Reader& r, const json& list, TokenizerState& impl) 
     set_token(impl, id, content).special = r.bool_field(t, "special", where, false);
     impl.added[content] = id;
   }
-  if (!raw.empty()) impl.raw_added.emplace(std::move(raw));
-  if (!normalized.empty()) impl.normalized_added.emplace(std::move(normalized));
+  impl.raw_added = AddedTokenMatcher(std::move(raw));
+  impl.normalized_added = AddedTokenMatcher(std::move(normalized));
 }
 
 // A special-token entry of tokenizer_config.json: a string or {"content": ...}.
@@ -445,17 +445,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
   }
 
   // Tokens marked non-normalized are matched on the raw text, the others on normalized text.
-  // Without a matcher a text is one plain segment.
-  const auto split = [](const std::optional<AddedTokenMatcher>& matcher, std::string_view part,
-                        std::vector<AddedTokenMatcher::Segment>& segments) {
-    segments.clear();
-    if (matcher)
-      matcher->split(part, segments);
-    else
-      segments.push_back({0, part.size(), -1});
-  };
   std::vector<AddedTokenMatcher::Segment> raw_segments, segments;
-  split(m.raw_added, text, raw_segments);
+  m.raw_added.split(text, raw_segments);
   for (const auto& seg : raw_segments) {
     if (seg.id >= 0) {
       out.push_back(seg.id);
@@ -468,7 +459,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
       for (const auto form : m.normalizers) normalized = normalize(normalized, form);
       part = normalized;
     }
-    split(m.normalized_added, part, segments);
+    m.normalized_added.split(part, segments);
     for (const auto& s : segments) {
       if (s.id >= 0)
         out.push_back(s.id);
