@@ -315,7 +315,6 @@ struct Grammar::Impl {
   };
   std::unordered_map<std::vector<uint32_t>, int32_t, VecHash> intern;
   std::vector<std::vector<uint64_t>> masks;
-  int32_t start_d = -1;
 
   int32_t dstate(std::vector<uint32_t> set) {
     if (set.empty()) return -1;
@@ -448,7 +447,7 @@ std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
     im.edges.push_back(std::move(edges));
     im.accepting.push_back(accept);
   }
-  im.start_d = im.dstate({0});
+  im.dstate({0});  // the start: DFA state 0
   g->vocab_ = std::move(vocab);
   return g;
 }
@@ -459,14 +458,14 @@ size_t Grammar::num_states() const {
 
 bool Grammar::matches(std::string_view text) const {
   std::lock_guard lk(impl_->mu);
-  const int32_t d = impl_->run(impl_->start_d, text);
+  const int32_t d = impl_->run(0, text);
   return d >= 0 && impl_->dstates[size_t(d)].accept;
 }
 
 // --- matcher ---
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g)
-    : g_(std::move(g)), state_(g_->impl_->start_d), mask_(g_->vocab().words(), 0) {}
+    : g_(std::move(g)), state_(0), mask_(g_->vocab().words(), 0) {}
 
 Matcher::~Matcher() = default;
 

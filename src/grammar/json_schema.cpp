@@ -144,7 +144,10 @@ struct Range {
 class Compiler {
  public:
   Compiler(const Json& root, const JsonGrammarOptions& o)
-      : root_(root), o_(o), ws_(json_whitespace(o)), sep_(seq({ws_, ch(','), ws_})) {}
+      : root_(root),
+        o_(o),
+        ws_(repeat(one_of(" \t\n\r"), 0, o.max_whitespace)),  // JSON whitespace, bounded
+        sep_(seq({ws_, ch(','), ws_})) {}
 
   Expr value(const Json& s, const std::string& path) {
     if (s.is_boolean()) return s.get<bool>() ? free_value(o_.free_depth) : nothing();
@@ -570,10 +573,6 @@ Expr json_object_expr(const JsonGrammarOptions& options) {
   Json root = Json::object();
   Compiler c(root, options);
   return c.free_object(std::max(options.free_depth, 1));
-}
-
-Expr json_whitespace(const JsonGrammarOptions& options) {
-  return repeat(one_of(" \t\n\r"), 0, options.max_whitespace);
 }
 
 }  // namespace deepinfer::grammar
