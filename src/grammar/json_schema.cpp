@@ -367,9 +367,8 @@ class Compiler {
     Range r;
     auto read = [&](const char* key, bool upper, bool exclusive) {
       const Json* v = field(s, key);
-      if (!v) return;
       // Draft 4 spells exclusivity as a boolean beside minimum/maximum.
-      if (v->is_boolean()) return;
+      if (!v || v->is_boolean()) return;
       if (!v->is_number()) fail(str_cat(path, ".", key), "expected a number");
       const double x = v->get<double>();
       if (!std::isfinite(x)) fail(str_cat(path, ".", key), "expected a finite number");
@@ -481,20 +480,15 @@ class Compiler {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
       // The tuple's members all, then the further items the bounds allow.
-      std::vector<Expr> parts{ch('['), ws_};
+      std::vector<Expr> parts;
       for (size_t i = 0; i < pre->size(); ++i) {
         if (i) parts.push_back(sep_);
         parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
       }
       const int32_t n = int32_t(pre->size());
-      if (item && (max < 0 || max > n)) {
-        const int32_t more_min = std::max(0, min - n);
-        const int32_t more_max = max < 0 ? -1 : max - n;
-        parts.push_back(repeat(seq({sep_, item}), more_min, more_max));
-      }
-      parts.push_back(ws_);
-      parts.push_back(ch(']'));
-      return seq(std::move(parts));
+      if (item && (max < 0 || max > n))
+        parts.push_back(repeat(seq({sep_, item}), std::max(0, min - n), max < 0 ? -1 : max - n));
+      return enclose('[', seq(std::move(parts)), false, ']');
     }
     if (!item) return seq({ch('['), ws_, ch(']')});
     return enclose('[', list(item, sep_, std::max(min, 1), max), min == 0, ']');
