@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <mutex>
-#include <numeric>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -17,13 +15,12 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
     : bytes_(std::move(bytes)), eos_(eos) {
   DI_REQUIRE(eos_ >= 0 && eos_ < int32_t(bytes_.size()), "grammar vocabulary: EOS id ", eos_,
              " is outside [0, ", bytes_.size(), ")");
-  std::vector<int32_t> ids;
+  std::vector<int32_t>& ids = sorted_ids_;
   for (int32_t i = 0; i < int32_t(bytes_.size()); ++i)
     if (!bytes_[size_t(i)].empty() && i != eos_) ids.push_back(i);
   std::sort(ids.begin(), ids.end(), [this](int32_t a, int32_t b) {
     return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
   });
-  sorted_ids_ = ids;
   // Sorted strings make a trie in preorder by extending the previous string's path: `path[d]`
   // is the node at depth d. A node's subtree ends where the next node of its depth or less
   // begins.
@@ -33,16 +30,13 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
   for (uint32_t k = 0; k < ids.size(); ++k) {
     const std::string_view s = bytes_[size_t(ids[k])];
     DI_REQUIRE(s.size() < 65535, "grammar vocabulary: token ", ids[k], " is too long");
-    size_t common = 0;
-    while (common < s.size() && common < prev.size() && s[common] == prev[common]) ++common;
+    const size_t common =
+        size_t(std::mismatch(s.begin(), s.end(), prev.begin(), prev.end()).first - s.begin());
     for (size_t d = path.size() - 1; d > common; --d) nodes_[path[d]].end = uint32_t(nodes_.size());
     path.resize(common + 1);
     for (size_t d = common; d < s.size(); ++d) {
-      Node node;
-      node.byte = uint8_t(s[d]);
-      node.depth = uint16_t(d + 1);
       path.push_back(uint32_t(nodes_.size()));
-      nodes_.push_back(node);
+      nodes_.push_back(Node{0, 0, 0, uint16_t(d + 1), uint8_t(s[d])});
     }
     max_depth_ = std::max(max_depth_, s.size());
     Node& end = nodes_[path.back()];
@@ -56,34 +50,38 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
 // --- expressions ---
 
 struct ExprNode {
-  enum Kind : uint8_t { kEmpty, kNothing, kBytes, kSeq, kAlt, kRepeat, kList, kMembers, kUntil };
-  Kind kind = kEmpty;
+  // The empty string is a kSeq of no parts, and no string at all a kAlt of no options.
+  enum Kind : uint8_t { kBytes, kSeq, kAlt, kList, kMembers, kUntil };
+  Kind kind = kSeq;
   std::vector<std::pair<uint8_t, uint8_t>> ranges;  // kBytes
   std::vector<Expr> parts;                          // kSeq, kAlt; kList: {item, sep}
   std::vector<bool> required;                       // kMembers: parts[i] (sep is last)
-  int32_t min = 0, max = 0;                         // kRepeat, kList
+  int32_t min = 0, max = 0;                         // kList
   std::string text;                                 // kUntil
 };
 
 namespace {
-Expr make(ExprNode n) {
-  return std::make_shared<const ExprNode>(std::move(n));
+std::shared_ptr<ExprNode> make(ExprNode::Kind kind, std::vector<Expr> parts = {}, int32_t min = 0,
+                               int32_t max = 0) {
+  auto n = std::make_shared<ExprNode>();
+  n->kind = kind;
+  n->parts = std::move(parts);
+  n->min = min;
+  n->max = max;
+  return n;
 }
 }  // namespace
 
 Expr empty() {
-  return make(ExprNode{});
+  return make(ExprNode::kSeq);
 }
 Expr nothing() {
-  ExprNode n;
-  n.kind = ExprNode::kNothing;
-  return make(std::move(n));
+  return make(ExprNode::kAlt);
 }
 Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
-  ExprNode n;
-  n.kind = ExprNode::kBytes;
-  n.ranges = std::move(ranges);
-  return make(std::move(n));
+  auto n = make(ExprNode::kBytes);
+  n->ranges = std::move(ranges);
+  return n;
 }
 Expr lit(std::string_view bytes) {
   std::vector<Expr> parts;
@@ -91,53 +89,34 @@ Expr lit(std::string_view bytes) {
   return seq(std::move(parts));
 }
 Expr seq(std::vector<Expr> parts) {
-  if (parts.size() == 1) return parts[0];
-  ExprNode n;
-  n.kind = ExprNode::kSeq;
-  n.parts = std::move(parts);
-  return make(std::move(n));
+  return parts.size() == 1 ? parts[0] : make(ExprNode::kSeq, std::move(parts));
 }
 Expr alt(std::vector<Expr> options) {
-  if (options.size() == 1) return options[0];
-  ExprNode n;
-  n.kind = ExprNode::kAlt;
-  n.parts = std::move(options);
-  return make(std::move(n));
+  return options.size() == 1 ? options[0] : make(ExprNode::kAlt, std::move(options));
 }
+// A repetition is a list with an empty separator.
 Expr repeat(Expr e, int32_t min, int32_t max) {
   DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "repeat: bad bounds ", min, "..", max);
-  ExprNode n;
-  n.kind = ExprNode::kRepeat;
-  n.parts = {std::move(e)};
-  n.min = min;
-  n.max = max;
-  return make(std::move(n));
+  return make(ExprNode::kList, {std::move(e), empty()}, min, max);
 }
 Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
   DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list: bad bounds ", min, "..", max);
-  ExprNode n;
-  n.kind = ExprNode::kList;
-  n.parts = {std::move(item), std::move(sep)};
-  n.min = min;
-  n.max = max;
-  return make(std::move(n));
+  return make(ExprNode::kList, {std::move(item), std::move(sep)}, min, max);
 }
 Expr members(std::vector<Member> ms, Expr sep) {
-  ExprNode n;
-  n.kind = ExprNode::kMembers;
+  auto n = make(ExprNode::kMembers);
   for (Member& m : ms) {
-    n.parts.push_back(std::move(m.expr));
-    n.required.push_back(m.required);
+    n->parts.push_back(std::move(m.expr));
+    n->required.push_back(m.required);
   }
-  n.parts.push_back(std::move(sep));
-  return make(std::move(n));
+  n->parts.push_back(std::move(sep));
+  return n;
 }
 Expr until(std::string terminator) {
   DI_REQUIRE(!terminator.empty(), "until: empty terminator");
-  ExprNode n;
-  n.kind = ExprNode::kUntil;
-  n.text = std::move(terminator);
-  return make(std::move(n));
+  auto n = make(ExprNode::kUntil);
+  n->text = std::move(terminator);
+  return n;
 }
 
 Expr utf8_char(std::string_view excluded_ascii) {
@@ -168,9 +147,17 @@ Expr utf8_char(std::string_view excluded_ascii) {
 
 namespace {
 
+void set_bit(std::vector<uint64_t>& bits, int32_t id) {
+  bits[size_t(id) / 64] |= uint64_t(1) << (id % 64);
+}
+bool none_set(const std::vector<uint64_t>& bits) {
+  return std::all_of(bits.begin(), bits.end(), [](uint64_t w) { return w == 0; });
+}
+
 struct Edge {
   uint8_t lo, hi;
   uint32_t to;
+  auto operator<=>(const Edge&) const = default;
 };
 
 class NfaBuilder {
@@ -189,10 +176,6 @@ class NfaBuilder {
   // Appends `e` after state `from`; returns the state where it ends.
   uint32_t emit(const ExprNode& e, uint32_t from) {
     switch (e.kind) {
-      case ExprNode::kEmpty:
-        return from;
-      case ExprNode::kNothing:
-        return state();  // unreachable
       case ExprNode::kBytes: {
         const uint32_t to = state();
         for (const auto& [lo, hi] : e.ranges) edges_[from].push_back({lo, hi, to});
@@ -204,31 +187,12 @@ class NfaBuilder {
         return cur;
       }
       case ExprNode::kAlt: {
-        const uint32_t end = state();
+        const uint32_t end = state();  // unreachable when there are no options
         for (const Expr& p : e.parts) {
           const uint32_t s = state();
           epsilon(from, s);
           epsilon(emit(*p, s), end);
         }
-        return end;
-      }
-      case ExprNode::kRepeat: {
-        const ExprNode& item = *e.parts[0];
-        uint32_t cur = from;
-        for (int32_t i = 0; i < e.min; ++i) cur = emit(item, cur);
-        if (e.max < 0) {
-          const uint32_t loop = state();
-          epsilon(cur, loop);
-          epsilon(emit(item, loop), loop);
-          return loop;
-        }
-        if (e.max == e.min) return cur;
-        const uint32_t end = state();
-        for (int32_t i = e.min; i < e.max; ++i) {
-          epsilon(cur, end);
-          cur = emit(item, cur);
-        }
-        epsilon(cur, end);
         return end;
       }
       case ExprNode::kList: {
@@ -296,24 +260,15 @@ class NfaBuilder {
         epsilon(from, u[0]);
         for (size_t k = 0; k < m; ++k) {
           // Target of each byte from u[k]; runs of equal targets become one range.
-          uint32_t run_to = 0;
-          int run_lo = -1;
-          for (int c = 0; c <= 256; ++c) {
-            uint32_t to = 0;
-            if (c < 256) {
-              size_t j = k;
-              while (j && uint8_t(t[j]) != c) j = fail[j];
-              if (uint8_t(t[j]) == c) ++j;
-              to = u[j];
-            }
-            if (run_lo >= 0 && (c == 256 || to != run_to)) {
-              edges_[u[k]].push_back({uint8_t(run_lo), uint8_t(c - 1), run_to});
-              run_lo = -1;
-            }
-            if (c < 256 && run_lo < 0) {
-              run_lo = c;
-              run_to = to;
-            }
+          std::vector<Edge>& out = edges_[u[k]];
+          for (int c = 0; c < 256; ++c) {
+            size_t j = k;
+            while (j && uint8_t(t[j]) != c) j = fail[j];
+            if (uint8_t(t[j]) == c) ++j;
+            if (c > 0 && out.back().to == u[j])
+              out.back().hi = uint8_t(c);
+            else
+              out.push_back({uint8_t(c), uint8_t(c), u[j]});
           }
         }
         return u[m];
@@ -336,14 +291,12 @@ struct Grammar::Impl {
   // Epsilon-free NFA: per state, byte edges (sorted by lo) and whether it accepts.
   std::vector<std::vector<Edge>> edges;
   std::vector<uint8_t> accepting;
-  uint32_t start = 0;
 
   // DFA states: sets of NFA states, interned. Transitions per byte (-1: dead), filled when a
   // state is first expanded.
   struct DState {
     std::vector<uint32_t> nfa;
-    std::vector<int32_t> next;  // [256] once expanded
-    bool expanded = false;
+    std::vector<int32_t> next;  // [256] once expanded, empty before
     bool accept = false;
     bool terminal = false;  // no byte continues
     int32_t mask = -1;      // index into masks, -1: not computed
@@ -362,7 +315,6 @@ struct Grammar::Impl {
   };
   std::unordered_map<std::vector<uint32_t>, int32_t, VecHash> intern;
   std::vector<std::vector<uint64_t>> masks;
-  int32_t start_d = -1;
 
   int32_t dstate(std::vector<uint32_t> set) {
     if (set.empty()) return -1;
@@ -379,7 +331,7 @@ struct Grammar::Impl {
   }
 
   void expand(int32_t id) {
-    if (dstates[size_t(id)].expanded) return;
+    if (!dstates[size_t(id)].next.empty()) return;
     // Targets per byte, as sorted sets.
     std::vector<std::vector<uint32_t>> to(256);
     for (uint32_t s : dstates[size_t(id)].nfa)
@@ -397,18 +349,13 @@ struct Grammar::Impl {
     DState& d = dstates[size_t(id)];
     d.next = std::move(next);
     d.terminal = !any;
-    d.expanded = true;
-  }
-
-  int32_t step(int32_t id, uint8_t b) {
-    expand(id);
-    return dstates[size_t(id)].next[b];
   }
 
   int32_t run(int32_t id, std::string_view bytes) {
     for (char c : bytes) {
       if (id < 0) return -1;
-      id = step(id, uint8_t(c));
+      expand(id);
+      id = dstates[size_t(id)].next[uint8_t(c)];
     }
     return id;
   }
@@ -437,16 +384,14 @@ struct Grammar::Impl {
         i = n.end;
         continue;
       }
-      for (uint32_t k = n.ids_begin; k < n.ids_end; ++k)
-        bits[size_t(ids[k]) / 64] |= uint64_t(1) << (ids[k] % 64);
+      for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) set_bit(bits, ids[k]);
       if (n.end > i + 1) {
         expand(t);
         next[n.depth] = dstates[size_t(t)].next.data();
       }
       ++i;
     }
-    if (dstates[size_t(id)].accept)
-      bits[size_t(vocab.eos()) / 64] |= uint64_t(1) << (vocab.eos() % 64);
+    if (dstates[size_t(id)].accept) set_bit(bits, vocab.eos());
     dstates[size_t(id)].mask = int32_t(masks.size());
     masks.push_back(std::move(bits));
     return masks.back();
@@ -497,19 +442,12 @@ std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
         }
     }
     for (Edge& ed : edges) ed.to = id_of(ed.to);
-    std::sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) {
-      return x.lo != y.lo ? x.lo < y.lo : x.hi != y.hi ? x.hi < y.hi : x.to < y.to;
-    });
-    edges.erase(std::unique(edges.begin(), edges.end(),
-                            [](const Edge& x, const Edge& y) {
-                              return x.lo == y.lo && x.hi == y.hi && x.to == y.to;
-                            }),
-                edges.end());
+    std::sort(edges.begin(), edges.end());
+    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
     im.edges.push_back(std::move(edges));
     im.accepting.push_back(accept);
   }
-  im.start = 0;
-  im.start_d = im.dstate({0});
+  im.dstate({0});  // the start: DFA state 0
   g->vocab_ = std::move(vocab);
   return g;
 }
@@ -520,31 +458,27 @@ size_t Grammar::num_states() const {
 
 bool Grammar::matches(std::string_view text) const {
   std::lock_guard lk(impl_->mu);
-  const int32_t d = impl_->run(impl_->start_d, text);
+  const int32_t d = impl_->run(0, text);
   return d >= 0 && impl_->dstates[size_t(d)].accept;
 }
 
 // --- matcher ---
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g)
-    : g_(std::move(g)), state_(g_->impl_->start_d), mask_(g_->vocab().words(), 0) {}
+    : g_(std::move(g)), state_(0), mask_(g_->vocab().words(), 0) {}
 
 Matcher::~Matcher() = default;
 
 const uint64_t* Matcher::allowed() {
-  const TokenVocab& vocab = g_->vocab();
-  const int32_t eos = vocab.eos();
   if (ended_ || state_ < 0) {
     std::fill(mask_.begin(), mask_.end(), 0);
-    mask_[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
-    return mask_.data();
+  } else {
+    Grammar::Impl& im = *g_->impl_;
+    std::lock_guard lk(im.mu);
+    const std::vector<uint64_t>& m = im.mask(state_, g_->vocab());
+    std::copy(m.begin(), m.end(), mask_.begin());
   }
-  Grammar::Impl& im = *g_->impl_;
-  std::lock_guard lk(im.mu);
-  const std::vector<uint64_t>& m = im.mask(state_, vocab);
-  bool any = false;
-  for (size_t i = 0; i < m.size(); ++i) any |= (mask_[i] = m[i]) != 0;
-  if (!any) mask_[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+  if (none_set(mask_)) set_bit(mask_, g_->vocab().eos());
   return mask_.data();
 }
 
@@ -555,8 +489,8 @@ bool Matcher::accept(int32_t token) {
   std::lock_guard lk(im.mu);
   if (token == vocab.eos()) {
     // Allowed when complete, and at a dead end (allowed() offers nothing else there).
-    const bool ok = state_ < 0 || im.dstates[size_t(state_)].accept ||
-                    im.mask(state_, vocab) == std::vector<uint64_t>(vocab.words(), 0);
+    const bool ok =
+        state_ < 0 || im.dstates[size_t(state_)].accept || none_set(im.mask(state_, vocab));
     if (ok) ended_ = true;
     return ok;
   }
@@ -576,11 +510,10 @@ std::vector<uint64_t> Matcher::allowed_reference() const {
   if (!ended_ && state_ >= 0) {
     for (int32_t t = 0; t < vocab.size(); ++t)
       if (t != eos && !vocab.bytes(t).empty() && im.run(state_, vocab.bytes(t)) >= 0)
-        bits[size_t(t) / 64] |= uint64_t(1) << (t % 64);
-    if (im.dstates[size_t(state_)].accept) bits[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+        set_bit(bits, t);
+    if (im.dstates[size_t(state_)].accept) set_bit(bits, eos);
   }
-  if (std::all_of(bits.begin(), bits.end(), [](uint64_t w) { return w == 0; }))
-    bits[size_t(eos) / 64] |= uint64_t(1) << (eos % 64);
+  if (none_set(bits)) set_bit(bits, eos);
   return bits;
 }
 
@@ -592,8 +525,7 @@ bool Matcher::complete() const {
 }
 
 bool Matcher::finished() const {
-  if (ended_) return true;
-  if (state_ < 0) return true;
+  if (ended_ || state_ < 0) return true;
   Grammar::Impl& im = *g_->impl_;
   std::lock_guard lk(im.mu);
   im.expand(state_);

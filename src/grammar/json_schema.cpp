@@ -20,6 +20,12 @@ constexpr int64_t kIntMax = 999999999999999;  // 15 nines
 Expr ch(char c) {
   return byte_ranges({{uint8_t(c), uint8_t(c)}});
 }
+// One byte among `chars`.
+Expr one_of(std::string_view chars) {
+  std::vector<std::pair<uint8_t, uint8_t>> ranges;
+  for (char c : chars) ranges.push_back({uint8_t(c), uint8_t(c)});
+  return byte_ranges(std::move(ranges));
+}
 Expr digits(char lo, char hi) {
   return byte_ranges({{uint8_t(lo), uint8_t(hi)}});
 }
@@ -43,16 +49,8 @@ Expr json_string_char() {
   const Expr u = seq(
       {ch('u'), alt({seq({byte_ranges({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
                           hex, hex, hex}),
-                     seq({byte_ranges({{'d', 'd'}, {'D', 'D'}}), digits('0', '7'), hex, hex})})});
-  const Expr esc = seq({ch('\\'), alt({byte_ranges({{'"', '"'},
-                                                    {'\\', '\\'},
-                                                    {'/', '/'},
-                                                    {'b', 'b'},
-                                                    {'f', 'f'},
-                                                    {'n', 'n'},
-                                                    {'r', 'r'},
-                                                    {'t', 't'}}),
-                                       u})});
+                     seq({one_of("dD"), digits('0', '7'), hex, hex})})});
+  const Expr esc = seq({ch('\\'), alt({one_of("\"\\/bfnrt"), u})});
   return alt({utf8_char(controls() + "\"\\"), esc});
 }
 
@@ -79,23 +77,14 @@ Expr fixed_range(int64_t a, int64_t b, int len) {
   return alt(std::move(parts));
 }
 
-int num_digits(int64_t n) {
-  int d = 1;
-  while (n >= 10) {
-    n /= 10;
-    ++d;
-  }
-  return d;
-}
-
 // Decimal numbers in [lo, hi] (0 <= lo), without leading zeros.
 Expr uint_range(int64_t lo, int64_t hi) {
   if (lo > hi) return nothing();
   if (lo == 0 && hi == kIntMax)
     return alt({ch('0'), seq({digits('1', '9'), repeat(digit(), 0, kIntDigits - 1)})});
   std::vector<Expr> parts;
-  int64_t p = 1;  // 10^(len-1)
-  for (int len = 1; len <= num_digits(hi); ++len, p *= 10) {
+  int64_t p = 1;  // 10^(len-1), the least number of len digits but for len = 1
+  for (int len = 1; len == 1 || p <= hi; ++len, p *= 10) {
     const int64_t a = std::max(lo, len == 1 ? 0 : p), b = std::min(hi, p * 10 - 1);
     if (a <= b) parts.push_back(fixed_range(a, b, len));
   }
@@ -109,13 +98,13 @@ struct Bound {
   bool exclusive = false;
 };
 
-Expr exponent() {
-  return seq({byte_ranges({{'e', 'e'}, {'E', 'E'}}),
-              optional(byte_ranges({{'+', '+'}, {'-', '-'}})), repeat(digit(), 1, 3)});
-}
-
 Expr any_fraction() {
   return seq({ch('.'), repeat(digit(), 1, kFracDigits)});
+}
+// Any number of at most 15 integer digits.
+Expr any_number() {
+  return seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
+              optional(seq({one_of("eE"), optional(one_of("+-")), repeat(digit(), 1, 3)}))});
 }
 Expr zero_fraction() {
   return seq({ch('.'), repeat(ch('0'), 1, kFracDigits)});
@@ -125,19 +114,22 @@ Expr nonzero_fraction() {
               repeat(digit(), 0, kFracDigits - 1)});
 }
 
-// Non-negative decimals m (integer part, optional fraction) with lo <= m <= hi (bounds
-// inclusive or not; lo.value >= 0 and present).
-Expr magnitude(Bound lo, Bound hi) {
+// Non-negative decimals m (integer part, optional fraction unless `integral`) with
+// lo <= m <= hi (bounds inclusive or not; lo.value >= 0 and present).
+Expr magnitude(Bound lo, Bound hi, bool integral) {
+  if (integral && hi.present && !hi.exclusive) hi = {true, hi.value + 1, true};
   std::vector<Expr> parts;
   int64_t core_lo = lo.value;
   const int64_t top = hi.present ? hi.value : kIntMax + 1;
   if (lo.exclusive) {
-    if (lo.value < top) parts.push_back(seq({uint_range(lo.value, lo.value), nonzero_fraction()}));
+    if (!integral && lo.value < top)
+      parts.push_back(seq({uint_range(lo.value, lo.value), nonzero_fraction()}));
     core_lo = lo.value + 1;
   }
   const int64_t core_hi = std::min(top - 1, kIntMax);
   if (core_lo <= core_hi)
-    parts.push_back(seq({uint_range(core_lo, core_hi), optional(any_fraction())}));
+    parts.push_back(
+        seq({uint_range(core_lo, core_hi), integral ? empty() : optional(any_fraction())}));
   if (hi.present && !hi.exclusive && hi.value >= core_lo)
     parts.push_back(seq({uint_range(hi.value, hi.value), optional(zero_fraction())}));
   return alt(std::move(parts));
@@ -147,16 +139,15 @@ Expr magnitude(Bound lo, Bound hi) {
 // number bounds must be integral.
 struct Range {
   Bound lo, hi;
-  bool any_bound() const { return lo.present || hi.present; }
 };
 
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonGrammarOptions& o) : root_(root), o_(o) {
-    ws_ = json_whitespace(o);
-  }
-
-  Expr ws() const { return ws_; }
+  Compiler(const Json& root, const JsonGrammarOptions& o)
+      : root_(root),
+        o_(o),
+        ws_(repeat(one_of(" \t\n\r"), 0, o.max_whitespace)),  // JSON whitespace, bounded
+        sep_(seq({ws_, ch(','), ws_})) {}
 
   Expr value(const Json& s, const std::string& path) {
     if (s.is_boolean()) return s.get<bool>() ? free_value(o_.free_depth) : nothing();
@@ -183,27 +174,23 @@ class Compiler {
         fail(path + ".allOf", "only an allOf of one schema is supported");
       return value((*a)[0], path + ".allOf[0]");
     }
-    std::vector<std::string> types;
+    Json types = Json::array();  // the type names, one or a list
     if (const Json* t = field(s, "type")) {
-      if (t->is_string()) {
-        types.push_back(t->get<std::string>());
-      } else if (t->is_array() && !t->empty()) {
-        for (const Json& x : *t) {
-          if (!x.is_string()) fail(path + ".type", "expected type names");
-          types.push_back(x.get<std::string>());
-        }
-      } else {
-        fail(path + ".type", "expected a type name or an array of them");
-      }
+      if (t->is_string()) types.push_back(*t);
+      if (t->is_array()) types = *t;
+      if (types.empty()) fail(path + ".type", "expected a type name or an array of them");
     } else if (field(s, "properties") || field(s, "additionalProperties") || field(s, "required")) {
-      types = {"object"};
+      types.push_back("object");
     } else if (field(s, "items") || field(s, "prefixItems")) {
-      types = {"array"};
+      types.push_back("array");
     } else {
       return with_null(s, free_value(o_.free_depth));
     }
     std::vector<Expr> opts;
-    for (const std::string& t : types) opts.push_back(typed(s, t, path));
+    for (const Json& t : types) {
+      if (!t.is_string()) fail(path + ".type", "expected type names");
+      opts.push_back(typed(s, t.get<std::string>(), path));
+    }
     return with_null(s, alt(std::move(opts)));
   }
 
@@ -228,7 +215,7 @@ class Compiler {
       return nullptr;
     *is_string = true;
     if (const Json* f = field(s, "format")) return format(*f, path);
-    const auto [min, max] = length_bounds(s, path);
+    const auto [min, max] = bounds(s, path, "minLength", "maxLength");
     if (min == 0 && max < 0) return nullptr;
     return repeat(utf8_char("<"), min, max);
   }
@@ -264,6 +251,16 @@ class Compiler {
       fail(path + ".unevaluatedProperties", "only false is supported");
   }
 
+  // `open` ws body ws `close`, the body (and its ws) possibly absent when `optional_body`.
+  Expr enclose(char open, Expr body, bool optional_body, char close) {
+    const Expr inner = seq({std::move(body), ws_});
+    return seq({ch(open), ws_, optional_body ? optional(inner) : inner, ch(close)});
+  }
+  // An object member: key ws ':' ws value.
+  Expr member(Expr key, Expr value) {
+    return seq({std::move(key), ws_, ch(':'), ws_, std::move(value)});
+  }
+
   Expr with_null(const Json& s, Expr e) {
     const Json* n = field(s, "nullable");
     if (n && n->is_boolean() && n->get<bool>()) return alt({std::move(e), lit("null")});
@@ -277,12 +274,11 @@ class Compiler {
     if (target == "#") {
       s = &root_;
     } else {
-      for (const char* prefix : {"#/$defs/", "#/definitions/"}) {
-        const std::string p = prefix;
-        if (target.compare(0, p.size(), p) != 0) continue;
-        const Json* defs = field(root_, p == "#/$defs/" ? "$defs" : "definitions");
-        const std::string name = target.substr(p.size());
-        if (defs && defs->is_object()) s = field(*defs, name.c_str());
+      for (const char* key : {"$defs", "definitions"}) {
+        const std::string prefix = str_cat("#/", key, "/");
+        if (!target.starts_with(prefix)) continue;
+        const Json* defs = field(root_, key);
+        if (defs && defs->is_object()) s = field(*defs, target.substr(prefix.size()).c_str());
         break;
       }
     }
@@ -299,8 +295,7 @@ class Compiler {
 
   Expr typed(const Json& s, const std::string& t, const std::string& path) {
     if (t == "string") return json_string(s, path);
-    if (t == "integer") return integer(s, path);
-    if (t == "number") return number(s, path);
+    if (t == "integer" || t == "number") return numeric(s, path, t == "integer");
     if (t == "boolean") return alt({lit("true"), lit("false")});
     if (t == "null") return lit("null");
     if (t == "object") return object(s, path);
@@ -323,13 +318,10 @@ class Compiler {
     if (hi >= 0 && hi < lo) fail(path, str_cat(hi_key, " is below ", lo_key));
     return {lo, hi};
   }
-  std::pair<int32_t, int32_t> length_bounds(const Json& s, const std::string& path) {
-    return bounds(s, path, "minLength", "maxLength");
-  }
 
   Expr json_string(const Json& s, const std::string& path) {
     if (const Json* f = field(s, "format")) return seq({ch('"'), format(*f, path), ch('"')});
-    const auto [min, max] = length_bounds(s, path);
+    const auto [min, max] = bounds(s, path, "minLength", "maxLength");
     return seq({ch('"'), repeat(json_string_char(), min, max), ch('"')});
   }
 
@@ -337,12 +329,13 @@ class Compiler {
   Expr format(const Json& f, const std::string& path) {
     if (!f.is_string()) fail(path + ".format", "expected a string");
     const std::string name = f.get<std::string>();
-    const Expr date =
-        seq({repeat(digit(), 4, 4), ch('-'), uint_pad2(1, 12), ch('-'), uint_pad2(1, 31)});
-    const Expr time = seq({uint_pad2(0, 23), ch(':'), uint_pad2(0, 59), ch(':'), uint_pad2(0, 59),
-                           optional(seq({ch('.'), repeat(digit(), 1, 6)})),
-                           alt({ch('Z'), seq({byte_ranges({{'+', '+'}, {'-', '-'}}),
-                                              uint_pad2(0, 23), ch(':'), uint_pad2(0, 59)})})});
+    const Expr date = seq(
+        {repeat(digit(), 4, 4), ch('-'), fixed_range(1, 12, 2), ch('-'), fixed_range(1, 31, 2)});
+    const Expr time =
+        seq({fixed_range(0, 23, 2), ch(':'), fixed_range(0, 59, 2), ch(':'), fixed_range(0, 59, 2),
+             optional(seq({ch('.'), repeat(digit(), 1, 6)})),
+             alt({ch('Z'),
+                  seq({one_of("+-"), fixed_range(0, 23, 2), ch(':'), fixed_range(0, 59, 2)})})});
     if (name == "date") return date;
     if (name == "time") return time;
     if (name == "date-time") return seq({date, ch('T'), time});
@@ -370,16 +363,12 @@ class Compiler {
                                    "are)"));
   }
 
-  // Two-digit numbers in [lo, hi] ("01".."12").
-  static Expr uint_pad2(int lo, int hi) { return fixed_range(lo, hi, 2); }
-
   Range range(const Json& s, const std::string& path, bool integral) {
     Range r;
     auto read = [&](const char* key, bool upper, bool exclusive) {
       const Json* v = field(s, key);
-      if (!v) return;
       // Draft 4 spells exclusivity as a boolean beside minimum/maximum.
-      if (v->is_boolean()) return;
+      if (!v || v->is_boolean()) return;
       if (!v->is_number()) fail(str_cat(path, ".", key), "expected a number");
       const double x = v->get<double>();
       if (!std::isfinite(x)) fail(str_cat(path, ".", key), "expected a finite number");
@@ -406,44 +395,31 @@ class Compiler {
                            (b.value == slot.value && b.exclusive);
       if (tighter) slot = b;
     };
-    const Json* emin = field(s, "exclusiveMinimum");
-    const Json* emax = field(s, "exclusiveMaximum");
-    const bool draft4_min = emin && emin->is_boolean() && emin->get<bool>();
-    const bool draft4_max = emax && emax->is_boolean() && emax->get<bool>();
-    read("minimum", false, draft4_min);
-    read("maximum", true, draft4_max);
+    const auto draft4 = [&](const char* key) {
+      const Json* e = field(s, key);
+      return e && e->is_boolean() && e->get<bool>();
+    };
+    read("minimum", false, draft4("exclusiveMinimum"));
+    read("maximum", true, draft4("exclusiveMaximum"));
     read("exclusiveMinimum", false, true);
     read("exclusiveMaximum", true, true);
     return r;
   }
 
-  Expr integer(const Json& s, const std::string& path) {
-    const Range r = range(s, path, true);
-    const int64_t lo = r.lo.present ? r.lo.value : -kIntMax;
-    const int64_t hi = r.hi.present ? r.hi.value : kIntMax;
-    if (lo > hi) fail(path, "the bounds leave no integer");
-    std::vector<Expr> parts;
-    if (hi >= 0) parts.push_back(uint_range(std::max<int64_t>(lo, 0), hi));
-    if (lo < 0) parts.push_back(seq({ch('-'), uint_range(std::max<int64_t>(1, -hi), -lo)}));
-    return alt(std::move(parts));
-  }
-
-  Expr number(const Json& s, const std::string& path) {
-    const Range r = range(s, path, false);
-    if (!r.any_bound()) {
-      return seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
-                  optional(exponent())});
-    }
+  // An integer or number schema (integer bounds are inclusive, see range()).
+  Expr numeric(const Json& s, const std::string& path, bool integral) {
+    const Range r = range(s, path, integral);
+    if (!integral && !r.lo.present && !r.hi.present) return any_number();
     if (r.lo.present && r.hi.present &&
         (r.lo.value > r.hi.value ||
          (r.lo.value == r.hi.value && (r.lo.exclusive || r.hi.exclusive))))
-      fail(path, "the bounds leave no number");
+      fail(path, integral ? "the bounds leave no integer" : "the bounds leave no number");
     std::vector<Expr> parts;
     // v >= 0: lo' = max(lo, 0) (0 inclusive when lo < 0).
     const bool nonneg = !r.hi.present || r.hi.value > 0 || (r.hi.value == 0 && !r.hi.exclusive);
     if (nonneg) {
       Bound lo = r.lo.present && r.lo.value >= 0 ? r.lo : Bound{true, 0, false};
-      parts.push_back(magnitude(lo, r.hi));
+      parts.push_back(magnitude(lo, r.hi, integral));
     }
     // v < 0 as '-' m: m in [max(-hi, 0), -lo], the bounds' exclusivity swapped over.
     const bool neg = !r.lo.present || r.lo.value < 0;
@@ -451,7 +427,7 @@ class Compiler {
       Bound mlo = r.hi.present && r.hi.value < 0 ? Bound{true, -r.hi.value, r.hi.exclusive}
                                                  : Bound{true, 0, true};
       Bound mhi = r.lo.present ? Bound{true, -r.lo.value, r.lo.exclusive} : Bound{};
-      parts.push_back(seq({ch('-'), magnitude(mlo, mhi)}));
+      parts.push_back(seq({ch('-'), magnitude(mlo, mhi, integral)}));
     }
     return alt(std::move(parts));
   }
@@ -472,30 +448,26 @@ class Compiler {
         required.insert(n.get<std::string>());
       }
     }
-    const Expr sep = seq({ws(), ch(','), ws()});
     if (!props || props->empty()) {
       // A map: keys free, values after additionalProperties (absent or true: any value).
       const Json* add = field(s, "additionalProperties");
-      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws(), ch('}')});
+      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws_, ch('}')});
       const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
                                                : free_value(o_.free_depth);
-      const Expr kv = seq({free_string(), ws(), ch(':'), ws(), v});
-      return seq({ch('{'), ws(), optional(seq({list(kv, sep, 0, -1), ws()})), ch('}')});
+      return enclose('{', list(member(free_string(), v), sep_, 0, -1), true, '}');
     }
     std::vector<Member> ms;
     for (auto it = props->begin(); it != props->end(); ++it) {
       const Expr v = value(it.value(), str_cat(path, ".properties.", it.key()));
-      ms.push_back({seq({lit(Json(it.key()).dump()), ws(), ch(':'), ws(), v}),
-                    required.count(it.key()) > 0});
+      ms.push_back({member(lit(Json(it.key()).dump()), v), required.count(it.key()) > 0});
     }
-    return seq({ch('{'), ws(), members(std::move(ms), sep), ws(), ch('}')});
+    return enclose('{', members(std::move(ms), sep_), false, '}');
   }
 
   Expr array(const Json& s, const std::string& path) {
     for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
       if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
-    const Expr sep = seq({ws(), ch(','), ws()});
     const Json* items = field(s, "items");
     Expr item;
     if (!items || (items->is_boolean() && items->get<bool>()))
@@ -508,25 +480,18 @@ class Compiler {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
       // The tuple's members all, then the further items the bounds allow.
-      std::vector<Expr> parts{ch('['), ws()};
+      std::vector<Expr> parts;
       for (size_t i = 0; i < pre->size(); ++i) {
-        if (i) parts.push_back(sep);
+        if (i) parts.push_back(sep_);
         parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
       }
       const int32_t n = int32_t(pre->size());
-      if (item && (max < 0 || max > n)) {
-        const int32_t more_min = std::max(0, min - n);
-        const int32_t more_max = max < 0 ? -1 : max - n;
-        parts.push_back(repeat(seq({sep, item}), more_min, more_max));
-      }
-      parts.push_back(ws());
-      parts.push_back(ch(']'));
-      return seq(std::move(parts));
+      if (item && (max < 0 || max > n))
+        parts.push_back(repeat(seq({sep_, item}), std::max(0, min - n), max < 0 ? -1 : max - n));
+      return enclose('[', seq(std::move(parts)), false, ']');
     }
-    if (!item) return seq({ch('['), ws(), ch(']')});
-    const Expr body = list(item, sep, std::max(min, 1), max);
-    return seq(
-        {ch('['), ws(), min == 0 ? optional(seq({body, ws()})) : seq({body, ws()}), ch(']')});
+    if (!item) return seq({ch('['), ws_, ch(']')});
+    return enclose('[', list(item, sep_, std::max(min, 1), max), min == 0, ']');
   }
 
  public:
@@ -536,38 +501,24 @@ class Compiler {
   Expr free_value(int32_t depth) {
     depth = std::clamp<int32_t>(depth, 0, 15);
     if (free_[size_t(depth)]) return free_[size_t(depth)];
-    std::vector<Expr> opts{free_string(),
-                           seq({optional(ch('-')), uint_range(0, kIntMax), optional(any_fraction()),
-                                optional(exponent())}),
-                           lit("true"), lit("false"), lit("null")};
+    std::vector<Expr> opts{free_string(), any_number(), lit("true"), lit("false"), lit("null")};
     if (depth > 0) {
       opts.push_back(free_object(depth));
-      const Expr sep = seq({ws(), ch(','), ws()});
-      opts.push_back(
-          seq({ch('['), ws(), optional(seq({list(free_value(depth - 1), sep, 1, -1), ws()})),
-               ch(']')}));
+      opts.push_back(enclose('[', list(free_value(depth - 1), sep_, 1, -1), true, ']'));
     }
     return free_[size_t(depth)] = alt(std::move(opts));
   }
   Expr free_object(int32_t depth) {
-    const Expr sep = seq({ws(), ch(','), ws()});
-    const Expr kv = seq({free_string(), ws(), ch(':'), ws(), free_value(depth - 1)});
-    return seq({ch('{'), ws(), optional(seq({list(kv, sep, 1, -1), ws()})), ch('}')});
+    return enclose('{', list(member(free_string(), free_value(depth - 1)), sep_, 1, -1), true, '}');
   }
 
  private:
   const Json& root_;
   JsonGrammarOptions o_;
-  Expr ws_;
+  Expr ws_, sep_;
   std::map<std::string, int> ref_depth_;
   Expr free_[16];
 };
-
-Json parse_schema(std::string_view text) {
-  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw Error("schema: not valid JSON");
-  return j;
-}
 
 }  // namespace
 
@@ -577,9 +528,8 @@ struct JsonSchema::Impl {
 };
 
 JsonSchema::JsonSchema(std::string_view schema_json, const JsonGrammarOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->root = parse_schema(schema_json);
-  impl_->options = options;
+    : impl_(new Impl{Json::parse(schema_json, nullptr, /*allow_exceptions=*/false), options}) {
+  if (impl_->root.is_discarded()) throw Error("schema: not valid JSON");
   if (!impl_->root.is_object() && !impl_->root.is_boolean())
     throw Error("schema: expected a JSON object");
 }
@@ -594,8 +544,6 @@ Expr JsonSchema::value() const {
 std::vector<JsonSchema::Property> JsonSchema::properties() const {
   const Json& root = impl_->root;
   Compiler c(root, impl_->options);
-  const auto& o = impl_->options;
-  (void)o;
   std::vector<Property> out;
   if (root.is_object() && root.contains("$ref"))
     throw Error("schema: expected properties, not a $ref");
@@ -607,11 +555,8 @@ std::vector<JsonSchema::Property> JsonSchema::properties() const {
     for (const Json& n : *r)
       if (n.is_string()) required.insert(n.get<std::string>());
   for (auto it = p->begin(); it != p->end(); ++it) {
-    Property prop;
-    prop.name = it.key();
-    prop.required = required.count(it.key()) > 0;
     const std::string path = "schema.properties." + it.key();
-    prop.json = c.value(it.value(), path);
+    Property prop{it.key(), required.count(it.key()) > 0, c.value(it.value(), path)};
     prop.raw = c.raw_string(it.value(), path, &prop.string);
     out.push_back(std::move(prop));
   }
@@ -622,11 +567,6 @@ Expr json_object_expr(const JsonGrammarOptions& options) {
   Json root = Json::object();
   Compiler c(root, options);
   return c.free_object(std::max(options.free_depth, 1));
-}
-
-Expr json_whitespace(const JsonGrammarOptions& options) {
-  return repeat(byte_ranges({{' ', ' '}, {'\t', '\t'}, {'\n', '\n'}, {'\r', '\r'}}), 0,
-                options.max_whitespace);
 }
 
 }  // namespace deepinfer::grammar

@@ -62,7 +62,5 @@ class JsonSchema {
 
 // Any JSON object (the "json_object" response format), nesting bounded by `free_depth`.
 Expr json_object_expr(const JsonGrammarOptions& options = {});
-// JSON whitespace, up to `max_whitespace` bytes.
-Expr json_whitespace(const JsonGrammarOptions& options = {});
 
 }  // namespace deepinfer::grammar

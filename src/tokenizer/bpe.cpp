@@ -9,39 +9,17 @@ namespace deepinfer::tokenizer_internal {
 
 // --- merge table ---
 
-void MergeTable::reserve(size_t n) {
+MergeTable::MergeTable(size_t n) {
   size_t cap = 16;
   while (cap < 2 * n) cap <<= 1;
-  if (cap <= slots_.size()) return;
-  std::vector<Entry> old = std::move(slots_);
   slots_.assign(cap, Entry{kEmpty, 0, 0});
   mask_ = cap - 1;
   shift_ = 64 - __builtin_ctzll(cap);
-  size_ = 0;
-  for (const Entry& e : old) {
-    if (e.key != kEmpty) insert(int32_t(e.key >> 32), int32_t(uint32_t(e.key)), e.rank, e.merged);
-  }
-}
-
-void MergeTable::grow() {
-  reserve(std::max<size_t>(8, size_ + 1) * 2);
 }
 
 void MergeTable::insert(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
-  if (2 * (size_ + 1) > slots_.size()) grow();
   const uint64_t key = pack(left, right);
-  for (size_t i = slot(key);; i = (i + 1) & mask_) {
-    Entry& e = slots_[i];
-    if (e.key == key) {
-      e.rank = rank, e.merged = merged;
-      return;
-    }
-    if (e.key == kEmpty) {
-      e = Entry{key, rank, merged};
-      ++size_;
-      return;
-    }
-  }
+  slots_[probe(key)] = Entry{key, rank, merged};
 }
 
 // --- BPE over one word ---

@@ -26,29 +26,28 @@ class MergeTable {
   };
   static constexpr uint64_t kEmpty = ~uint64_t(0);
 
-  void reserve(size_t n);
+  // Room for `n` pairs: the slots are sized once, at most half full.
+  explicit MergeTable(size_t n);
   // Later insertions of the same pair replace earlier ones (the reference builds a hash map
-  // from the merge list, so the last duplicate wins).
+  // from the merge list, so the last duplicate wins). At most `n` distinct pairs.
   void insert(int32_t left, int32_t right, uint32_t rank, int32_t merged);
   const Entry* find(int32_t left, int32_t right) const {
-    const uint64_t key = pack(left, right);
-    for (size_t i = slot(key);; i = (i + 1) & mask_) {
-      const Entry& e = slots_[i];
-      if (e.key == key) return &e;
-      if (e.key == kEmpty) return nullptr;
-    }
+    const Entry& e = slots_[probe(pack(left, right))];
+    return e.key == kEmpty ? nullptr : &e;
   }
-  size_t size() const { return size_; }
 
  private:
   static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
-  size_t slot(uint64_t key) const { return size_t((key * 0x9E3779B97F4A7C15ull) >> shift_); }
-  void grow();
+  // The slot holding `key`, or the free slot where it would go (linear probing).
+  size_t probe(uint64_t key) const {
+    size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> shift_);
+    while (slots_[i].key != key && slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    return i;
+  }
 
-  std::vector<Entry> slots_;  // [capacity], capacity a power of two, at most half full
+  std::vector<Entry> slots_;  // [capacity], capacity a power of two
   size_t mask_ = 0;
   int shift_ = 64;
-  size_t size_ = 0;
 };
 
 class BpeModel {
@@ -61,8 +60,6 @@ class BpeModel {
 
   // Appends the ids of one pre-token (raw bytes) to `out`.
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
-
-  const MergeTable& merges() const { return merges_; }
 
  private:
   void merge_word(std::string_view bytes, std::vector<int32_t>& out) const;

@@ -97,14 +97,11 @@ class CompletionParser {
  public:
   explicit CompletionParser(bool thinking);
 
-  struct Delta {
-    std::string reasoning;
-    std::string content;
-    std::vector<ChatToolCall> tool_calls;
-  };
+  // What one call adds: the text and calls decided by it, `ended` if the marker came with it.
+  using Delta = ParsedCompletion;
   Delta feed(std::string_view text);
   // End of the completion: releases what was held back. An unterminated tool-call block throws.
-  Delta finish();
+  Delta finish() { return step(/*final=*/true); }
   // Everything parsed so far.
   const ParsedCompletion& result() const { return result_; }
 
@@ -118,7 +115,7 @@ class CompletionParser {
     bool is_string;
   };
 
-  void step(Delta& delta, bool final);
+  Delta step(bool final);
   void emit(Delta& delta, std::string_view text);
   void parse_calls(Delta& delta, bool final);
   void finish_call(Delta& delta);

@@ -3,6 +3,7 @@
 // dropped in thinking mode (unless tools are present), then each message is rendered with the
 // transition to the next one.
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,27 +26,17 @@ struct Block {
   std::string tool_use_id;
 };
 
-struct Msg {
-  ChatRole role = ChatRole::kUser;
-  std::string content;
-  std::string reasoning;
-  std::vector<ChatToolCall> tool_calls;
-  std::string tool_call_id;
-  ordered_json tools;            // array of function schemas, or null
-  ordered_json response_format;  // or null
-  std::string task;
-  bool has_blocks = false;
-  std::vector<Block> blocks;
-  bool open_end = false;  // no end-of-sentence (continue_final_message)
+struct Msg : ChatMessage {
+  ordered_json tools;            // tools_json parsed: array of function schemas, or null
+  ordered_json response_format;  // response_format_json parsed, or null
+  std::vector<Block> blocks;     // user turns, once tool messages are merged
+  bool open_end = false;         // no end-of-sentence (continue_final_message)
 };
 
-std::string_view task_token(const std::string& task) {
-  if (task == "action") return "<｜action｜>";
-  if (task == "query") return "<｜query｜>";
-  if (task == "authority") return "<｜authority｜>";
-  if (task == "domain") return "<｜domain｜>";
-  if (task == "title") return "<｜title｜>";
-  if (task == "read_url") return "<｜read_url｜>";
+// "<｜task｜>" for a known task, empty otherwise.
+std::string task_token(const std::string& task) {
+  for (const char* t : {"action", "query", "authority", "domain", "title", "read_url"})
+    if (task == t) return str_cat("<｜", t, "｜>");
   return {};
 }
 
@@ -97,57 +88,44 @@ ptrdiff_t last_user_index(const std::vector<Msg>& msgs) {
 std::vector<Msg> merge_tool_messages(std::vector<Msg> in) {
   std::vector<Msg> out;
   for (Msg& m : in) {
-    const bool after_user =
-        !out.empty() && out.back().role == ChatRole::kUser && out.back().has_blocks;
-    if (m.role == ChatRole::kTool) {
-      Block b{true, std::move(m.content), std::move(m.tool_call_id)};
-      if (after_user) {
-        out.back().blocks.push_back(std::move(b));
-      } else {
-        Msg u;
-        u.role = ChatRole::kUser;
-        u.has_blocks = true;
-        u.blocks.push_back(std::move(b));
-        out.push_back(std::move(u));
-      }
-    } else if (m.role == ChatRole::kUser) {
-      Block b{false, m.content, {}};
-      if (after_user && out.back().task.empty()) {
-        // The reference keeps only the blocks of a user turn merged into the previous one.
-        out.back().blocks.push_back(std::move(b));
-      } else {
-        m.has_blocks = true;
-        m.blocks.push_back(std::move(b));
-        out.push_back(std::move(m));
-      }
-    } else {
+    if (m.role != ChatRole::kTool && m.role != ChatRole::kUser) {
       out.push_back(std::move(m));
+      continue;
     }
+    const bool tool = m.role == ChatRole::kTool;
+    Block b{tool, m.content, tool ? m.tool_call_id : std::string()};
+    // A tool result joins the user turn before it; so does a user message unless that turn has
+    // a task. (The reference keeps only the blocks of a user turn merged into the previous one.)
+    if (!out.empty() && out.back().role == ChatRole::kUser && (tool || out.back().task.empty())) {
+      out.back().blocks.push_back(std::move(b));
+      continue;
+    }
+    if (tool) m = Msg();  // a tool result opens a user turn of its own
+    m.role = ChatRole::kUser;
+    m.blocks.push_back(std::move(b));
+    out.push_back(std::move(m));
   }
   return out;
 }
 
 void sort_tool_results(std::vector<Msg>& msgs) {
-  std::vector<std::pair<std::string, size_t>> order;  // call id -> position in its message
+  // Call id -> position in its message; a later duplicate id overwrites an earlier one, as in a
+  // dict.
+  std::map<std::string, size_t> order;
   for (Msg& m : msgs) {
     if (m.role == ChatRole::kAssistant && !m.tool_calls.empty()) {
       order.clear();
-      for (size_t i = 0; i < m.tool_calls.size(); ++i) {
-        if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
-      }
-    } else if (m.role == ChatRole::kUser && m.has_blocks) {
+      for (size_t i = 0; i < m.tool_calls.size(); ++i)
+        if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;
+    } else if (m.role == ChatRole::kUser) {
       std::vector<Block> results;
       for (const Block& b : m.blocks) {
         if (b.tool_result) results.push_back(b);
       }
       if (results.size() < 2 || order.empty()) continue;
-      const auto rank = [&](const Block& b) {
-        // A later duplicate id overwrites an earlier one, as in a dict; unknown ids rank 0.
-        size_t r = 0;
-        for (const auto& [id, pos] : order) {
-          if (id == b.tool_use_id) r = pos;
-        }
-        return r;
+      const auto rank = [&](const Block& b) {  // unknown ids rank 0
+        const auto it = order.find(b.tool_use_id);
+        return it == order.end() ? 0 : it->second;
       };
       std::stable_sort(results.begin(), results.end(),
                        [&](const Block& a, const Block& b) { return rank(a) < rank(b); });
@@ -159,22 +137,14 @@ void sort_tool_results(std::vector<Msg>& msgs) {
   }
 }
 
-std::vector<Msg> drop_earlier_thinking(std::vector<Msg> in) {
-  const ptrdiff_t last_user = last_user_index(in);
-  std::vector<Msg> out;
-  for (size_t i = 0; i < in.size(); ++i) {
-    Msg& m = in[i];
-    const bool kept_role = m.role == ChatRole::kUser || m.role == ChatRole::kSystem ||
-                           m.role == ChatRole::kTool || m.role == ChatRole::kLatestReminder;
-    if (kept_role || ptrdiff_t(i) >= last_user) {
-      out.push_back(std::move(m));
-    } else if (m.role == ChatRole::kAssistant) {
-      m.reasoning.clear();
-      out.push_back(std::move(m));
-    }
-    // Earlier developer messages are dropped.
-  }
-  return out;
+// Before the last user turn: assistant reasoning is cleared and developer messages are dropped.
+void drop_earlier_thinking(std::vector<Msg>& msgs) {
+  const auto end = msgs.begin() + std::max<ptrdiff_t>(last_user_index(msgs), 0);
+  for (auto it = msgs.begin(); it != end; ++it)
+    if (it->role == ChatRole::kAssistant) it->reasoning_content.clear();
+  msgs.erase(std::remove_if(msgs.begin(), end,
+                            [](const Msg& m) { return m.role == ChatRole::kDeveloper; }),
+             end);
 }
 
 // --- rendering ---
@@ -243,53 +213,37 @@ std::string render_tool_calls(const std::vector<ChatToolCall>& calls) {
   return out + str_cat("\n", cf::kCallsClose);
 }
 
-struct RenderContext {
-  const std::vector<Msg>& msgs;
-  bool thinking;
-  bool drop_thinking;  // effective: false when any message has tools
-  int effort;
-  bool generation_prompt;
-};
-
-std::string render_message(const RenderContext& ctx, size_t index) {
-  const std::vector<Msg>& msgs = ctx.msgs;
+// `drop_thinking` is the effective setting: false when any message has tools.
+std::string render_message(const std::vector<Msg>& msgs, size_t index, const ChatOptions& o,
+                           bool drop_thinking) {
   const Msg& m = msgs[index];
   const ptrdiff_t last_user = last_user_index(msgs);
   std::string prompt;
 
-  const bool effort_line = index == 0 && ctx.thinking;
-  if (index == 0 && (effort_line || m.role == ChatRole::kSystem)) prompt += cf::kSystem;
+  const bool effort_line = index == 0 && o.thinking;
+  if (effort_line || m.role == ChatRole::kSystem) prompt += cf::kSystem;
   if (effort_line) {
-    prompt += str_cat("Reasoning Effort: ", ctx.effort,
-                      " (range 1-100, the higher the value, the more thorough the reasoning)\n\n");
+    prompt += str_cat(
+        "Reasoning Effort: ", o.reasoning_effort ? o.reasoning_effort : kDefaultReasoningEffort,
+        " (range 1-100, the higher the value, the more thorough the reasoning)\n\n");
   }
 
-  const auto append_tools_and_format = [&] {
-    if (truthy(m.tools)) prompt += "\n\n" + render_tools(m.tools);
-    if (truthy(m.response_format)) prompt += "\n\n" + render_response_format(m.response_format);
-  };
   switch (m.role) {
     case ChatRole::kSystem:
-      if (index > 0) prompt += cf::kSystem;
-      prompt += m.content;
-      append_tools_and_format();
-      break;
     case ChatRole::kDeveloper:
-      prompt += cf::kUser;
+      if (m.role == ChatRole::kDeveloper) prompt += cf::kUser;
       prompt += m.content;
-      append_tools_and_format();
+      if (truthy(m.tools)) prompt += "\n\n" + render_tools(m.tools);
+      if (truthy(m.response_format)) prompt += "\n\n" + render_response_format(m.response_format);
       break;
     case ChatRole::kUser:
       prompt += cf::kUser;
-      if (m.has_blocks && !m.blocks.empty()) {
-        for (size_t i = 0; i < m.blocks.size(); ++i) {
-          if (i) prompt += "\n\n";
-          const Block& b = m.blocks[i];
-          prompt +=
-              b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
-        }
-      } else {
-        prompt += m.content;
+      // Tool messages are merged into user turns, so every user turn has its blocks.
+      for (size_t i = 0; i < m.blocks.size(); ++i) {
+        if (i) prompt += "\n\n";
+        const Block& b = m.blocks[i];
+        prompt +=
+            b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
       }
       break;
     case ChatRole::kLatestReminder:
@@ -298,8 +252,8 @@ std::string render_message(const RenderContext& ctx, size_t index) {
       break;
     case ChatRole::kAssistant: {
       const bool after_task = index > 0 && !msgs[index - 1].task.empty();
-      if (ctx.thinking && !after_task && (!ctx.drop_thinking || ptrdiff_t(index) > last_user)) {
-        prompt += m.reasoning;
+      if (o.thinking && !after_task && (!drop_thinking || ptrdiff_t(index) > last_user)) {
+        prompt += m.reasoning_content;
         prompt += cf::kThinkEnd;
       }
       prompt += m.content;
@@ -317,17 +271,12 @@ std::string render_message(const RenderContext& ctx, size_t index) {
     return prompt;
   }
   if (!m.task.empty()) {
-    if (m.task != "action") {
-      prompt += task_token(m.task);
-    } else {
-      prompt += cf::kAssistant;
-      prompt += ctx.thinking ? cf::kThinkStart : cf::kThinkEnd;
-      prompt += task_token(m.task);
-    }
-  } else if (is_user_like(msgs, index) && (index + 1 < msgs.size() || ctx.generation_prompt)) {
+    if (m.task == "action")
+      prompt += str_cat(cf::kAssistant, o.thinking ? cf::kThinkStart : cf::kThinkEnd);
+    prompt += task_token(m.task);
+  } else if (is_user_like(msgs, index) && (index + 1 < msgs.size() || o.add_generation_prompt)) {
     prompt += cf::kAssistant;
-    const bool open_thinking =
-        ctx.thinking && (!ctx.drop_thinking || ptrdiff_t(index) >= last_user);
+    const bool open_thinking = o.thinking && (!drop_thinking || ptrdiff_t(index) >= last_user);
     prompt += open_thinking ? cf::kThinkStart : cf::kThinkEnd;
   }
   return prompt;
@@ -336,12 +285,7 @@ std::string render_message(const RenderContext& ctx, size_t index) {
 Msg convert(const ChatMessage& in, size_t i) {
   const std::string where = str_cat("messages[", i, "]");
   Msg m;
-  m.role = in.role;
-  m.content = in.content;
-  m.reasoning = in.reasoning_content;
-  m.tool_calls = in.tool_calls;
-  m.tool_call_id = in.tool_call_id;
-  m.task = in.task;
+  static_cast<ChatMessage&>(m) = in;
   if (!in.tools_json.empty()) m.tools = parse_tools(in.tools_json, where + ".tools_json");
   if (!in.response_format_json.empty()) {
     m.response_format = parse_field(in.response_format_json, where + ".response_format_json");
@@ -406,14 +350,10 @@ std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions
   for (const Msg& m : msgs) {
     if (truthy(m.tools)) drop = false;
   }
-  if (options.thinking && drop) msgs = drop_earlier_thinking(std::move(msgs));
+  if (options.thinking && drop) drop_earlier_thinking(msgs);
 
-  const RenderContext ctx{
-      msgs, options.thinking, drop,
-      options.reasoning_effort ? options.reasoning_effort : kDefaultReasoningEffort,
-      options.add_generation_prompt};
   std::string prompt = options.add_bos ? std::string(cf::kBos) : std::string();
-  for (size_t i = 0; i < msgs.size(); ++i) prompt += render_message(ctx, i);
+  for (size_t i = 0; i < msgs.size(); ++i) prompt += render_message(msgs, i, options, drop);
   return prompt;
 }
 

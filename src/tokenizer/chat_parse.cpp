@@ -97,18 +97,15 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
   while (state_ == State::kCalls) {
     switch (call_step_) {
       case CallStep::kSeek: {
+        // ">\n" (as much of it as has arrived), then an invoke or the end of the block.
         const auto [at, which] = find_first(buffer_, {kInvokeStart, cf::kCallsClose});
-        if (at == std::string::npos) {
-          if (final) malformed("no closing " + std::string(cf::kCallsClose));
-          if (std::string_view(">\n").substr(0, std::min<size_t>(2, buffer_.size())) !=
-              std::string_view(buffer_).substr(0, 2)) {
-            malformed("expected \">\\n\", got \"" + excerpt(buffer_) + "\"");
-          }
-          return;
-        }
-        if (at != 2 || buffer_.compare(0, 2, ">\n") != 0) {
-          malformed("expected \">\\n\", got \"" + excerpt(buffer_.substr(0, at)) + "\"");
-        }
+        const std::string_view head = std::string_view(buffer_).substr(0, at);
+        if (at == std::string::npos && final)
+          malformed("no closing " + std::string(cf::kCallsClose));
+        if (at == std::string::npos ? !std::string_view(">\n").starts_with(head.substr(0, 2))
+                                    : head != ">\n")
+          malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
+        if (at == std::string::npos) return;
         if (which == 1) {
           buffer_.erase(0, at + cf::kCallsClose.size());
           state_ = State::kAfterCalls;
@@ -127,10 +124,7 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
         }
         std::string_view head = std::string_view(buffer_).substr(0, at);
         if (call_step_ == CallStep::kName) {
-          while (!head.empty() && (head[0] == ' ' || head[0] == '\t' || head[0] == '\n' ||
-                                   head[0] == '\r' || head[0] == '\f' || head[0] == '\v')) {
-            head.remove_prefix(1);
-          }
+          head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
           if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
               head.substr(head.size() - 3) != "\">\n") {
             malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
@@ -178,7 +172,8 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
   }
 }
 
-void CompletionParser::step(Delta& delta, bool final) {
+CompletionParser::Delta CompletionParser::step(bool final) {
+  Delta delta;
   for (;;) {
     switch (state_) {
       case State::kReasoning: {
@@ -197,38 +192,34 @@ void CompletionParser::step(Delta& delta, bool final) {
           emit(delta, std::string_view(buffer_).substr(0, at));
           buffer_.erase(0, at + (which == 0 ? cf::kCallsStart : cf::kEos).size());
           state_ = which == 0 ? State::kCalls : State::kEnded;
-          result_.ended = which == 1;
+          delta.ended = result_.ended = which == 1;
           continue;
         }
         break;
       }
       case State::kCalls:
         parse_calls(delta, final);
-        if (state_ == State::kCalls) return;
+        if (state_ == State::kCalls) return delta;
         continue;
       case State::kAfterCalls: {
         // Only the end-of-sentence marker may follow the block.
         const size_t n = std::min(buffer_.size(), cf::kEos.size());
-        if (std::string_view(buffer_).substr(0, n) != cf::kEos.substr(0, n)) {
+        if (std::string_view(buffer_).substr(0, n) != cf::kEos.substr(0, n) ||
+            (final && n > 0 && n < cf::kEos.size())) {
           malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
         }
-        if (buffer_.size() >= cf::kEos.size()) {
-          buffer_.erase(0, cf::kEos.size());
-          state_ = State::kEnded;
-          result_.ended = true;
-          continue;
-        }
-        if (final && !buffer_.empty()) {
-          malformed("unexpected text after the tool calls: \"" + excerpt(buffer_) + "\"");
-        }
-        return;
+        if (n < cf::kEos.size()) return delta;
+        buffer_.erase(0, n);
+        state_ = State::kEnded;
+        delta.ended = result_.ended = true;
+        continue;
       }
       case State::kEnded:
         if (!buffer_.empty()) {
           throw Error("completion: text after the end-of-sentence marker: \"" + excerpt(buffer_) +
                       "\"");
         }
-        return;
+        return delta;
     }
     break;
   }
@@ -247,19 +238,12 @@ void CompletionParser::step(Delta& delta, bool final) {
   }
   emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));
   buffer_.erase(0, buffer_.size() - hold);
+  return delta;
 }
 
 CompletionParser::Delta CompletionParser::feed(std::string_view text) {
-  Delta delta;
   buffer_ += text;
-  step(delta, /*final=*/false);
-  return delta;
-}
-
-CompletionParser::Delta CompletionParser::finish() {
-  Delta delta;
-  step(delta, /*final=*/true);
-  return delta;
+  return step(/*final=*/false);
 }
 
 ParsedCompletion parse_completion(std::string_view text, bool thinking) {
@@ -270,7 +254,6 @@ ParsedCompletion parse_completion(std::string_view text, bool thinking) {
 }
 
 std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
-  namespace cf = chat_format;
   std::vector<int32_t> out;
   for (const int32_t id : tok.special_ids()) {
     const std::string_view text = tok.token_bytes(id);

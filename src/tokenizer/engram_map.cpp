@@ -5,67 +5,45 @@
 #include <unordered_map>
 
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer {
 
 using tokenizer_internal::NormalForm;
 
-namespace {
-
-constexpr char32_t kSentinel = 0xE000;  // private use: stands for a lone space during the strip
-
-std::u32string to_code_points(std::string_view s) {
-  std::u32string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const utf8::Step st = utf8::step(s, i);
-    out.push_back(st.kind == utf8::Step::Kind::kChar ? st.cp : char32_t(0xFFFD));
-    i += st.len;
-  }
-  return out;
-}
-
-}  // namespace
-
 std::string engram_normalize(std::string_view text) {
   const std::string nfd = tokenizer_internal::normalize(
       tokenizer_internal::normalize(text, NormalForm::kNFKC), NormalForm::kNFD);
 
+  // Marks dropped, each character lowercased, each run of [ \t\r\n] made one space (no
+  // lowercase mapping makes or takes a blank, so one pass does all three).
   std::u32string cps;
-  for (const char32_t cp : to_code_points(nfd)) {
-    if (unicode::is_mark(cp)) continue;
-    // Per-character full lowercase mapping; U+0130 is the one character whose lowercase is
-    // two characters with no context condition.
-    if (cp == 0x130) {
+  for (size_t i = 0; i < nfd.size();) {
+    const utf8::Step st = utf8::step(nfd, i);
+    i += st.len;
+    const char32_t cp = st.kind == utf8::Step::Kind::kChar ? st.cp : char32_t(0xFFFD);
+    const auto category = utf8proc_category(utf8proc_int32_t(cp));
+    if (category == UTF8PROC_CATEGORY_MN || category == UTF8PROC_CATEGORY_MC ||
+        category == UTF8PROC_CATEGORY_ME)
+      continue;  // a mark (category M)
+    if (cp == U' ' || cp == U'\t' || cp == U'\r' || cp == U'\n') {
+      if (cps.empty() || cps.back() != U' ') cps.push_back(U' ');
+    } else if (cp == 0x130) {
+      // Per-character full lowercase mapping; U+0130 is the one character whose lowercase is
+      // two characters with no context condition.
       cps += U"i\u0307";
     } else {
       cps.push_back(char32_t(utf8proc_tolower(utf8proc_int32_t(cp))));
     }
   }
+  if (cps == U" ") return " ";  // a lone space survives the strip
 
-  std::u32string collapsed;
-  collapsed.reserve(cps.size());
-  for (const char32_t cp : cps) {
-    const bool blank = cp == U' ' || cp == U'\t' || cp == U'\r' || cp == U'\n';
-    if (!blank) {
-      collapsed.push_back(cp);
-    } else if (collapsed.empty() || collapsed.back() != U' ') {
-      collapsed.push_back(U' ');
-    }
-  }
-  if (collapsed == U" ") collapsed = std::u32string(1, kSentinel);
-
-  size_t begin = 0, end = collapsed.size();
-  while (begin < end && unicode::is_white_space(collapsed[begin])) ++begin;
-  while (end > begin && unicode::is_white_space(collapsed[end - 1])) --end;
-
+  size_t begin = 0, end = cps.size();
+  while (begin < end && utf8::is_white_space(cps[begin])) ++begin;
+  while (end > begin && utf8::is_white_space(cps[end - 1])) --end;
   std::string out;
   out.reserve(end - begin);
-  for (size_t i = begin; i < end; ++i) {
-    utf8::append(out, collapsed[i] == kSentinel ? U' ' : collapsed[i]);
-  }
+  for (size_t i = begin; i < end; ++i) utf8::append(out, cps[i]);
   return out;
 }
 

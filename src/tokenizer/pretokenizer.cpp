@@ -7,7 +7,6 @@
 #include <cstdlib>
 
 #include "core/error.h"
-#include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer_internal {
@@ -24,13 +23,10 @@ constexpr std::string_view kWhiteSpaceClass =
 // Per-thread match scratch: one match data (only the whole-match offsets are read) and a JIT
 // stack large enough for long whitespace runs under `\s+(?!\S)`.
 struct MatchScratch {
-  pcre2_match_data* data = nullptr;
-  pcre2_match_context* context = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
   MatchScratch() {
-    data = pcre2_match_data_create(1, nullptr);
-    context = pcre2_match_context_create(nullptr);
-    jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
     if (context && jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
   }
   ~MatchScratch() {
@@ -45,6 +41,12 @@ MatchScratch& scratch() {
   return s;
 }
 
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof(message));
+  return reinterpret_cast<const char*>(message);
+}
+
 }  // namespace
 
 std::string rewrite_whitespace_classes(const std::string& pattern) {
@@ -54,24 +56,13 @@ std::string rewrite_whitespace_classes(const std::string& pattern) {
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
-      const char n = pattern[i + 1];
-      ++i;
-      if (n == 's') {
-        if (in_class) {
-          out += kWhiteSpaceClass;
-        } else {
-          out += '[';
-          out += kWhiteSpaceClass;
-          out += ']';
-        }
-      } else if (n == 'S' && !in_class) {
-        out += "[^";
-        out += kWhiteSpaceClass;
-        out += ']';
-      } else {
-        out += c;
-        out += n;
-      }
+      const char n = pattern[++i];
+      if (n == 's')
+        out += in_class ? std::string(kWhiteSpaceClass) : str_cat("[", kWhiteSpaceClass, "]");
+      else if (n == 'S' && !in_class)
+        out += str_cat("[^", kWhiteSpaceClass, "]");
+      else
+        out += {c, n};
       continue;
     }
     if (!in_class && c == '[') {
@@ -88,53 +79,51 @@ std::string rewrite_whitespace_classes(const std::string& pattern) {
   return out;
 }
 
-struct Regex::Impl {
-  pcre2_code* code = nullptr;
-  std::string label;
-  ~Impl() { pcre2_code_free(code); }
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& label) : label_(label) {
+    const std::string rewritten = rewrite_whitespace_classes(pattern);
+    int error = 0;
+    PCRE2_SIZE error_offset = 0;
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr));
+    if (!code_) {
+      throw Error(str_cat(label, ": cannot compile regex \"", pattern, "\" at offset ",
+                          error_offset, ": ", pcre2_message(error)));
+    }
+    // Without JIT support pcre2_match interprets the pattern: slower, same results.
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
+  }
+
+  // Calls on_match(begin, end) for each non-overlapping match, left to right. `text` must be
+  // valid UTF-8.
+  template <typename F>
+  void for_each_match(std::string_view text, F&& on_match) const {
+    MatchScratch& s = scratch();
+    for (size_t pos = 0; pos <= text.size();) {
+      const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()),
+                                 text.size(), pos, PCRE2_NO_UTF_CHECK, s.data, s.context);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      if (rc < 0) {
+        throw Error(str_cat(label_, ": regex match failed on a ", text.size(),
+                            "-byte piece: ", pcre2_message(rc)));
+      }
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
+      on_match(size_t(ov[0]), size_t(ov[1]));
+      // After an empty match, resume one character later.
+      pos = ov[1] > ov[0]          ? ov[1]
+            : ov[1] >= text.size() ? text.size() + 1
+                                   : ov[1] + utf8::step(text, ov[1]).len;
+    }
+  }
+
+ private:
+  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code_{nullptr, pcre2_code_free};
+  std::string label_;
 };
 
-Regex::Regex(const std::string& pattern, const std::string& label) : impl_(new Impl) {
-  impl_->label = label;
-  const std::string rewritten = rewrite_whitespace_classes(pattern);
-  int error = 0;
-  PCRE2_SIZE error_offset = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
-  if (impl_->code == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error, message, sizeof(message));
-    throw Error(str_cat(label, ": cannot compile regex \"", pattern, "\" at offset ", error_offset,
-                        ": ", reinterpret_cast<const char*>(message)));
-  }
-  // Without JIT support pcre2_match interprets the pattern: slower, same results.
-  pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);
-}
-
-Regex::~Regex() = default;
-Regex::Regex(Regex&&) noexcept = default;
-Regex& Regex::operator=(Regex&&) noexcept = default;
-
-bool Regex::next_match(std::string_view text, size_t from, size_t& begin, size_t& end) const {
-  if (from > text.size()) return false;
-  MatchScratch& s = scratch();
-  const int rc = pcre2_match(impl_->code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(),
-                             from, PCRE2_NO_UTF_CHECK, s.data, s.context);
-  if (rc == PCRE2_ERROR_NOMATCH) return false;
-  if (rc < 0) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(rc, message, sizeof(message));
-    throw Error(str_cat(impl_->label, ": regex match failed on a ", text.size(),
-                        "-byte piece: ", reinterpret_cast<const char*>(message)));
-  }
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
-  begin = ov[0], end = ov[1];
-  return true;
-}
-
-size_t Regex::advance_one(std::string_view text, size_t pos) {
-  if (pos >= text.size()) return text.size() + 1;
-  return pos + utf8::step(text, pos).len;
+std::shared_ptr<const Regex> compile_regex(const std::string& pattern, const std::string& label) {
+  return std::make_shared<const Regex>(pattern, label);
 }
 
 // --- pre-tokenizer ---
@@ -172,100 +161,57 @@ void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector
 void split_piece(const PreTokenizerStep& step, std::string_view piece,
                  std::vector<std::string_view>& out, std::vector<Span>& spans) {
   find_spans(step, piece, spans);
-  const auto view = [&](size_t b, size_t e) { return piece.substr(b, e - b); };
-  size_t pending = std::string::npos;  // start of a run not yet emitted
-  switch (step.behavior) {
-    case SplitBehavior::kRemoved:
-      for (const Span& s : spans) {
-        if (!s.match) out.push_back(view(s.begin, s.end));
-      }
-      break;
-    case SplitBehavior::kIsolated:
-      for (const Span& s : spans) out.push_back(view(s.begin, s.end));
-      break;
-    case SplitBehavior::kMergedWithPrevious:
-      // A match joins the text before it.
-      for (const Span& s : spans) {
-        if (pending == std::string::npos) pending = s.begin;
-        if (s.match) {
-          out.push_back(view(pending, s.end));
-          pending = std::string::npos;
-        }
-      }
-      if (pending != std::string::npos) out.push_back(view(pending, piece.size()));
-      break;
-    case SplitBehavior::kMergedWithNext:
-      // A match joins the text after it.
-      for (const Span& s : spans) {
-        if (s.match && pending != std::string::npos) {
-          out.push_back(view(pending, s.begin));
-          pending = std::string::npos;
-        }
-        if (pending == std::string::npos) pending = s.begin;
-      }
-      if (pending != std::string::npos) out.push_back(view(pending, piece.size()));
-      break;
-    case SplitBehavior::kContiguous:
-      // Consecutive matches form one piece.
-      for (size_t i = 0; i < spans.size(); ++i) {
-        size_t j = i;
-        if (spans[i].match) {
-          while (j + 1 < spans.size() && spans[j + 1].match) ++j;
-        }
-        out.push_back(view(spans[i].begin, spans[j].end));
-        i = j;
-      }
-      break;
+  // A piece ends after span i where the behavior cuts between spans i and i + 1: Removed (which
+  // then drops the matches) and Isolated always; MergedWithPrevious after a match (it joins the
+  // text before it); MergedWithNext before one (it joins the text after it); Contiguous except
+  // between two matches.
+  using B = SplitBehavior;
+  const B b = step.behavior;
+  size_t start = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    const bool next_match = i + 1 < spans.size() && spans[i + 1].match;
+    const bool cut = i + 1 == spans.size() || b == B::kRemoved || b == B::kIsolated ||
+                     (b == B::kMergedWithPrevious && s.match) ||
+                     (b == B::kMergedWithNext && next_match) ||
+                     (b == B::kContiguous && !(s.match && next_match));
+    if (!cut) continue;
+    if ((b != B::kRemoved || !s.match) && s.end > start)
+      out.push_back(piece.substr(start, s.end - start));
+    start = s.end;
   }
 }
 
 }  // namespace
 
-void PreTokenizer::split(std::string_view text, Pieces& out) const {
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, Pieces& out) {
   const size_t first = out.items.size();
   out.items.push_back(text);
   std::vector<std::string_view> next;
   std::vector<Span> spans;
-  for (const PreTokenizerStep& step : steps_) {
+  for (const PreTokenizerStep& step : steps) {
     next.clear();
     for (size_t i = first; i < out.items.size(); ++i) {
       std::string_view piece = out.items[i];
-      if (step.kind == PreTokenizerStep::Kind::kByteLevel && step.add_prefix_space &&
-          (piece.empty() || piece[0] != ' ')) {
+      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
         out.arena.push_back(" " + std::string(piece));
         piece = out.arena.back();
       }
-      if (step.kind == PreTokenizerStep::Kind::kByteLevel && !step.regex) {
-        next.push_back(piece);
-      } else {
-        split_piece(step, piece, next, spans);
-      }
+      split_piece(step, piece, next, spans);
     }
     out.items.resize(first);
-    for (const std::string_view p : next) {
-      if (!p.empty()) out.items.push_back(p);
-    }
+    out.items.insert(out.items.end(), next.begin(), next.end());
   }
 }
 
 // --- normalization ---
 
 std::string normalize(std::string_view text, NormalForm form) {
-  int options = UTF8PROC_STABLE;
-  switch (form) {
-    case NormalForm::kNFC:
-      options |= UTF8PROC_COMPOSE;
-      break;
-    case NormalForm::kNFD:
-      options |= UTF8PROC_DECOMPOSE;
-      break;
-    case NormalForm::kNFKC:
-      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
-      break;
-    case NormalForm::kNFKD:
-      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
-      break;
-  }
+  // Indexed by NormalForm: NFC, NFD, NFKC, NFKD.
+  constexpr int kOptions[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE,
+                              UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                              UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+  const int options = UTF8PROC_STABLE | kOptions[int(form)];
   if (text.empty()) return {};
   utf8proc_uint8_t* dst = nullptr;
   const utf8proc_ssize_t n =
@@ -281,71 +227,92 @@ std::string normalize(std::string_view text, NormalForm form) {
 
 // --- added tokens ---
 
+namespace {
+
+// A "word" character as regex `\w` defines it: letters, marks, decimal digits, connector
+// punctuation and the joiners.
+bool is_word_char(char32_t cp) {
+  constexpr uint32_t kWordCategories =
+      1u << UTF8PROC_CATEGORY_LU | 1u << UTF8PROC_CATEGORY_LL | 1u << UTF8PROC_CATEGORY_LT |
+      1u << UTF8PROC_CATEGORY_LM | 1u << UTF8PROC_CATEGORY_LO | 1u << UTF8PROC_CATEGORY_NL |
+      1u << UTF8PROC_CATEGORY_MN | 1u << UTF8PROC_CATEGORY_MC | 1u << UTF8PROC_CATEGORY_ME |
+      1u << UTF8PROC_CATEGORY_ND | 1u << UTF8PROC_CATEGORY_PC;
+  return cp == 0x200C || cp == 0x200D ||
+         (kWordCategories >> utf8proc_category(utf8proc_int32_t(cp)) & 1) != 0;
+}
+
+// The code point ending at `pos` (text is valid UTF-8, pos > 0) and where it starts.
+char32_t char_before(std::string_view text, size_t pos, size_t& start) {
+  start = pos - 1;
+  while (start > 0 && (uint8_t(text[start]) & 0xC0) == 0x80) --start;
+  return utf8::step(text, start).cp;
+}
+
+// Neither the character before `begin` nor the one at `end` is a word character.
+bool is_whole_word(std::string_view text, size_t begin, size_t end) {
+  size_t start;
+  return (begin == 0 || !is_word_char(char_before(text, begin, start))) &&
+         (end >= text.size() || !is_word_char(utf8::step(text, end).cp));
+}
+
+// Start of the run of white space that ends at `pos`.
+size_t whitespace_run_start(std::string_view text, size_t pos) {
+  for (size_t start; pos > 0 && utf8::is_white_space(char_before(text, pos, start));) pos = start;
+  return pos;
+}
+
+// End of the run of white space that starts at `pos`.
+size_t whitespace_run_end(std::string_view text, size_t pos) {
+  for (utf8::Step st; pos < text.size() && utf8::is_white_space((st = utf8::step(text, pos)).cp);)
+    pos += st.len;
+  return pos;
+}
+
+}  // namespace
+
 AddedTokenMatcher::AddedTokenMatcher(std::vector<Token> tokens) : tokens_(std::move(tokens)) {
-  nodes_.emplace_back();
+  token_at_.push_back(-1);  // the root
   for (int32_t t = 0; t < int32_t(tokens_.size()); ++t) {
     const std::string& content = tokens_[t].content;
     if (content.empty()) continue;
     first_byte_[uint8_t(content[0])] = true;
     int32_t node = 0;
     for (const char c : content) {
-      const uint8_t b = uint8_t(c);
-      int32_t child = -1;
-      for (const auto& [byte, index] : nodes_[node].children) {
-        if (byte == b) child = index;
-      }
-      if (child < 0) {
-        child = int32_t(nodes_.size());
-        nodes_[node].children.emplace_back(b, child);
-        nodes_.emplace_back();
-      }
-      node = child;
+      const auto [it, added] = children_.try_emplace(edge(node, c), int32_t(token_at_.size()));
+      if (added) token_at_.push_back(-1);
+      node = it->second;
     }
-    nodes_[node].token = t;  // a later duplicate wins, like a map keyed by content
+    token_at_[node] = t;  // a later duplicate wins, like a map keyed by content
   }
 }
 
 std::pair<size_t, int32_t> AddedTokenMatcher::longest_at(std::string_view text, size_t pos) const {
   std::pair<size_t, int32_t> best{0, -1};
+  if (!first_byte_[uint8_t(text[pos])]) return best;  // the common case, without a lookup
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
-    const uint8_t b = uint8_t(text[i]);
-    int32_t child = -1;
-    for (const auto& [byte, index] : nodes_[node].children) {
-      if (byte == b) {
-        child = index;
-        break;
-      }
-    }
-    if (child < 0) break;
-    node = child;
-    if (nodes_[node].token >= 0) best = {i + 1 - pos, nodes_[node].token};
+    const auto it = children_.find(edge(node, text[i]));
+    if (it == children_.end()) break;
+    node = it->second;
+    if (token_at_[node] >= 0) best = {i + 1 - pos, token_at_[node]};
   }
   return best;
 }
 
 void AddedTokenMatcher::split(std::string_view text, std::vector<Segment>& out) const {
+  out.clear();
   size_t emitted = 0;  // end of the last segment pushed
   size_t pos = 0;
   while (pos < text.size()) {
-    if (!first_byte_[uint8_t(text[pos])]) {
-      ++pos;
-      continue;
-    }
     const auto [len, t] = longest_at(text, pos);
-    if (t < 0) {
+    if (t < 0 || (tokens_[t].single_word && !is_whole_word(text, pos, pos + len))) {
       ++pos;
       continue;
     }
     const Token& tok = tokens_[t];
     size_t begin = pos, end = pos + len;
-    if (tok.single_word && !(unicode::at_word_boundary_before(text, begin) &&
-                             unicode::at_word_boundary_after(text, end))) {
-      ++pos;
-      continue;
-    }
-    if (tok.lstrip) begin = std::max(emitted, unicode::whitespace_run_start(text, begin));
-    if (tok.rstrip) end = unicode::whitespace_run_end(text, end);
+    if (tok.lstrip) begin = std::max(emitted, whitespace_run_start(text, begin));
+    if (tok.rstrip) end = whitespace_run_end(text, end);
     if (begin > emitted) out.push_back({emitted, begin, -1});
     out.push_back({begin, end, tok.id});
     emitted = pos = end;

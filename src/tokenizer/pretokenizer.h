@@ -10,37 +10,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace deepinfer::tokenizer_internal {
 
-// A compiled regex; `label` names the pattern's origin in errors.
-class Regex {
- public:
-  Regex(const std::string& pattern, const std::string& label);
-  ~Regex();
-  Regex(Regex&&) noexcept;
-  Regex& operator=(Regex&&) noexcept;
-
-  // Calls on_match(begin, end) for each non-overlapping match, left to right. `text` must be
-  // valid UTF-8.
-  template <typename F>
-  void for_each_match(std::string_view text, F&& on_match) const {
-    size_t pos = 0;
-    size_t begin = 0, end = 0;
-    while (next_match(text, pos, begin, end)) {
-      on_match(begin, end);
-      pos = end > begin ? end : advance_one(text, end);
-    }
-  }
-
- private:
-  bool next_match(std::string_view text, size_t from, size_t& begin, size_t& end) const;
-  static size_t advance_one(std::string_view text, size_t pos);
-
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
+// A compiled regex (pretokenizer.cpp). Throws deepinfer::Error naming `label` (the pattern's
+// origin) when the pattern does not compile.
+class Regex;
+std::shared_ptr<const Regex> compile_regex(const std::string& pattern, const std::string& label);
 
 // The rewrite of `\s` / `\S` described above (exposed for tests).
 std::string rewrite_whitespace_classes(const std::string& pattern);
@@ -60,27 +38,18 @@ enum class SplitBehavior : uint8_t {
   kContiguous
 };
 
-// One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split.
+// One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
+// matches; without its regex, no split at all).
 struct PreTokenizerStep {
-  enum class Kind : uint8_t { kSplit, kByteLevel };
-  Kind kind = Kind::kSplit;
-  std::unique_ptr<Regex> regex;  // null for a literal split or a ByteLevel without regex
+  std::shared_ptr<const Regex> regex;  // null for a literal split or a ByteLevel without regex
   std::string literal;
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
-  bool add_prefix_space = false;  // ByteLevel
+  bool add_prefix_space = false;  // ByteLevel: a space is put before each piece lacking one
 };
 
-class PreTokenizer {
- public:
-  void add(PreTokenizerStep step) { steps_.push_back(std::move(step)); }
-  bool empty() const { return steps_.empty(); }
-  // Splits `text` (valid UTF-8) into pre-tokens, appended to `out.items`.
-  void split(std::string_view text, Pieces& out) const;
-
- private:
-  std::vector<PreTokenizerStep> steps_;
-};
+// Splits `text` (valid UTF-8) by each step in turn into pre-tokens, appended to `out.items`.
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, Pieces& out);
 
 // Unicode normalization forms a tokenizer.json normalizer may ask for.
 enum class NormalForm : uint8_t { kNFC, kNFD, kNFKC, kNFKD };
@@ -94,26 +63,24 @@ class AddedTokenMatcher {
     int32_t id;
     bool single_word, lstrip, rstrip;
   };
-  explicit AddedTokenMatcher(std::vector<Token> tokens);
-  bool empty() const { return tokens_.empty(); }
+  explicit AddedTokenMatcher(std::vector<Token> tokens = {});
 
   struct Segment {
     size_t begin, end;
     int32_t id;  // -1 for plain text
   };
-  // Splits `text` into plain segments and added-token segments covering it entirely.
+  // Sets `out` to plain segments and added-token segments covering `text` entirely.
   void split(std::string_view text, std::vector<Segment>& out) const;
 
  private:
   // Length of the longest token starting at `pos` and its index, or {0, -1}.
   std::pair<size_t, int32_t> longest_at(std::string_view text, size_t pos) const;
 
-  struct Node {
-    std::vector<std::pair<uint8_t, int32_t>> children;  // (byte, node)
-    int32_t token = -1;                                 // index into tokens_ ending here
-  };
+  // The trie of the tokens' contents: node 0 is the root; children_ maps (node, byte) to a node.
+  static uint64_t edge(int32_t node, char byte) { return uint64_t(node) << 8 | uint8_t(byte); }
   std::vector<Token> tokens_;
-  std::vector<Node> nodes_;  // nodes_[0] is the root
+  std::vector<int32_t> token_at_;  // [node]: index into tokens_ ending there, or -1
+  std::unordered_map<uint64_t, int32_t> children_;
   bool first_byte_[256] = {};
 };
 

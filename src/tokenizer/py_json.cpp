@@ -1,5 +1,6 @@
 #include "tokenizer/py_json.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -9,38 +10,19 @@ namespace deepinfer::tokenizer_internal {
 namespace {
 
 void quote(const std::string& s, std::string& out) {
+  // The characters with a short escape, and the letter after the backslash for each.
+  constexpr std::string_view kEscaped = "\"\\\n\r\t\b\f", kLetters = "\"\\nrtbf";
   out.push_back('"');
   for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (uint8_t(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
-          out += buf;
-        } else {
-          out.push_back(c);
-        }
+    if (const size_t k = kEscaped.find(c); k != std::string_view::npos) {
+      out.push_back('\\');
+      out.push_back(kLetters[k]);
+    } else if (uint8_t(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
+      out += buf;
+    } else {
+      out.push_back(c);
     }
   }
   out.push_back('"');
@@ -49,36 +31,29 @@ void quote(const std::string& s, std::string& out) {
 // Python's float repr: the shortest digits that round-trip, written in positional notation
 // when the decimal point falls within (-4, 16] digits of the first digit, else as d.ddde+XX.
 void py_float(double v, std::string& out) {
-  if (std::isnan(v)) {
-    out += "NaN";
+  if (!std::isfinite(v)) {
+    out += std::isnan(v) ? "NaN" : v < 0 ? "-Infinity" : "Infinity";
     return;
   }
-  if (std::isinf(v)) {
-    out += v < 0 ? "-Infinity" : "Infinity";
-    return;
-  }
-  char buf[64];
-  const auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);
-  std::string sign;
-  if (sci[0] == '-') sign = "-", sci.erase(0, 1);
-  const size_t e = sci.find('e');
-  const int exp10 = std::stoi(sci.substr(e + 1));
-  std::string digits = sci.substr(0, e);
+  // Shortest round-trip digits d.ddd and the decimal exponent, from scientific notation.
+  char buf[64] = {};  // zeros: the exponent text ends there
+  char* end = std::to_chars(buf, buf + sizeof(buf), std::abs(v), std::chars_format::scientific).ptr;
+  char* e = std::find(buf, end, 'e');
+  const int exp10 = std::atoi(e + 1);
+  std::string digits(buf, e);
   if (digits.size() > 1) digits.erase(1, 1);  // drop the '.'
-  const int decpt = exp10 + 1;                // digits before the decimal point
-  out += sign;
+  if (std::signbit(v)) out += '-';
+  const int n = int(digits.size()), decpt = exp10 + 1;  // digits before the decimal point
   if (decpt > -4 && decpt <= 16) {
-    if (decpt <= 0) {
-      out += "0." + std::string(size_t(-decpt), '0') + digits;
-    } else if (size_t(decpt) >= digits.size()) {
-      out += digits + std::string(size_t(decpt) - digits.size(), '0') + ".0";
-    } else {
-      out += digits.substr(0, size_t(decpt)) + "." + digits.substr(size_t(decpt));
-    }
+    // Zeros before the first digit (as in 0.00ddd) and after the last (as in ddd00.0).
+    const int lead = std::max(0, 1 - decpt);
+    const std::string p =
+        std::string(size_t(lead), '0') + digits + std::string(size_t(std::max(0, decpt - n)), '0');
+    const size_t point = size_t(decpt + lead);
+    out += p.substr(0, point) + "." + (point < p.size() ? p.substr(point) : "0");
   } else {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (n > 1) out += "." + digits.substr(1);
     char ebuf[16];
     std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
     out += ebuf;
@@ -106,28 +81,19 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
     case value_t::string:
       quote(v.get_ref<const std::string&>(), out);
       break;
-    case value_t::array: {
-      out.push_back('[');
-      bool first = true;
-      for (const auto& item : v) {
-        if (!first) out += ", ";
-        first = false;
-        dump(item, out);
-      }
-      out.push_back(']');
-      break;
-    }
+    case value_t::array:
     case value_t::object: {
-      out.push_back('{');
-      bool first = true;
+      const bool object = v.is_object();
+      out.push_back(object ? '{' : '[');
       for (auto it = v.begin(); it != v.end(); ++it) {
-        if (!first) out += ", ";
-        first = false;
-        quote(it.key(), out);
-        out += ": ";
+        if (it != v.begin()) out += ", ";
+        if (object) {
+          quote(it.key(), out);
+          out += ": ";
+        }
         dump(it.value(), out);
       }
-      out.push_back('}');
+      out.push_back(object ? '}' : ']');
       break;
     }
     case value_t::binary:
@@ -135,87 +101,34 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
         out.append(v.get_binary().begin(), v.get_binary().end());  // an integer's digits
         break;
       }
-      out += "null";
-      break;
+      [[fallthrough]];
     default:
-      out += "null";
-      break;  // discarded values never come from parsing text
+      out += "null";  // discarded values never come from parsing text
+      break;
   }
 }
 
-}  // namespace
-
-namespace {
-
-// Builds the value from nlohmann's SAX events, turning integers too large for 64 bits (which the
-// lexer reports as floats, with their text) into digit strings.
-class ExactBuilder {
+// nlohmann's own DOM builder, except that integers too large for 64 bits (which the lexer
+// reports as floats, with their text) become digit strings.
+class ExactBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::ordered_json> {
  public:
-  using J = nlohmann::ordered_json;
-  J root;
-  bool null() { return put(J(nullptr)); }
-  bool boolean(bool b) { return put(J(b)); }
-  bool number_integer(J::number_integer_t v) { return put(J(v)); }
-  bool number_unsigned(J::number_unsigned_t v) { return put(J(v)); }
-  bool number_float(J::number_float_t v, const std::string& text) {
-    if (text.find_first_of(".eE") == std::string::npos) {
-      std::vector<uint8_t> digits(text.begin(), text.end());
-      return put(J::binary(std::move(digits), kBigIntSubtype));
-    }
-    return put(J(v));
+  using json_sax_dom_parser::json_sax_dom_parser;
+  bool number_float(number_float_t v, const string_t& text) {
+    if (text.find_first_of(".eE") != std::string::npos)
+      return json_sax_dom_parser::number_float(v, text);
+    binary_t digits(std::vector<uint8_t>(text.begin(), text.end()), kBigIntSubtype);
+    return binary(digits);
   }
-  bool string(std::string& s) { return put(J(std::move(s))); }
-  bool binary(J::binary_t& b) { return put(J::binary(std::move(b))); }
-  bool start_object(std::size_t) { return open(J::object()); }
-  bool key(std::string& k) {
-    key_ = std::move(k);
-    return true;
-  }
-  bool end_object() { return close(); }
-  bool start_array(std::size_t) { return open(J::array()); }
-  bool end_array() { return close(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) {
-    return false;
-  }
-
- private:
-  J* place(J v) {
-    if (stack_.empty()) {
-      root = std::move(v);
-      return &root;
-    }
-    J& top = *stack_.back();
-    if (top.is_array()) {
-      top.push_back(std::move(v));
-      return &top.back();
-    }
-    J& slot = top[key_];
-    slot = std::move(v);
-    return &slot;
-  }
-  bool put(J v) {
-    place(std::move(v));
-    return true;
-  }
-  bool open(J v) {
-    stack_.push_back(place(std::move(v)));
-    return true;
-  }
-  bool close() {
-    stack_.pop_back();
-    return true;
-  }
-  std::vector<J*> stack_;
-  std::string key_;
 };
 
 }  // namespace
 
 nlohmann::ordered_json parse_json_exact(std::string_view text) {
-  ExactBuilder b;
+  nlohmann::ordered_json root;
+  ExactBuilder b(root, /*allow_exceptions=*/false);
   if (!nlohmann::ordered_json::sax_parse(text, &b))
     return nlohmann::ordered_json::value_t::discarded;
-  return std::move(b.root);
+  return root;
 }
 
 std::string py_json_dumps(const nlohmann::ordered_json& value) {

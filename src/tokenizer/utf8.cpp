@@ -1,5 +1,7 @@
 #include "tokenizer/utf8.h"
 
+#include <utf8proc.h>
+
 namespace deepinfer::utf8 {
 
 Step step(std::string_view s, size_t pos) {
@@ -60,11 +62,7 @@ std::string lossy(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     const Step st = step(s, i);
-    if (st.kind == Step::Kind::kChar) {
-      out.append(s.substr(i, st.len));
-    } else {
-      out.append(kReplacement);
-    }
+    out.append(st.kind == Step::Kind::kChar ? s.substr(i, st.len) : kReplacement);
     i += st.len;
   }
   return out;
@@ -89,21 +87,15 @@ size_t stable_prefix(std::string_view s) {
 }
 
 void append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(char(cp));
-  } else if (cp < 0x800) {
-    out.push_back(char(0xC0 | (cp >> 6)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(char(0xE0 | (cp >> 12)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(char(0xF0 | (cp >> 18)));
-    out.push_back(char(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(char(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(char(0x80 | (cp & 0x3F)));
-  }
+  utf8proc_uint8_t buf[4];
+  out.append(reinterpret_cast<const char*>(buf),
+             size_t(utf8proc_encode_char(utf8proc_int32_t(cp), buf)));
+}
+
+bool is_white_space(char32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
 }
 
 }  // namespace deepinfer::utf8

@@ -40,4 +40,7 @@ size_t stable_prefix(std::string_view s);
 
 void append(std::string& out, char32_t cp);
 
+// The Unicode White_Space property.
+bool is_white_space(char32_t cp);
+
 }  // namespace deepinfer::utf8
