@@ -259,73 +259,46 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 
 // --- GEMV ---
 
+// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused, 2 fp32
+// multiply-then-add (fp32 values times fp32 weights, in the pair order: odd input first).
+template <int Fm, int Mode, int NR, int NB>
+inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                        const Luts& L, F* acc) {
+  F p[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
 #if defined(__AVX512F__)
-// Quantized rows: bf16 codes times bf16 pairs.
-template <int Fm, int NR, int NB>
-inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
-                           F* acc) {
-  F p[NB][NR];
+      if constexpr (Mode == 0) {
+        I p0, p1;
+        decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
 #pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 16
-    for (int bb = 0; bb < NB; ++bb) {
-      I p0, p1;
-      decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
-#pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r) {
-        const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
-        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+        for (int r = 0; r < NR; ++r) {
+          const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
+          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
+          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+        }
+        continue;
       }
-    }
-  }
-  add_partials<Fm, NR, NB>(j, t, b0, 0, p, acc);
-}
 #endif
-
-// fp32 values times fp32 weights, in the pair order (odd input first).
-template <int Fm, bool FM, int NR, int NB>
-inline void gemv_fp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                           const Luts& L, F* acc) {
-  F p[NB][NR];
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 16
-    for (int bb = 0; bb < NB; ++bb) {
       F w[4];
       decode_group<Fm>(tile, (b0 + bb) * 8 + g, h, L, w);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = madd<FM>(set1(xr[1]), w[1], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[0]), w[0], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[3]), w[3], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[2]), w[2], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[1]), w[1], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[0]), w[0], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[3]), w[3], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[2]), w[2], p[bb][r]);
       }
     }
   }
   add_partials<Fm, NR, NB>(j, t, b0, h, p, acc);
-}
-
-// Mode: 0 bf16 products (AVX-512), 1 fp32 fused, 2 fp32 multiply-then-add.
-template <int Fm, int Mode, int NR, int NB>
-inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                        const Luts& L, F* acc) {
-#if defined(__AVX512F__)
-  if constexpr (Mode == 0) {
-    gemv_dp_blocks<Fm, NR, NB>(j, tile, t, b0, L, acc);
-    return;
-  }
-#endif
-  gemv_fp_blocks<Fm, Mode == 1, NR, NB>(j, tile, t, b0, h, L, acc);
 }
 
 // Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
@@ -494,10 +467,15 @@ inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols
 }
 
 // Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
-// per input (dense inputs, or codes when bf16 products are not used).
-template <int MR, int NV, bool FM>
-void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
-               int64_t cols, int64_t v0) {
+// per input (dense inputs, or codes when bf16 products are not used; Mode as gemv_blocks), or
+// (Mode 0) bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
+template <int MR, int NV, int Mode>
+void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t cols,
+           int64_t v0) {
+  if constexpr (Mode == 0) {
+    cols = NV;
+    v0 = 0;
+  }
   const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
   for (int64_t b = 0; b < kc / 32; ++b) {
     F p[MR][NV];
@@ -507,6 +485,22 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
       for (int v = 0; v < NV; ++v) p[i][v] = zero();
 #pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
+#if defined(__AVX512F__)
+      if constexpr (Mode == 0) {
+        __m512bh w[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v)
+          w[v] = reinterpret_cast<__m512bh>(
+              _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
+        }
+        continue;
+      }
+#endif
       const int64_t k0 = b * 32 + 2 * kk;
 #pragma GCC unroll 2
       for (int odd = 1; odd >= 0; --odd) {
@@ -517,7 +511,7 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
         for (int i = 0; i < MR; ++i) {
           const F a = set1(j.x[(i0 + i) * j.ldx + kc0 + k0 + odd]);
 #pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[i][v] = madd<FM>(a, w[v], p[i][v]);
+          for (int v = 0; v < NV; ++v) p[i][v] = madd<Mode == 1>(a, w[v], p[i][v]);
         }
       }
     }
@@ -525,55 +519,24 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   }
 }
 
-#if defined(__AVX512F__)
-// Same with bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
-template <int MR, int NV>
-void micro_bf16(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
-                int64_t cols, int64_t v0) {
-  const I* bp = reinterpret_cast<const I*>(s.b);
-  for (int64_t b = 0; b < kc / 32; ++b) {
-    F p[MR][NV];
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) p[i][v] = zero();
-#pragma GCC unroll 2
-    for (int kk = 0; kk < 16; ++kk) {
-      __m512bh w[NV];
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v)
-        w[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + (b * 16 + kk) * NV + v));
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) {
-        const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
-      }
-    }
-    scale_into<MR, NV>(s, i0, b, NV, 0, p);
-  }
-}
-#endif
-
 using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t,
                          int64_t);
 
 template <int NV, int... MR>
-MicroFn micro_pick(bool bf16, bool fm, int mr, std::integer_sequence<int, MR...>) {
-  static constexpr MicroFn kF[] = {micro_f32<MR + 1, NV, true>...};
-  static constexpr MicroFn kM[] = {micro_f32<MR + 1, NV, false>...};
+MicroFn micro_pick(int mode, int mr, std::integer_sequence<int, MR...>) {
+  static constexpr MicroFn kF[] = {micro<MR + 1, NV, 1>...};
+  static constexpr MicroFn kM[] = {micro<MR + 1, NV, 2>...};
 #if defined(__AVX512F__)
-  static constexpr MicroFn kBf[] = {micro_bf16<MR + 1, NV>...};
-  if (bf16) return kBf[mr - 1];
+  static constexpr MicroFn kBf[] = {micro<MR + 1, NV, 0>...};
+  if (mode == 0) return kBf[mr - 1];
 #endif
-  return fm ? kF[mr - 1] : kM[mr - 1];
+  return mode == 1 ? kF[mr - 1] : kM[mr - 1];
 }
 
 template <int... NV>
-MicroFn micro_for(bool bf16, bool fm, int mr, int nv, std::integer_sequence<int, NV...>) {
+MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
   MicroFn fn = nullptr;
-  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(bf16, fm, mr, std::make_integer_sequence<int, kMr>())
-                      : fn),
+  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(mode, mr, std::make_integer_sequence<int, kMr>()) : fn),
    ...);
   return fn;
 }
@@ -592,7 +555,8 @@ void gemm_fmt(const Job& j) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const MicroFn fn = micro_for(bf16, j.fma, mr, nv, std::make_integer_sequence<int, kCols>());
+        const int mode = bf16 ? 0 : j.fma ? 1 : 2;
+        const MicroFn fn = micro_for(mode, mr, nv, std::make_integer_sequence<int, kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }
     }
