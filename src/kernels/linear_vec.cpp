@@ -16,7 +16,6 @@
 // AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/linear_isa.h"
@@ -30,22 +29,13 @@ using namespace simd::DI_SIMD_NS;
 
 constexpr int kH = 16 / kLanes;  // vectors per tile of 16 outputs
 
-enum Fmt { kFp8 = 0, kFp4 = 1, kBf16 = 2, kF32 = 3 };
-
-// fn(std::integral_constant<int, Fmt>) for the weight's format.
-template <class Fn>
-void by_format(WeightFormat f, Fn&& fn) {
-  switch (f) {
-    case WeightFormat::Fp8Block:
-      return fn(std::integral_constant<int, kFp8>());
-    case WeightFormat::Fp4Row:
-      return fn(std::integral_constant<int, kFp4>());
-    case WeightFormat::BF16:
-      return fn(std::integral_constant<int, kBf16>());
-    default:
-      return fn(std::integral_constant<int, kF32>());
-  }
-}
+// The packed formats, numbered as WeightFormat (Fp8Row weights are never packed).
+enum Fmt {
+  kF32 = int(WeightFormat::F32),
+  kBf16 = int(WeightFormat::BF16),
+  kFp8 = int(WeightFormat::Fp8Block),
+  kFp4 = int(WeightFormat::Fp4Row)
+};
 
 inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -355,16 +345,9 @@ void gemv_rows(const Job& j) {
 
 template <int Fm, int Mode>
 void gemv_n(const Job& j) {
-  switch (j.n) {
-    case 1:
-      return gemv_rows<Fm, Mode, 1>(j);
-    case 2:
-      return gemv_rows<Fm, Mode, 2>(j);
-    case 3:
-      return gemv_rows<Fm, Mode, 3>(j);
-    default:
-      return gemv_rows<Fm, Mode, 4>(j);
-  }
+  static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
+                                                  gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>};
+  kRows[(j.n < 4 ? j.n : 4) - 1](j);
 }
 
 template <int Fm>
@@ -381,7 +364,9 @@ void gemv_fmt(const Job& j) {
 }
 
 void gemv(const Job& j) {
-  by_format(j.w->format, [&](auto fm) { gemv_fmt<decltype(fm)::value>(j); });
+  static constexpr void (*kFmt[])(const Job&) = {gemv_fmt<kF32>, gemv_fmt<kBf16>, gemv_fmt<kFp8>,
+                                                 gemv_fmt<kFp4>};
+  kFmt[int(j.w->format)](j);
 }
 
 // --- GEMM ---
@@ -566,7 +551,9 @@ void gemm_fmt(const Job& j) {
 }
 
 void gemm(const Job& j) {
-  by_format(j.w->format, [&](auto fm) { gemm_fmt<decltype(fm)::value>(j); });
+  static constexpr void (*kFmt[])(const Job&) = {gemm_fmt<kF32>, gemm_fmt<kBf16>, gemm_fmt<kFp8>,
+                                                 gemm_fmt<kFp4>};
+  kFmt[int(j.w->format)](j);
 }
 
 // --- activation quantization (V41_SPEC.md §3.4) ---
