@@ -34,22 +34,6 @@ int64_t round_up(int64_t v, int64_t m) {
 
 // --- repacking ---
 
-int64_t tile_bytes_of(WeightFormat f, int64_t K) {
-  switch (f) {
-    case WeightFormat::Fp8Block:
-      return K * 16;
-    case WeightFormat::Fp4Row:
-      return K * 8;
-    case WeightFormat::BF16:
-      return K * 32;
-    case WeightFormat::F32:
-      return K * 64;
-    case WeightFormat::Fp8Row:
-      break;
-  }
-  return 0;
-}
-
 // Byte offset, inside an fp8 tile, of input k of row o: groups of 4 inputs take 64 bytes, in
 // which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs so that the
 // AVX-512 byte unpacks produce bf16 pairs in row order (the AVX-512 branch of
@@ -133,17 +117,10 @@ bool has_vbmi() {
 #endif
 }
 
-const linear_isa::Kernels* kernels_for(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      if (!has_vbmi()) return &linear_isa::kernels<Isa::Avx2>();
-      return &linear_isa::kernels<Isa::Avx512>();
-    case Isa::Avx2:
-      return &linear_isa::kernels<Isa::Avx2>();
-    case Isa::Scalar:
-      break;
-  }
-  return nullptr;
+// The vector kernels of a non-scalar ISA.
+const linear_isa::Kernels& kernels_for(Isa isa) {
+  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kernels<Isa::Avx512>()
+                                          : linear_isa::kernels<Isa::Avx2>();
 }
 
 bool bf16_products_ok() {
@@ -217,7 +194,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
   check_call(w, a, n_out, quant);
   if (n <= 0 || n_out == 0) return;
-  const linear_isa::Kernels& kern = *kernels_for(isa);
+  const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   const int64_t n_tiles = t_end - t_begin;
   LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
@@ -306,7 +283,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
 // wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
 // stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
-  const linear_isa::Kernels& kern = *kernels_for(isa);
+  const linear_isa::Kernels& kern = kernels_for(isa);
   const bool bf16 = kern.bf16 && bf16_products_ok();
   // Reused from call to call (no allocation once large enough). Named through references: the
   // pool's workers must see this thread's vectors, not their own thread_local copies.
@@ -348,14 +325,10 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
 
 void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
   const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar) {
-    if (quant)
-      linear_quant_ref(w.weight(), a);
-    else
-      linear_dense_ref(w.weight(), a);
-    return;
-  }
-  run_fast(w, a, quant, isa);
+  if (a.exact || isa == Isa::Scalar)
+    (quant ? linear_quant_ref : linear_dense_ref)(w.weight(), a);
+  else
+    run_fast(w, a, quant, isa);
 }
 
 }  // namespace
@@ -390,23 +363,19 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   p_.rows = w.rows();
   p_.cols = K;
   p_.n_tiles = (w.rows() + 15) / 16;
-  p_.tile_bytes = tile_bytes_of(w.format, K);
+  // 16 rows' values: the checkpoint's bytes per row, 16 times.
+  p_.tile_bytes = int64_t(w.value_bytes() * 16 / uint64_t(std::max<int64_t>(w.rows(), 1)));
   const int64_t data_bytes = p_.n_tiles * p_.tile_bytes;
   const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? p_.n_tiles * (K / 32) * 16 : 0;
   owned_bytes_ = uint64_t(data_bytes + scale_bytes);
-  const size_t alloc = size_t(round_up(data_bytes + scale_bytes, 64));
-  buf_ = huge_alloc(alloc);
+  buf_ = huge_alloc(size_t(round_up(data_bytes + scale_bytes, 64)));
   uint8_t* buf = buf_.get();
   uint8_t* scale_dst = buf + data_bytes;
   p_.data = buf;
   p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||
                      (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
-  if (w.format == WeightFormat::Fp4Row) {
-    p_.scale = scale_dst;
-  } else if (w.format == WeightFormat::Fp8Block) {
-    p_.scale = w.scale;
-    p_.scale_cols = w.scale_cols;
-  }
+  p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
+  if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
   ThreadPool::global().parallel_for(p_.n_tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       uint8_t* d = buf + t * p_.tile_bytes;
@@ -426,12 +395,6 @@ void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
 }
 void linear(const PreparedLinear& w, const LinearArgs& a) {
   run(w, a, w.weight().quant_input);
-}
-void linear_quant(const Weight& w, const LinearArgs& a) {
-  linear_quant_ref(w, a);
-}
-void linear_dense(const Weight& w, const LinearArgs& a) {
-  linear_dense_ref(w, a);
 }
 
 void set_linear_path(LinearPath p) {

@@ -103,19 +103,11 @@ struct LinearCall {
   LinearArgs a;
 };
 void linear_many(std::span<const LinearCall> calls);
-// Unprepared weights run the scalar path (tests, one-off uses).
-void linear_quant(const Weight& w, const LinearArgs& a);
-void linear_dense(const Weight& w, const LinearArgs& a);
+// Unprepared weights run the scalar path.
 void linear_quant_ref(const Weight& w, const LinearArgs& a);
 void linear_dense_ref(const Weight& w, const LinearArgs& a);
 
 // Convenience: full W, contiguous x [n, W.cols()] and y [n, W.rows()].
-inline void linear_quant(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
-  linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
-inline void linear_dense(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
-  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
 inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, float* y,
                          bool exact = false) {
   linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
