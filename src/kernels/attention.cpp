@@ -1,12 +1,21 @@
+// Sparse attention: the reference (online softmax in fp32, or the exact formula in double), the
+// context-parallel partials and their merge, and the dispatch to the vector paths. The exact
+// formula and the scalar ISA take the reference; the vector paths split the heads into groups of
+// one vector width (16 AVX-512 lanes, 8 AVX2 lanes), one task each. Every head is computed by one
+// task in the reference's order, so the result does not depend on the path or the thread count.
 #include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
+#include "kernels/isa.h"
 #include "kernels/reduce.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -66,6 +75,12 @@ float online_head(const SparseAttnArgs& a, const float* q, float* o, float* m_ou
 
 thread_local std::vector<double> t_z, t_acc;
 thread_local std::vector<float> t_o;
+thread_local AlignedScratch t_scratch;
+
+// x[i] = f32(exp(double(x[i]))), for the vector kernels (attention_isa::Job::exp_n).
+void exp_n(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = float(std::exp(double(x[i])));
+}
 
 }  // namespace
 
@@ -96,7 +111,31 @@ void sparse_attention_ref(const SparseAttnArgs& a) {
   }
 }
 
-// sparse_attention (the dispatch to the vector paths) is in attention_fast.cpp.
+void sparse_attention(const SparseAttnArgs& a) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar || a.Dh % 32 != 0 || a.nk == 0) {
+    sparse_attention_ref(a);
+    return;
+  }
+  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
+                                                          : attention_isa::kernels<Isa::Avx2>();
+  const int64_t lanes = kern.lanes;
+  const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
+  ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
+    attention_isa::Job j;
+    j.a = &a;
+    j.fma_qk = q_bf16 && k_bf16;
+    j.fma_pv = a.bf16_probs && k_bf16;
+    // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors.
+    j.scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64);
+    j.exp_n = exp_n;
+    for (int64_t g = g0; g < g1; ++g) {
+      j.h0 = g * lanes;
+      j.nh = std::min(lanes, a.H - j.h0);
+      kern.group(j);
+    }
+  });
+}
 
 void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
   const int64_t stride = 2 + a.Dh;

@@ -7,7 +7,7 @@
 //           reference's double exp, out of line), Σp in the 16-lane order over j, l = l·β + Σp;
 //   values  per head, A = A·β + Σ_j p_j·k_j over 8 vectors of dimensions at a time (keys are
 //           the values).
-#include "kernels/attention_isa.h"
+#include "kernels/isa.h"
 #include "kernels/simd.h"
 
 namespace deepinfer::attention_isa {

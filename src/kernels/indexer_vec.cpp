@@ -5,7 +5,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/indexer_isa.h"
+#include "kernels/isa.h"
 #include "kernels/simd.h"
 
 namespace deepinfer::indexer_isa {

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/huge_alloc.h"
 #include "core/thread_pool.h"
-#include "kernels/linear_isa.h"
+#include "kernels/isa.h"
 #include "kernels/scratch.h"
 
 namespace deepinfer {

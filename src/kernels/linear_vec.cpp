@@ -18,7 +18,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/linear_isa.h"
+#include "kernels/isa.h"
 #include "kernels/simd.h"
 
 namespace deepinfer::linear_isa {

@@ -5,7 +5,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
-#include "kernels/quant_isa.h"
+#include "kernels/isa.h"
 
 namespace deepinfer {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/quant_isa.h"
+#include "kernels/isa.h"
 
 // GCC 12's intrinsic headers read deliberately undefined vectors (_mm512_undefined_*), which the
 // uninitialized-use warnings report from inside the system headers.

@@ -10,7 +10,7 @@
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/linear.h"
-#include "kernels/linear_isa.h"
+#include "kernels/isa.h"
 #include "kernels/quant.h"
 
 namespace deepinfer::testing {

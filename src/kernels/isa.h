@@ -1,0 +1,135 @@
+// Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, indexer.cpp,
+// quant.cpp: checks, scratch, threading) hands the vector code compiled per ISA (the *_vec.cpp
+// files, compiled once per ISA, and quant_avx512.cpp). Plain structs and function pointers only,
+// so the ISA objects share no inline code with the rest of the program.
+#pragma once
+
+#include <cstdint>
+
+#include "core/cpu.h"
+#include "kernels/attention.h"
+#include "kernels/indexer.h"
+#include "kernels/linear.h"
+
+namespace deepinfer::linear_isa {
+
+// The most rows a GEMV call takes at once (more rows are split into such groups).
+constexpr int64_t kGemvRows = 4;
+// Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
+// row against them.
+constexpr int64_t kGemmPanelTiles = 3;
+
+// One call over tiles [t0, t1) of a packed weight for `n` rows.
+struct Job {
+  const PackedWeight* w = nullptr;
+  // [n, ldx] fp32 inputs: the values themselves (dense) or their act_quant QDQ values
+  // x̃ = q·σ (quantized). Since σ is a power of two, a block's partial over x̃ is exactly σ times
+  // the partial over the codes q, so every path scales partials by the weight scale only.
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const uint16_t* xb = nullptr;  // [n, ldxb] the same x̃ as bf16 (exact) for vdpbf16ps, or null
+  int64_t ldxb = 0;
+  int64_t n = 0;
+  float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
+  int64_t ldy = 0;
+  int64_t lo = 0, hi = 0;  // outputs [lo, hi) are written, nothing else
+  int64_t t0 = 0, t1 = 0;
+  uint8_t* scratch = nullptr;  // GEMM: gemm_scratch_bytes(n, K) bytes, 64-byte aligned
+  // Products are exact (quantized codes, or bf16 inputs with bf16/fp8 weights): FMA then equals
+  // the canonical multiply-then-add. Otherwise the kernels multiply and add separately.
+  bool fma = true;
+};
+
+struct Kernels {
+  // act_quant QDQ of n rows (V41_SPEC.md §3.4): xq[n, K] the values q·σ, xqb[n, K] the same as
+  // bf16 (when non-null).
+  void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb);
+  // Converts n rows of fp32 inputs to bf16 (xb[n, K]) and returns whether every value is a bf16
+  // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
+  // ISA has no bf16 products.
+  bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
+  void (*gemv)(const Job& j);  // n <= kGemvRows
+  void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
+  int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
+  bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
+};
+
+template <Isa>
+const Kernels& kernels();
+template <>
+const Kernels& kernels<Isa::Avx2>();
+template <>
+const Kernels& kernels<Isa::Avx512>();
+
+// Whether vdpbf16ps computes exactly the canonical pair order (acc + odd product, rounded, +
+// even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
+// trusted.
+bool avx512_dpbf16_is_canonical();
+
+}  // namespace deepinfer::linear_isa
+
+// Sparse attention (attention_vec.cpp).
+namespace deepinfer::attention_isa {
+
+// One group of consecutive heads (16 for AVX-512, 8 for AVX2) of one query.
+struct Job {
+  const SparseAttnArgs* a = nullptr;
+  int64_t h0 = 0, nh = 0;  // heads [h0, h0 + nh)
+  bool fma_qk = false;     // q·k products are exact (bf16 values): fused multiply-adds agree
+  bool fma_pv = false;     // p·v products are exact
+  // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors; 64-byte
+  // aligned.
+  float* scratch = nullptr;
+  // x[i] = f32(exp(double(x[i]))): the reference's exp, out of line so the ISA files do not
+  // instantiate it.
+  void (*exp_n)(float* x, int64_t n) = nullptr;
+};
+
+struct Kernels {
+  void (*group)(const Job& j);
+  // Whether every element of x[n] is a bf16 value (low 16 bits zero).
+  bool (*all_bf16)(const float* x, int64_t n);
+  int64_t lanes;  // heads per group
+};
+template <Isa>
+const Kernels& kernels();
+template <>
+const Kernels& kernels<Isa::Avx2>();
+template <>
+const Kernels& kernels<Isa::Avx512>();
+
+}  // namespace deepinfer::attention_isa
+
+// Indexer scores (indexer_vec.cpp).
+namespace deepinfer::indexer_isa {
+
+struct Job {
+  const IndexerScoreArgs* a = nullptr;
+  int64_t t0 = 0, t1 = 0;    // visible rows to score
+  bool fma = false;          // q·k products are exact (bf16 values): fused multiply-adds agree
+  float* scratch = nullptr;  // qT [Di][lanes], w [lanes], terms [4][lanes]; 64-byte aligned
+};
+
+// Largest head count the vector kernels take (more runs the reference).
+constexpr int64_t kMaxHeads = 64;
+
+using Fn = void (*)(const Job& j);
+template <Isa>
+Fn kernel();
+template <>
+Fn kernel<Isa::Avx2>();
+template <>
+Fn kernel<Isa::Avx512>();
+
+}  // namespace deepinfer::indexer_isa
+
+// The AVX-512 versions of the activation/cache conversions of kernels/quant.h
+// (quant_avx512.cpp), exact twins of the scalar code in quant.cpp.
+namespace deepinfer::quant_isa {
+
+void round_bf16_avx512(float* x, int64_t n);
+void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
+void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+
+}  // namespace deepinfer::quant_isa
