@@ -15,9 +15,7 @@ constexpr int kSpinIterations = 20000;
 // One spin-wait iteration. Every 64th iteration yields the CPU, so that an oversubscribed pool
 // (more threads than cores) lets the thread with real work run instead of spinning against it.
 inline void spin_pause(int iteration) {
-#if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
-#endif
   if ((iteration & 63) == 63) std::this_thread::yield();
 }
 

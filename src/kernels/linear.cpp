@@ -51,9 +51,6 @@ int64_t fp4_offset(int64_t k, int64_t o) {
   const int64_t j = (k % 8) / 2;
   return (k / 8) * 64 + 2 * (2 * o + (k & 1)) + j / 2;
 }
-int fp4_shift(int64_t k) {
-  return int(4 * (((k % 8) / 2) & 1));
-}
 
 // Tile t of `w` into dst (layouts: kernels/linear.h).
 void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
@@ -71,7 +68,7 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
         const uint8_t* src = w.u8() + r * (K / 2);
         for (int64_t k = 0; k < K; ++k) {
           const uint8_t v = uint8_t((src[k / 2] >> (4 * (k & 1))) & 15);
-          dst[fp4_offset(k, o)] |= uint8_t(v << fp4_shift(k));
+          dst[fp4_offset(k, o)] |= uint8_t(v << (4 * (((k % 8) / 2) & 1)));  // nibble j's half
         }
         const uint8_t* s = w.scale + r * w.scale_cols;
         for (int64_t b = 0; b < K / 32; ++b) scale_dst[b * 16 + o] = s[b];
@@ -109,12 +106,8 @@ bool bf16_not_tiny(const uint16_t* v, int64_t n) {
 // The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
 // Lake has them); without, the AVX2 kernels run.
 bool has_vbmi() {
-#if defined(__x86_64__)
   static const bool v = __builtin_cpu_supports("avx512vbmi");
   return v;
-#else
-  return false;
-#endif
 }
 
 // The vector kernels of a non-scalar ISA.
@@ -128,7 +121,9 @@ bool bf16_products_ok() {
   return ok;
 }
 
-void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant) {
+// Checks a call and returns its number of outputs.
+int64_t check_call(const Weight& w, const LinearArgs& a, bool quant) {
+  const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
   DI_CHECK(w.present(), "linear over an absent weight");
   DI_CHECK(w.cols() % 32 == 0, w.name, ": input dim ", w.cols(), " is not a multiple of 32");
   DI_CHECK(a.row0 >= 0 && n_out >= 0 && a.row0 + n_out <= w.rows(), w.name, ": rows [", a.row0,
@@ -138,6 +133,7 @@ void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant)
              ": QLin needs fp8 or fp4 weights");
   else
     DI_CHECK(w.format != WeightFormat::Fp4Row, w.name, ": a plain linear over fp4 codes");
+  return n_out;
 }
 
 // Whether every input is a bf16 value (then a bf16 or fp8 weight's products are exact in fp32).
@@ -191,8 +187,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const Weight& w = pw.weight();
   const PackedWeight& pk = pw.packed();
   const int64_t K = w.cols(), n = a.n;
-  const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
-  check_call(w, a, n_out, quant);
+  const int64_t n_out = check_call(w, a, quant);
   if (n <= 0 || n_out == 0) return;
   const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
@@ -343,7 +338,7 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     const bool quant = c.w->weight().quant_input;
-    check_call(c.w->weight(), a, a.n_out < 0 ? c.w->rows() - a.row0 : a.n_out, quant);
+    check_call(c.w->weight(), a, quant);
     if (quant && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
       small.push_back(c);
     else
