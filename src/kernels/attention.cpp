@@ -84,30 +84,26 @@ void exp_n(float* x, int64_t n) {
 
 }  // namespace
 
-// The exact formula (fp32 numerics): fp32 scores, softmax with the sink and the weighted sum in
-// double, rounded once. Independent of how the key list is split.
-void sparse_attention_exact(const SparseAttnArgs& a) {
-  std::vector<double>&z = t_z, &acc = t_acc;
-  z.resize(size_t(a.nk));
-  acc.resize(size_t(a.Dh));
-  for (int64_t h = 0; h < a.H; ++h) {
-    double m;
-    const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, z.data(), acc.data(), &m);
-    for (int64_t d = 0; d < a.Dh; ++d) a.out[h * a.Dh + d] = f32(acc[size_t(d)] / l);
-  }
-}
-
 void sparse_attention_ref(const SparseAttnArgs& a) {
+  // fp32 numerics: the exact formula, fp32 scores, softmax with the sink and the weighted sum in
+  // double, rounded once. Independent of how the key list is split.
+  std::vector<double>&z = t_z, &acc = t_acc;
   if (a.exact) {
-    sparse_attention_exact(a);
-    return;
+    z.resize(size_t(a.nk));
+    acc.resize(size_t(a.Dh));
   }
   for (int64_t h = 0; h < a.H; ++h) {
     float* o = a.out + h * a.Dh;
-    float m;
-    float l = online_head(a, a.q + h * a.Dh, o, &m);
-    l = l + exp_f(a.sink[h] - m);
-    for (int64_t d = 0; d < a.Dh; ++d) o[d] = o[d] / l;
+    if (a.exact) {
+      double m;
+      const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, z.data(), acc.data(), &m);
+      for (int64_t d = 0; d < a.Dh; ++d) o[d] = f32(acc[size_t(d)] / l);
+    } else {
+      float m;
+      float l = online_head(a, a.q + h * a.Dh, o, &m);
+      l = l + exp_f(a.sink[h] - m);
+      for (int64_t d = 0; d < a.Dh; ++d) o[d] = o[d] / l;
+    }
   }
 }
 
@@ -162,40 +158,42 @@ void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
   }
 }
 
+namespace {
+
+// One head's log-sum-exp merge of the partials (one every `part_stride`) with the sink, in T
+// (fp32 numerics: the max starts at the kernel's -1e30; exact: at the sink, all in double).
+// acc[Dh] holds the sum (T = float: the output itself).
+template <typename T>
+void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t Dh, float sink, T M,
+                T* acc, float* o) {
+  for (int r = 0; r < n_parts; ++r) M = std::max(M, T(parts[r * part_stride]));
+  T L = 0;
+  std::fill(acc, acc + Dh, T(0));
+  for (int r = 0; r < n_parts; ++r) {
+    const double* p = parts + r * part_stride;
+    if (p[1] == 0) continue;  // no keys on that rank
+    const T f = T(std::exp(double(T(p[0]) - M)));
+    L = L + T(p[1]) * f;
+    for (int64_t d = 0; d < Dh; ++d) acc[d] = acc[d] + T(p[2 + d]) * f;
+  }
+  L = L + T(std::exp(double(T(sink) - M)));
+  for (int64_t d = 0; d < Dh; ++d) o[d] = f32(acc[d] / L);
+}
+
+}  // namespace
+
 void merge_attention_partials(const double* parts, int n_parts, const float* sink, int64_t H,
                               int64_t Dh, bool exact, float* out) {
-  const int64_t stride = 2 + Dh, part_stride = H * stride;
+  const int64_t stride = 2 + Dh;
+  std::vector<double>& acc = t_acc;
+  acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {
     float* o = out + h * Dh;
-    if (exact) {
-      double M = sink[h];
-      for (int r = 0; r < n_parts; ++r) M = std::max(M, parts[r * part_stride + h * stride]);
-      double L = 0;
-      std::vector<double> A(static_cast<size_t>(Dh), 0.0);
-      for (int r = 0; r < n_parts; ++r) {
-        const double* p = parts + r * part_stride + h * stride;
-        if (p[1] == 0) continue;  // no keys on that rank
-        const double f = std::exp(p[0] - M);
-        L += p[1] * f;
-        for (int64_t d = 0; d < Dh; ++d) A[size_t(d)] += p[2 + d] * f;
-      }
-      L += std::exp(double(sink[h]) - M);
-      for (int64_t d = 0; d < Dh; ++d) o[d] = f32(A[size_t(d)] / L);
-      continue;
-    }
-    float M = -1e30f;
-    for (int r = 0; r < n_parts; ++r) M = std::max(M, float(parts[r * part_stride + h * stride]));
-    float L = 0;
-    std::fill(o, o + Dh, 0.0f);
-    for (int r = 0; r < n_parts; ++r) {
-      const double* p = parts + r * part_stride + h * stride;
-      if (p[1] == 0) continue;
-      const float f = exp_f(float(p[0]) - M);
-      L = L + float(p[1]) * f;
-      for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] + float(p[2 + d]) * f;
-    }
-    L = L + exp_f(sink[h] - M);
-    for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] / L;
+    if (exact)
+      merge_head<double>(parts + h * stride, n_parts, H * stride, Dh, sink[h], sink[h], acc.data(),
+                         o);
+    else
+      merge_head<float>(parts + h * stride, n_parts, H * stride, Dh, sink[h], -1e30f, o, o);
   }
 }
 
