@@ -67,10 +67,6 @@ void mixes_from_projections(const HcParams& p, const float* x, float* m, float* 
 
 }  // namespace
 
-void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb) {
-  hc_mixes_rows(p, x, 1, pre, post, comb);
-}
-
 void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
                    float* comb) {
   const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
