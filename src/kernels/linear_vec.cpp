@@ -41,13 +41,6 @@ inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
-inline float e8m0f(uint8_t b) {
-  uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // --- decoding (ISA-specific) ---
 
 #if defined(__AVX512F__)
@@ -216,7 +209,7 @@ inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F
 template <int Fm>
 inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
   if constexpr (Fm == kFp8)
-    return set1(e8m0f(w.scale[(t / 2) * w.scale_cols + b]));
+    return set1(e8m0(w.scale[(t / 2) * w.scale_cols + b]));
   else if constexpr (Fm == kFp4)
     return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
   else
@@ -588,7 +581,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       uint32_t tb;
       std::memcpy(&tb, &t, 4);
       const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
-      const F sg = set1(e8m0f(uint8_t(code))), vi = set1(e8m0f(uint8_t(254 - code)));
+      const F sg = set1(e8m0(uint8_t(code))), vi = set1(e8m0(uint8_t(254 - code)));
 #pragma GCC unroll 4
       for (int h = 0; h < kV; ++h) {
         const F v = min(max(mul(xv[h], vi), set1(-448.0f)), set1(448.0f));
