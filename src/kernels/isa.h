@@ -68,7 +68,7 @@ bool avx512_dpbf16_is_canonical();
 
 }  // namespace deepinfer::linear_isa
 
-// Sparse attention (attention_vec.cpp).
+// Sparse attention and the indexer scores (attention_vec.cpp): one lane per head.
 namespace deepinfer::attention_isa {
 
 // One group of consecutive heads (16 for AVX-512, 8 for AVX2) of one query.
@@ -85,8 +85,19 @@ struct Job {
   void (*exp_n)(float* x, int64_t n) = nullptr;
 };
 
+struct IndexerJob {
+  const IndexerScoreArgs* a = nullptr;
+  int64_t t0 = 0, t1 = 0;    // visible rows to score
+  bool fma = false;          // q·k products are exact (bf16 values): fused multiply-adds agree
+  float* scratch = nullptr;  // qT [Di][lanes], w [lanes], terms [4][lanes]; 64-byte aligned
+};
+
+// Largest head count the vector indexer takes (more runs the reference).
+constexpr int64_t kIndexerMaxHeads = 64;
+
 struct Kernels {
   void (*group)(const Job& j);
+  void (*indexer_scores)(const IndexerJob& j);
   // Whether every element of x[n] is a bf16 value (low 16 bits zero).
   bool (*all_bf16)(const float* x, int64_t n);
   int64_t lanes;  // heads per group
@@ -99,29 +110,6 @@ template <>
 const Kernels& kernels<Isa::Avx512>();
 
 }  // namespace deepinfer::attention_isa
-
-// Indexer scores (indexer_vec.cpp).
-namespace deepinfer::indexer_isa {
-
-struct Job {
-  const IndexerScoreArgs* a = nullptr;
-  int64_t t0 = 0, t1 = 0;    // visible rows to score
-  bool fma = false;          // q·k products are exact (bf16 values): fused multiply-adds agree
-  float* scratch = nullptr;  // qT [Di][lanes], w [lanes], terms [4][lanes]; 64-byte aligned
-};
-
-// Largest head count the vector kernels take (more runs the reference).
-constexpr int64_t kMaxHeads = 64;
-
-using Fn = void (*)(const Job& j);
-template <Isa>
-Fn kernel();
-template <>
-Fn kernel<Isa::Avx2>();
-template <>
-Fn kernel<Isa::Avx512>();
-
-}  // namespace deepinfer::indexer_isa
 
 // The AVX-512 versions of the activation/cache conversions of kernels/quant.h
 // (quant_avx512.cpp), exact twins of the scalar code in quant.cpp.
