@@ -27,13 +27,10 @@ inline float e4m3_1(uint8_t b) {
   return v;
 }
 
-inline __m512 e2m1_lut() {
-  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                        -2.0f, -3.0f, -4.0f, -6.0f);
-}
-
 // 16 packed bytes -> the 32 e2m1 values in element order (low nibble first).
-inline void e2m1x32(const uint8_t* p, __m512 lut, __m512& v0, __m512& v1) {
+inline void e2m1x32(const uint8_t* p, __m512& v0, __m512& v1) {
+  const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
+                                    -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
   const __m512i d = load_u8(p);
   const __m512 lo = _mm512_permutexvar_ps(d, lut);
   const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
@@ -42,6 +39,19 @@ inline void e2m1x32(const uint8_t* p, __m512 lut, __m512& v0, __m512& v1) {
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   v0 = _mm512_permutex2var_ps(lo, i0, hi);
   v1 = _mm512_permutex2var_ps(lo, i1, hi);
+}
+
+// fp4 rows: variant I (an e8m0 scale per 32) or, with C, variant C (an e4m3 scale per 16).
+template <bool C>
+void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    __m512 v[2];
+    e2m1x32(packed + b * 16, v[0], v[1]);
+    for (int h = 0; h < 2; ++h) {
+      const float s = C ? e4m3_1(scales[2 * b + h]) : e8m0(scales[b]);
+      _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(v[h], _mm512_set1_ps(s)));
+    }
+  }
 }
 
 }  // namespace
@@ -79,25 +89,11 @@ void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, 
 }
 
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  const __m512 lut = e2m1_lut();
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const __m512 s = _mm512_set1_ps(e8m0(scales[b]));
-    __m512 v0, v1;
-    e2m1x32(packed + b * 16, lut, v0, v1);
-    _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(v0, s));
-    _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(v1, s));
-  }
+  fp4_dequant<false>(packed, scales, n, out);
 }
 
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  const __m512 lut = e2m1_lut();
-  for (int64_t b = 0; b < n / 32; ++b) {
-    __m512 v0, v1;
-    e2m1x32(packed + b * 16, lut, v0, v1);
-    _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(v0, _mm512_set1_ps(e4m3_1(scales[2 * b]))));
-    _mm512_storeu_ps(out + b * 32 + 16,
-                     _mm512_mul_ps(v1, _mm512_set1_ps(e4m3_1(scales[2 * b + 1]))));
-  }
+  fp4_dequant<true>(packed, scales, n, out);
 }
 
 }  // namespace deepinfer::quant_isa
