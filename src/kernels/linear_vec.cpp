@@ -386,12 +386,8 @@ int64_t gemm_scratch_bytes(int64_t n, int64_t /*K*/) {
 }
 
 GemmScratch scratch_of(const Job& j) {
-  GemmScratch s;
-  s.c = reinterpret_cast<float*>(j.scratch);
-  const int64_t c = (j.n * kNt * 16 * 4 + 63) / 64 * 64;
-  s.b = j.scratch + c;
-  s.ws = reinterpret_cast<float*>(j.scratch + c + kKcF32 * kNt * 64);
-  return s;
+  uint8_t* b = j.scratch + (j.n * kNt * 16 * 4 + 63) / 64 * 64;
+  return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kKcF32 * kNt * 64)};
 }
 
 template <int Fm>
@@ -635,12 +631,12 @@ bool avx512_dpbf16_is_canonical() {
     st ^= st << 17;
     return st;
   };
-  auto widen = [](uint16_t h) {
-    const uint32_t u = uint32_t(h) << 16;
+  auto bits_f32 = [](uint32_t u) {
     float v;
     std::memcpy(&v, &u, 4);
     return v;
   };
+  auto widen = [&](uint16_t h) { return bits_f32(uint32_t(h) << 16); };
   for (int it = 0; it < 4096; ++it) {
     alignas(64) uint16_t a[32], b[32];
     alignas(64) float acc[16], out[16];
@@ -651,9 +647,8 @@ bool avx512_dpbf16_is_canonical() {
     }
     for (int l = 0; l < 16; ++l) {
       const uint64_t r = next();
-      const uint32_t u =
-          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff));
-      std::memcpy(&acc[l], &u, 4);
+      acc[l] = bits_f32(
+          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff)));
     }
     const __m512 res =
         _mm512_dpbf16_ps(_mm512_load_ps(acc), reinterpret_cast<__m512bh>(_mm512_load_si512(a)),
