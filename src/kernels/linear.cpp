@@ -355,13 +355,12 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   const int64_t K = w.cols();
   DI_REQUIRE(K % 32 == 0, w.name, ": input dim ", K, " is not a multiple of 32");
   p_.format = w.format;
-  p_.rows = w.rows();
   p_.cols = K;
-  p_.n_tiles = (w.rows() + 15) / 16;
+  const int64_t n_tiles = (w.rows() + 15) / 16;
   // 16 rows' values: the checkpoint's bytes per row, 16 times.
   p_.tile_bytes = int64_t(w.value_bytes() * 16 / uint64_t(std::max<int64_t>(w.rows(), 1)));
-  const int64_t data_bytes = p_.n_tiles * p_.tile_bytes;
-  const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? p_.n_tiles * (K / 32) * 16 : 0;
+  const int64_t data_bytes = n_tiles * p_.tile_bytes;
+  const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? n_tiles * (K / 32) * 16 : 0;
   owned_bytes_ = uint64_t(data_bytes + scale_bytes);
   buf_ = huge_alloc(size_t(round_up(data_bytes + scale_bytes, 64)));
   uint8_t* buf = buf_.get();
@@ -371,7 +370,7 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
                      (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
   p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
   if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
-  ThreadPool::global().parallel_for(p_.n_tiles, 4, [&](int64_t t0, int64_t t1) {
+  ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       uint8_t* d = buf + t * p_.tile_bytes;
       std::memset(d, 0, size_t(p_.tile_bytes));

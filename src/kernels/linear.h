@@ -52,11 +52,10 @@ struct LinearArgs {
 // The tile layout the fast kernels read (see the header comment). Non-owning.
 struct PackedWeight {
   WeightFormat format = WeightFormat::F32;
-  int64_t rows = 0, cols = 0;  // of the weight (K = cols)
-  int64_t n_tiles = 0;
+  int64_t cols = 0;                // of the weight (K)
   int64_t tile_bytes = 0;          // values of one tile
-  const uint8_t* data = nullptr;   // [n_tiles, tile_bytes]
-  const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [n_tiles, K/32, 16]
+  const uint8_t* data = nullptr;   // [tiles = ceil(rows / 16), tile_bytes]
+  const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [tiles, K/32, 16]
   int64_t scale_cols = 0;          // Fp8Block: row length of the grid
   // Every value is a bf16 value whose magnitude is 0 or >= 2^-56 (codes always; bf16 weights
   // when checked so): with inputs alike, no product or partial sum can be subnormal, so the
