@@ -76,7 +76,7 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
   const float* fn = p.fn->f32();
   if (!p.exact && p.fn_packed) {
-    linear_dense(*p.fn_packed, x, n, proj);  // the canonical order; weights read once
+    linear(*p.fn_packed, x, n, proj);  // F32: a plain linear in the canonical order; read once
   } else {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)

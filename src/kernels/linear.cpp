@@ -192,7 +192,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   const int64_t n_tiles = t_end - t_begin;
-  LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
+  LinearPath path = linear_path();
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
   // (the hyper-connection projections, the router): then GEMV tasks over groups of rows.
   if (path == LinearPath::Auto)

@@ -111,10 +111,6 @@ inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, flo
                          bool exact = false) {
   linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
 }
-inline void linear_dense(const PreparedLinear& w, const float* x, int64_t n, float* y,
-                         bool exact = false) {
-  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
 inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y,
                    bool exact = false) {
   linear(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
