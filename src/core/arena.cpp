@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <new>
+#include <numeric>
 
 namespace deepinfer {
 
@@ -17,9 +18,8 @@ Arena::~Arena() {
 }
 
 size_t Arena::capacity() const {
-  size_t n = 0;
-  for (const Chunk& c : chunks_) n += c.size;
-  return n;
+  return std::accumulate(chunks_.begin(), chunks_.end(), size_t(0),
+                         [](size_t n, const Chunk& c) { return n + c.size; });
 }
 
 void Arena::add_chunk(size_t at_least) {

@@ -1,5 +1,6 @@
 #include "core/cpu.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -10,23 +11,19 @@ namespace deepinfer {
 
 namespace {
 Isa detect() {
-#if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
   return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
-#else
-  return Isa::Scalar;
-#endif
 }
 
 Isa from_env(Isa best) {
   const char* s = std::getenv("DEEPINFER_ISA");
   if (!s || !*s) return best;
   for (Isa want : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (!std::strcmp(s, isa_name(want))) return int(want) < int(best) ? want : best;
+    if (!std::strcmp(s, isa_name(want))) return std::min(want, best);
   throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
 }
 
@@ -48,8 +45,7 @@ Isa cpu_isa() {
 }
 
 Isa set_cpu_isa(Isa isa) {
-  const Isa best = cpu_best_isa();
-  const Isa v = int(isa) < int(best) ? isa : best;
+  const Isa v = std::min(isa, cpu_best_isa());
   g_isa.store(int(v), std::memory_order_relaxed);
   return v;
 }

@@ -100,10 +100,8 @@ uint16_t f32_to_f16(float f) {
     if (e == 0) return sign;  // fp32 subnormals are far below
     return sign | uint16_t(shift_rne(mant | 0x800000, 126 - int(e)));
   }
-  uint32_t h = ((e - 112) << 10) | (mant >> 13);
-  const uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
-  return sign | uint16_t(h);
+  // The rebased exponent and the mantissa rounded together: a carry bumps the exponent.
+  return sign | uint16_t(shift_rne(((e - 112) << 23) | mant, 13));
 }
 
 uint8_t f32_to_e4m3(float f) {
@@ -116,10 +114,8 @@ uint8_t f32_to_e4m3(float f) {
     if (e == 0) return sign;
     return sign | uint8_t(shift_rne(mant | 0x800000, 141 - int(e)));  // 8 = smallest normal
   }
-  if (e > 135) return sign | 0x7f;  // >= 2^9
-  uint32_t code = ((e - 120) << 3) | (mant >> 20);
-  const uint32_t rem = mant & 0xfffff;
-  if (rem > 0x80000 || (rem == 0x80000 && (code & 1))) ++code;
+  if (e > 135) return sign | 0x7f;                                // >= 2^9
+  const uint32_t code = shift_rne(((e - 120) << 23) | mant, 20);  // as in f32_to_f16
   if (code > 0x7e) return sign | 0x7f;
   return sign | uint8_t(code);
 }

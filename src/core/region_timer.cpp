@@ -16,16 +16,10 @@ Table& table() {
   static Table* t = new Table();  // never destroyed: regions may close during exit
   return *t;
 }
-bool env_enabled() {
-  const char* s = std::getenv("DEEPINFER_REGION_TIMING");
-  return s && *s && std::strcmp(s, "0") != 0;
-}
-void print_at_exit() {
-  RegionTimer::print(stderr);
-}
 bool install() {
-  const bool on = env_enabled();
-  if (on) std::atexit(print_at_exit);
+  const char* s = std::getenv("DEEPINFER_REGION_TIMING");
+  const bool on = s && *s && std::strcmp(s, "0") != 0;
+  if (on) std::atexit([] { RegionTimer::print(stderr); });
   return on;
 }
 }  // namespace
@@ -67,15 +61,12 @@ void RegionTimer::set_title(const std::string& title) {
 }
 
 void RegionTimer::print(std::FILE* out) {
-  const auto rows = snapshot();
-  if (rows.empty()) return;
-  {
-    Table& t = table();
-    std::lock_guard<std::mutex> lock(t.mu);
-    if (!t.title.empty()) std::fprintf(out, "%s\n", t.title.c_str());
-  }
+  Table& t = table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (t.rows.empty()) return;
+  if (!t.title.empty()) std::fprintf(out, "%s\n", t.title.c_str());
   std::fprintf(out, "%-32s %10s %12s %12s\n", "region", "calls", "total ms", "mean us");
-  for (const auto& r : rows)
+  for (const auto& r : t.rows)
     std::fprintf(out, "%-32s %10llu %12.3f %12.2f\n", r.name.c_str(),
                  static_cast<unsigned long long>(r.calls), r.total_ms,
                  r.calls ? 1000.0 * r.total_ms / double(r.calls) : 0.0);

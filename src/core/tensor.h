@@ -54,8 +54,6 @@ struct TensorView {
   }
   TensorView(const void* p, DType t, Shape s) : TensorView(const_cast<void*>(p), t, s) {}
 
-  int ndim() const { return shape.ndim; }
-  int64_t size(int i) const { return shape.dim[i < 0 ? i + shape.ndim : i]; }
   int64_t numel() const { return shape.numel(); }
   uint64_t nbytes() const { return dtype_bytes(dtype, uint64_t(numel())); }
   bool contiguous() const {

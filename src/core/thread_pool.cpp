@@ -12,13 +12,22 @@ namespace {
 thread_local bool t_in_pool_task = false;
 constexpr int kSpinIterations = 20000;
 
-// One spin-wait iteration. Every 64th iteration yields the CPU, so that an oversubscribed pool
-// (more threads than cores) lets the thread with real work run instead of spinning against it.
-inline void spin_pause(int iteration) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-  if ((iteration & 63) == 63) std::this_thread::yield();
+// Waits until done(v) holds: spins first (every 64th iteration yields the CPU, so that an
+// oversubscribed pool, with more threads than cores, lets the thread with real work run instead
+// of spinning against it), then sleeps on the atomic. Returns the value that satisfied done.
+template <typename T, typename Done>
+T spin_wait(const std::atomic<T>& v, Done done) {
+  T cur = v.load(std::memory_order_acquire);
+  for (int spin = 0; !done(cur); ++spin) {
+    if (spin >= kSpinIterations) {
+      v.wait(cur, std::memory_order_acquire);
+    } else {
+      __builtin_ia32_pause();
+      if ((spin & 63) == 63) std::this_thread::yield();
+    }
+    cur = v.load(std::memory_order_acquire);
+  }
+  return cur;
 }
 
 int default_threads() {
@@ -37,7 +46,7 @@ std::unique_ptr<ThreadPool> g_pool;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -57,19 +66,10 @@ void ThreadPool::run_chunks(const RangeFn& fn) {
   }
 }
 
-void ThreadPool::worker_main(int) {
+void ThreadPool::worker_main() {
   uint64_t seen = 0;
   for (;;) {
-    uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < kSpinIterations; ++spin) {
-      spin_pause(spin);
-      g = generation_.load(std::memory_order_acquire);
-    }
-    while (g == seen) {
-      generation_.wait(seen, std::memory_order_acquire);
-      g = generation_.load(std::memory_order_acquire);
-    }
-    seen = g;
+    seen = spin_wait(generation_, [seen](uint64_t g) { return g != seen; });
     if (stop_.load()) return;
     t_in_pool_task = true;
     run_chunks(*job_);
@@ -96,10 +96,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, RangeFn fn) {
   run_chunks(fn);
   t_in_pool_task = false;
   // Wait for every worker to finish this generation (each decrements once).
-  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0 && spin < kSpinIterations;
-       ++spin)
-    spin_pause(spin);
-  for (int p; (p = pending_.load(std::memory_order_acquire)) != 0;) pending_.wait(p);
+  spin_wait(pending_, [](int p) { return p == 0; });
   job_ = nullptr;
 }
 

@@ -55,7 +55,7 @@ class ThreadPool {
   static void set_global_threads(int n);
 
  private:
-  void worker_main(int index);
+  void worker_main();
   void run_chunks(const RangeFn& fn);
 
   int n_threads_;

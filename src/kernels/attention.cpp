@@ -1,12 +1,21 @@
+// Sparse attention: the reference (online softmax in fp32, or the exact formula in double), the
+// context-parallel partials and their merge, and the dispatch to the vector paths. The exact
+// formula and the scalar ISA take the reference; the vector paths split the heads into groups of
+// one vector width (16 AVX-512 lanes, 8 AVX2 lanes), one task each. Every head is computed by one
+// task in the reference's order, so the result does not depend on the path or the thread count.
 #include "kernels/attention.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
+#include "kernels/isa.h"
 #include "kernels/reduce.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -66,37 +75,63 @@ float online_head(const SparseAttnArgs& a, const float* q, float* o, float* m_ou
 
 thread_local std::vector<double> t_z, t_acc;
 thread_local std::vector<float> t_o;
+thread_local AlignedScratch t_scratch;
+
+// x[i] = f32(exp(double(x[i]))), for the vector kernels (attention_isa::Job::exp_n).
+void exp_n(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = float(std::exp(double(x[i])));
+}
 
 }  // namespace
 
-// The exact formula (fp32 numerics): fp32 scores, softmax with the sink and the weighted sum in
-// double, rounded once. Independent of how the key list is split.
-void sparse_attention_exact(const SparseAttnArgs& a) {
-  std::vector<double>&z = t_z, &acc = t_acc;
-  z.resize(size_t(a.nk));
-  acc.resize(size_t(a.Dh));
-  for (int64_t h = 0; h < a.H; ++h) {
-    double m;
-    const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, z.data(), acc.data(), &m);
-    for (int64_t d = 0; d < a.Dh; ++d) a.out[h * a.Dh + d] = f32(acc[size_t(d)] / l);
-  }
-}
-
 void sparse_attention_ref(const SparseAttnArgs& a) {
+  // fp32 numerics: the exact formula, fp32 scores, softmax with the sink and the weighted sum in
+  // double, rounded once. Independent of how the key list is split.
+  std::vector<double>&z = t_z, &acc = t_acc;
   if (a.exact) {
-    sparse_attention_exact(a);
-    return;
+    z.resize(size_t(a.nk));
+    acc.resize(size_t(a.Dh));
   }
   for (int64_t h = 0; h < a.H; ++h) {
     float* o = a.out + h * a.Dh;
-    float m;
-    float l = online_head(a, a.q + h * a.Dh, o, &m);
-    l = l + exp_f(a.sink[h] - m);
-    for (int64_t d = 0; d < a.Dh; ++d) o[d] = o[d] / l;
+    if (a.exact) {
+      double m;
+      const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, z.data(), acc.data(), &m);
+      for (int64_t d = 0; d < a.Dh; ++d) o[d] = f32(acc[size_t(d)] / l);
+    } else {
+      float m;
+      float l = online_head(a, a.q + h * a.Dh, o, &m);
+      l = l + exp_f(a.sink[h] - m);
+      for (int64_t d = 0; d < a.Dh; ++d) o[d] = o[d] / l;
+    }
   }
 }
 
-// sparse_attention (the dispatch to the vector paths) is in attention_fast.cpp.
+void sparse_attention(const SparseAttnArgs& a) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar || a.Dh % 32 != 0 || a.nk == 0) {
+    sparse_attention_ref(a);
+    return;
+  }
+  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
+                                                          : attention_isa::kernels<Isa::Avx2>();
+  const int64_t lanes = kern.lanes;
+  const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
+  ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
+    attention_isa::Job j;
+    j.a = &a;
+    j.fma_qk = q_bf16 && k_bf16;
+    j.fma_pv = a.bf16_probs && k_bf16;
+    // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors.
+    j.scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64);
+    j.exp_n = exp_n;
+    for (int64_t g = g0; g < g1; ++g) {
+      j.h0 = g * lanes;
+      j.nh = std::min(lanes, a.H - j.h0);
+      kern.group(j);
+    }
+  });
+}
 
 void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
   const int64_t stride = 2 + a.Dh;
@@ -123,40 +158,42 @@ void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
   }
 }
 
+namespace {
+
+// One head's log-sum-exp merge of the partials (one every `part_stride`) with the sink, in T
+// (fp32 numerics: the max starts at the kernel's -1e30; exact: at the sink, all in double).
+// acc[Dh] holds the sum (T = float: the output itself).
+template <typename T>
+void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t Dh, float sink, T M,
+                T* acc, float* o) {
+  for (int r = 0; r < n_parts; ++r) M = std::max(M, T(parts[r * part_stride]));
+  T L = 0;
+  std::fill(acc, acc + Dh, T(0));
+  for (int r = 0; r < n_parts; ++r) {
+    const double* p = parts + r * part_stride;
+    if (p[1] == 0) continue;  // no keys on that rank
+    const T f = T(std::exp(double(T(p[0]) - M)));
+    L = L + T(p[1]) * f;
+    for (int64_t d = 0; d < Dh; ++d) acc[d] = acc[d] + T(p[2 + d]) * f;
+  }
+  L = L + T(std::exp(double(T(sink) - M)));
+  for (int64_t d = 0; d < Dh; ++d) o[d] = f32(acc[d] / L);
+}
+
+}  // namespace
+
 void merge_attention_partials(const double* parts, int n_parts, const float* sink, int64_t H,
                               int64_t Dh, bool exact, float* out) {
-  const int64_t stride = 2 + Dh, part_stride = H * stride;
+  const int64_t stride = 2 + Dh;
+  std::vector<double>& acc = t_acc;
+  acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {
     float* o = out + h * Dh;
-    if (exact) {
-      double M = sink[h];
-      for (int r = 0; r < n_parts; ++r) M = std::max(M, parts[r * part_stride + h * stride]);
-      double L = 0;
-      std::vector<double> A(static_cast<size_t>(Dh), 0.0);
-      for (int r = 0; r < n_parts; ++r) {
-        const double* p = parts + r * part_stride + h * stride;
-        if (p[1] == 0) continue;  // no keys on that rank
-        const double f = std::exp(p[0] - M);
-        L += p[1] * f;
-        for (int64_t d = 0; d < Dh; ++d) A[size_t(d)] += p[2 + d] * f;
-      }
-      L += std::exp(double(sink[h]) - M);
-      for (int64_t d = 0; d < Dh; ++d) o[d] = f32(A[size_t(d)] / L);
-      continue;
-    }
-    float M = -1e30f;
-    for (int r = 0; r < n_parts; ++r) M = std::max(M, float(parts[r * part_stride + h * stride]));
-    float L = 0;
-    std::fill(o, o + Dh, 0.0f);
-    for (int r = 0; r < n_parts; ++r) {
-      const double* p = parts + r * part_stride + h * stride;
-      if (p[1] == 0) continue;
-      const float f = exp_f(float(p[0]) - M);
-      L = L + float(p[1]) * f;
-      for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] + float(p[2 + d]) * f;
-    }
-    L = L + exp_f(sink[h] - M);
-    for (int64_t d = 0; d < Dh; ++d) o[d] = o[d] / L;
+    if (exact)
+      merge_head<double>(parts + h * stride, n_parts, H * stride, Dh, sink[h], sink[h], acc.data(),
+                         o);
+    else
+      merge_head<float>(parts + h * stride, n_parts, H * stride, Dh, sink[h], -1e30f, o, o);
   }
 }
 

@@ -19,14 +19,12 @@ struct SparseAttnArgs {
   int64_t H, Dh;
   float scale;  // f32(Dh^-1/2)
   bool bf16_probs;
-  bool exact;  // fp32 numerics: the exact formula in double (sparse_attention_exact)
+  bool exact;  // fp32 numerics: the exact softmax in double, rounded once (sparse_attention_ref)
   float* out;  // [H, Dh]
 };
 
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);
-// The fp32-numerics evaluation: exact softmax in double, rounded once (see attention.cpp).
-void sparse_attention_exact(const SparseAttnArgs& a);
 
 // Sparse attention split over context-parallel ranks: each rank attends over its part of a
 // query's key list (without the sink) and returns per-head partial statistics; the partials of

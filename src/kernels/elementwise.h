@@ -34,15 +34,5 @@ inline double sum_f64(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) s += double(x[i]);
   return s;
 }
-// f32(mean(x²)) with the sum in double.
-inline float mean_sq(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return f32(s / double(n));
-}
-// rsqrt(mean(x²) + eps) with the reference's rounding points.
-inline float rms_inv_of_mean(float mean, float eps) {
-  return f32(1.0 / std::sqrt(double(mean + eps)));
-}
 
 }  // namespace deepinfer

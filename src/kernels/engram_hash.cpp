@@ -50,9 +50,8 @@ void check_id(int64_t id, int64_t vc, const char* what, int64_t index) {
 bool is_prime_u64(uint64_t n) {
   constexpr uint64_t kBases[] = {2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37};
   if (n < 2) return false;
-  for (uint64_t p : kBases) {
+  for (uint64_t p : kBases)
     if (n % p == 0) return n == p;
-  }
   // Miller-Rabin with the first 12 prime bases has no strong pseudoprime below 3.3e24, so it
   // is exact on the whole 64-bit range.
   uint64_t d = n - 1;
@@ -144,11 +143,10 @@ void check_engram_num_embeddings(const EngramTables& tables,
   DI_REQUIRE(num_embeddings.size() == size_t(tables.n_layers), "engram_num_embeddings has ",
              num_embeddings.size(), " entries, expected one per Engram layer (", tables.n_layers,
              ")");
-  for (int z = 0; z < tables.n_layers; ++z) {
+  for (int z = 0; z < tables.n_layers; ++z)
     DI_REQUIRE(num_embeddings[z] >= tables.rows[z], "engram_num_embeddings[", z,
                "] = ", num_embeddings[z], " is below the ", tables.rows[z],
                " rows that the hash primes of Engram layer ", tables.layer_ids[z], " address");
-  }
 }
 
 void engram_hash_ids(const EngramTables& t, std::span<const int64_t> chunk,
@@ -180,20 +178,13 @@ void engram_hash_ids(const EngramTables& t, std::span<const int64_t> chunk,
       for (int shift = 0; shift < ng; ++shift) {
         // q < 0 reads the history; below -n_hist lies before position 0.
         const int64_t q = p - shift;
-        if (!blocked) {
-          if (q >= 0) {
-            blocked = chunk[q] == kEngramDead;
-          } else {
-            blocked = -q > n_hist || history[n_hist + q] == kEngramDead;
-          }
-        }
-        const int64_t tau = blocked ? pad : (q >= 0 ? chunk[q] : history[n_hist + q]);
-        rho ^= tau * mu[shift];
+        const int64_t* id = q >= 0 ? &chunk[q] : -q <= n_hist ? &history[n_hist + q] : nullptr;
+        blocked = blocked || !id || *id == kEngramDead;
+        rho ^= (blocked ? pad : *id) * mu[shift];
         if (shift == 0) continue;
         const int col0 = (shift - 1) * t.n_heads;
-        for (int h = 0; h < t.n_heads; ++h) {
+        for (int h = 0; h < t.n_heads; ++h)
           out[col0 + h] = rho % primes[col0 + h] + offsets[col0 + h];
-        }
       }
     }
   }
@@ -210,9 +201,8 @@ int64_t engram_update_history(const EngramTables& t, std::span<int64_t> history,
   const int64_t n_new = std::min(n_history + n_chunk, cap);
   const int64_t from_chunk = std::min(n_chunk, n_new);
   const int64_t keep = n_new - from_chunk;  // old ids that stay, moved to the front
-  if (n_history > keep) {
+  if (n_history > keep)
     std::copy(history.begin() + (n_history - keep), history.begin() + n_history, history.begin());
-  }
   std::copy(chunk.end() - from_chunk, chunk.end(), history.begin() + keep);
   return n_new;
 }

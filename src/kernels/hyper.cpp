@@ -67,10 +67,6 @@ void mixes_from_projections(const HcParams& p, const float* x, float* m, float* 
 
 }  // namespace
 
-void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb) {
-  hc_mixes_rows(p, x, 1, pre, post, comb);
-}
-
 void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
                    float* comb) {
   const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
@@ -80,7 +76,7 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
   const float* fn = p.fn->f32();
   if (!p.exact && p.fn_packed) {
-    linear_dense(*p.fn_packed, x, n, proj);  // the canonical order; weights read once
+    linear(*p.fn_packed, x, n, proj);  // F32: a plain linear in the canonical order; read once
   } else {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)

@@ -23,10 +23,9 @@ struct HcParams {
   const PreparedLinear* fn_packed = nullptr;  // `fn` repacked: the fast path of the projection
 };
 
-// x: [M, D] one token's stream. pre: [M], post: [M], comb: [M, M] (row j, column k).
-void hc_mixes(const HcParams& p, const float* x, float* pre, float* post, float* comb);
-// The same for n tokens at once (x [n, M, D], pre [n, M], post [n, M], comb [n, M, M]): each
-// token's results are those of hc_mixes; the projection weights are read once for all of them.
+// The mixes of n tokens: x [n, M, D] (a token's stream is [M, D]), pre [n, M], post [n, M],
+// comb [n, M, M] (row j, column k). Each token's results depend on that token only; the
+// projection weights are read once for all of them.
 void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
                    float* comb);
 // Sinkhorn normalisation of c [M, M] in place (§7.1 step 4).

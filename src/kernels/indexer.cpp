@@ -1,12 +1,20 @@
+// Indexer scores (the reference and the dispatch to the vector paths), candidate blocks and
+// top-k selection. The exact formula, the scalar ISA and head counts above
+// attention_isa::kIndexerMaxHeads take the reference; the vector paths split the visible rows over
+// the thread pool (each row scored by one task, in the reference's order).
 #include "kernels/indexer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/cpu.h"
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "kernels/elementwise.h"
+#include "kernels/isa.h"
 #include "kernels/reduce.h"
+#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -33,12 +41,32 @@ void indexer_scores_ref(const IndexerScoreArgs& a) {
   }
 }
 
-// indexer_scores (the dispatch to the vector paths) is in indexer_fast.cpp.
-
 namespace {
 // Per-thread buffers, so that a selection allocates only when a longer list than ever comes.
 thread_local std::vector<ScoredId> t_items;
+thread_local AlignedScratch t_scratch;
 }  // namespace
+
+void indexer_scores(const IndexerScoreArgs& a) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar || a.Di % 32 != 0 || a.Hi > attention_isa::kIndexerMaxHeads) {
+    indexer_scores_ref(a);
+    return;
+  }
+  const int64_t visible = std::min(a.visible, a.T);
+  for (int64_t t = std::max<int64_t>(visible, 0); t < a.T; ++t) a.scores[t] = -INFINITY;
+  if (visible <= 0) return;
+  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
+                                                          : attention_isa::kernels<Isa::Avx2>();
+  const bool fma = kern.all_bf16(a.qi, a.Hi * a.Di) && kern.all_bf16(a.keys, visible * a.Di);
+  // Rows in chunks that amortize the per-task query transpose.
+  const int64_t grain = std::max<int64_t>(64, visible / (2 * ThreadPool::global().size()));
+  const int64_t lanes = (a.Hi + 15) / 16 * 16;  // enough for either ISA's padding
+  ThreadPool::global().parallel_for(visible, grain, [&](int64_t t0, int64_t t1) {
+    // qT [Di][lanes], head weights [lanes], terms [4][lanes].
+    kern.indexer_scores({&a, t0, t1, fma, t_scratch.floats(a.Di * lanes + lanes + 4 * lanes + 64)});
+  });
+}
 
 // min(k, m) best of in[0..m) to the front, best first: an O(m) selection, then a sort of the kept
 // ones. `better` is a strict total order (ids are distinct), so the result is unique.

@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "core/huge_alloc.h"
 #include "core/thread_pool.h"
-#include "kernels/linear_isa.h"
+#include "kernels/isa.h"
 #include "kernels/scratch.h"
 
 namespace deepinfer {
@@ -34,22 +34,6 @@ int64_t round_up(int64_t v, int64_t m) {
 
 // --- repacking ---
 
-int64_t tile_bytes_of(WeightFormat f, int64_t K) {
-  switch (f) {
-    case WeightFormat::Fp8Block:
-      return K * 16;
-    case WeightFormat::Fp4Row:
-      return K * 8;
-    case WeightFormat::BF16:
-      return K * 32;
-    case WeightFormat::F32:
-      return K * 64;
-    case WeightFormat::Fp8Row:
-      break;
-  }
-  return 0;
-}
-
 // Byte offset, inside an fp8 tile, of input k of row o: groups of 4 inputs take 64 bytes, in
 // which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs so that the
 // AVX-512 byte unpacks produce bf16 pairs in row order (the AVX-512 branch of
@@ -66,9 +50,6 @@ int64_t fp8_offset(int64_t k, int64_t o) {
 int64_t fp4_offset(int64_t k, int64_t o) {
   const int64_t j = (k % 8) / 2;
   return (k / 8) * 64 + 2 * (2 * o + (k & 1)) + j / 2;
-}
-int fp4_shift(int64_t k) {
-  return int(4 * (((k % 8) / 2) & 1));
 }
 
 // Tile t of `w` into dst (layouts: kernels/linear.h).
@@ -87,7 +68,7 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
         const uint8_t* src = w.u8() + r * (K / 2);
         for (int64_t k = 0; k < K; ++k) {
           const uint8_t v = uint8_t((src[k / 2] >> (4 * (k & 1))) & 15);
-          dst[fp4_offset(k, o)] |= uint8_t(v << fp4_shift(k));
+          dst[fp4_offset(k, o)] |= uint8_t(v << (4 * (((k % 8) / 2) & 1)));  // nibble j's half
         }
         const uint8_t* s = w.scale + r * w.scale_cols;
         for (int64_t b = 0; b < K / 32; ++b) scale_dst[b * 16 + o] = s[b];
@@ -125,25 +106,14 @@ bool bf16_not_tiny(const uint16_t* v, int64_t n) {
 // The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
 // Lake has them); without, the AVX2 kernels run.
 bool has_vbmi() {
-#if defined(__x86_64__)
   static const bool v = __builtin_cpu_supports("avx512vbmi");
   return v;
-#else
-  return false;
-#endif
 }
 
-const linear_isa::Kernels* kernels_for(Isa isa) {
-  switch (isa) {
-    case Isa::Avx512:
-      if (!has_vbmi()) return &linear_isa::kernels<Isa::Avx2>();
-      return &linear_isa::kernels<Isa::Avx512>();
-    case Isa::Avx2:
-      return &linear_isa::kernels<Isa::Avx2>();
-    case Isa::Scalar:
-      break;
-  }
-  return nullptr;
+// The vector kernels of a non-scalar ISA.
+const linear_isa::Kernels& kernels_for(Isa isa) {
+  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kernels<Isa::Avx512>()
+                                          : linear_isa::kernels<Isa::Avx2>();
 }
 
 bool bf16_products_ok() {
@@ -151,7 +121,9 @@ bool bf16_products_ok() {
   return ok;
 }
 
-void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant) {
+// Checks a call and returns its number of outputs.
+int64_t check_call(const Weight& w, const LinearArgs& a, bool quant) {
+  const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
   DI_CHECK(w.present(), "linear over an absent weight");
   DI_CHECK(w.cols() % 32 == 0, w.name, ": input dim ", w.cols(), " is not a multiple of 32");
   DI_CHECK(a.row0 >= 0 && n_out >= 0 && a.row0 + n_out <= w.rows(), w.name, ": rows [", a.row0,
@@ -161,6 +133,7 @@ void check_call(const Weight& w, const LinearArgs& a, int64_t n_out, bool quant)
              ": QLin needs fp8 or fp4 weights");
   else
     DI_CHECK(w.format != WeightFormat::Fp4Row, w.name, ": a plain linear over fp4 codes");
+  return n_out;
 }
 
 // Whether every input is a bf16 value (then a bf16 or fp8 weight's products are exact in fp32).
@@ -214,13 +187,12 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
   const Weight& w = pw.weight();
   const PackedWeight& pk = pw.packed();
   const int64_t K = w.cols(), n = a.n;
-  const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
-  check_call(w, a, n_out, quant);
+  const int64_t n_out = check_call(w, a, quant);
   if (n <= 0 || n_out == 0) return;
-  const linear_isa::Kernels& kern = *kernels_for(isa);
+  const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
   const int64_t n_tiles = t_end - t_begin;
-  LinearPath path = LinearPath(g_path.load(std::memory_order_relaxed));
+  LinearPath path = linear_path();
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
   // (the hyper-connection projections, the router): then GEMV tasks over groups of rows.
   if (path == LinearPath::Auto)
@@ -306,7 +278,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
 // wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
 // stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
-  const linear_isa::Kernels& kern = *kernels_for(isa);
+  const linear_isa::Kernels& kern = kernels_for(isa);
   const bool bf16 = kern.bf16 && bf16_products_ok();
   // Reused from call to call (no allocation once large enough). Named through references: the
   // pool's workers must see this thread's vectors, not their own thread_local copies.
@@ -348,14 +320,10 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
 
 void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
   const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar) {
-    if (quant)
-      linear_quant_ref(w.weight(), a);
-    else
-      linear_dense_ref(w.weight(), a);
-    return;
-  }
-  run_fast(w, a, quant, isa);
+  if (a.exact || isa == Isa::Scalar)
+    (quant ? linear_quant_ref : linear_dense_ref)(w.weight(), a);
+  else
+    run_fast(w, a, quant, isa);
 }
 
 }  // namespace
@@ -370,7 +338,7 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     const bool quant = c.w->weight().quant_input;
-    check_call(c.w->weight(), a, a.n_out < 0 ? c.w->rows() - a.row0 : a.n_out, quant);
+    check_call(c.w->weight(), a, quant);
     if (quant && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
       small.push_back(c);
     else
@@ -387,27 +355,22 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   const int64_t K = w.cols();
   DI_REQUIRE(K % 32 == 0, w.name, ": input dim ", K, " is not a multiple of 32");
   p_.format = w.format;
-  p_.rows = w.rows();
   p_.cols = K;
-  p_.n_tiles = (w.rows() + 15) / 16;
-  p_.tile_bytes = tile_bytes_of(w.format, K);
-  const int64_t data_bytes = p_.n_tiles * p_.tile_bytes;
-  const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? p_.n_tiles * (K / 32) * 16 : 0;
+  const int64_t n_tiles = (w.rows() + 15) / 16;
+  // 16 rows' values: the checkpoint's bytes per row, 16 times.
+  p_.tile_bytes = int64_t(w.value_bytes() * 16 / uint64_t(std::max<int64_t>(w.rows(), 1)));
+  const int64_t data_bytes = n_tiles * p_.tile_bytes;
+  const int64_t scale_bytes = w.format == WeightFormat::Fp4Row ? n_tiles * (K / 32) * 16 : 0;
   owned_bytes_ = uint64_t(data_bytes + scale_bytes);
-  const size_t alloc = size_t(round_up(data_bytes + scale_bytes, 64));
-  buf_ = huge_alloc(alloc);
+  buf_ = huge_alloc(size_t(round_up(data_bytes + scale_bytes, 64)));
   uint8_t* buf = buf_.get();
   uint8_t* scale_dst = buf + data_bytes;
   p_.data = buf;
   p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||
                      (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
-  if (w.format == WeightFormat::Fp4Row) {
-    p_.scale = scale_dst;
-  } else if (w.format == WeightFormat::Fp8Block) {
-    p_.scale = w.scale;
-    p_.scale_cols = w.scale_cols;
-  }
-  ThreadPool::global().parallel_for(p_.n_tiles, 4, [&](int64_t t0, int64_t t1) {
+  p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
+  if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
+  ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       uint8_t* d = buf + t * p_.tile_bytes;
       std::memset(d, 0, size_t(p_.tile_bytes));
@@ -426,12 +389,6 @@ void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
 }
 void linear(const PreparedLinear& w, const LinearArgs& a) {
   run(w, a, w.weight().quant_input);
-}
-void linear_quant(const Weight& w, const LinearArgs& a) {
-  linear_quant_ref(w, a);
-}
-void linear_dense(const Weight& w, const LinearArgs& a) {
-  linear_dense_ref(w, a);
 }
 
 void set_linear_path(LinearPath p) {

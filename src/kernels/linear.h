@@ -52,11 +52,10 @@ struct LinearArgs {
 // The tile layout the fast kernels read (see the header comment). Non-owning.
 struct PackedWeight {
   WeightFormat format = WeightFormat::F32;
-  int64_t rows = 0, cols = 0;  // of the weight (K = cols)
-  int64_t n_tiles = 0;
+  int64_t cols = 0;                // of the weight (K)
   int64_t tile_bytes = 0;          // values of one tile
-  const uint8_t* data = nullptr;   // [n_tiles, tile_bytes]
-  const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [n_tiles, K/32, 16]
+  const uint8_t* data = nullptr;   // [tiles = ceil(rows / 16), tile_bytes]
+  const uint8_t* scale = nullptr;  // Fp8Block: the checkpoint grid; Fp4Row: [tiles, K/32, 16]
   int64_t scale_cols = 0;          // Fp8Block: row length of the grid
   // Every value is a bf16 value whose magnitude is 0 or >= 2^-56 (codes always; bf16 weights
   // when checked so): with inputs alike, no product or partial sum can be subnormal, so the
@@ -103,26 +102,14 @@ struct LinearCall {
   LinearArgs a;
 };
 void linear_many(std::span<const LinearCall> calls);
-// Unprepared weights run the scalar path (tests, one-off uses).
-void linear_quant(const Weight& w, const LinearArgs& a);
-void linear_dense(const Weight& w, const LinearArgs& a);
+// Unprepared weights run the scalar path.
 void linear_quant_ref(const Weight& w, const LinearArgs& a);
 void linear_dense_ref(const Weight& w, const LinearArgs& a);
 
 // Convenience: full W, contiguous x [n, W.cols()] and y [n, W.rows()].
-inline void linear_quant(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
-  linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
-inline void linear_dense(const Weight& w, const float* x, int64_t n, float* y, bool exact = false) {
-  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
 inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, float* y,
                          bool exact = false) {
   linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
-inline void linear_dense(const PreparedLinear& w, const float* x, int64_t n, float* y,
-                         bool exact = false) {
-  linear_dense(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
 }
 inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y,
                    bool exact = false) {

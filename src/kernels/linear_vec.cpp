@@ -16,10 +16,9 @@
 // AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
-#include "kernels/linear_isa.h"
+#include "kernels/isa.h"
 #include "kernels/simd.h"
 
 namespace deepinfer::linear_isa {
@@ -30,32 +29,16 @@ using namespace simd::DI_SIMD_NS;
 
 constexpr int kH = 16 / kLanes;  // vectors per tile of 16 outputs
 
-enum Fmt { kFp8 = 0, kFp4 = 1, kBf16 = 2, kF32 = 3 };
-
-// fn(std::integral_constant<int, Fmt>) for the weight's format.
-template <class Fn>
-void by_format(WeightFormat f, Fn&& fn) {
-  switch (f) {
-    case WeightFormat::Fp8Block:
-      return fn(std::integral_constant<int, kFp8>());
-    case WeightFormat::Fp4Row:
-      return fn(std::integral_constant<int, kFp4>());
-    case WeightFormat::BF16:
-      return fn(std::integral_constant<int, kBf16>());
-    default:
-      return fn(std::integral_constant<int, kF32>());
-  }
-}
+// The packed formats, numbered as WeightFormat (Fp8Row weights are never packed).
+enum Fmt {
+  kF32 = int(WeightFormat::F32),
+  kBf16 = int(WeightFormat::BF16),
+  kFp8 = int(WeightFormat::Fp8Block),
+  kFp4 = int(WeightFormat::Fp4Row)
+};
 
 inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
-}
-
-inline float e8m0f(uint8_t b) {
-  uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // --- decoding (ISA-specific) ---
@@ -226,7 +209,7 @@ inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F
 template <int Fm>
 inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
   if constexpr (Fm == kFp8)
-    return set1(e8m0f(w.scale[(t / 2) * w.scale_cols + b]));
+    return set1(e8m0(w.scale[(t / 2) * w.scale_cols + b]));
   else if constexpr (Fm == kFp4)
     return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
   else
@@ -259,73 +242,46 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 
 // --- GEMV ---
 
+// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused, 2 fp32
+// multiply-then-add (fp32 values times fp32 weights, in the pair order: odd input first).
+template <int Fm, int Mode, int NR, int NB>
+inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                        const Luts& L, F* acc) {
+  F p[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
 #if defined(__AVX512F__)
-// Quantized rows: bf16 codes times bf16 pairs.
-template <int Fm, int NR, int NB>
-inline void gemv_dp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
-                           F* acc) {
-  F p[NB][NR];
+      if constexpr (Mode == 0) {
+        I p0, p1;
+        decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
 #pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 16
-    for (int bb = 0; bb < NB; ++bb) {
-      I p0, p1;
-      decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
-#pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r) {
-        const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
-        p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+        for (int r = 0; r < NR; ++r) {
+          const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
+          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
+          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+        }
+        continue;
       }
-    }
-  }
-  add_partials<Fm, NR, NB>(j, t, b0, 0, p, acc);
-}
 #endif
-
-// fp32 values times fp32 weights, in the pair order (odd input first).
-template <int Fm, bool FM, int NR, int NB>
-inline void gemv_fp_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                           const Luts& L, F* acc) {
-  F p[NB][NR];
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 16
-    for (int bb = 0; bb < NB; ++bb) {
       F w[4];
       decode_group<Fm>(tile, (b0 + bb) * 8 + g, h, L, w);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = madd<FM>(set1(xr[1]), w[1], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[0]), w[0], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[3]), w[3], p[bb][r]);
-        p[bb][r] = madd<FM>(set1(xr[2]), w[2], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[1]), w[1], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[0]), w[0], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[3]), w[3], p[bb][r]);
+        p[bb][r] = madd<Mode == 1>(set1(xr[2]), w[2], p[bb][r]);
       }
     }
   }
   add_partials<Fm, NR, NB>(j, t, b0, h, p, acc);
-}
-
-// Mode: 0 bf16 products (AVX-512), 1 fp32 fused, 2 fp32 multiply-then-add.
-template <int Fm, int Mode, int NR, int NB>
-inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                        const Luts& L, F* acc) {
-#if defined(__AVX512F__)
-  if constexpr (Mode == 0) {
-    gemv_dp_blocks<Fm, NR, NB>(j, tile, t, b0, L, acc);
-    return;
-  }
-#endif
-  gemv_fp_blocks<Fm, Mode == 1, NR, NB>(j, tile, t, b0, h, L, acc);
 }
 
 // Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
@@ -382,16 +338,9 @@ void gemv_rows(const Job& j) {
 
 template <int Fm, int Mode>
 void gemv_n(const Job& j) {
-  switch (j.n) {
-    case 1:
-      return gemv_rows<Fm, Mode, 1>(j);
-    case 2:
-      return gemv_rows<Fm, Mode, 2>(j);
-    case 3:
-      return gemv_rows<Fm, Mode, 3>(j);
-    default:
-      return gemv_rows<Fm, Mode, 4>(j);
-  }
+  static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
+                                                  gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>};
+  kRows[(j.n < 4 ? j.n : 4) - 1](j);
 }
 
 template <int Fm>
@@ -408,7 +357,9 @@ void gemv_fmt(const Job& j) {
 }
 
 void gemv(const Job& j) {
-  by_format(j.w->format, [&](auto fm) { gemv_fmt<decltype(fm)::value>(j); });
+  static constexpr void (*kFmt[])(const Job&) = {gemv_fmt<kF32>, gemv_fmt<kBf16>, gemv_fmt<kFp8>,
+                                                 gemv_fmt<kFp4>};
+  kFmt[int(j.w->format)](j);
 }
 
 // --- GEMM ---
@@ -435,12 +386,8 @@ int64_t gemm_scratch_bytes(int64_t n, int64_t /*K*/) {
 }
 
 GemmScratch scratch_of(const Job& j) {
-  GemmScratch s;
-  s.c = reinterpret_cast<float*>(j.scratch);
-  const int64_t c = (j.n * kNt * 16 * 4 + 63) / 64 * 64;
-  s.b = j.scratch + c;
-  s.ws = reinterpret_cast<float*>(j.scratch + c + kKcF32 * kNt * 64);
-  return s;
+  uint8_t* b = j.scratch + (j.n * kNt * 16 * 4 + 63) / 64 * 64;
+  return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kKcF32 * kNt * 64)};
 }
 
 template <int Fm>
@@ -494,10 +441,15 @@ inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols
 }
 
 // Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
-// per input (dense inputs, or codes when bf16 products are not used).
-template <int MR, int NV, bool FM>
-void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
-               int64_t cols, int64_t v0) {
+// per input (dense inputs, or codes when bf16 products are not used; Mode as gemv_blocks), or
+// (Mode 0) bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
+template <int MR, int NV, int Mode>
+void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t cols,
+           int64_t v0) {
+  if constexpr (Mode == 0) {
+    cols = NV;
+    v0 = 0;
+  }
   const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
   for (int64_t b = 0; b < kc / 32; ++b) {
     F p[MR][NV];
@@ -507,6 +459,22 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
       for (int v = 0; v < NV; ++v) p[i][v] = zero();
 #pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
+#if defined(__AVX512F__)
+      if constexpr (Mode == 0) {
+        __m512bh w[NV];
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v)
+          w[v] = reinterpret_cast<__m512bh>(
+              _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
+#pragma GCC unroll 16
+          for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
+        }
+        continue;
+      }
+#endif
       const int64_t k0 = b * 32 + 2 * kk;
 #pragma GCC unroll 2
       for (int odd = 1; odd >= 0; --odd) {
@@ -517,7 +485,7 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
         for (int i = 0; i < MR; ++i) {
           const F a = set1(j.x[(i0 + i) * j.ldx + kc0 + k0 + odd]);
 #pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[i][v] = madd<FM>(a, w[v], p[i][v]);
+          for (int v = 0; v < NV; ++v) p[i][v] = madd<Mode == 1>(a, w[v], p[i][v]);
         }
       }
     }
@@ -525,55 +493,24 @@ void micro_f32(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   }
 }
 
-#if defined(__AVX512F__)
-// Same with bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
-template <int MR, int NV>
-void micro_bf16(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s,
-                int64_t cols, int64_t v0) {
-  const I* bp = reinterpret_cast<const I*>(s.b);
-  for (int64_t b = 0; b < kc / 32; ++b) {
-    F p[MR][NV];
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) p[i][v] = zero();
-#pragma GCC unroll 2
-    for (int kk = 0; kk < 16; ++kk) {
-      __m512bh w[NV];
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v)
-        w[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(bp + (b * 16 + kk) * NV + v));
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) {
-        const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
-      }
-    }
-    scale_into<MR, NV>(s, i0, b, NV, 0, p);
-  }
-}
-#endif
-
 using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t,
                          int64_t);
 
 template <int NV, int... MR>
-MicroFn micro_pick(bool bf16, bool fm, int mr, std::integer_sequence<int, MR...>) {
-  static constexpr MicroFn kF[] = {micro_f32<MR + 1, NV, true>...};
-  static constexpr MicroFn kM[] = {micro_f32<MR + 1, NV, false>...};
+MicroFn micro_pick(int mode, int mr, std::integer_sequence<int, MR...>) {
+  static constexpr MicroFn kF[] = {micro<MR + 1, NV, 1>...};
+  static constexpr MicroFn kM[] = {micro<MR + 1, NV, 2>...};
 #if defined(__AVX512F__)
-  static constexpr MicroFn kBf[] = {micro_bf16<MR + 1, NV>...};
-  if (bf16) return kBf[mr - 1];
+  static constexpr MicroFn kBf[] = {micro<MR + 1, NV, 0>...};
+  if (mode == 0) return kBf[mr - 1];
 #endif
-  return fm ? kF[mr - 1] : kM[mr - 1];
+  return mode == 1 ? kF[mr - 1] : kM[mr - 1];
 }
 
 template <int... NV>
-MicroFn micro_for(bool bf16, bool fm, int mr, int nv, std::integer_sequence<int, NV...>) {
+MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
   MicroFn fn = nullptr;
-  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(bf16, fm, mr, std::make_integer_sequence<int, kMr>())
-                      : fn),
+  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(mode, mr, std::make_integer_sequence<int, kMr>()) : fn),
    ...);
   return fn;
 }
@@ -592,7 +529,8 @@ void gemm_fmt(const Job& j) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const MicroFn fn = micro_for(bf16, j.fma, mr, nv, std::make_integer_sequence<int, kCols>());
+        const int mode = bf16 ? 0 : j.fma ? 1 : 2;
+        const MicroFn fn = micro_for(mode, mr, nv, std::make_integer_sequence<int, kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }
     }
@@ -602,7 +540,9 @@ void gemm_fmt(const Job& j) {
 }
 
 void gemm(const Job& j) {
-  by_format(j.w->format, [&](auto fm) { gemm_fmt<decltype(fm)::value>(j); });
+  static constexpr void (*kFmt[])(const Job&) = {gemm_fmt<kF32>, gemm_fmt<kBf16>, gemm_fmt<kFp8>,
+                                                 gemm_fmt<kFp4>};
+  kFmt[int(j.w->format)](j);
 }
 
 // --- activation quantization (V41_SPEC.md §3.4) ---
@@ -637,7 +577,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       uint32_t tb;
       std::memcpy(&tb, &t, 4);
       const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
-      const F sg = set1(e8m0f(uint8_t(code))), vi = set1(e8m0f(uint8_t(254 - code)));
+      const F sg = set1(e8m0(uint8_t(code))), vi = set1(e8m0(uint8_t(254 - code)));
 #pragma GCC unroll 4
       for (int h = 0; h < kV; ++h) {
         const F v = min(max(mul(xv[h], vi), set1(-448.0f)), set1(448.0f));
@@ -691,12 +631,12 @@ bool avx512_dpbf16_is_canonical() {
     st ^= st << 17;
     return st;
   };
-  auto widen = [](uint16_t h) {
-    const uint32_t u = uint32_t(h) << 16;
+  auto bits_f32 = [](uint32_t u) {
     float v;
     std::memcpy(&v, &u, 4);
     return v;
   };
+  auto widen = [&](uint16_t h) { return bits_f32(uint32_t(h) << 16); };
   for (int it = 0; it < 4096; ++it) {
     alignas(64) uint16_t a[32], b[32];
     alignas(64) float acc[16], out[16];
@@ -707,9 +647,8 @@ bool avx512_dpbf16_is_canonical() {
     }
     for (int l = 0; l < 16; ++l) {
       const uint64_t r = next();
-      const uint32_t u =
-          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff));
-      std::memcpy(&acc[l], &u, 4);
+      acc[l] = bits_f32(
+          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff)));
     }
     const __m512 res =
         _mm512_dpbf16_ps(_mm512_load_ps(acc), reinterpret_cast<__m512bh>(_mm512_load_si512(a)),

@@ -8,14 +8,16 @@
 namespace deepinfer {
 
 float rms_inv(const float* x, int64_t n, float eps) {
-  return rms_inv_of_mean(mean_sq(x, n), eps);
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  const float mean = f32(s / double(n));            // f32(mean(x²)) with the sum in double
+  return f32(1.0 / std::sqrt(double(mean + eps)));  // the reference's rounding points
 }
 
-void rmsnorm(const float* x, int64_t n, int64_t dim, int64_t ldx, const Weight& w, float eps,
-             float* y, int64_t ldy) {
+void rmsnorm(const float* x, int64_t n, int64_t dim, const Weight& w, float eps, float* y) {
   for (int64_t i = 0; i < n; ++i) {
-    const float* xi = x + i * ldx;
-    float* yi = y + i * ldy;
+    const float* xi = x + i * dim;
+    float* yi = y + i * dim;
     const float r = rms_inv(xi, dim, eps);
     for (int64_t d = 0; d < dim; ++d)
       yi[d] = bf16_to_f32(w.bf16()[d]) * (xi[d] * r);  // two roundings

@@ -9,12 +9,8 @@
 
 namespace deepinfer {
 
-//   x: [n, dim] (row stride ldx), w: BF16 [dim], y: [n, dim] (row stride ldy; may alias x)
-void rmsnorm(const float* x, int64_t n, int64_t dim, int64_t ldx, const Weight& w, float eps,
-             float* y, int64_t ldy);
-inline void rmsnorm(const float* x, int64_t n, int64_t dim, const Weight& w, float eps, float* y) {
-  rmsnorm(x, n, dim, dim, w, eps, y, dim);
-}
+//   x: [n, dim], w: BF16 [dim], y: [n, dim] (may alias x)
+void rmsnorm(const float* x, int64_t n, int64_t dim, const Weight& w, float eps, float* y);
 // 1 / sqrt(mean(x²) + eps) of one vector.
 float rms_inv(const float* x, int64_t n, float eps);
 

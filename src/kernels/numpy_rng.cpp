@@ -14,10 +14,11 @@ constexpr uint32_t kMixL = 0xca01f9ddu;
 constexpr uint32_t kMixR = 0x4973f715u;
 constexpr int kXShift = 16;
 
-// The running constant advances on every call, so its order of use matters.
-uint32_t hashmix(uint32_t v, uint32_t* hc) {
+// The running constant advances on every call, so its order of use matters (the pool's hashing
+// multiplies it by kMultA, generate_state by kMultB).
+uint32_t hashmix(uint32_t v, uint32_t* hc, uint32_t mult = kMultA) {
   v ^= *hc;
-  *hc *= kMultA;
+  *hc *= mult;
   v *= *hc;
   return v ^ (v >> kXShift);
 }
@@ -30,35 +31,22 @@ uint32_t mix(uint32_t x, uint32_t y) {
 // PCG 128-bit LCG multiplier.
 constexpr u128 kPcgMult = (u128(0x2360ED051FC65DA4ull) << 64) | 0x4385DF649FCCF645ull;
 
-// Lemire's method on 64 bits for a range rng + 1 with 0 < rng < 2^64 - 1; the threshold
-// (2^64 mod e) is only computed when the cheap test lo < e says a rejection is possible.
-uint64_t bounded_lemire64(Pcg64& gen, uint64_t rng) {
-  const uint64_t e = rng + 1;
-  u128 m = u128(gen.next64()) * e;
-  uint64_t lo = uint64_t(m);
+// Lemire's method for a range rng + 1 with 0 < rng < 2^bits - 1, on draws next() of U's width
+// (W twice as wide); the threshold (2^bits mod e) is only computed when the cheap test lo < e says
+// a rejection is possible.
+template <typename U, typename W, typename Next>
+U bounded_lemire(U rng, Next next) {
+  const U e = rng + 1;
+  W m = W(next()) * e;
+  U lo = U(m);
   if (lo < e) {
-    const uint64_t thr = (UINT64_MAX - rng) % e;
+    const U thr = U(~U(0) - rng) % e;
     while (lo < thr) {
-      m = u128(gen.next64()) * e;
-      lo = uint64_t(m);
+      m = W(next()) * e;
+      lo = U(m);
     }
   }
-  return uint64_t(m >> 64);
-}
-
-// Same on 32 bits for 0 < rng < 2^32 - 1, fed by next32.
-uint32_t bounded_lemire32(Pcg64& gen, uint32_t rng) {
-  const uint32_t e = rng + 1;
-  uint64_t m = uint64_t(gen.next32()) * e;
-  uint32_t lo = uint32_t(m);
-  if (lo < e) {
-    const uint32_t thr = (UINT32_MAX - rng) % e;
-    while (lo < thr) {
-      m = uint64_t(gen.next32()) * e;
-      lo = uint32_t(m);
-    }
-  }
-  return uint32_t(m >> 32);
+  return U(m >> (8 * sizeof(U)));
 }
 
 }  // namespace
@@ -93,26 +81,15 @@ SeedSequence::SeedSequence(std::span<const uint32_t> entropy) {
 
 void SeedSequence::generate_state(std::span<uint32_t> out) const {
   uint32_t hc = kInitB;
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint32_t v = pool_[i % kPoolSize] ^ hc;
-    hc *= kMultB;
-    v *= hc;
-    out[i] = v ^ (v >> kXShift);
-  }
+  for (size_t i = 0; i < out.size(); ++i) out[i] = hashmix(pool_[i % kPoolSize], &hc, kMultB);
 }
 
 void SeedSequence::generate_state(std::span<uint64_t> out) const {
   // Generated as one run of 32-bit words so that the running constant carries across pairs.
   uint32_t hc = kInitB;
   for (size_t k = 0; k < out.size(); ++k) {
-    uint32_t w[2];
-    for (int j = 0; j < 2; ++j) {
-      uint32_t v = pool_[(2 * k + j) % kPoolSize] ^ hc;
-      hc *= kMultB;
-      v *= hc;
-      w[j] = v ^ (v >> kXShift);
-    }
-    out[k] = uint64_t(w[0]) | (uint64_t(w[1]) << 32);
+    const uint32_t lo = hashmix(pool_[(2 * k) % kPoolSize], &hc, kMultB);
+    out[k] = lo | (uint64_t(hashmix(pool_[(2 * k + 1) % kPoolSize], &hc, kMultB)) << 32);
   }
 }
 
@@ -126,15 +103,11 @@ Pcg64::Pcg64(u128 initstate, u128 initseq) {
   step();
 }
 
-namespace {
-Pcg64 pcg_from_seed_sequence(const SeedSequence& seq) {
+Pcg64::Pcg64(const SeedSequence& seq) {
   uint64_t s[4];
   seq.generate_state(std::span<uint64_t>(s));
-  return Pcg64((u128(s[0]) << 64) | s[1], (u128(s[2]) << 64) | s[3]);
+  *this = Pcg64((u128(s[0]) << 64) | s[1], (u128(s[2]) << 64) | s[3]);
 }
-}  // namespace
-
-Pcg64::Pcg64(const SeedSequence& seq) : Pcg64(pcg_from_seed_sequence(seq)) {}
 
 void Pcg64::step() {
   state_ = state_ * kPcgMult + inc_;
@@ -172,9 +145,9 @@ void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int6
     } else if (rng == UINT32_MAX) {
       r = gen.next32();
     } else if (rng < UINT32_MAX) {
-      r = bounded_lemire32(gen, uint32_t(rng));
+      r = bounded_lemire<uint32_t, uint64_t>(uint32_t(rng), [&] { return gen.next32(); });
     } else {  // rng <= 2^64 - 2 for an exclusive int64 range, so Lemire always applies
-      r = bounded_lemire64(gen, rng);
+      r = bounded_lemire<uint64_t, u128>(rng, [&] { return gen.next64(); });
     }
     v = int64_t(off + r);
   }

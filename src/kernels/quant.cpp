@@ -5,7 +5,7 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
-#include "kernels/quant_isa.h"
+#include "kernels/isa.h"
 
 namespace deepinfer {
 
@@ -37,61 +37,91 @@ uint8_t pow2ceil_e8m0(float a, float c) {
   return uint8_t(e + (m != 0 ? 1 : 0));
 }
 
+namespace {
+
+// act_quant over blocks of 32: the e8m0 scale code s of each block (stored in `scales` when
+// given), then out(i, e4m3 code of x[i], s).
+template <typename Out>
+void act_quant_blocks(const float* x, int64_t n, uint8_t* scales, Out out) {
+  for (int64_t b = 0; b < n; b += 32) {
+    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
+    if (scales) scales[b / 32] = s;
+    const float inv = e8m0_to_f32(uint8_t(254 - s));  // 1/sigma, exact
+    for (int i = 0; i < 32; ++i) out(b + i, f32_to_e4m3(clampf(x[b + i] * inv, -448, 448)), s);
+  }
+}
+
+// fp4 over blocks of B: sigma = scale(block, block index), then out(i, e2m1 code of x[i], sigma).
+// x / sigma is exact (sigma is a power of two, or for variant C exact in e4m3), computed as a
+// division so that sigma down to 2^-126 needs no reciprocal outside the normal range.
+template <int B, typename Scale, typename Out>
+void fp4_blocks(const float* x, int64_t n, Scale scale, Out out) {
+  for (int64_t b = 0; b < n; b += B) {
+    const float sigma = scale(x + b, b / B);
+    for (int i = 0; i < B; ++i) out(b + i, f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6)), sigma);
+  }
+}
+
+// The packed form: two codes per byte, the even element in the low nibble.
+auto pack_into(uint8_t* packed) {
+  return [packed](int64_t i, uint8_t c, float) {
+    if (i & 1)
+      packed[i / 2] |= uint8_t(c << 4);
+    else
+      packed[i / 2] = c;
+  };
+}
+
+// §3.5 variant I: an e8m0 power of two per 32, stored in `scales` when given.
+auto fp4i_scale(uint8_t* scales) {
+  return [scales](const float* x, int64_t k) {
+    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x, 32), kFp4IFloor), kInv6);
+    if (scales) scales[k] = s;
+    return e8m0_to_f32(s);
+  };
+}
+
+// Variant C: an e4m3 scale per 16, saturating as the kernels' satfinite conversion (a scale past
+// 448 would be NaN).
+auto fp4c_scale(uint8_t* scales) {
+  return [scales](const float* x, int64_t k) {
+    const float a = std::max(block_amax(x, 16), kFp4CFloor);
+    const uint8_t code = f32_to_e4m3(std::min(a / 6.0f, 448.0f));
+    if (scales) scales[k] = code;
+    return e4m3_to_f32(code);
+  };
+}
+
+}  // namespace
+
 // --- fp8 ---
 
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
-    scales[b / 32] = s;
-    const float inv = e8m0_to_f32(uint8_t(254 - s));  // 1/sigma, exact
-    for (int i = 0; i < 32; ++i) codes[b + i] = f32_to_e4m3(clampf(x[b + i] * inv, -448, 448));
-  }
+  act_quant_blocks(x, n, scales, [&](int64_t i, uint8_t c, uint8_t) { codes[i] = c; });
 }
 
 void act_quant_values(const float* x, int64_t n, float* qvals, uint8_t* scales) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
-    scales[b / 32] = s;
-    const float inv = e8m0_to_f32(uint8_t(254 - s));
-    for (int i = 0; i < 32; ++i)
-      qvals[b + i] = e4m3_to_f32(f32_to_e4m3(clampf(x[b + i] * inv, -448, 448)));
-  }
+  act_quant_blocks(x, n, scales, [&](int64_t i, uint8_t c, uint8_t) { qvals[i] = e4m3_to_f32(c); });
 }
 
 void act_quant_qdq(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
-    const float sigma = e8m0_to_f32(s), inv = e8m0_to_f32(uint8_t(254 - s));
-    for (int i = 0; i < 32; ++i)
-      x[b + i] = e4m3_to_f32(f32_to_e4m3(clampf(x[b + i] * inv, -448, 448))) * sigma;
-  }
+  act_quant_blocks(x, n, nullptr, [&](int64_t i, uint8_t c, uint8_t s) {
+    x[i] = e4m3_to_f32(c) * e8m0_to_f32(s);
+  });
 }
 
 void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / 32]);
 }
 void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
-  if (use_avx512() && n % 32 == 0)
-    quant_isa::fp8_dequant_avx512(codes, scales, n, out);
-  else
-    fp8_dequant_ref(codes, scales, n, out);
+  (use_avx512() && n % 32 == 0 ? quant_isa::fp8_dequant_avx512 : fp8_dequant_ref)(codes, scales, n,
+                                                                                  out);
 }
 
 // --- fp4 I ---
 
 void fp4i_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kFp4IFloor), kInv6);
-    scales[b / 32] = s;
-    const float sigma = e8m0_to_f32(s);
-    for (int i = 0; i < 32; i += 2) {
-      // x / sigma is exact (sigma is a power of two), computed as a division so that sigma down
-      // to 2^-126 needs no reciprocal outside the normal range.
-      const uint8_t lo = f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6));
-      const uint8_t hi = f32_to_e2m1(clampf(x[b + i + 1] / sigma, -6, 6));
-      packed[(b + i) / 2] = uint8_t(lo | (hi << 4));
-    }
-  }
+  fp4_blocks<32>(x, n, fp4i_scale(scales), pack_into(packed));
 }
 
 void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
@@ -99,41 +129,19 @@ void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
     out[i] = e2m1_packed_get(packed, size_t(i)) * e8m0_to_f32(scales[i / 32]);
 }
 void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  if (use_avx512() && n % 32 == 0)
-    quant_isa::fp4i_dequant_avx512(packed, scales, n, out);
-  else
-    fp4i_dequant_ref(packed, scales, n, out);
+  (use_avx512() && n % 32 == 0 ? quant_isa::fp4i_dequant_avx512 : fp4i_dequant_ref)(packed, scales,
+                                                                                    n, out);
 }
 
 void fp4i_qdq(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kFp4IFloor), kInv6);
-    const float sigma = e8m0_to_f32(s);
-    for (int i = 0; i < 32; ++i)
-      x[b + i] = e2m1_to_f32(f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6))) * sigma;
-  }
+  fp4_blocks<32>(x, n, fp4i_scale(nullptr),
+                 [x](int64_t i, uint8_t c, float sigma) { x[i] = e2m1_to_f32(c) * sigma; });
 }
 
 // --- fp4 C ---
 
-namespace {
-float fp4c_scale(const float* x, uint8_t* code) {
-  const float a = std::max(block_amax(x, 16), kFp4CFloor);
-  // Saturating, as the kernels' satfinite conversion (a scale past 448 would be NaN).
-  *code = f32_to_e4m3(std::min(a / 6.0f, 448.0f));
-  return e4m3_to_f32(*code);
-}
-}  // namespace
-
 void fp4c_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales) {
-  for (int64_t b = 0; b < n; b += 16) {
-    const float sigma = fp4c_scale(x + b, &scales[b / 16]);
-    for (int i = 0; i < 16; i += 2) {
-      const uint8_t lo = f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6));
-      const uint8_t hi = f32_to_e2m1(clampf(x[b + i + 1] / sigma, -6, 6));
-      packed[(b + i) / 2] = uint8_t(lo | (hi << 4));
-    }
-  }
+  fp4_blocks<16>(x, n, fp4c_scale(scales), pack_into(packed));
 }
 
 void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
@@ -141,29 +149,20 @@ void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
     out[i] = e2m1_packed_get(packed, size_t(i)) * e4m3_to_f32(scales[i / 16]);
 }
 void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  if (use_avx512() && n % 32 == 0)
-    quant_isa::fp4c_dequant_avx512(packed, scales, n, out);
-  else
-    fp4c_dequant_ref(packed, scales, n, out);
+  (use_avx512() && n % 32 == 0 ? quant_isa::fp4c_dequant_avx512 : fp4c_dequant_ref)(packed, scales,
+                                                                                    n, out);
 }
 
 void fp4c_qdq(float* x, int64_t n) {
-  for (int64_t b = 0; b < n; b += 16) {
-    uint8_t code;
-    const float sigma = fp4c_scale(x + b, &code);
-    for (int i = 0; i < 16; ++i)
-      x[b + i] = e2m1_to_f32(f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6))) * sigma;
-  }
+  fp4_blocks<16>(x, n, fp4c_scale(nullptr),
+                 [x](int64_t i, uint8_t c, float sigma) { x[i] = e2m1_to_f32(c) * sigma; });
 }
 
 void round_bf16_inplace_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }
 void round_bf16_inplace(float* x, int64_t n) {
-  if (use_avx512())
-    quant_isa::round_bf16_avx512(x, n);
-  else
-    round_bf16_inplace_ref(x, n);
+  (use_avx512() ? quant_isa::round_bf16_avx512 : round_bf16_inplace_ref)(x, n);
 }
 
 }  // namespace deepinfer

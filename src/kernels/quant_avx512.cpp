@@ -1,24 +1,14 @@
 // AVX-512 twins of the cache-row decoders and the bf16 rounding of kernels/quant.cpp: the same
 // exact decodes (NaN codes included) and the same single fp32 product by the block scale.
 // Only intrinsics over plain arrays here (cmake/deepinfer.cmake: no shared inline code).
-#include <immintrin.h>
-
-#include <cstdint>
-
-#include "kernels/quant_isa.h"
-
-// GCC 12's intrinsic headers read deliberately undefined vectors (_mm512_undefined_*), which the
-// uninitialized-use warnings report from inside the system headers.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
+#include "kernels/isa.h"
+#include "kernels/simd.h"
 
 namespace deepinfer::quant_isa {
 
 namespace {
 
-inline __m512i load16_u8(const uint8_t* p) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
+using namespace simd::avx512;
 
 // e4m3 codes (one per 32-bit lane) -> values; 0x7f/0xff are NaN as in the scalar table.
 inline __m512 e4m3_of(__m512i d) {
@@ -30,13 +20,6 @@ inline __m512 e4m3_of(__m512i d) {
   return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
 }
 
-inline float e8m0_1(uint8_t b) {
-  const uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-
 inline float e4m3_1(uint8_t b) {
   float v;
   __m512 x = e4m3_of(_mm512_set1_epi32(b));
@@ -44,14 +27,11 @@ inline float e4m3_1(uint8_t b) {
   return v;
 }
 
-inline __m512 e2m1_lut() {
-  return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
-                        -2.0f, -3.0f, -4.0f, -6.0f);
-}
-
 // 16 packed bytes -> the 32 e2m1 values in element order (low nibble first).
-inline void e2m1x32(const uint8_t* p, __m512 lut, __m512& v0, __m512& v1) {
-  const __m512i d = load16_u8(p);
+inline void e2m1x32(const uint8_t* p, __m512& v0, __m512& v1) {
+  const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
+                                    -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  const __m512i d = load_u8(p);
   const __m512 lo = _mm512_permutexvar_ps(d, lut);
   const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
   const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
@@ -59,6 +39,19 @@ inline void e2m1x32(const uint8_t* p, __m512 lut, __m512& v0, __m512& v1) {
       _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   v0 = _mm512_permutex2var_ps(lo, i0, hi);
   v1 = _mm512_permutex2var_ps(lo, i1, hi);
+}
+
+// fp4 rows: variant I (an e8m0 scale per 32) or, with C, variant C (an e4m3 scale per 16).
+template <bool C>
+void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    __m512 v[2];
+    e2m1x32(packed + b * 16, v[0], v[1]);
+    for (int h = 0; h < 2; ++h) {
+      const float s = C ? e4m3_1(scales[2 * b + h]) : e8m0(scales[b]);
+      _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(v[h], _mm512_set1_ps(s)));
+    }
+  }
 }
 
 }  // namespace
@@ -88,33 +81,19 @@ void round_bf16_avx512(float* x, int64_t n) {
 
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    const __m512 s = _mm512_set1_ps(e8m0_1(scales[b]));
+    const __m512 s = _mm512_set1_ps(e8m0(scales[b]));
     for (int h = 0; h < 2; ++h)
       _mm512_storeu_ps(out + b * 32 + h * 16,
-                       _mm512_mul_ps(e4m3_of(load16_u8(codes + b * 32 + h * 16)), s));
+                       _mm512_mul_ps(e4m3_of(load_u8(codes + b * 32 + h * 16)), s));
   }
 }
 
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  const __m512 lut = e2m1_lut();
-  for (int64_t b = 0; b < n / 32; ++b) {
-    const __m512 s = _mm512_set1_ps(e8m0_1(scales[b]));
-    __m512 v0, v1;
-    e2m1x32(packed + b * 16, lut, v0, v1);
-    _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(v0, s));
-    _mm512_storeu_ps(out + b * 32 + 16, _mm512_mul_ps(v1, s));
-  }
+  fp4_dequant<false>(packed, scales, n, out);
 }
 
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  const __m512 lut = e2m1_lut();
-  for (int64_t b = 0; b < n / 32; ++b) {
-    __m512 v0, v1;
-    e2m1x32(packed + b * 16, lut, v0, v1);
-    _mm512_storeu_ps(out + b * 32, _mm512_mul_ps(v0, _mm512_set1_ps(e4m3_1(scales[2 * b]))));
-    _mm512_storeu_ps(out + b * 32 + 16,
-                     _mm512_mul_ps(v1, _mm512_set1_ps(e4m3_1(scales[2 * b + 1]))));
-  }
+  fp4_dequant<true>(packed, scales, n, out);
 }
 
 }  // namespace deepinfer::quant_isa

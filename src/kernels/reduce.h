@@ -59,8 +59,5 @@ inline float canonical_sum(const float* x, int64_t n, F f) {
 inline float canonical_sum(const float* x, int64_t n) {
   return canonical_sum(x, n, [](float v) { return v; });
 }
-inline float canonical_sum_sq(const float* x, int64_t n) {
-  return canonical_sum(x, n, [](float v) { return v * v; });
-}
 
 }  // namespace deepinfer

@@ -204,6 +204,14 @@ DI_VEC bool all_bf16(const float* x, int64_t n) {
   return low == 0;
 }
 
+// An e8m0 scale byte -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
+DI_VEC float e8m0(uint8_t b) {
+  const uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
 // e8m0 scale bytes p[kLanes] -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
 DI_VEC F e8m0v(const uint8_t* p) {
   const I d = load_u8(p);

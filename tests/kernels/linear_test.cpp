@@ -9,8 +9,8 @@
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
+#include "kernels/isa.h"
 #include "kernels/linear.h"
-#include "kernels/linear_isa.h"
 #include "kernels/quant.h"
 
 namespace deepinfer::testing {

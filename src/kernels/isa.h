@@ -1,11 +1,14 @@
-// Internal to the linear kernels: what linear.cpp (checks, activation scratch, threading) hands
-// the vector code in linear_vec.cpp (compiled once per ISA). Plain structs and function pointers
-// only, so the ISA objects share no inline code with the rest of the program.
+// Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, indexer.cpp,
+// quant.cpp: checks, scratch, threading) hands the vector code compiled per ISA (the *_vec.cpp
+// files, compiled once per ISA, and quant_avx512.cpp). Plain structs and function pointers only,
+// so the ISA objects share no inline code with the rest of the program.
 #pragma once
 
 #include <cstdint>
 
 #include "core/cpu.h"
+#include "kernels/attention.h"
+#include "kernels/indexer.h"
 #include "kernels/linear.h"
 
 namespace deepinfer::linear_isa {
@@ -64,3 +67,57 @@ const Kernels& kernels<Isa::Avx512>();
 bool avx512_dpbf16_is_canonical();
 
 }  // namespace deepinfer::linear_isa
+
+// Sparse attention and the indexer scores (attention_vec.cpp): one lane per head.
+namespace deepinfer::attention_isa {
+
+// One group of consecutive heads (16 for AVX-512, 8 for AVX2) of one query.
+struct Job {
+  const SparseAttnArgs* a = nullptr;
+  int64_t h0 = 0, nh = 0;  // heads [h0, h0 + nh)
+  bool fma_qk = false;     // q·k products are exact (bf16 values): fused multiply-adds agree
+  bool fma_pv = false;     // p·v products are exact
+  // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors; 64-byte
+  // aligned.
+  float* scratch = nullptr;
+  // x[i] = f32(exp(double(x[i]))): the reference's exp, out of line so the ISA files do not
+  // instantiate it.
+  void (*exp_n)(float* x, int64_t n) = nullptr;
+};
+
+struct IndexerJob {
+  const IndexerScoreArgs* a = nullptr;
+  int64_t t0 = 0, t1 = 0;    // visible rows to score
+  bool fma = false;          // q·k products are exact (bf16 values): fused multiply-adds agree
+  float* scratch = nullptr;  // qT [Di][lanes], w [lanes], terms [4][lanes]; 64-byte aligned
+};
+
+// Largest head count the vector indexer takes (more runs the reference).
+constexpr int64_t kIndexerMaxHeads = 64;
+
+struct Kernels {
+  void (*group)(const Job& j);
+  void (*indexer_scores)(const IndexerJob& j);
+  // Whether every element of x[n] is a bf16 value (low 16 bits zero).
+  bool (*all_bf16)(const float* x, int64_t n);
+  int64_t lanes;  // heads per group
+};
+template <Isa>
+const Kernels& kernels();
+template <>
+const Kernels& kernels<Isa::Avx2>();
+template <>
+const Kernels& kernels<Isa::Avx512>();
+
+}  // namespace deepinfer::attention_isa
+
+// The AVX-512 versions of the activation/cache conversions of kernels/quant.h
+// (quant_avx512.cpp), exact twins of the scalar code in quant.cpp.
+namespace deepinfer::quant_isa {
+
+void round_bf16_avx512(float* x, int64_t n);
+void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
+void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+
+}  // namespace deepinfer::quant_isa
