@@ -29,11 +29,9 @@ struct GenerateOptions {
   EngineOptions eo;
   std::string prompt, prompt_ids, prompts_file, output, system;
   int64_t num_prompts = -1, input_len = 32;  // num_prompts < 0: not given
-  uint64_t seed = 0;
   bool chat = false, thinking = false;
   int reasoning_effort = 0;
   SamplingParams params;
-  std::optional<uint64_t> sampling_seed;
 };
 
 // One input line's outcome: a request to run, or an error to report in its place.
@@ -124,7 +122,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
   } else if (!o.prompt_ids.empty()) {
     next().req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
   } else if (o.num_prompts >= 0) {
-    std::mt19937_64 rng(o.seed);
+    std::mt19937_64 rng(o.eo.engine.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
       Request& r = next().req;
       for (int64_t t = 0; t < o.input_len; ++t)
@@ -187,7 +185,6 @@ void generate(GenerateOptions& o) {
   const Tokenizer* tok = le.tokenizer.get();
   const std::vector<int32_t> chat_markers =
       tok && o.chat ? chat_marker_tokens(*tok) : std::vector<int32_t>{};
-  if (o.sampling_seed) o.params.seed = o.sampling_seed;
   DI_REQUIRE(o.params.stop.empty() || tok,
              "--stop: stop strings need a tokenizer, and this model has none");
   const int64_t vocab = le.checkpoint->config().vocab_size;
@@ -296,7 +293,8 @@ void add_generate(CLI::App& app) {
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of synthetic prompts and of requests without one")
+  cmd->add_option("--seed", o->eo.engine.seed,
+                  "Seed of synthetic prompts and of requests without one")
       ->capture_default_str();
   cmd->add_option("--output", o->output, "Write JSON lines here (default: stdout)");
   cmd->add_flag("--chat", o->chat, "Apply the DeepSeek-V4.1 chat encoding to text prompts");
@@ -312,16 +310,13 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--repetition-penalty", p.repetition_penalty)->capture_default_str();
   cmd->add_option("--presence-penalty", p.presence_penalty)->capture_default_str();
   cmd->add_option("--frequency-penalty", p.frequency_penalty)->capture_default_str();
-  cmd->add_option("--sampling-seed", o->sampling_seed, "Seed every request's sampling");
+  cmd->add_option("--sampling-seed", p.seed, "Seed every request's sampling");
   cmd->add_option("--stop", p.stop, "Stop string (repeatable; needs a tokenizer)");
   cmd->add_option("--stop-token-ids", p.stop_token_ids, "Stop token ids")->delimiter(',');
   cmd->add_flag("--ignore-eos", p.ignore_eos, "Keep going past the end-of-sequence token");
   cmd->add_option("--logprobs", p.logprobs, "Top-K logprobs per generated token")
       ->capture_default_str();
-  cmd->callback([o] {
-    o->eo.engine.seed = o->seed;
-    generate(*o);
-  });
+  cmd->callback([o] { generate(*o); });
 }
 
 }  // namespace deepinfer::app

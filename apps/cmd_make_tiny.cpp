@@ -10,19 +10,20 @@ namespace deepinfer::app {
 
 void add_make_tiny(CLI::App& app) {
   struct Opts {
-    std::string out, preset = "tiny", tokenizer, layout = "release";
-    uint64_t seed = 0, random_config = 0;
+    std::string out, layout = "release";
+    TinyCheckpoint t;
   };
   auto o = std::make_shared<Opts>();
+  TinyCheckpoint& t = o->t;
   std::string presets;
   for (const auto& n : tiny_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   CLI::App* cmd = app.add_subcommand(
       "make-tiny", "Write a deterministic random checkpoint in the official V4.1 format");
   cmd->add_option("--out", o->out, "Output directory")->required();
-  cmd->add_option("--preset", o->preset, "One of: " + presets)->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--preset", t.preset, "One of: " + presets)->capture_default_str();
+  cmd->add_option("--seed", t.seed, "Random seed")->capture_default_str();
   CLI::Option* random =
-      cmd->add_option("--random-config", o->random_config,
+      cmd->add_option("--random-config", t.config_seed,
                       "Draw the config from this seed (any layer pattern the reference accepts) "
                       "instead of a preset");
   cmd->get_option("--preset")->excludes(random);
@@ -31,23 +32,19 @@ void add_make_tiny(CLI::App& app) {
                   "state after loading: wo_a BF16, ratio>1 compressor F32, norms and gate F32)")
       ->check(CLI::IsMember({"release", "runtime"}))
       ->capture_default_str();
-  cmd->add_option("--tokenizer", o->tokenizer,
+  cmd->add_option("--tokenizer", t.tokenizer,
                   "Copy this tokenizer (tokenizer.json or its directory) into the checkpoint");
   cmd->callback([o, random] {
     const auto t0 = std::chrono::steady_clock::now();
-    TinyCheckpoint t;
-    t.preset = o->preset;
+    TinyCheckpoint& t = o->t;
     t.random = random->count() > 0;
-    t.config_seed = o->random_config;
-    t.seed = o->seed;
     t.layout = parse_tiny_layout(o->layout);
-    t.tokenizer = o->tokenizer;
     const uint64_t bytes = make_tiny_checkpoint(o->out, t);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string what =
-        t.random ? "random config " + std::to_string(o->random_config) : "preset " + o->preset;
+        t.random ? "random config " + std::to_string(t.config_seed) : "preset " + t.preset;
     std::printf("wrote %s (seed %llu, %s layout) to %s: %.1f MiB of tensors in %.1f s\n",
-                what.c_str(), static_cast<unsigned long long>(o->seed), o->layout.c_str(),
+                what.c_str(), static_cast<unsigned long long>(t.seed), o->layout.c_str(),
                 o->out.c_str(), double(bytes) / (1 << 20), s);
   });
 }

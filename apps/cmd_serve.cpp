@@ -27,7 +27,6 @@ struct ServeOptions {
   std::string served_model_name, api_key_file;
   const CLI::Option* api_key_given = nullptr;  // --api-key or DEEPINFER_API_KEY
   int64_t max_body_mib = 8;
-  uint64_t seed = 0;
 };
 
 // The key from --api-key-file, or the one given; an empty key given on purpose is refused (it
@@ -58,7 +57,6 @@ void serve(ServeOptions& o) {
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
   resolve_api_key(o);
   o.so.max_body_bytes = size_t(o.max_body_mib) << 20;
-  o.eo.engine.seed = o.seed;
   DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
              ": data-parallel replicas are not served yet (use --cp and --ep, or one server per "
              "replica behind a load balancer)");
@@ -177,7 +175,8 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--shutdown-timeout", so.shutdown_timeout_s,
                   "Seconds running requests get to finish after SIGTERM")
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seeds requests that bring no seed")->capture_default_str();
+  cmd->add_option("--seed", o->eo.engine.seed, "Seeds requests that bring no seed")
+      ->capture_default_str();
   cmd->callback([o] { serve(*o); });
 }
 

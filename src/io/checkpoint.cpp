@@ -195,17 +195,6 @@ bool is_float(DType d) {
   return d == DType::F32 || d == DType::BF16 || d == DType::F16;
 }
 
-float float_at(const TensorInfo& t, int64_t i) {
-  if (t.dtype == DType::F32) {
-    float v;
-    std::memcpy(&v, t.data + 4 * i, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, t.data + 2 * i, 2);
-  return t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 // The stored forms a slot kind accepts, for refusals.
 std::string accepted_forms(SlotKind k, const Shape& shape) {
   const std::string s = shape.str();
@@ -251,11 +240,18 @@ const void* Checkpoint::convert(const TensorInfo& t, DType want) {
   const int64_t n = t.shape.numel();
   std::vector<uint8_t> buf(size_t(n) * (want == DType::F32 ? 4 : 2));
   for (int64_t i = 0; i < n; ++i) {
-    const float v = float_at(t, i);
+    float v;
+    uint16_t h;
+    if (t.dtype == DType::F32) {
+      std::memcpy(&v, t.data + 4 * i, 4);
+    } else {
+      std::memcpy(&h, t.data + 2 * i, 2);
+      v = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
     if (want == DType::F32) {
       std::memcpy(buf.data() + 4 * i, &v, 4);
     } else {
-      const uint16_t h = f32_to_bf16(v);  // round to nearest even, as the reference's load does
+      h = f32_to_bf16(v);  // round to nearest even, as the reference's load does
       std::memcpy(buf.data() + 2 * i, &h, 2);
     }
   }

@@ -100,32 +100,27 @@ int64_t NpyArray::numel() const {
 }
 
 template <typename T>
-static std::vector<T> convert(const NpyArray& a) {
-  std::vector<T> out(size_t(a.numel()));
+std::vector<T> NpyArray::as() const {
+  std::vector<T> out(static_cast<size_t>(numel()));
   auto from = [&]<typename S>(S) {
     for (size_t i = 0; i < out.size(); ++i) {
       S v;
-      std::memcpy(&v, a.bytes.data() + sizeof(S) * i, sizeof(S));
+      std::memcpy(&v, bytes.data() + sizeof(S) * i, sizeof(S));
       out[i] = T(v);
     }
   };
-  if (a.dtype == "f4")
+  if (dtype == "f4")
     from(float());
-  else if (a.dtype == "f8")
+  else if (dtype == "f8")
     from(double());
-  else if (a.dtype == "i4")
+  else if (dtype == "i4")
     from(int32_t());
   else
     from(int64_t());
   return out;
 }
-
-std::vector<double> NpyArray::as_f64() const {
-  return convert<double>(*this);
-}
-std::vector<int64_t> NpyArray::as_i64() const {
-  return convert<int64_t>(*this);
-}
+template std::vector<double> NpyArray::as() const;
+template std::vector<int64_t> NpyArray::as() const;
 
 void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
   write_npy(path, "<f4", data, 4, shape);

@@ -16,8 +16,9 @@ struct NpyArray {
   std::vector<uint8_t> bytes;  // raw little-endian data
 
   int64_t numel() const;
-  std::vector<double> as_f64() const;  // converts f4/i4/i8 too
-  std::vector<int64_t> as_i64() const;
+  // The values converted to T (double or int64_t) from any of the four dtypes.
+  template <typename T>
+  std::vector<T> as() const;
 };
 
 void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);

@@ -58,9 +58,7 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
   const fs::path final_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
   fs::remove_all(tmp);
-  TinyWriteOptions opt;
-  opt.seed = spec.seed;
-  opt.layout = spec.layout;
+  TinyWriteOptions opt = spec;
   // Small presets get several shards so the index path is exercised (random configs, being
   // smaller, shards split inside layers); big ones 1 GiB shards.
   opt.max_shard_bytes = preset == "small"    ? (uint64_t(1) << 30)

@@ -13,12 +13,12 @@ namespace deepinfer {
 
 std::string cache_dir();
 
-struct TinyCheckpoint {
+// The weights' seed and layout as for write_tiny_checkpoint; max_shard_bytes is chosen from the
+// preset.
+struct TinyCheckpoint : TinyWriteOptions {
   std::string preset = "tiny";
   bool random = false;  // draw the config with random_config(config_seed) instead of the preset
   uint64_t config_seed = 0;
-  uint64_t seed = 0;  // of the weights
-  TinyLayout layout = TinyLayout::Release;
   // A tokenizer.json, or a directory holding it and tokenizer_config.json: copied in, and
   // engram_compressed_vocab_size set to the size of its Engram token map, so text prompts work.
   std::string tokenizer;

@@ -85,7 +85,7 @@ void check_fp32_against_reference(const std::string& preset) {
   const int64_t V = m.model->config().vocab_size, L = 40, steps = 32;
   const auto prompt = random_tokens(L, V, 7);
   auto ref = run_reference(preset, prompt, "fp32", "--greedy " + std::to_string(steps));
-  const std::vector<double> ref_logits = ref.at("logits").as_f64();
+  const std::vector<double> ref_logits = ref.at("logits").as<double>();
   ASSERT_EQ(ref_logits.size(), size_t(L * V));
 
   const auto prefill = run_chunks(*m.model, prompt, {L});
@@ -111,8 +111,8 @@ void check_fp32_against_reference(const std::string& preset) {
   }
 
   // Greedy continuation, fed one token at a time after the prompt.
-  const auto ref_ids = ref.at("greedy_ids").as_i64();
-  const auto ref_glog = ref.at("greedy_logits").as_f64();
+  const auto ref_ids = ref.at("greedy_ids").as<int64_t>();
+  const auto ref_glog = ref.at("greedy_logits").as<double>();
   Session session(*m.model, L + steps);
   std::vector<float> logits = session.feed(prompt);
   const float* last = &logits[size_t((L - 1) * V)];
@@ -147,7 +147,7 @@ TEST_P(Golden, Bf16TeacherForcedCloseToTheReference) {
   const int64_t V = m.model->config().vocab_size, L = 48;
   const auto prompt = random_tokens(L, V, 21);
   auto ref = run_reference(preset, prompt, "bf16", "");
-  const auto ref_logits = ref.at("logits").as_f64();
+  const auto ref_logits = ref.at("logits").as<double>();
   const auto mine = run_chunks(*m.model, prompt, {L});
   int64_t agree = 0;
   std::vector<double> err;
@@ -196,7 +196,7 @@ TEST_P(Golden, Fp32LayerDumpsMatchTheReference) {
       ASSERT_TRUE(fs::exists(cd / name)) << call << "/" << name << " not dumped by the model";
       const NpyArray a = npy_read(e.path().string()), b = npy_read((cd / name).string());
       ASSERT_EQ(a.shape, b.shape) << call << "/" << name;
-      const auto x = a.as_f64(), y = b.as_f64();
+      const auto x = a.as<double>(), y = b.as<double>();
       double worst = 0;
       for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(x[i] - y[i]));
       EXPECT_LE(worst, 1e-5) << call << "/" << name;
@@ -218,7 +218,7 @@ TEST(GoldenDefect, DemoDecodeDefectSwitch) {
   const int64_t V = fixed.model->config().vocab_size, L = 24;
   const auto prompt = random_tokens(L, V, 5);
   auto ref = run_reference("tiny", prompt, "fp32", "--stepwise --demo-decode-defect");
-  const auto ref_logits = ref.at("logits").as_f64();
+  const auto ref_logits = ref.at("logits").as<double>();
   const std::vector<int64_t> ones(size_t(L), 1);
   const auto with = run_chunks(*demo.model, prompt, ones);
   const auto without = run_chunks(*fixed.model, prompt, ones);
