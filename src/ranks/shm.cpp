@@ -231,12 +231,12 @@ namespace {
 
 char g_armed_name[256];
 std::atomic<bool> g_armed{false};
-struct sigaction g_prev_int, g_prev_term;
+constexpr int kCleanupSignals[2] = {SIGINT, SIGTERM};
+struct sigaction g_prev[2];  // by kCleanupSignals
 
 void on_fatal_signal(int sig) {
   if (g_armed.exchange(false)) shm_unlink(g_armed_name);
-  sigaction(SIGINT, &g_prev_int, nullptr);
-  sigaction(SIGTERM, &g_prev_term, nullptr);
+  for (int i = 0; i < 2; ++i) sigaction(kCleanupSignals[i], &g_prev[i], nullptr);
   // Blocked until this handler returns, then delivered to the previous disposition.
   raise(sig);
 }
@@ -251,23 +251,22 @@ void arm_signal_cleanup(const std::string& shm_name) {
   struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGINT);
-  sigaddset(&sa.sa_mask, SIGTERM);
+  for (int sig : kCleanupSignals) sigaddset(&sa.sa_mask, sig);
   // A signal the process was told to ignore (nohup, a background job) stays ignored.
-  sigaction(SIGINT, nullptr, &g_prev_int);
-  sigaction(SIGTERM, nullptr, &g_prev_term);
-  if (g_prev_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
-  if (g_prev_term.sa_handler != SIG_IGN) sigaction(SIGTERM, &sa, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    sigaction(kCleanupSignals[i], nullptr, &g_prev[i]);
+    if (g_prev[i].sa_handler != SIG_IGN) sigaction(kCleanupSignals[i], &sa, nullptr);
+  }
 }
 
 void disarm_signal_cleanup() {
   // Restore only if our handler is still the one installed.
   if (!g_armed.exchange(false)) return;
-  struct sigaction cur {};
-  sigaction(SIGINT, nullptr, &cur);
-  if (cur.sa_handler == on_fatal_signal) sigaction(SIGINT, &g_prev_int, nullptr);
-  sigaction(SIGTERM, nullptr, &cur);
-  if (cur.sa_handler == on_fatal_signal) sigaction(SIGTERM, &g_prev_term, nullptr);
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction cur {};
+    sigaction(kCleanupSignals[i], nullptr, &cur);
+    if (cur.sa_handler == on_fatal_signal) sigaction(kCleanupSignals[i], &g_prev[i], nullptr);
+  }
 }
 
 void remove_stale_segments() {
