@@ -48,12 +48,10 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
     : model_(model), cfg_(cfg), decoder_(std::move(decoder)), sampler_(model.config().vocab_size) {
   const ModelConfig& c = model.config();
   const KvCacheOptions ko = size_kv_pool(c, &cfg_);
-  num_blocks_ = ko.num_blocks;
+  stats_.kv_blocks_total = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, num_blocks_, cfg_.sched.max_num_seqs,
-                                           layout ? layout->cfg.cp : 1);
+  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, ko.num_blocks, layout ? layout->cfg.cp : 1);
   runner_ = std::make_unique<ModelRunner>(model_, *kv_, true, layout);
-  stats_.kv_blocks_total = num_blocks_;
 }
 
 Engine::~Engine() = default;

@@ -53,8 +53,10 @@ class Engine {
   ~Engine();
 
   // The pool this engine sized (blocks, tokens per block, bytes).
-  int32_t num_kv_blocks() const { return num_blocks_; }
-  int64_t kv_capacity_tokens() const { return int64_t(num_blocks_) * cfg_.sched.block_tokens; }
+  int32_t num_kv_blocks() const { return stats_.kv_blocks_total; }
+  int64_t kv_capacity_tokens() const {
+    return int64_t(stats_.kv_blocks_total) * cfg_.sched.block_tokens;
+  }
   uint64_t kv_pool_bytes() const { return kv_->bytes(); }
 
   // Validates and queues a request; returns "" or a message saying what is wrong with it (the
@@ -76,7 +78,6 @@ class Engine {
   Model& model_;
   EngineConfig cfg_;
   TextDecoder decoder_;
-  int32_t num_blocks_ = 0;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;

@@ -50,16 +50,15 @@ int64_t CpBlockPools::reachable_blocks(size_t held) const {
   return n;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots, int32_t cp)
+Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp)
     : cfg_(cfg), pools_(cp, num_blocks) {
-  DI_REQUIRE(cfg.max_num_seqs >= 1 && num_slots >= cfg.max_num_seqs,
-             "max_num_seqs must be >= 1 and <= the cache's sequence slots");
+  DI_REQUIRE(cfg.max_num_seqs >= 1, "max_num_seqs must be >= 1");
   DI_REQUIRE(cfg.max_num_batched_tokens >= 1 && cfg.max_num_prefill_tokens >= 1,
              "max_num_batched_tokens and max_num_prefill_tokens must be >= 1");
   DI_REQUIRE(cfg.prefill_bucket == 0 || cfg.prefill_bucket <= cfg.max_num_batched_tokens,
              "prefill bucket (", cfg.prefill_bucket, ") exceeds max_num_batched_tokens (",
              cfg.max_num_batched_tokens, ")");
-  for (int32_t s = num_slots - 1; s >= 0; --s) free_slots_.push_back(s);
+  for (int32_t s = cfg.max_num_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
 std::string Scheduler::add(Request req) {
@@ -84,19 +83,12 @@ std::string Scheduler::add(Request req) {
   return "";
 }
 
-int64_t Scheduler::fit_tokens(const Sequence* s, int64_t n) const {
-  // The most of the next n tokens whose KV fits in the blocks held plus the free ones.
-  const int64_t room =
-      pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens - s->num_computed;
-  return std::max<int64_t>(0, std::min(n, room));
-}
-
-bool Scheduler::can_grow(const Sequence* s, int64_t tokens) const {
-  return pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens >= tokens;
+int64_t Scheduler::room(const Sequence* s) const {
+  return pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens;
 }
 
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
-  DI_CHECK(can_grow(s, tokens), "growing without free blocks");
+  DI_CHECK(room(s) >= tokens, "growing without free blocks");
   while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens)
     s->blocks.push_back(pools_.pool_of(s->blocks.size()).allocate());
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
@@ -179,9 +171,9 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       if (n == 0 || rows_of(s, n) > rows) continue;
       // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
       // token preempts, newest first.
-      if (n > 1) n = std::max<int64_t>(1, fit_tokens(s, n));
+      if (n > 1) n = std::clamp<int64_t>(room(s) - s->num_computed, 1, n);
       bool ok = true;
-      while (ok && !can_grow(s, s->num_computed + n)) {
+      while (ok && room(s) < s->num_computed + n) {
         Sequence* victim = running_.back();  // the newest arrival
         unpick(victim);
         preempt(victim);
@@ -199,8 +191,8 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
          stats_.preemptions == preemptions_before) {
     Sequence* s = waiting_.front();
     int64_t n = chunk_of(s);
-    if (n > 1) n = fit_tokens(s, n);
-    if (n == 0 || rows_of(s, n) > rows || !can_grow(s, s->num_computed + n)) break;
+    if (n > 1) n = std::clamp<int64_t>(room(s) - s->num_computed, 0, n);  // what the blocks fit
+    if (n == 0 || rows_of(s, n) > rows || room(s) < s->num_computed + n) break;
     waiting_.pop_front();
     admit(s);
     grow_blocks(s, s->num_computed + n);

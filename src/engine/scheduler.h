@@ -102,20 +102,15 @@ struct SchedulerStats {
 class Scheduler {
  public:
   // `num_blocks` per context-parallel rank, `cp` ranks.
-  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t num_slots, int32_t cp = 1);
+  // One sequence slot per running sequence (max_num_seqs).
+  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp = 1);
 
-  const SchedulerConfig& config() const { return cfg_; }
   // Queues a request; returns "" or the reason it can never run (too long for the model or pool).
   std::string add(Request req);
   // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
   // prefill step).
   // `out` is overwritten; reusing one object from step to step keeps its buffers.
   void schedule(SchedOutput& out, bool allow_prefill = true);
-  SchedOutput schedule(bool allow_prefill = true) {
-    SchedOutput out;
-    schedule(out, allow_prefill);
-    return out;
-  }
   // True when some sequence has prompt (or recomputation) rows pending.
   bool wants_prefill() const;
   // After the model ran `out`: advances computed counts; `sampled[i]` is the token picked for the
@@ -137,10 +132,9 @@ class Scheduler {
   const SchedulerStats& stats() const { return stats_; }
 
  private:
-  // The tokens of the next `n` that fit in a sequence's blocks plus the free ones; whether it can
-  // hold `tokens` tokens of KV; allocation of the missing blocks (they must be free).
-  int64_t fit_tokens(const Sequence* s, int64_t n) const;
-  bool can_grow(const Sequence* s, int64_t tokens) const;
+  // The tokens of KV a sequence's blocks plus the free ones it can reach would hold; allocation
+  // of the blocks missing for `tokens` (they must be free).
+  int64_t room(const Sequence* s) const;
   void grow_blocks(Sequence* s, int64_t tokens);
   void release(Sequence* s);
   void preempt(Sequence* s);

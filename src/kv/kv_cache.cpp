@@ -10,7 +10,6 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
       num_blocks_(opt.num_blocks),
       max_seqs_(opt.max_seqs),
       window_(c.window_size),
-      head_dim_(c.head_dim),
       window_row_bytes_(window_kv_row_bytes(c.head_dim)),
       history_len_(c.engram_layer_ids.empty() ? 0 : c.engram_max_ngram_size - 1) {
   DI_REQUIRE(opt.num_blocks >= 0 && opt.max_seqs >= 1 && opt.block_tokens >= 1,

@@ -69,7 +69,7 @@ class KvCache {
 
   int64_t block_tokens_;
   int32_t num_blocks_, max_seqs_;
-  int64_t window_, head_dim_, window_row_bytes_, history_len_;
+  int64_t window_, window_row_bytes_, history_len_;
   std::vector<LayerRegion> layers_;
   std::vector<int64_t> history_;  // [max_seqs, Ng - 1]
   std::vector<int32_t> last_key_layer_;

@@ -1,5 +1,5 @@
-// The shared-memory backend: the segment (shm.h), the launch of the followers (launch.h), waits
-// on the segment, groups, and the world.
+// The shared-memory backend: the segment (shm.h), its names (launch.h), the launch of the
+// followers, waits on the segment, groups, and the world.
 #include "ranks/shm.h"
 
 #include <dirent.h>
@@ -156,7 +156,33 @@ GroupArea* Segment::group(uint64_t index) const {
 
 }  // namespace shm
 
-// --- launch (launch.h) ---
+// --- segment names (launch.h) ---
+
+void remove_stale_segments() {
+  DIR* d = opendir("/dev/shm");
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    int pid = 0, n = 0, used = 0;
+    if (std::sscanf(e->d_name, "deepinfer-%d-%d%n", &pid, &n, &used) != 2 ||
+        e->d_name[used] != '\0' || pid <= 0)
+      continue;
+    // A leader holds its name only while its followers start (a minute at most); an older
+    // name whose pid is gone here is left over, not a leader in another pid namespace that
+    // shares this /dev/shm.
+    struct stat st {};
+    const std::string path = str_cat("/dev/shm/", e->d_name);
+    if (stat(path.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < 600) continue;
+    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(str_cat("/", e->d_name).c_str());
+  }
+  closedir(d);
+}
+
+std::string new_segment_name() {
+  static std::atomic<int> counter{0};
+  return str_cat("/deepinfer-", getpid(), "-", counter.fetch_add(1));
+}
+
+// --- launch of the followers ---
 
 namespace {
 
@@ -184,8 +210,10 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   return out;
 }
 
-}  // namespace
-
+// Starts ranks 1..world_size-1 as copies of this executable (/proc/self/exe) with this process's
+// arguments and environment, plus the three rank variables (launch.h). Each follower gets SIGKILL
+// when the leader dies, and gives up at once if the leader died before that was armed. Returns the
+// pids by rank, pids[0] being this process. On failure, kills what it started and throws.
 std::vector<int> spawn_followers(int world_size, const std::string& shm_name) {
   std::vector<std::string> args = own_arguments();
   std::vector<std::string> env;
@@ -225,23 +253,31 @@ std::vector<int> spawn_followers(int world_size, const std::string& shm_name) {
 }
 
 // --- signal cleanup ---
+// While armed, SIGINT or SIGTERM removes the segment name before the signal takes its previous
+// course. Only one name is armed at a time; disarming restores the previous handlers.
 // A signal handler can only reach static state; it holds one fixed-size name.
-
-namespace {
 
 char g_armed_name[256];
 std::atomic<bool> g_armed{false};
-struct sigaction g_prev_int, g_prev_term;
+constexpr int kCleanupSignals[2] = {SIGINT, SIGTERM};
+struct sigaction g_prev[2];  // by kCleanupSignals
 
 void on_fatal_signal(int sig) {
   if (g_armed.exchange(false)) shm_unlink(g_armed_name);
-  sigaction(SIGINT, &g_prev_int, nullptr);
-  sigaction(SIGTERM, &g_prev_term, nullptr);
+  for (int i = 0; i < 2; ++i) sigaction(kCleanupSignals[i], &g_prev[i], nullptr);
   // Blocked until this handler returns, then delivered to the previous disposition.
   raise(sig);
 }
 
-}  // namespace
+void disarm_signal_cleanup() {
+  // Restore only if our handler is still the one installed.
+  if (!g_armed.exchange(false)) return;
+  for (int i = 0; i < 2; ++i) {
+    struct sigaction cur {};
+    sigaction(kCleanupSignals[i], nullptr, &cur);
+    if (cur.sa_handler == on_fatal_signal) sigaction(kCleanupSignals[i], &g_prev[i], nullptr);
+  }
+}
 
 void arm_signal_cleanup(const std::string& shm_name) {
   DI_CHECK(shm_name.size() < sizeof g_armed_name);
@@ -251,50 +287,13 @@ void arm_signal_cleanup(const std::string& shm_name) {
   struct sigaction sa {};
   sa.sa_handler = on_fatal_signal;
   sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGINT);
-  sigaddset(&sa.sa_mask, SIGTERM);
+  for (int sig : kCleanupSignals) sigaddset(&sa.sa_mask, sig);
   // A signal the process was told to ignore (nohup, a background job) stays ignored.
-  sigaction(SIGINT, nullptr, &g_prev_int);
-  sigaction(SIGTERM, nullptr, &g_prev_term);
-  if (g_prev_int.sa_handler != SIG_IGN) sigaction(SIGINT, &sa, nullptr);
-  if (g_prev_term.sa_handler != SIG_IGN) sigaction(SIGTERM, &sa, nullptr);
-}
-
-void disarm_signal_cleanup() {
-  // Restore only if our handler is still the one installed.
-  if (!g_armed.exchange(false)) return;
-  struct sigaction cur {};
-  sigaction(SIGINT, nullptr, &cur);
-  if (cur.sa_handler == on_fatal_signal) sigaction(SIGINT, &g_prev_int, nullptr);
-  sigaction(SIGTERM, nullptr, &cur);
-  if (cur.sa_handler == on_fatal_signal) sigaction(SIGTERM, &g_prev_term, nullptr);
-}
-
-void remove_stale_segments() {
-  DIR* d = opendir("/dev/shm");
-  if (!d) return;
-  while (dirent* e = readdir(d)) {
-    int pid = 0, n = 0, used = 0;
-    if (std::sscanf(e->d_name, "deepinfer-%d-%d%n", &pid, &n, &used) != 2 ||
-        e->d_name[used] != '\0' || pid <= 0)
-      continue;
-    // A leader holds its name only while its followers start (a minute at most); an older
-    // name whose pid is gone here is left over, not a leader in another pid namespace that
-    // shares this /dev/shm.
-    struct stat st {};
-    const std::string path = str_cat("/dev/shm/", e->d_name);
-    if (stat(path.c_str(), &st) != 0 || time(nullptr) - st.st_mtime < 600) continue;
-    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink(str_cat("/", e->d_name).c_str());
+  for (int i = 0; i < 2; ++i) {
+    sigaction(kCleanupSignals[i], nullptr, &g_prev[i]);
+    if (g_prev[i].sa_handler != SIG_IGN) sigaction(kCleanupSignals[i], &sa, nullptr);
   }
-  closedir(d);
 }
-
-std::string new_segment_name() {
-  static std::atomic<int> counter{0};
-  return str_cat("/deepinfer-", getpid(), "-", counter.fetch_add(1));
-}
-
-namespace {
 
 // --- waits ---
 // A wait spins briefly and then sleeps on a futex (shared, not private: the word lives in

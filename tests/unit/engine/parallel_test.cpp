@@ -24,13 +24,14 @@ TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
   SchedulerConfig cfg;
   cfg.block_tokens = 4;
   cfg.max_model_len = 1000;
-  Scheduler s(cfg, 4, cfg.max_num_seqs, 3);  // 4 blocks per rank, 3 ranks: 48 tokens
+  Scheduler s(cfg, 4, 3);  // 4 blocks per rank, 3 ranks: 48 tokens
   EXPECT_EQ(s.blocks_total(), 12);
   EXPECT_EQ(s.add(make_request(1, 40, 8)), "");
   EXPECT_NE(s.add(make_request(2, 45, 8)), "");  // 53 tokens: 14 blocks
   std::vector<int32_t> sampled;
   while (s.has_work()) {
-    SchedOutput out = s.schedule();
+    SchedOutput out;
+    s.schedule(out);
     sampled.assign(out.seqs.size(), 5);
     for (Sequence* q : s.update(out, sampled))
       if (q->num_generated() >= q->req.params.max_tokens) s.finish(q, FinishReason::Length);

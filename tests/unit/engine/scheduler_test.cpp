@@ -18,7 +18,8 @@ using testing::make_request;
 int64_t drive(Scheduler& s, const SchedulerConfig& cfg, std::map<RequestId, int64_t>* generated) {
   int64_t steps = 0;
   while (s.has_work()) {
-    SchedOutput out = s.schedule();
+    SchedOutput out;
+    s.schedule(out);
     EXPECT_FALSE(out.empty()) << "no progress at step " << steps;
     if (out.empty()) break;
     EXPECT_LE(out.rows(), cfg.max_num_batched_tokens);
@@ -48,14 +49,16 @@ TEST(Scheduler, DecodeRowsFirstThenPromptsFcfs) {
   SchedulerConfig cfg;
   cfg.max_num_batched_tokens = 10;
   cfg.max_num_prefill_tokens = 10;
-  Scheduler s(cfg, 100, cfg.max_num_seqs);
+  Scheduler s(cfg, 100);
   ASSERT_EQ(s.add(make_request(1, 4, 3)), "");
-  SchedOutput a = s.schedule();
+  SchedOutput a;
+  s.schedule(a);
   ASSERT_EQ(a.seqs.size(), 1u);
   EXPECT_TRUE(a.seqs[0].sample);
   s.update(a, {5});
   ASSERT_EQ(s.add(make_request(2, 20, 3)), "");
-  SchedOutput b = s.schedule();
+  SchedOutput b;
+  s.schedule(b);
   ASSERT_EQ(b.seqs.size(), 2u);
   EXPECT_EQ(b.seqs[0].seq_id, 1u);  // the decode row first
   EXPECT_TRUE(b.seqs[0].decode);
@@ -69,7 +72,7 @@ TEST(Scheduler, RejectsWhatCanNeverRun) {
   SchedulerConfig cfg;
   cfg.max_model_len = 100;
   cfg.block_tokens = 16;
-  Scheduler s(cfg, 4, cfg.max_num_seqs);
+  Scheduler s(cfg, 4);
   EXPECT_NE(s.add(make_request(1, 90, 20)), "");  // past max_model_len
   EXPECT_NE(s.add(make_request(2, 60, 10)), "");  // 70 tokens need 5 blocks of 16, pool has 4
   EXPECT_EQ(s.add(make_request(3, 50, 10)), "");
@@ -94,7 +97,7 @@ TEST_P(SchedulerWorkload, EveryRequestCompletesWithoutLeaks) {
   cfg.block_tokens = c.block_tokens;
   cfg.prompt_as_decode = c.as_decode;
   cfg.max_model_len = 1 << 20;
-  Scheduler s(cfg, c.blocks, c.seqs);
+  Scheduler s(cfg, c.blocks);
   std::mt19937 rng(11);
   std::map<RequestId, int64_t> want, got;
   for (RequestId id = 0; id < 200; ++id) {
@@ -119,14 +122,16 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   SchedulerConfig cfg;
   cfg.block_tokens = 4;
-  Scheduler s(cfg, 4, cfg.max_num_seqs);
+  Scheduler s(cfg, 4);
   ASSERT_EQ(s.add(make_request(1, 8, 8)), "");  // 2 blocks, grows to 4
   ASSERT_EQ(s.add(make_request(2, 8, 8)), "");  // 2 blocks
-  SchedOutput a = s.schedule();
+  SchedOutput a;
+  s.schedule(a);
   ASSERT_EQ(a.seqs.size(), 2u);
   s.update(a, {1, 2});
   // Both now need a third block with none free: the older keeps running, the newer is preempted.
-  SchedOutput b = s.schedule();
+  SchedOutput b;
+  s.schedule(b);
   ASSERT_EQ(b.seqs.size(), 1u);
   EXPECT_EQ(b.seqs[0].seq_id, 1u);
   EXPECT_EQ(s.stats().preemptions, 1);
@@ -138,9 +143,11 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
 
 TEST(Scheduler, AbortFreesBlocks) {
   SchedulerConfig cfg;
-  Scheduler s(cfg, 10, cfg.max_num_seqs);
+  Scheduler s(cfg, 10);
   ASSERT_EQ(s.add(make_request(1, 100, 5)), "");
-  s.update(s.schedule(), {3});
+  SchedOutput out;
+  s.schedule(out);
+  s.update(out, {3});
   EXPECT_GT(s.blocks_used(), 0);
   EXPECT_TRUE(s.abort(1));
   EXPECT_EQ(s.blocks_used(), 0);
