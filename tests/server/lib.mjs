@@ -3,7 +3,7 @@
 //
 // Every test script takes `--deepinfer PATH` (the binary) and optionally `--tok-model DIR` (a
 // checkpoint with a tokenizer, made by `deepinfer make-tiny --tokenizer`).
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
 
 export function cliArgs() {
@@ -66,11 +66,21 @@ export async function startServer(bin, args = [], { env = {} } = {}) {
   };
 }
 
-// The offline runner on a JSONL file of requests: one result per line, in order.
+// The offline runner on a JSONL file of requests: one result per line, in order. Asynchronous, so
+// that the event loop keeps running meanwhile: a client's idle keep-alive sockets that the server
+// closes are noticed as closed instead of being reused after a long blocking call.
 export function generate(bin, args) {
-  const r = spawnSync(bin, ['generate', ...args], { encoding: 'utf8', maxBuffer: 256 << 20 });
-  if (r.status !== 0) throw new Error(`deepinfer generate ${args.join(' ')} failed:\n${r.stderr}`);
-  return r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  return new Promise((resolve, reject) => {
+    const proc = spawn(bin, ['generate', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    proc.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
+    proc.stderr.setEncoding('utf8').on('data', (d) => { err += d; });
+    proc.on('error', reject);
+    proc.on('close', (code) => {
+      if (code !== 0) reject(new Error(`deepinfer generate ${args.join(' ')} failed:\n${err}`));
+      else resolve(out.trim().split('\n').map((l) => JSON.parse(l)));
+    });
+  });
 }
 
 // The payloads of a server-sent-event stream (the text after "data: "), in order.

@@ -41,7 +41,7 @@ before(async () => {
   writeFileSync(file, requests.map((r) => JSON.stringify({
     prompt_ids: r.prompt, max_tokens: r.max_tokens, temperature: 0,
   })).join('\n') + '\n');
-  expected = generate(args.deepinfer, ['--prompts', file]);
+  expected = await generate(args.deepinfer, ['--prompts', file]);
   server = await startServer(args.deepinfer, ['--max-num-seqs', '32']);
 });
 

@@ -35,12 +35,12 @@ before(async () => {
   client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0 });
   const greedy = { max_tokens: MAX, temperature: 0 };
   const seeded = { prompt: PROMPTS[2], max_tokens: MAX, temperature: 0.8, seed: 7 };
-  const completions = offlineRun([...PROMPTS.map((p) => ({ prompt: p, ...greedy })), seeded]);
+  const completions = await offlineRun([...PROMPTS.map((p) => ({ prompt: p, ...greedy })), seeded]);
   offline = {
     completions: completions.slice(0, PROMPTS.length),
     seeded: completions[PROMPTS.length],
-    chat: offlineRun(CHATS.map((p) => ({ prompt: p, ...greedy })), ['--chat']),
-    thinking: offlineRun(CHATS.map((p) => ({ prompt: p, ...greedy })), ['--chat', '--thinking']),
+    chat: await offlineRun(CHATS.map((p) => ({ prompt: p, ...greedy })), ['--chat']),
+    thinking: await offlineRun(CHATS.map((p) => ({ prompt: p, ...greedy })), ['--chat', '--thinking']),
   };
 });
 
@@ -118,7 +118,7 @@ describe('openai client', () => {
     const full = offline.completions[1].text;
     const stop = full.slice(Math.floor(full.length / 2), Math.floor(full.length / 2) + 3);
     assert.ok(stop.trim().length > 0, `stop string from ${JSON.stringify(full)}`);
-    const [want] = offlineRun([{ prompt: PROMPTS[1], max_tokens: MAX, temperature: 0, stop: [stop] }]);
+    const [want] = await offlineRun([{ prompt: PROMPTS[1], max_tokens: MAX, temperature: 0, stop: [stop] }]);
     assert.equal(want.finish_reason, 'stop');
     const r = await client.completions.create({
       model: 'tiny-tok', prompt: PROMPTS[1], max_tokens: MAX, temperature: 0, stop: [stop],

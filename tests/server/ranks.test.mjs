@@ -26,7 +26,7 @@ before(async () => {
   writeFileSync(file, requests.map((r) => JSON.stringify({
     prompt_ids: r.prompt, max_tokens: r.max_tokens, temperature: 0,
   })).join('\n') + '\n');
-  expected = generate(args.deepinfer, ['--dtype', 'fp32', '--prompts', file]);
+  expected = await generate(args.deepinfer, ['--dtype', 'fp32', '--prompts', file]);
   server = await startServer(args.deepinfer,
                              ['--cp', '2', '--ep', '2', '--dtype', 'fp32', '--max-num-seqs', '4']);
 });

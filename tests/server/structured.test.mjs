@@ -182,7 +182,7 @@ describe('structured outputs', () => {
     writeFileSync(file, JSON.stringify({ prompt: 'A person:', max_tokens: MAX, temperature: 0, json_schema: schema })
       + '\n' + JSON.stringify({ prompt: 'Free:', max_tokens: MAX, temperature: 0,
                                 response_format: { type: 'json_schema', json_schema: { schema } } }) + '\n');
-    const out = generate(args.deepinfer, ['--model', args['tok-model'], '--prompts', file]);
+    const out = await generate(args.deepinfer, ['--model', args['tok-model'], '--prompts', file]);
     for (const o of out) {
       assert.equal(o.finish_reason, 'stop');
       checkPerson(o.text);
