@@ -50,20 +50,6 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
-http::TransportOptions transport_options(const ServerOptions& o) {
-  http::TransportOptions t;
-  t.host = o.host;
-  t.port = o.port;
-  t.max_connections = size_t(std::max(1, o.max_connections));
-  t.request_timeout_s = o.request_timeout_s;
-  t.idle_timeout_s = o.idle_timeout_s;
-  t.write_timeout_s = o.write_timeout_s;
-  t.limits.max_body_bytes = o.max_body_bytes;
-  // Bodies a little over the limit are read to their end, so that the client sees the 413.
-  t.limits.max_discard_bytes = 4 * o.max_body_bytes;
-  return t;
-}
-
 }  // namespace
 
 // One generation call being served. Event thread only.
@@ -71,7 +57,7 @@ struct ApiServer::CallContext {
   std::shared_ptr<Exchange> ex;
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
-  bool stream = false, admitted = false, finished = false, cancelled = false, counted = false;
+  bool stream = false, admitted = false, finished = false, cancelled = false;
 };
 
 // A generation request as the worker prepared it.
@@ -122,8 +108,7 @@ ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
       options(std::move(options)),
       loop(engine, metrics),
       transport(
-          transport_options(this->options),
-          [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
+          this->options, [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
           [this](int status) { metrics.http_response(status); }),
       workers(std::make_unique<Workers>(std::max(1, this->options.http_threads))) {
   // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
@@ -198,8 +183,9 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
   if (path == "/metrics") {
-    return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                       metrics.render(loop.gauges(), in_flight.load(), resident_memory_bytes()));
+    return ex->respond(
+        200, "text/plain; version=0.0.4; charset=utf-8",
+        metrics.render(loop.gauges(), int64_t(calls.size()), resident_memory_bytes()));
   }
   try {  // /v1/models
     const std::string* auth = r.header("authorization");
@@ -279,8 +265,6 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) 
   // meanwhile either waits for this call or is seen here.
   if (loop.failed()) return send_error(*c.ex, engine_failed());
   if (draining) return send_error(*c.ex, shutting_down());
-  c.counted = true;
-  ++in_flight;
   calls.emplace(ctx.get(), ctx);
   c.call = std::make_shared<Call>();
   c.stream = p.ar.stream;
@@ -352,10 +336,7 @@ std::function<void()> ApiServer::pumper(const std::shared_ptr<CallContext>& ctx)
 void ApiServer::end_call(CallContext& c) {
   if (c.finished) return;
   c.finished = true;
-  if (!c.counted) return;
-  --in_flight;
-  calls.erase(&c);  // the caller still holds the context
-  check_drained();
+  if (calls.erase(&c)) check_drained();  // the caller still holds the context
 }
 
 void ApiServer::disconnect(CallContext& c) {
@@ -378,8 +359,7 @@ void ApiServer::on_shutdown() {
   transport.stop_accepting();
   transport.after(options.shutdown_timeout_s, [this] {
     if (drained) return;
-    std::fprintf(stderr, "deepinfer: cancelling %lld calls still running\n",
-                 (long long)in_flight.load());
+    std::fprintf(stderr, "deepinfer: cancelling %zu calls still running\n", calls.size());
     loop.cancel_all();
     // Cancelled calls end within a step; should one not, the connections close anyway.
     transport.after(30, [this] {
@@ -392,7 +372,7 @@ void ApiServer::on_shutdown() {
 }
 
 void ApiServer::check_drained() {
-  if (!shutdown_begun || drained || in_flight > 0) return;
+  if (!shutdown_begun || drained || !calls.empty()) return;
   drained = true;
   transport.end_keep_alive();
 }
