@@ -32,11 +32,6 @@ ApiError shutting_down() {
   return ApiError(503, "The server is shutting down.", {}, "service_unavailable");
 }
 
-ApiError internal_error(const std::exception& e) {
-  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
-}
-
 // An event-thread task that sends a JSON body with status 200.
 std::function<void()> reply(const std::shared_ptr<Exchange>& ex, std::string json) {
   return [ex, json = std::move(json)]() mutable { send_json(*ex, 200, std::move(json)); };
@@ -183,9 +178,8 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
   if (path == "/metrics") {
-    return ex->respond(
-        200, "text/plain; version=0.0.4; charset=utf-8",
-        metrics.render(loop.gauges(), int64_t(calls.size()), resident_memory_bytes()));
+    return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                       metrics.render(loop.gauges(), int64_t(calls.size())));
   }
   try {  // /v1/models
     const std::string* auth = r.header("authorization");

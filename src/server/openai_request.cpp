@@ -3,6 +3,7 @@
 // already valid; the engine's own checks stay as a second line.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "server/json_fields.h"
@@ -40,6 +41,11 @@ std::string error_body(const ApiError& e) {
               {"param", e.param.empty() ? Json() : Json(e.param)},
               {"code", e.code.empty() ? Json() : Json(e.code)}};
   return dump_json(Json{{"error", std::move(err)}});
+}
+
+ApiError internal_error(const std::exception& e) {
+  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
+  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
 }
 
 std::string dump_json(const Json& j) {
