@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 
 namespace deepinfer::server {
@@ -24,12 +25,6 @@ std::string num(double v) {
 
 void add_header(std::string* out, const char* name, const char* type, const char* help) {
   *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-}
-
-void add_metric(std::string* out, const char* name, const char* type, const char* help,
-                double value) {
-  add_header(out, name, type, help);
-  *out += str_cat(name, " ", num(value), "\n");
 }
 
 // Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
@@ -326,12 +321,12 @@ void Metrics::http_response(int status) {
 std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   std::lock_guard lk(mu_);
   std::string out;
-  auto gauge = [&](const char* name, const char* help, double v) {
-    add_metric(&out, name, "gauge", help, v);
+  auto metric = [&](const char* type, const char* name, const char* help, double v) {
+    add_header(&out, name, type, help);
+    out += str_cat(name, " ", num(v), "\n");
   };
-  auto counter = [&](const char* name, const char* help, double v) {
-    add_metric(&out, name, "counter", help, v);
-  };
+  auto gauge = std::bind_front(metric, "gauge");
+  auto counter = std::bind_front(metric, "counter");
   gauge("deepinfer_num_requests_running", "Requests in the engine's running set.", g.running);
   gauge("deepinfer_num_requests_waiting", "Requests waiting for admission to the engine.",
         g.waiting);

@@ -140,7 +140,8 @@ ApiError ApiServer::engine_failed() const {
 
 // --- routes ---
 
-void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
+// Refusals are thrown, and answered at the end.
+void ApiServer::on_request(std::shared_ptr<Exchange> ex) try {
   const HttpRequest& r = ex->request();
   const std::string& path = r.path;
   static const std::map<std::string_view, std::string_view> kMethodOf = {
@@ -150,12 +151,10 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
       {"/metrics", "GET"}};
   const auto route = kMethodOf.find(path);
   if (route == kMethodOf.end())
-    return send_error(*ex, ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."),
-                                    {}, "not_found"));
+    throw ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."), {}, "not_found");
   if (r.method != route->second)
-    return send_error(
-        *ex, ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."), {},
-                      "method_not_allowed"));
+    throw ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."), {},
+                   "method_not_allowed");
   if (path == "/v1/completions") return generate(Endpoint::kCompletions, ex);
   if (path == "/v1/chat/completions") return generate(Endpoint::kChat, ex);
   if (path == "/tokenize") {
@@ -173,26 +172,25 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
     });
   }
   if (path == "/health") {
-    if (loop.failed()) return send_error(*ex, engine_failed());
-    if (draining) return send_error(*ex, shutting_down());
+    if (loop.failed()) throw engine_failed();
+    if (draining) throw shutting_down();
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
   if (path == "/metrics") {
     return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                        metrics.render(loop.gauges(), int64_t(calls.size())));
   }
-  try {  // /v1/models
-    const std::string* auth = r.header("authorization");
-    check_access(auth ? *auth : "");
-    Json model = {{"id", info.names.at(0)},
-                  {"object", "model"},
-                  {"created", info.created},
-                  {"owned_by", "deepinfer"},
-                  {"max_model_len", info.max_model_len}};
-    send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
-  } catch (const ApiError& e) {
-    send_error(*ex, e);
-  }
+  // /v1/models
+  const std::string* auth = r.header("authorization");
+  check_access(auth ? *auth : "");
+  Json model = {{"id", info.names.at(0)},
+                {"object", "model"},
+                {"created", info.created},
+                {"owned_by", "deepinfer"},
+                {"max_model_len", info.max_model_len}};
+  send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
+} catch (const ApiError& e) {
+  send_error(*ex, e);
 }
 
 void ApiServer::check_access(const std::string& auth) const {
