@@ -120,13 +120,7 @@ ApiServer::~ApiServer() {
   workers->stop();
 }
 
-int ApiServer::bind() {
-  port = transport.bind();
-  return port;
-}
-
 void ApiServer::run() {
-  DI_REQUIRE(port > 0, "ApiServer::run() needs bind() first");
   loop.start();
   transport.run();
   workers->stop();
@@ -350,23 +344,18 @@ void ApiServer::on_shutdown() {
   shutdown_begun = true;
   transport.stop_accepting();
   transport.after(options.shutdown_timeout_s, [this] {
-    if (drained) return;
+    if (calls.empty()) return;  // drained
     std::fprintf(stderr, "deepinfer: cancelling %zu calls still running\n", calls.size());
     loop.cancel_all();
     // Cancelled calls end within a step; should one not, the connections close anyway.
-    transport.after(30, [this] {
-      if (drained) return;
-      drained = true;
-      transport.end_keep_alive();
-    });
+    transport.after(30, [this] { transport.end_keep_alive(); });
   });
   check_drained();
 }
 
+// No call is admitted once the shutdown began, so the calls in flight only end.
 void ApiServer::check_drained() {
-  if (!shutdown_begun || drained || !calls.empty()) return;
-  drained = true;
-  transport.end_keep_alive();
+  if (shutdown_begun && calls.empty()) transport.end_keep_alive();
 }
 
 }  // namespace deepinfer::server

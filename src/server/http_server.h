@@ -50,8 +50,8 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   // Binds the listening socket; returns the port. Throws Error when the address is taken.
-  int bind();
-  // Starts the engine thread and serves until a shutdown has completed.
+  int bind() { return transport.bind(); }
+  // Starts the engine thread and serves (after bind()) until a shutdown has completed.
   void run();
   // Begins the graceful shutdown described above; returns at once. Safe from any thread.
   void shutdown();
@@ -93,12 +93,11 @@ class ApiServer {
   Metrics metrics;
   EngineLoop loop;
   http::Transport transport;
-  int port = 0;
 
   std::atomic<bool> draining{false};
   // Event thread only. The generation calls in flight.
   std::unordered_map<CallContext*, std::shared_ptr<CallContext>> calls;
-  bool shutdown_begun = false, drained = false;
+  bool shutdown_begun = false;
 
   std::unique_ptr<Workers> workers;  // last: joined first, while what its jobs use is still there
 };
