@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "commands.h"
 #include "core/error.h"
@@ -162,18 +163,14 @@ void add_serve(CLI::App& app) {
                   "Connections open at once (beyond: the longest idle one closes, else 503)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--request-timeout", so.request_timeout_s,
-                  "Seconds from a request's first byte to its last (else 408)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--idle-timeout", so.idle_timeout_s,
-                  "Seconds a kept-alive connection may wait for its next request")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--write-timeout", so.write_timeout_s,
-                  "Seconds a client may leave output unread before it is dropped")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  for (const auto& [name, seconds, help] :
+       {std::tuple{"--request-timeout", &so.request_timeout_s,
+                   "Seconds from a request's first byte to its last (else 408)"},
+        std::tuple{"--idle-timeout", &so.idle_timeout_s,
+                   "Seconds a kept-alive connection may wait for its next request"},
+        std::tuple{"--write-timeout", &so.write_timeout_s,
+                   "Seconds a client may leave output unread before it is dropped"}})
+    cmd->add_option(name, *seconds, help)->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--shutdown-timeout", so.shutdown_timeout_s,
                   "Seconds running requests get to finish after SIGTERM")
       ->capture_default_str();
