@@ -21,8 +21,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
