@@ -296,20 +296,20 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
     return;
   }
   // The status of a whole response goes out with the result, so that a failure is still a 5xx.
-  const std::shared_ptr<Exchange> ex = c.ex;
+  // (The context outlives end_call(): `ctx` holds it.)
   const bool failed = c.builder->any_error();
   if (c.stream) {
     frame(c.builder->stream_end());
     // A choice the engine could not finish: an error event (OpenAI's shape) before the end.
     if (failed) frame(error_body(engine_failed()));
     frame("[DONE]");
-    ex->write(out);
-    ex->end_stream();
+    c.ex->write(out);
+    c.ex->end_stream();
     end_call(c);
   } else {
     std::string body = failed ? error_body(engine_failed()) : c.builder->full_body();
     end_call(c);
-    send_json(*ex, failed ? 503 : 200, std::move(body));
+    send_json(*c.ex, failed ? 503 : 200, std::move(body));
   }
 }
 
