@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "commands.h"
 #include "core/error.h"
@@ -56,7 +57,9 @@ void serve(ServeOptions& o) {
 
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
   resolve_api_key(o);
-  o.so.max_body_bytes = size_t(o.max_body_mib) << 20;
+  o.so.limits.max_body_bytes = size_t(o.max_body_mib) << 20;
+  // Bodies a little over the limit are read to their end, so that the client sees the 413.
+  o.so.limits.max_discard_bytes = 4 * o.so.limits.max_body_bytes;
   DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
              ": data-parallel replicas are not served yet (use --cp and --ep, or one server per "
              "replica behind a load balancer)");
@@ -160,18 +163,14 @@ void add_serve(CLI::App& app) {
                   "Connections open at once (beyond: the longest idle one closes, else 503)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--request-timeout", so.request_timeout_s,
-                  "Seconds from a request's first byte to its last (else 408)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--idle-timeout", so.idle_timeout_s,
-                  "Seconds a kept-alive connection may wait for its next request")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--write-timeout", so.write_timeout_s,
-                  "Seconds a client may leave output unread before it is dropped")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  for (const auto& [name, seconds, help] :
+       {std::tuple{"--request-timeout", &so.request_timeout_s,
+                   "Seconds from a request's first byte to its last (else 408)"},
+        std::tuple{"--idle-timeout", &so.idle_timeout_s,
+                   "Seconds a kept-alive connection may wait for its next request"},
+        std::tuple{"--write-timeout", &so.write_timeout_s,
+                   "Seconds a client may leave output unread before it is dropped"}})
+    cmd->add_option(name, *seconds, help)->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--shutdown-timeout", so.shutdown_timeout_s,
                   "Seconds running requests get to finish after SIGTERM")
       ->capture_default_str();

@@ -35,6 +35,8 @@ class ApiError : public Error {
 
 // {"error": {"message", "type", "param", "code"}} with nulls for the empty fields.
 std::string error_body(const ApiError& e);
+// Logs an unexpected exception while serving a request; returns the 500 that answers it.
+ApiError internal_error(const std::exception& e);
 
 // What a request is checked against.
 struct ModelInfo {

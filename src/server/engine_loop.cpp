@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 
 namespace deepinfer::server {
@@ -26,10 +27,14 @@ void add_header(std::string* out, const char* name, const char* type, const char
   *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
 }
 
-void add_metric(std::string* out, const char* name, const char* type, const char* help,
-                double value) {
-  add_header(out, name, type, help);
-  *out += str_cat(name, " ", num(value), "\n");
+// Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
+int64_t resident_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace
@@ -47,7 +52,7 @@ bool Call::take(std::vector<CallUpdate>* out) {
 
 bool Call::admission(std::string* error) const {
   std::lock_guard lk(mu_);
-  if (admitted_ && error) *error = error_;
+  if (admitted_) *error = error_;
   return admitted_;
 }
 
@@ -231,10 +236,7 @@ void EngineLoop::route(std::vector<TokenEvent>& events) {
     Live& l = it->second;
     metrics_.token_generated(seconds_between(l.last_token.value_or(l.arrival), now), !l.last_token);
     l.last_token = now;
-    CallUpdate u;
-    u.choice = l.choice;
-    u.token = std::move(ev);
-    l.call->push(std::move(u));
+    l.call->push({l.choice, false, std::move(ev), FinishReason::None, {}});
   }
 }
 
@@ -243,13 +245,9 @@ void EngineLoop::finish_outputs(FinishReason override_reason) {
   for (RequestOutput& out : engine_.take_finished()) {
     auto it = live_.find(out.id);
     if (it == live_.end()) continue;
-    CallUpdate u;
-    u.choice = it->second.choice;
-    u.end = true;
-    u.finish = override_reason != FinishReason::None ? override_reason : out.finish;
-    u.stop_text = std::move(out.stop_text);
-    metrics_.request_finished(u.finish, seconds_between(it->second.arrival, now));
-    it->second.call->push(std::move(u));
+    const FinishReason why = override_reason != FinishReason::None ? override_reason : out.finish;
+    metrics_.request_finished(why, seconds_between(it->second.arrival, now));
+    it->second.call->push({it->second.choice, true, {}, why, std::move(out.stop_text)});
     live_.erase(it);
   }
 }
@@ -320,15 +318,15 @@ void Metrics::http_response(int status) {
   ++http_[status];
 }
 
-std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rss_bytes) const {
+std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   std::lock_guard lk(mu_);
   std::string out;
-  auto gauge = [&](const char* name, const char* help, double v) {
-    add_metric(&out, name, "gauge", help, v);
+  auto metric = [&](const char* type, const char* name, const char* help, double v) {
+    add_header(&out, name, type, help);
+    out += str_cat(name, " ", num(v), "\n");
   };
-  auto counter = [&](const char* name, const char* help, double v) {
-    add_metric(&out, name, "counter", help, v);
-  };
+  auto gauge = std::bind_front(metric, "gauge");
+  auto counter = std::bind_front(metric, "counter");
   gauge("deepinfer_num_requests_running", "Requests in the engine's running set.", g.running);
   gauge("deepinfer_num_requests_waiting", "Requests waiting for admission to the engine.",
         g.waiting);
@@ -359,17 +357,8 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight, int64_t rs
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);
   e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
-  gauge("process_resident_memory_bytes", "Resident memory in bytes.", rss_bytes);
+  gauge("process_resident_memory_bytes", "Resident memory in bytes.", resident_memory_bytes());
   return out;
-}
-
-int64_t resident_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  long long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace deepinfer::server

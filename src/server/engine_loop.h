@@ -104,9 +104,9 @@ class Metrics {
   void client_disconnected();
   void http_response(int status);
 
-  // The whole exposition; `gauges`, the generation calls `in_flight` and `rss_bytes` are sampled
-  // by the caller.
-  std::string render(const EngineGauges& gauges, int64_t in_flight, int64_t rss_bytes) const;
+  // The whole exposition; `gauges` and the generation calls `in_flight` are sampled by the
+  // caller.
+  std::string render(const EngineGauges& gauges, int64_t in_flight) const;
 
  private:
   mutable std::mutex mu_;
@@ -116,9 +116,6 @@ class Metrics {
   int64_t disconnects_ = 0;
   Histogram ttft_, itl_, e2e_;
 };
-
-// Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
-int64_t resident_memory_bytes();
 
 // --- the loop ---
 

@@ -32,11 +32,6 @@ ApiError shutting_down() {
   return ApiError(503, "The server is shutting down.", {}, "service_unavailable");
 }
 
-ApiError internal_error(const std::exception& e) {
-  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
-}
-
 // An event-thread task that sends a JSON body with status 200.
 std::function<void()> reply(const std::shared_ptr<Exchange>& ex, std::string json) {
   return [ex, json = std::move(json)]() mutable { send_json(*ex, 200, std::move(json)); };
@@ -50,20 +45,6 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
-http::TransportOptions transport_options(const ServerOptions& o) {
-  http::TransportOptions t;
-  t.host = o.host;
-  t.port = o.port;
-  t.max_connections = size_t(std::max(1, o.max_connections));
-  t.request_timeout_s = o.request_timeout_s;
-  t.idle_timeout_s = o.idle_timeout_s;
-  t.write_timeout_s = o.write_timeout_s;
-  t.limits.max_body_bytes = o.max_body_bytes;
-  // Bodies a little over the limit are read to their end, so that the client sees the 413.
-  t.limits.max_discard_bytes = 4 * o.max_body_bytes;
-  return t;
-}
-
 }  // namespace
 
 // One generation call being served. Event thread only.
@@ -71,7 +52,7 @@ struct ApiServer::CallContext {
   std::shared_ptr<Exchange> ex;
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
-  bool stream = false, admitted = false, finished = false, cancelled = false, counted = false;
+  bool stream = false, admitted = false, finished = false, cancelled = false;
 };
 
 // A generation request as the worker prepared it.
@@ -122,8 +103,7 @@ ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
       options(std::move(options)),
       loop(engine, metrics),
       transport(
-          transport_options(this->options),
-          [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
+          this->options, [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
           [this](int status) { metrics.http_response(status); }),
       workers(std::make_unique<Workers>(std::max(1, this->options.http_threads))) {
   // An engine failure (a rank died) ends the server: new calls and /health get 503 at once,
@@ -140,13 +120,7 @@ ApiServer::~ApiServer() {
   workers->stop();
 }
 
-int ApiServer::bind() {
-  port = transport.bind();
-  return port;
-}
-
 void ApiServer::run() {
-  DI_REQUIRE(port > 0, "ApiServer::run() needs bind() first");
   loop.start();
   transport.run();
   workers->stop();
@@ -160,7 +134,8 @@ ApiError ApiServer::engine_failed() const {
 
 // --- routes ---
 
-void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
+// Refusals are thrown, and answered at the end.
+void ApiServer::on_request(std::shared_ptr<Exchange> ex) try {
   const HttpRequest& r = ex->request();
   const std::string& path = r.path;
   static const std::map<std::string_view, std::string_view> kMethodOf = {
@@ -170,12 +145,10 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
       {"/metrics", "GET"}};
   const auto route = kMethodOf.find(path);
   if (route == kMethodOf.end())
-    return send_error(*ex, ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."),
-                                    {}, "not_found"));
+    throw ApiError(404, str_cat("Unknown endpoint: ", r.method, " ", path, "."), {}, "not_found");
   if (r.method != route->second)
-    return send_error(
-        *ex, ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."), {},
-                      "method_not_allowed"));
+    throw ApiError(405, str_cat("Method ", r.method, " is not allowed on ", path, "."), {},
+                   "method_not_allowed");
   if (path == "/v1/completions") return generate(Endpoint::kCompletions, ex);
   if (path == "/v1/chat/completions") return generate(Endpoint::kChat, ex);
   if (path == "/tokenize") {
@@ -193,26 +166,25 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) {
     });
   }
   if (path == "/health") {
-    if (loop.failed()) return send_error(*ex, engine_failed());
-    if (draining) return send_error(*ex, shutting_down());
+    if (loop.failed()) throw engine_failed();
+    if (draining) throw shutting_down();
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
   if (path == "/metrics") {
     return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
-                       metrics.render(loop.gauges(), in_flight.load(), resident_memory_bytes()));
+                       metrics.render(loop.gauges(), int64_t(calls.size())));
   }
-  try {  // /v1/models
-    const std::string* auth = r.header("authorization");
-    check_access(auth ? *auth : "");
-    Json model = {{"id", info.names.at(0)},
-                  {"object", "model"},
-                  {"created", info.created},
-                  {"owned_by", "deepinfer"},
-                  {"max_model_len", info.max_model_len}};
-    send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
-  } catch (const ApiError& e) {
-    send_error(*ex, e);
-  }
+  // /v1/models
+  const std::string* auth = r.header("authorization");
+  check_access(auth ? *auth : "");
+  Json model = {{"id", info.names.at(0)},
+                {"object", "model"},
+                {"created", info.created},
+                {"owned_by", "deepinfer"},
+                {"max_model_len", info.max_model_len}};
+  send_json(*ex, 200, dump_json({{"object", "list"}, {"data", Json::array({model})}}));
+} catch (const ApiError& e) {
+  send_error(*ex, e);
 }
 
 void ApiServer::check_access(const std::string& auth) const {
@@ -279,8 +251,6 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) 
   // meanwhile either waits for this call or is seen here.
   if (loop.failed()) return send_error(*c.ex, engine_failed());
   if (draining) return send_error(*c.ex, shutting_down());
-  c.counted = true;
-  ++in_flight;
   calls.emplace(ctx.get(), ctx);
   c.call = std::make_shared<Call>();
   c.stream = p.ar.stream;
@@ -326,20 +296,20 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
     return;
   }
   // The status of a whole response goes out with the result, so that a failure is still a 5xx.
-  const std::shared_ptr<Exchange> ex = c.ex;
+  // (The context outlives end_call(): `ctx` holds it.)
   const bool failed = c.builder->any_error();
   if (c.stream) {
     frame(c.builder->stream_end());
     // A choice the engine could not finish: an error event (OpenAI's shape) before the end.
     if (failed) frame(error_body(engine_failed()));
     frame("[DONE]");
-    ex->write(out);
-    ex->end_stream();
+    c.ex->write(out);
+    c.ex->end_stream();
     end_call(c);
   } else {
     std::string body = failed ? error_body(engine_failed()) : c.builder->full_body();
     end_call(c);
-    send_json(*ex, failed ? 503 : 200, std::move(body));
+    send_json(*c.ex, failed ? 503 : 200, std::move(body));
   }
 }
 
@@ -352,10 +322,7 @@ std::function<void()> ApiServer::pumper(const std::shared_ptr<CallContext>& ctx)
 void ApiServer::end_call(CallContext& c) {
   if (c.finished) return;
   c.finished = true;
-  if (!c.counted) return;
-  --in_flight;
-  calls.erase(&c);  // the caller still holds the context
-  check_drained();
+  if (calls.erase(&c)) check_drained();  // the caller still holds the context
 }
 
 void ApiServer::disconnect(CallContext& c) {
@@ -377,24 +344,18 @@ void ApiServer::on_shutdown() {
   shutdown_begun = true;
   transport.stop_accepting();
   transport.after(options.shutdown_timeout_s, [this] {
-    if (drained) return;
-    std::fprintf(stderr, "deepinfer: cancelling %lld calls still running\n",
-                 (long long)in_flight.load());
+    if (calls.empty()) return;  // drained
+    std::fprintf(stderr, "deepinfer: cancelling %zu calls still running\n", calls.size());
     loop.cancel_all();
     // Cancelled calls end within a step; should one not, the connections close anyway.
-    transport.after(30, [this] {
-      if (drained) return;
-      drained = true;
-      transport.end_keep_alive();
-    });
+    transport.after(30, [this] { transport.end_keep_alive(); });
   });
   check_drained();
 }
 
+// No call is admitted once the shutdown began, so the calls in flight only end.
 void ApiServer::check_drained() {
-  if (!shutdown_begun || drained || in_flight > 0) return;
-  drained = true;
-  transport.end_keep_alive();
+  if (shutdown_begun && calls.empty()) transport.end_keep_alive();
 }
 
 }  // namespace deepinfer::server

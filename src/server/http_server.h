@@ -21,8 +21,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstddef>
-#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,16 +33,10 @@
 
 namespace deepinfer::server {
 
-struct ServerOptions {
-  std::string host = "127.0.0.1";
-  int port = 8000;      // 0: any free port (bind() says which)
-  std::string api_key;  // empty: no authentication
-  size_t max_body_bytes = size_t(8) << 20;
-  int http_threads = 4;           // workers that parse and tokenize request bodies
-  int max_connections = 1024;     // open at once; beyond, the longest idle one closes, else 503
-  double request_timeout_s = 10;  // from a request's first byte to its last: else 408
-  double idle_timeout_s = 5;      // a kept-alive connection with no request: closed
-  double write_timeout_s = 30;    // output the client does not take for this long: closed
+// The transport's options (host, port, connection limits, timeouts, body limits) and the server's.
+struct ServerOptions : http::TransportOptions {
+  std::string api_key;   // empty: no authentication
+  int http_threads = 4;  // workers that parse and tokenize request bodies
   double shutdown_timeout_s = 30;
 };
 
@@ -56,8 +48,8 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   // Binds the listening socket; returns the port. Throws Error when the address is taken.
-  int bind();
-  // Starts the engine thread and serves until a shutdown has completed.
+  int bind() { return transport.bind(); }
+  // Starts the engine thread and serves (after bind()) until a shutdown has completed.
   void run();
   // Begins the graceful shutdown described above; returns at once. Safe from any thread.
   void shutdown();
@@ -66,7 +58,6 @@ class ApiServer {
   // The engine failed (a rank died): the server refused everything from then on and shut
   // itself down; run() has returned or will soon.
   bool failed() const { return loop.failed(); }
-  std::string failure() const { return loop.failure(); }
   // Asked periodically whether a rank died (non-empty: its description); call before run().
   void set_health_probe(std::function<std::string()> probe) {
     loop.set_health_probe(std::move(probe));
@@ -100,13 +91,11 @@ class ApiServer {
   Metrics metrics;
   EngineLoop loop;
   http::Transport transport;
-  int port = 0;
 
   std::atomic<bool> draining{false};
-  std::atomic<int64_t> in_flight{0};
-  // Event thread only.
+  // Event thread only. The generation calls in flight.
   std::unordered_map<CallContext*, std::shared_ptr<CallContext>> calls;
-  bool shutdown_begun = false, drained = false;
+  bool shutdown_begun = false;
 
   std::unique_ptr<Workers> workers;  // last: joined first, while what its jobs use is still there
 };

@@ -137,13 +137,6 @@ std::string head(int status, std::string_view content_type, const Headers& extra
   return h + "\r\n";
 }
 
-std::string error_response(int status, const std::string& message, const std::string& code,
-                           Headers extra = {}) {
-  const std::string body = error_body(ApiError(status, message, {}, code));
-  extra.emplace_back("Content-Length", std::to_string(body.size()));
-  return head(status, "application/json", extra, false, 0) + body;
-}
-
 }  // namespace
 
 class Connection {
@@ -574,21 +567,20 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
   try {
     handler(ex);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-    if (!ex->head_sent_) {
-      ex->respond(500, "application/json",
-                  error_body(ApiError(500, str_cat("Internal server error: ", e.what()), {},
-                                      "internal_error")));
-    } else if (!ex->complete_ && !c.closed()) {
+    const ApiError err = internal_error(e);
+    if (!ex->head_sent_)
+      ex->respond(500, "application/json", error_body(err));
+    else if (!ex->complete_ && !c.closed())
       close(c);
-    }
   }
 }
 
 // A request that cannot be served: its error, then the connection closes.
 void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
                      Headers extra) {
-  queue(c, error_response(status, message, code, std::move(extra)));
+  const std::string body = error_body(ApiError(status, message, {}, code));
+  extra.emplace_back("Content-Length", std::to_string(body.size()));
+  queue(c, head(status, "application/json", extra, false, 0) + body);
   if (on_status) on_status(status);
   c.phase = Phase::kClosing;
   if (flush(c)) settle(c);

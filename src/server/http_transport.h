@@ -38,11 +38,11 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct TransportOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;  // 0: any free port
-  size_t max_connections = 1024;
-  double request_timeout_s = 10;
-  double idle_timeout_s = 5;
-  double write_timeout_s = 30;
+  int port = 8000;                // 0: any free port (bind() says which)
+  size_t max_connections = 1024;  // open at once; beyond, the longest idle one closes, else 503
+  double request_timeout_s = 10;  // from a request's first byte to its last: else 408
+  double idle_timeout_s = 5;      // a kept-alive connection with no request: closed
+  double write_timeout_s = 30;    // output the client does not take for this long: closed
   ParserLimits limits;
   // Pipelined requests are not parsed while this much output waits to be written.
   size_t max_output_bytes = size_t(1) << 20;

@@ -19,23 +19,14 @@ using Json = nlohmann::ordered_json;
 // instead of throwing.
 std::string dump_json(const Json& j);
 
-// The body as a JSON object; malformed JSON, excessive nesting or another type is a 400.
-Json parse_body(std::string_view body);
-
 // The field, or null when it is absent or JSON null (the API treats both as "not given").
 const Json* find_field(const Json& obj, const char* key);
 
 [[noreturn]] void throw_bad_type(const std::string& name, const char* expected, const Json& got);
 [[noreturn]] void throw_bad_value(const std::string& name, const std::string& what);
 
-std::string get_string(const Json& v, const std::string& name);
-bool get_bool(const Json& v, const std::string& name);
 // An integer within [lo, hi]; numbers with a fraction are wrong types, as in the OpenAI API.
 int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi);
-// A finite number within [lo, hi].
-double get_number(const Json& v, const std::string& name, double lo, double hi);
-// A token id in [0, vocab).
-int32_t get_token_id(const Json& v, const std::string& name, int64_t vocab);
 
 // --- request fields shared by the OpenAI endpoints and the offline runner's JSONL lines ---
 

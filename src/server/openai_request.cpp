@@ -3,6 +3,7 @@
 // already valid; the engine's own checks stay as a second line.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "server/json_fields.h"
@@ -42,6 +43,11 @@ std::string error_body(const ApiError& e) {
   return dump_json(Json{{"error", std::move(err)}});
 }
 
+ApiError internal_error(const std::exception& e) {
+  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
+  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
+}
+
 std::string dump_json(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
@@ -65,6 +71,44 @@ int json_nesting_depth(std::string_view text) {
   }
   return max_depth;
 }
+
+const Json* find_field(const Json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+void throw_bad_type(const std::string& name, const char* expected, const Json& got) {
+  throw ApiError(400,
+                 str_cat("Invalid type for '", name, "': expected ", expected, ", but got ",
+                         type_name(got), "."),
+                 name, "invalid_type");
+}
+
+void throw_bad_value(const std::string& name, const std::string& what) {
+  throw ApiError(400, str_cat("Invalid value for '", name, "': ", what), name, "invalid_value");
+}
+
+int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
+  // Unsigned values past the int64 range are outside every range asked for.
+  const bool in_range =
+      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+  const int64_t x = in_range ? v.get<int64_t>() : 0;
+  if (!in_range || x < lo || x > hi)
+    throw_bad_value(name,
+                    str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
+  return x;
+}
+
+// --- requests ---
+
+namespace {
+
+constexpr int64_t kMaxChoices = 128;         // n
+constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
+constexpr int64_t kMaxLogprobs = 20;
+constexpr size_t kMaxStops = 16;
 
 Json parse_body(std::string_view body) {
   if (json_nesting_depth(body) > kMaxNesting)
@@ -90,23 +134,6 @@ Json parse_body(std::string_view body) {
   return j;
 }
 
-const Json* find_field(const Json& obj, const char* key) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-void throw_bad_type(const std::string& name, const char* expected, const Json& got) {
-  throw ApiError(400,
-                 str_cat("Invalid type for '", name, "': expected ", expected, ", but got ",
-                         type_name(got), "."),
-                 name, "invalid_type");
-}
-
-void throw_bad_value(const std::string& name, const std::string& what) {
-  throw ApiError(400, str_cat("Invalid value for '", name, "': ", what), name, "invalid_value");
-}
-
 std::string get_string(const Json& v, const std::string& name) {
   if (!v.is_string()) throw_bad_type(name, "a string", v);
   return v.get<std::string>();
@@ -115,18 +142,6 @@ std::string get_string(const Json& v, const std::string& name) {
 bool get_bool(const Json& v, const std::string& name) {
   if (!v.is_boolean()) throw_bad_type(name, "a boolean", v);
   return v.get<bool>();
-}
-
-int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
-  // Unsigned values past the int64 range are outside every range asked for.
-  const bool in_range =
-      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
-  const int64_t x = in_range ? v.get<int64_t>() : 0;
-  if (!in_range || x < lo || x > hi)
-    throw_bad_value(name,
-                    str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
-  return x;
 }
 
 double get_number(const Json& v, const std::string& name, double lo, double hi) {
@@ -147,15 +162,6 @@ int32_t get_token_id(const Json& v, const std::string& name, int64_t vocab) {
                                   vocab, " tokens)."));
   return int32_t(v.get<int64_t>());
 }
-
-// --- requests ---
-
-namespace {
-
-constexpr int64_t kMaxChoices = 128;         // n
-constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
-constexpr int64_t kMaxLogprobs = 20;
-constexpr size_t kMaxStops = 16;
 
 // The field `key` of `obj`, which must be there (and be an object when `object`): else a 400
 // naming `param`, with `message` or "Missing required parameter".

@@ -239,13 +239,19 @@ std::string ResponseBuilder::usage() const {
   int64_t p = 0, g = 0;
   for (const auto& prompt : req_.prompts) p += int64_t(prompt.size());
   for (const auto& c : choices_) g += c->decoder.num_tokens();
-  return dump_json({{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}});
+  return ",\"usage\":" +
+         dump_json({{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}});
 }
 
-std::string ResponseBuilder::envelope(const std::string& choices_json, const char* object) const {
+std::string ResponseBuilder::prompt_ids() const {
+  return req_.return_token_ids ? ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0])) : "";
+}
+
+std::string ResponseBuilder::envelope(const std::string& choices_json, const char* object,
+                                      const std::string& rest) const {
   // Built as text so that choices can be spliced in without re-parsing.
   return str_cat("{\"id\":", dump_json(id_), ",\"object\":\"", object, "\",\"created\":", created_,
-                 ",\"model\":", dump_json(req_.model), ",\"choices\":", choices_json);
+                 ",\"model\":", dump_json(req_.model), ",\"choices\":", choices_json, rest, "}");
 }
 
 std::string ResponseBuilder::stream_start() {
@@ -258,10 +264,7 @@ std::string ResponseBuilder::stream_start() {
                        {"finish_reason", nullptr}});
     choices_[i]->started = true;
   }
-  std::string s = envelope(dump_json(choices), chunk_object());
-  if (req_.return_token_ids) s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
-  if (req_.include_usage) s += ",\"usage\":null";
-  return s + "}";
+  return envelope(dump_json(choices), chunk_object(), prompt_ids() + null_usage());
 }
 
 std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, const char* finish,
@@ -305,13 +308,6 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
   return dump_json(choice);
 }
 
-std::string ResponseBuilder::chunk(int32_t index, const ChoiceDelta& d, const char* finish,
-                                   bool first) {
-  std::string s = envelope("[" + choice_json(index, d, finish, first) + "]", chunk_object());
-  if (req_.include_usage) s += ",\"usage\":null";
-  return s + "}";
-}
-
 std::string ResponseBuilder::on_update(const CallUpdate& u) {
   if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return {};
   Choice& c = *choices_[size_t(u.choice)];
@@ -330,7 +326,8 @@ std::string ResponseBuilder::on_update(const CallUpdate& u) {
   }
   std::string out;
   if (req_.stream && (finish || d.has_output() || !d.token_ids.empty())) {
-    out = chunk(u.choice, d, finish, !c.started);
+    out = envelope("[" + choice_json(u.choice, d, finish, !c.started) + "]", chunk_object(),
+                   null_usage());
     c.started = true;
   }
   if (!req_.stream) c.all.append(std::move(d));
@@ -339,7 +336,7 @@ std::string ResponseBuilder::on_update(const CallUpdate& u) {
 
 std::string ResponseBuilder::stream_end() {
   if (!req_.include_usage) return {};
-  return envelope("[]", chunk_object()) + ",\"usage\":" + usage() + "}";
+  return envelope("[]", chunk_object(), usage());
 }
 
 std::string ResponseBuilder::full_body() {
@@ -350,11 +347,8 @@ std::string ResponseBuilder::full_body() {
     const char* finish = api_finish_reason(c.finish, c.decoder.has_tool_calls());
     choices += (i ? "," : "") + choice_json(int32_t(i), c.all, finish, true);
   }
-  std::string s = envelope(choices + "]", chat ? "chat.completion" : "text_completion");
-  s += ",\"usage\":" + usage();
-  if (chat && req_.return_token_ids)
-    s += ",\"prompt_token_ids\":" + dump_json(Json(req_.prompts[0]));
-  return s + "}";
+  return envelope(choices + "]", chat ? "chat.completion" : "text_completion",
+                  usage() + (chat ? prompt_ids() : ""));
 }
 
 }  // namespace deepinfer::server

@@ -115,12 +115,17 @@ class ResponseBuilder {
   // Choice `index` as JSON text, with `d` (a stream's delta, or everything of a whole body) and
   // `finish`; `first`: its first chunk, or a whole body.
   std::string choice_json(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
-  std::string chunk(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
-  std::string envelope(const std::string& choices_json, const char* object) const;
+  // The response object: its id, object, created, model and choices, then `rest` (more fields,
+  // each as ",\"name\":value").
+  std::string envelope(const std::string& choices_json, const char* object,
+                       const std::string& rest) const;
   const char* chunk_object() const {
     return req_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
   }
-  std::string usage() const;  // the usage object's JSON
+  std::string usage() const;       // ",\"usage\":{...}"
+  std::string prompt_ids() const;  // ",\"prompt_token_ids\":[...]" when asked for, else empty
+  // The usage field of a stream's chunks when the stream ends with the usage, else empty.
+  std::string null_usage() const { return req_.include_usage ? ",\"usage\":null" : ""; }
 
   ApiRequest req_;
   const ModelInfo& info_;

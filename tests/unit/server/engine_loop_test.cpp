@@ -141,7 +141,7 @@ TEST(EngineLoop, ConcurrentCallsMatchADirectRun) {
     EXPECT_EQ(got[size_t(i)].finish[0], FinishReason::Length);
   }
   EXPECT_TRUE(wait_idle(loop));
-  const std::string m = metrics.render(loop.gauges(), 0, 0);
+  const std::string m = metrics.render(loop.gauges(), 0);
   EXPECT_NE(m.find("deepinfer_requests_finished_total{finish_reason=\"length\"} 8"),
             std::string::npos)
       << m;
