@@ -71,9 +71,10 @@ void run(const Weight& w, const LinearArgs& a, bool quant) {
   if (quant) {
     qv.resize(size_t(a.n * K));
     qs.resize(size_t(a.n * K / 32));
-    std::vector<uint8_t> sc(size_t(K / 32));
+    std::vector<uint8_t> codes(static_cast<size_t>(K)), sc(static_cast<size_t>(K / 32));
     for (int64_t i = 0; i < a.n; ++i) {
-      act_quant_values(a.x + i * a.ldx, K, qv.data() + i * K, sc.data());
+      act_quant(a.x + i * a.ldx, K, codes.data(), sc.data());
+      for (int64_t k = 0; k < K; ++k) qv[size_t(i * K + k)] = e4m3_to_f32(codes[size_t(k)]);
       for (int64_t b = 0; b < K / 32; ++b)
         qs[size_t(i * (K / 32) + b)] = e8m0_to_f32(sc[size_t(b)]);
     }

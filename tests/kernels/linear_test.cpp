@@ -12,6 +12,7 @@
 #include "kernels/isa.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
+#include "util/quant_qdq.h"
 
 namespace deepinfer::testing {
 namespace {
