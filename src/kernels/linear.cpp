@@ -6,16 +6,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <span>
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/huge_alloc.h"
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
+#include "kernels/quant.h"
+#include "kernels/reduce.h"
 #include "kernels/scratch.h"
 
 namespace deepinfer {
@@ -101,6 +105,52 @@ bool bf16_not_tiny(const uint16_t* v, int64_t n) {
   return true;
 }
 
+// --- the scalar path ---
+
+// Decodes the raw codes (not scaled) of W row r, block b (32 columns) into out[32], and returns
+// the block's weight scale (1 for unscaled formats, whose values are decoded in full).
+float weight_block(const Weight& w, int64_t r, int64_t b, float* out) {
+  const int64_t K = w.cols(), k0 = b * 32;
+  switch (w.format) {
+    case WeightFormat::F32:
+      for (int i = 0; i < 32; ++i) out[i] = w.f32()[r * K + k0 + i];
+      return 1.0f;
+    case WeightFormat::BF16:
+      for (int i = 0; i < 32; ++i) out[i] = bf16_to_f32(w.bf16()[r * K + k0 + i]);
+      return 1.0f;
+    case WeightFormat::Fp8Block:
+      for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
+      return e8m0_to_f32(w.scale[(r / 32) * w.scale_cols + b]);
+    case WeightFormat::Fp8Row:
+      for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
+      return e8m0_to_f32(w.scale[r * w.scale_cols + b]);
+    case WeightFormat::Fp4Row:
+      for (int i = 0; i < 32; ++i) out[i] = e2m1_packed_get(w.u8() + r * (K / 2), size_t(k0 + i));
+      return e8m0_to_f32(w.scale[r * w.scale_cols + b]);
+  }
+  return 0;
+}
+
+// One output: Σ_b P_b · xs_b · ws_b in the canonical order.
+//   xv: [K] input values (codes when xs != nullptr), xs: [K/32] input scales or nullptr
+float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs, bool exact) {
+  const int64_t nb = w.cols() / 32;
+  float acc = 0, wb[32];
+  double acc_d = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float ws = weight_block(w, r, b, wb);
+    const float s = xs ? xs[b] * ws : ws;  // a power of two (or 1): exact
+    if (exact) {
+      double p = 0;
+      for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
+      acc_d += p * s;
+    } else {
+      acc = std::fma(block_dot(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+    }
+  }
+  return exact ? float(acc_d) : acc;
+}
+
 // --- dispatch ---
 
 // The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
@@ -122,13 +172,13 @@ bool bf16_products_ok() {
 }
 
 // Checks a call and returns its number of outputs.
-int64_t check_call(const Weight& w, const LinearArgs& a, bool quant) {
+int64_t check_call(const Weight& w, const LinearArgs& a) {
   const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
   DI_CHECK(w.present(), "linear over an absent weight");
   DI_CHECK(w.cols() % 32 == 0, w.name, ": input dim ", w.cols(), " is not a multiple of 32");
   DI_CHECK(a.row0 >= 0 && n_out >= 0 && a.row0 + n_out <= w.rows(), w.name, ": rows [", a.row0,
            ", ", a.row0 + n_out, ") out of range");
-  if (quant)
+  if (w.quant_input)
     DI_CHECK(w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row, w.name,
              ": QLin needs fp8 or fp4 weights");
   else
@@ -183,11 +233,12 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, int64_t 
   return j;
 }
 
-void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa) {
+void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   const Weight& w = pw.weight();
+  const bool quant = w.quant_input;
   const PackedWeight& pk = pw.packed();
   const int64_t K = w.cols(), n = a.n;
-  const int64_t n_out = check_call(w, a, quant);
+  const int64_t n_out = check_call(w, a);
   if (n <= 0 || n_out == 0) return;
   const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
@@ -318,15 +369,43 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   });
 }
 
-void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
-  const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar)
-    (quant ? linear_quant_ref : linear_dense_ref)(w.weight(), a);
-  else
-    run_fast(w, a, quant, isa);
+}  // namespace
+
+void linear_ref(const Weight& w, const LinearArgs& a) {
+  const bool quant = w.quant_input;
+  const int64_t K = w.cols(), n_out = check_call(w, a);
+  // Quantized inputs: codes and scales per row, computed once.
+  std::vector<float> qv, qs;
+  const float* xv = a.x;
+  int64_t ldv = a.ldx;
+  if (quant) {
+    qv.resize(size_t(a.n * K));
+    qs.resize(size_t(a.n * K / 32));
+    std::vector<uint8_t> codes(static_cast<size_t>(K)), sc(static_cast<size_t>(K / 32));
+    for (int64_t i = 0; i < a.n; ++i) {
+      act_quant(a.x + i * a.ldx, K, codes.data(), sc.data());
+      for (int64_t k = 0; k < K; ++k) qv[size_t(i * K + k)] = e4m3_to_f32(codes[size_t(k)]);
+      for (int64_t b = 0; b < K / 32; ++b)
+        qs[size_t(i * (K / 32) + b)] = e8m0_to_f32(sc[size_t(b)]);
+    }
+    xv = qv.data();
+    ldv = K;
+  }
+  ThreadPool::global().parallel_for(n_out, 64, [&](int64_t o0, int64_t o1) {
+    for (int64_t i = 0; i < a.n; ++i)
+      for (int64_t o = o0; o < o1; ++o)
+        a.y[i * a.ldy + o] = dot_row(w, a.row0 + o, xv + i * ldv,
+                                     quant ? qs.data() + i * (K / 32) : nullptr, a.exact);
+  });
 }
 
-}  // namespace
+void linear(const PreparedLinear& w, const LinearArgs& a) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar)
+    linear_ref(w.weight(), a);
+  else
+    run_fast(w, a, isa);
+}
 
 void linear_many(std::span<const LinearCall> calls) {
   const Isa isa = cpu_isa();
@@ -337,12 +416,11 @@ void linear_many(std::span<const LinearCall> calls) {
   for (const LinearCall& c : calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
-    const bool quant = c.w->weight().quant_input;
-    check_call(c.w->weight(), a, quant);
-    if (quant && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
+    check_call(c.w->weight(), a);
+    if (c.w->weight().quant_input && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
       small.push_back(c);
     else
-      run(*c.w, a, quant);
+      linear(*c.w, a);
   }
   if (!small.empty()) run_many_gemv(small, isa);
 }
@@ -381,14 +459,11 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   });
 }
 
-void linear_quant(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, true);
-}
-void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, false);
-}
-void linear(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, w.weight().quant_input);
+void weight_row(const Weight& w, int64_t r, float* out) {
+  for (int64_t b = 0; b < w.cols() / 32; ++b) {
+    const float s = weight_block(w, r, b, out + b * 32);
+    for (int i = 0; i < 32; ++i) out[b * 32 + i] *= s;
+  }
 }
 
 void set_linear_path(LinearPath p) {
