@@ -210,26 +210,36 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
   kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
 }
 
-// The job of a whole call over outputs [row0, row0 + n_out); quantized inputs (when `q` is
-// set) come from scratch laid out as above.
-linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, int64_t n_out,
-                         const uint8_t* q, bool bf16) {
-  const int64_t K = pw.cols();
-  linear_isa::Job j;
-  j.w = &pw.packed();
-  j.x = q ? reinterpret_cast<const float*>(q) : a.x;
-  j.ldx = q ? K : a.ldx;
-  if (q && bf16) {
-    j.xb = reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64));
-    j.ldxb = K;
-  }
-  j.n = a.n;
-  j.y = a.y;
-  j.ldy = a.ldy;
-  j.lo = a.row0;
-  j.hi = a.row0 + n_out;
-  j.t0 = a.row0 / 16;
-  j.t1 = (a.row0 + n_out + 15) / 16;
+// The job of a whole call; quantized inputs (when `q` is set) come from scratch laid out as
+// above.
+linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const uint8_t* q,
+                         bool bf16) {
+  const int64_t K = pw.cols(), hi = a.n_out < 0 ? pw.rows() : a.row0 + a.n_out;
+  const bool qb = q && bf16;
+  return {.w = &pw.packed(),
+          .x = q ? reinterpret_cast<const float*>(q) : a.x,
+          .ldx = q ? K : a.ldx,
+          .xb = qb ? reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64)) : nullptr,
+          .ldxb = qb ? K : 0,
+          .n = a.n,
+          .y = a.y,
+          .ldy = a.ldy,
+          .lo = a.row0,
+          .hi = hi,
+          .t0 = a.row0 / 16,
+          .t1 = (hi + 15) / 16};
+}
+
+// The part of a call's job for its rows [i0, i0 + n) and tiles [t0, t1).
+linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int64_t t0,
+                        int64_t t1) {
+  linear_isa::Job j = base;
+  j.n = n;
+  j.x = base.x + i0 * base.ldx;
+  if (base.xb) j.xb = base.xb + i0 * base.ldxb;
+  j.y = base.y + i0 * base.ldy;
+  j.t0 = t0;
+  j.t1 = t1;
   return j;
 }
 
@@ -262,7 +272,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     else
       quantize(0, n);
   }
-  linear_isa::Job base = call_job(pw, a, n_out, q, bf16);
+  linear_isa::Job base = call_job(pw, a, q, bf16);
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
@@ -287,14 +297,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     pool.parallel_for(groups * runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i0 = (c / runs) * linear_isa::kGemvRows, r0 = (c % runs) * run;
-        linear_isa::Job j = base;
-        j.n = std::min(linear_isa::kGemvRows, n - i0);
-        j.x = base.x + i0 * base.ldx;
-        if (base.xb) j.xb = base.xb + i0 * base.ldxb;
-        j.y = a.y + i0 * a.ldy;
-        j.t0 = t_begin + r0;
-        j.t1 = t_begin + std::min(n_tiles, r0 + run);
-        kern.gemv(j);
+        kern.gemv(sub_job(base, i0, std::min(linear_isa::kGemvRows, n - i0), t_begin + r0,
+                          t_begin + std::min(n_tiles, r0 + run)));
       }
     });
     return;
@@ -312,13 +316,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       const int64_t p = c / row_parts, r0 = (c % row_parts) * rows_per;
       const int64_t r1 = std::min(n, r0 + rows_per);
       if (r0 >= r1) continue;
-      linear_isa::Job j = base;
-      j.n = r1 - r0;
-      j.x = base.x + r0 * base.ldx;
-      if (base.xb) j.xb = base.xb + r0 * base.ldxb;
-      j.y = a.y + r0 * a.ldy;
-      j.t0 = t_begin + p * pt;
-      j.t1 = std::min(t_end, j.t0 + pt);
+      linear_isa::Job j =
+          sub_job(base, r0, r1 - r0, t_begin + p * pt, std::min(t_end, t_begin + (p + 1) * pt));
       j.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, K)));
       kern.gemm(j);
     }
@@ -347,7 +346,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
     quantize_rows(kern, a, pw.cols(), bf16, s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, a.n_out < 0 ? pw.rows() - a.row0 : a.n_out, s + at[c], bf16);
+    jobs[c] = call_job(pw, a, s + at[c], bf16);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -358,11 +357,8 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     for (int64_t at = c0; at < c1; ++c) {
       const int64_t end = std::min(c1, first[c + 1]);
       if (end > at) {
-        linear_isa::Job j = jobs[c];
-        const int64_t base = j.t0 - first[c];
-        j.t0 = base + at;
-        j.t1 = base + end;
-        kern.gemv(j);
+        const int64_t base = jobs[c].t0 - first[c];
+        kern.gemv(sub_job(jobs[c], 0, jobs[c].n, base + at, base + end));
         at = end;
       }
     }
