@@ -19,8 +19,8 @@ struct HcParams {
   int64_t M, D;
   float norm_eps, hc_eps;
   int sinkhorn_iters;
-  bool exact;  // the [(2+M)M, M*D] projection summed in double (else the canonical order)
-  const PreparedLinear* fn_packed = nullptr;  // `fn` repacked: the fast path of the projection
+  bool exact;  // the [(2+M)M, M*D] projection summed in double (else `fn_packed`'s linear)
+  const PreparedLinear* fn_packed;  // `fn` repacked
 };
 
 // The mixes of n tokens: x [n, M, D] (a token's stream is [M, D]), pre [n, M], post [n, M],
