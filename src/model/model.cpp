@@ -99,6 +99,17 @@ void Model::Impl::round(float* x, int64_t n) const {
   if (bf16) round_bf16_inplace(x, n);
 }
 
+void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads,
+                            int64_t head_dim, bool inverse) {
+  const int64_t R = c.rope_head_dim;
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
+  for (int64_t i = 0; i < st.N; ++i) {
+    rope_angles(t, st.pos[size_t(i)], cs.data());
+    for (int64_t h = 0; h < n_heads; ++h)
+      rope_rotate(x + (i * n_heads + h) * head_dim + head_dim - R, cs.data(), R, inverse);
+  }
+}
+
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
   rmsnorm(x, n, d, w, float(c.norm_eps), x);
