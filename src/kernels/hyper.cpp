@@ -1,7 +1,6 @@
 #include "kernels/hyper.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "core/error.h"

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/dtype.h"
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"

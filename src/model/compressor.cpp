@@ -3,7 +3,6 @@
 // rotates and fp4-quantizes the latent into the compressed-KV cache. Partial groups wait in the
 // sequence's carry (fp32) until their last token arrives.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "kernels/elementwise.h"

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
-#include "core/region_timer.h"
 #include "kernels/indexer.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"

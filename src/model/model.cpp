@@ -1,7 +1,6 @@
 #include "model/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "core/dtype.h"
