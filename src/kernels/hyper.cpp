@@ -75,9 +75,9 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   if (p.exact) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)
-        proj[r * n_mix + i] = dot_f64(p.fn->f32() + i * MD, x + r * MD, MD);
+        proj[r * n_mix + i] = dot_f64(p.fn->weight().f32() + i * MD, x + r * MD, MD);
   } else {
-    linear(*p.fn_packed, x, n, proj);  // F32: a plain linear in the canonical order; read once
+    linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
