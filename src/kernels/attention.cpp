@@ -118,13 +118,13 @@ void sparse_attention(const SparseAttnArgs& a) {
   const int64_t lanes = kern.lanes;
   const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
-    attention_isa::Job j;
-    j.a = &a;
-    j.fma_qk = q_bf16 && k_bf16;
-    j.fma_pv = a.bf16_probs && k_bf16;
     // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors.
-    j.scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64);
-    j.exp_n = exp_n;
+    attention_isa::Job j{
+        .a = &a,
+        .fma_qk = q_bf16 && k_bf16,
+        .fma_pv = a.bf16_probs && k_bf16,
+        .scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64),
+        .exp_n = exp_n};
     for (int64_t g = g0; g < g1; ++g) {
       j.h0 = g * lanes;
       j.nh = std::min(lanes, a.H - j.h0);

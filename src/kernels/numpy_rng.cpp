@@ -65,18 +65,14 @@ std::vector<uint32_t> seed_words(u128 seed) {
 SeedSequence::SeedSequence(std::span<const uint32_t> entropy) {
   DI_REQUIRE(!entropy.empty(), "SeedSequence: the seed must have at least one 32-bit word");
   uint32_t hc = kInitA;
-  for (int i = 0; i < kPoolSize; ++i) {
+  for (int i = 0; i < kPoolSize; ++i)
     pool_[i] = hashmix(size_t(i) < entropy.size() ? entropy[i] : 0u, &hc);
-  }
-  for (int src = 0; src < kPoolSize; ++src) {
-    for (int dst = 0; dst < kPoolSize; ++dst) {
+  for (int src = 0; src < kPoolSize; ++src)
+    for (int dst = 0; dst < kPoolSize; ++dst)
       if (src != dst) pool_[dst] = mix(pool_[dst], hashmix(pool_[src], &hc));
-    }
-  }
-  for (size_t src = kPoolSize; src < entropy.size(); ++src) {
+  for (size_t src = kPoolSize; src < entropy.size(); ++src)
     for (int dst = 0; dst < kPoolSize; ++dst)
       pool_[dst] = mix(pool_[dst], hashmix(entropy[src], &hc));
-  }
 }
 
 void SeedSequence::generate_state(std::span<uint32_t> out) const {
