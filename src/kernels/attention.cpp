@@ -113,8 +113,8 @@ void sparse_attention(const SparseAttnArgs& a) {
     sparse_attention_ref(a);
     return;
   }
-  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
-                                                          : attention_isa::kernels<Isa::Avx2>();
+  const attention_isa::Kernels& kern =
+      isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
   const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {

@@ -53,8 +53,8 @@ void indexer_scores(const IndexerScoreArgs& a) {
   const int64_t visible = std::min(a.visible, a.T);
   for (int64_t t = std::max<int64_t>(visible, 0); t < a.T; ++t) a.scores[t] = -INFINITY;
   if (visible <= 0) return;
-  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
-                                                          : attention_isa::kernels<Isa::Avx2>();
+  const attention_isa::Kernels& kern =
+      isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const bool fma = kern.all_bf16(a.qi, a.Hi * a.Di) && kern.all_bf16(a.keys, visible * a.Di);
   // Rows in chunks that amortize the per-task query transpose.
   const int64_t grain = std::max<int64_t>(64, visible / (2 * ThreadPool::global().size()));

@@ -161,8 +161,7 @@ bool has_vbmi() {
 
 // The vector kernels of a non-scalar ISA.
 const linear_isa::Kernels& kernels_for(Isa isa) {
-  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kernels<Isa::Avx512>()
-                                          : linear_isa::kernels<Isa::Avx2>();
+  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kAvx512 : linear_isa::kAvx2;
 }
 
 bool bf16_products_ok() {

@@ -228,8 +228,7 @@ TEST(LinearFast, ActQuantMatchesRef) {
   for (int64_t i = 0; i < n; ++i) act_quant_qdq(want.data() + i * K, K);
   for (Isa isa : machine_isas()) {
     if (isa == Isa::Scalar) continue;
-    const auto& k =
-        isa == Isa::Avx512 ? linear_isa::kernels<Isa::Avx512>() : linear_isa::kernels<Isa::Avx2>();
+    const auto& k = isa == Isa::Avx512 ? linear_isa::kAvx512 : linear_isa::kAvx2;
     std::vector<float> q(size_t(n * K));
     std::vector<uint16_t> qb(size_t(n * K));
     k.quantize(x.data(), K, n, K, q.data(), qb.data());
