@@ -25,10 +25,6 @@ float block_amax(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
   return a;
 }
-
-float clampf(float v, float lo, float hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
-}
 }  // namespace
 
 uint8_t pow2ceil_e8m0(float a, float c) {
@@ -46,7 +42,8 @@ template <int B, typename Scale, typename Out>
 void fp4_blocks(const float* x, int64_t n, Scale scale, Out out) {
   for (int64_t b = 0; b < n; b += B) {
     const float sigma = scale(x + b, b / B);
-    for (int i = 0; i < B; ++i) out(b + i, f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6)), sigma);
+    for (int i = 0; i < B; ++i)
+      out(b + i, f32_to_e2m1(std::clamp(x[b + i] / sigma, -6.0f, 6.0f)), sigma);
   }
 }
 
@@ -89,7 +86,8 @@ void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
     const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
     scales[b / 32] = s;
     const float inv = e8m0_to_f32(uint8_t(254 - s));  // 1/sigma, exact
-    for (int64_t i = b; i < b + 32; ++i) codes[i] = f32_to_e4m3(clampf(x[i] * inv, -448, 448));
+    for (int64_t i = b; i < b + 32; ++i)
+      codes[i] = f32_to_e4m3(std::clamp(x[i] * inv, -448.0f, 448.0f));
   }
 }
 
