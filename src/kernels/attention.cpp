@@ -182,18 +182,18 @@ void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t D
 
 }  // namespace
 
-void merge_attention_partials(const double* parts, int n_parts, const float* sink, int64_t H,
-                              int64_t Dh, bool exact, float* out) {
+void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
+                              const float* sink, int64_t H, int64_t Dh, bool exact, float* out) {
   const int64_t stride = 2 + Dh;
   std::vector<double>& acc = t_acc;
   acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {
     float* o = out + h * Dh;
     if (exact)
-      merge_head<double>(parts + h * stride, n_parts, H * stride, Dh, sink[h], sink[h], acc.data(),
+      merge_head<double>(parts + h * stride, n_parts, part_stride, Dh, sink[h], sink[h], acc.data(),
                          o);
     else
-      merge_head<float>(parts + h * stride, n_parts, H * stride, Dh, sink[h], -1e30f, o, o);
+      merge_head<float>(parts + h * stride, n_parts, part_stride, Dh, sink[h], -1e30f, o, o);
   }
 }
 
