@@ -152,16 +152,11 @@ float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs, bool
 
 // --- dispatch ---
 
-// The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
-// Lake has them); without, the AVX2 kernels run.
-bool has_vbmi() {
-  static const bool v = __builtin_cpu_supports("avx512vbmi");
-  return v;
-}
-
-// The vector kernels of a non-scalar ISA.
+// The vector kernels of a non-scalar ISA. The AVX-512 linears also use AVX512_VBMI's byte
+// permutes (every AVX512_BF16 CPU but Cooper Lake has them); without, the AVX2 kernels run.
 const linear_isa::Kernels& kernels_for(Isa isa) {
-  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kAvx512 : linear_isa::kAvx2;
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return isa == Isa::Avx512 && vbmi ? linear_isa::kAvx512 : linear_isa::kAvx2;
 }
 
 bool bf16_products_ok() {
