@@ -27,6 +27,7 @@ SynthWeight synth_weight(const std::string& fmt, int64_t out, int64_t in, uint64
   Weight& w = s.w;
   w.name = fmt + "[" + std::to_string(out) + "x" + std::to_string(in) + "]";
   w.shape = Shape{out, in};
+  w.quant_input = true;  // QLin weights
   if (fmt == "fp8") {
     w.format = WeightFormat::Fp8Block;
     s.data.resize(size_t(out * in));
@@ -136,7 +137,7 @@ void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
       const auto x1 = random_rows(1, sh.in, 1);
       auto gemv_pass = [&] {
         const double t0 = now_s();
-        for (int64_t c = 0; c < copies; ++c) linear_quant(ws[size_t(c)], x1.data(), 1, y.data());
+        for (int64_t c = 0; c < copies; ++c) linear(ws[size_t(c)], x1.data(), 1, y.data());
         return now_s() - t0;
       };
       gemv_pass();
@@ -162,14 +163,13 @@ void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
         const double flops = 2.0 * double(M) * double(sh.in) * double(sh.out);
         // Enough calls for ~0.15 s per sample, cycling through the copies.
         const double t_one =
-            best_time(1, 1, [&](int64_t) { linear_quant(ws[0], x.data(), M, y.data()); });
+            best_time(1, 1, [&](int64_t) { linear(ws[0], x.data(), M, y.data()); });
         const int64_t calls = std::max<int64_t>(copies, int64_t(0.15 / std::max(t_one, 1e-6)));
         auto ours = [&] {
           return flops * double(calls) /
-                 best_time(1, calls,
-                           [&](int64_t c) {
-                             linear_quant(ws[size_t(c % copies)], x.data(), M, y.data());
-                           }) /
+                 best_time(
+                     1, calls,
+                     [&](int64_t c) { linear(ws[size_t(c % copies)], x.data(), M, y.data()); }) /
                  1e9;
         };
         Row row("linear_gemm");

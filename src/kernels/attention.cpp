@@ -113,18 +113,18 @@ void sparse_attention(const SparseAttnArgs& a) {
     sparse_attention_ref(a);
     return;
   }
-  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
-                                                          : attention_isa::kernels<Isa::Avx2>();
+  const attention_isa::Kernels& kern =
+      isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
   const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
-    attention_isa::Job j;
-    j.a = &a;
-    j.fma_qk = q_bf16 && k_bf16;
-    j.fma_pv = a.bf16_probs && k_bf16;
     // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors.
-    j.scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64);
-    j.exp_n = exp_n;
+    attention_isa::Job j{
+        .a = &a,
+        .fma_qk = q_bf16 && k_bf16,
+        .fma_pv = a.bf16_probs && k_bf16,
+        .scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64),
+        .exp_n = exp_n};
     for (int64_t g = g0; g < g1; ++g) {
       j.h0 = g * lanes;
       j.nh = std::min(lanes, a.H - j.h0);
@@ -182,18 +182,18 @@ void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t D
 
 }  // namespace
 
-void merge_attention_partials(const double* parts, int n_parts, const float* sink, int64_t H,
-                              int64_t Dh, bool exact, float* out) {
+void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
+                              const float* sink, int64_t H, int64_t Dh, bool exact, float* out) {
   const int64_t stride = 2 + Dh;
   std::vector<double>& acc = t_acc;
   acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {
     float* o = out + h * Dh;
     if (exact)
-      merge_head<double>(parts + h * stride, n_parts, H * stride, Dh, sink[h], sink[h], acc.data(),
+      merge_head<double>(parts + h * stride, n_parts, part_stride, Dh, sink[h], sink[h], acc.data(),
                          o);
     else
-      merge_head<float>(parts + h * stride, n_parts, H * stride, Dh, sink[h], -1e30f, o, o);
+      merge_head<float>(parts + h * stride, n_parts, part_stride, Dh, sink[h], -1e30f, o, o);
   }
 }
 

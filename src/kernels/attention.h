@@ -45,8 +45,8 @@ inline int64_t attention_partial_size(int64_t H, int64_t Dh) {
 //   part: [H, 2 + Dh]
 void sparse_attention_partial(const SparseAttnArgs& a, double* part);
 
-//   parts: [n_parts, H, 2 + Dh], sink: [H], out: [H, Dh]
-void merge_attention_partials(const double* parts, int n_parts, const float* sink, int64_t H,
-                              int64_t Dh, bool exact, float* out);
+//   parts: n_parts partials [H, 2 + Dh], `part_stride` doubles apart; sink: [H], out: [H, Dh]
+void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
+                              const float* sink, int64_t H, int64_t Dh, bool exact, float* out);
 
 }  // namespace deepinfer

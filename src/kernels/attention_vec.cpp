@@ -267,10 +267,10 @@ void index_scores(const IndexerJob& j) {
 
 }  // namespace
 
-template <>
-const Kernels& kernels<simd::DI_SIMD_NS::kIsa>() {
-  static constexpr Kernels k{group, index_scores, all_bf16_of, simd::DI_SIMD_NS::kLanes};
-  return k;
-}
+#if defined(__AVX512F__)
+const Kernels kAvx512{group, index_scores, all_bf16_of, simd::avx512::kLanes};
+#else
+const Kernels kAvx2{group, index_scores, all_bf16_of, simd::avx2::kLanes};
+#endif
 
 }  // namespace deepinfer::attention_isa

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
 
 #include "core/error.h"
 #include "kernels/numpy_rng.h"
@@ -29,13 +28,12 @@ uint64_t powmod(uint64_t b, uint64_t e, uint64_t m) {
   return r;
 }
 
-// The smallest prime above `after` that `used` does not hold yet; throws when it would not
-// fit an int64.
-int64_t next_unused_prime(int64_t after, const std::set<int64_t>& used) {
+// The smallest prime above `after`; throws when it would not fit an int64.
+int64_t next_prime(int64_t after) {
   for (int64_t c = after;;) {
     DI_REQUIRE(c < kInt64Max, "engram_vocab_size: the hash primes exceed the int64 range");
     ++c;
-    if (is_prime_u64(uint64_t(c)) && !used.contains(c)) return c;
+    if (is_prime_u64(uint64_t(c))) return c;
   }
 }
 
@@ -109,23 +107,16 @@ EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_
   t.offsets.resize(t.primes.size());
   t.rows.resize(t.n_layers);
 
-  // Each (layer, n-gram size) restarts the search at the vocab size, but a prime is never used
-  // twice, so in (z, g, h) order the primes come out as consecutive primes >= vocab_size.
-  std::set<int64_t> used;
+  // The reference restarts the search at the vocab size for each (layer, n-gram size) but never
+  // uses a prime twice, so in (z, g, h) order the primes are the consecutive primes >= vocab_size.
+  int64_t current = vocab_size - 1;
   for (int z = 0; z < t.n_layers; ++z) {
     engram_multipliers(
         layer_ids[z], compressed_vocab_size,
         std::span<int64_t>(t.multipliers).subspan(size_t(z) * t.ngram_max, t.ngram_max));
     int64_t* primes = &t.primes[size_t(z) * t.n_cols];    // [NC]
     int64_t* offsets = &t.offsets[size_t(z) * t.n_cols];  // [NC]
-    for (int g = 0; g + 1 < t.ngram_max; ++g) {
-      int64_t current = vocab_size - 1;
-      for (int h = 0; h < t.n_heads; ++h) {
-        current = next_unused_prime(current, used);
-        used.insert(current);
-        primes[g * t.n_heads + h] = current;
-      }
-    }
+    for (int c = 0; c < t.n_cols; ++c) primes[c] = current = next_prime(current);
     int64_t sum = 0;
     for (int c = 0; c < t.n_cols; ++c) {
       offsets[c] = sum;

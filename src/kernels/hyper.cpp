@@ -1,14 +1,12 @@
 #include "kernels/hyper.h"
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/elementwise.h"
 #include "kernels/norm.h"
-#include "kernels/reduce.h"
 
 namespace deepinfer {
 
@@ -74,14 +72,12 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   thread_local std::vector<float> t_proj;  // reused: no allocation once it is large enough
   t_proj.resize(size_t(n * n_mix));
   float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
-  const float* fn = p.fn->f32();
-  if (!p.exact && p.fn_packed) {
-    linear(*p.fn_packed, x, n, proj);  // F32: a plain linear in the canonical order; read once
-  } else {
+  if (p.exact) {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)
-        proj[r * n_mix + i] = p.exact ? dot_f64(fn + i * MD, x + r * MD, MD)
-                                      : canonical_dot(fn + i * MD, x + r * MD, MD);
+        proj[r * n_mix + i] = dot_f64(p.fn->weight().f32() + i * MD, x + r * MD, MD);
+  } else {
+    linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
   auto rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)

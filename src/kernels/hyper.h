@@ -13,14 +13,13 @@
 namespace deepinfer {
 
 struct HcParams {
-  const Weight* fn;    // F32 [(2+M)M, M*D]
-  const float* base;   // [(2+M)M]
-  const float* scale;  // [3]: pre, post, comb
+  const PreparedLinear* fn;  // F32 [(2+M)M, M*D]
+  const float* base;         // [(2+M)M]
+  const float* scale;        // [3]: pre, post, comb
   int64_t M, D;
   float norm_eps, hc_eps;
   int sinkhorn_iters;
-  bool exact;  // the [(2+M)M, M*D] projection summed in double (else the canonical order)
-  const PreparedLinear* fn_packed = nullptr;  // `fn` repacked: the fast path of the projection
+  bool exact;  // the projection by `fn` summed in double (else its linear)
 };
 
 // The mixes of n tokens: x [n, M, D] (a token's stream is [M, D]), pre [n, M], post [n, M],

@@ -1,12 +1,11 @@
-// Indexer scores (the reference and the dispatch to the vector paths), candidate blocks and
-// top-k selection. The exact formula, the scalar ISA and head counts above
-// attention_isa::kIndexerMaxHeads take the reference; the vector paths split the visible rows over
-// the thread pool (each row scored by one task, in the reference's order).
+// Indexer scores (the reference and the dispatch to the vector paths) and the top-k selection.
+// The exact formula, the scalar ISA and head counts above attention_isa::kIndexerMaxHeads take
+// the reference; the vector paths split the visible rows over the thread pool (each row scored by
+// one task, in the reference's order).
 #include "kernels/indexer.h"
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "core/cpu.h"
 #include "core/dtype.h"
@@ -42,8 +41,6 @@ void indexer_scores_ref(const IndexerScoreArgs& a) {
 }
 
 namespace {
-// Per-thread buffers, so that a selection allocates only when a longer list than ever comes.
-thread_local std::vector<ScoredId> t_items;
 thread_local AlignedScratch t_scratch;
 }  // namespace
 
@@ -56,8 +53,8 @@ void indexer_scores(const IndexerScoreArgs& a) {
   const int64_t visible = std::min(a.visible, a.T);
   for (int64_t t = std::max<int64_t>(visible, 0); t < a.T; ++t) a.scores[t] = -INFINITY;
   if (visible <= 0) return;
-  const attention_isa::Kernels& kern = isa == Isa::Avx512 ? attention_isa::kernels<Isa::Avx512>()
-                                                          : attention_isa::kernels<Isa::Avx2>();
+  const attention_isa::Kernels& kern =
+      isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const bool fma = kern.all_bf16(a.qi, a.Hi * a.Di) && kern.all_bf16(a.keys, visible * a.Di);
   // Rows in chunks that amortize the per-task query transpose.
   const int64_t grain = std::max<int64_t>(64, visible / (2 * ThreadPool::global().size()));
@@ -68,55 +65,18 @@ void indexer_scores(const IndexerScoreArgs& a) {
   });
 }
 
-// min(k, m) best of in[0..m) to the front, best first: an O(m) selection, then a sort of the kept
-// ones. `better` is a strict total order (ids are distinct), so the result is unique.
-static int64_t keep_best(ScoredId* in, int64_t m, int64_t k) {
-  const int64_t keep = std::min(k, m);
-  if (keep <= 0) return 0;
-  if (keep < m) std::nth_element(in, in + keep - 1, in + m, better);
-  std::sort(in, in + keep, better);
-  return keep;
-}
-
-void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb, int64_t ck,
-                    uint8_t* mask) {
-  std::fill(mask, mask + T, uint8_t(0));
-  const int64_t nblocks = (T + cb - 1) / cb;
-  if (nblocks == 0) return;
-  t_items.resize(static_cast<size_t>(nblocks));
-  ScoredId* bs = t_items.data();
-  for (int64_t b = 0; b < nblocks; ++b) {
-    float m = -INFINITY;
-    for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) m = std::max(m, scores[t]);
-    bs[b] = {m, int32_t(b)};
-  }
-  if (visible > 0) bs[(visible - 1) / cb].score = INFINITY;
-  const int64_t keep = keep_best(bs, nblocks, ck);
-  for (int64_t i = 0; i < keep; ++i) {
-    if (bs[i].score == -INFINITY) continue;
-    const int64_t b = bs[i].id;
-    for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) mask[t] = 1;
-  }
-}
-
 int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
   int64_t m = 0;
   for (int64_t i = 0; i < n; ++i)
     if (in[i].score != -INFINITY) in[m++] = in[i];
-  const int64_t keep = keep_best(in, m, k);
+  // An O(m) selection, then a sort of the kept ones. `better` is a strict total order (ids are
+  // distinct), so the result is unique.
+  const int64_t keep = std::min(k, m);
+  if (keep <= 0) return 0;
+  if (keep < m) std::nth_element(in, in + keep - 1, in + m, better);
+  std::sort(in, in + keep, better);
   std::copy(in, in + keep, out);
   return keep;
-}
-
-int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out) {
-  t_items.resize(static_cast<size_t>(std::max<int64_t>(visible, 0)));
-  int64_t m = 0;
-  for (int64_t t = 0; t < visible; ++t)
-    if (scores[t] != -INFINITY) t_items[size_t(m++)] = {scores[t], int32_t(t)};
-  const int64_t n = keep_best(t_items.data(), m, k);
-  for (int64_t i = 0; i < n; ++i) out[i] = t_items[size_t(i)].id;
-  std::sort(out, out + n);
-  return n;
 }
 
 }  // namespace deepinfer

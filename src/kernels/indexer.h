@@ -1,5 +1,6 @@
 // Indexer selection of compressed rows (V41_SPEC.md §6.3-§6.6): weighted relu scores over the
-// index keys, the candidate-block filter, and the top-k list. Ties break toward the lower index
+// index keys, and the selection of the best rows or candidate blocks (model/indexer.cpp builds
+// the candidate-block filter and the top-k list on it). Ties break toward the lower index
 // everywhere.
 #pragma once
 
@@ -33,15 +34,5 @@ inline bool better(const ScoredId& a, const ScoredId& b) {
 // The best min(k, #finite) entries of in[0..n) with a finite score (-inf never), best first,
 // written to out[0..k); returns how many. `in` is used as scratch.
 int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out);
-
-// The candidate source's block filter (§6.5): blocks of `cb` rows scored by their max; the block
-// holding the newest visible row is forced in; the top `ck` blocks are kept, minus any whose
-// score is -inf. mask[t] = 1 for rows of kept blocks (t < T).
-void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb, int64_t ck,
-                    uint8_t* mask);
-
-// The top-k list (§6.6): the min(k, visible) best rows among t < visible (ties -> lower row),
-// ascending, written to out[0..count); returns count. Rows scoring -inf are never chosen.
-int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out);
 
 }  // namespace deepinfer

@@ -54,12 +54,8 @@ struct Kernels {
   bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
 };
 
-template <Isa>
-const Kernels& kernels();
-template <>
-const Kernels& kernels<Isa::Avx2>();
-template <>
-const Kernels& kernels<Isa::Avx512>();
+// The tables of each ISA (linear_vec.cpp compiled for it).
+extern const Kernels kAvx2, kAvx512;
 
 // Whether vdpbf16ps computes exactly the canonical pair order (acc + odd product, rounded, +
 // even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
@@ -102,12 +98,8 @@ struct Kernels {
   bool (*all_bf16)(const float* x, int64_t n);
   int64_t lanes;  // heads per group
 };
-template <Isa>
-const Kernels& kernels();
-template <>
-const Kernels& kernels<Isa::Avx2>();
-template <>
-const Kernels& kernels<Isa::Avx512>();
+// The tables of each ISA (attention_vec.cpp compiled for it).
+extern const Kernels kAvx2, kAvx512;
 
 }  // namespace deepinfer::attention_isa
 

@@ -6,16 +6,19 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <vector>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/huge_alloc.h"
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
+#include "kernels/quant.h"
+#include "kernels/reduce.h"
 #include "kernels/scratch.h"
 
 namespace deepinfer {
@@ -101,19 +104,59 @@ bool bf16_not_tiny(const uint16_t* v, int64_t n) {
   return true;
 }
 
-// --- dispatch ---
+// --- the scalar path ---
 
-// The AVX-512 linears also use AVX512_VBMI's byte permutes (every AVX512_BF16 CPU but Cooper
-// Lake has them); without, the AVX2 kernels run.
-bool has_vbmi() {
-  static const bool v = __builtin_cpu_supports("avx512vbmi");
-  return v;
+// Decodes the raw codes (not scaled) of W row r, block b (32 columns) into out[32], and returns
+// the block's weight scale (1 for unscaled formats, whose values are decoded in full).
+float weight_block(const Weight& w, int64_t r, int64_t b, float* out) {
+  const int64_t K = w.cols(), k0 = b * 32;
+  switch (w.format) {
+    case WeightFormat::F32:
+      for (int i = 0; i < 32; ++i) out[i] = w.f32()[r * K + k0 + i];
+      return 1.0f;
+    case WeightFormat::BF16:
+      for (int i = 0; i < 32; ++i) out[i] = bf16_to_f32(w.bf16()[r * K + k0 + i]);
+      return 1.0f;
+    case WeightFormat::Fp8Block:
+      for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
+      return e8m0_to_f32(w.scale[(r / 32) * w.scale_cols + b]);
+    case WeightFormat::Fp8Row:
+      for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
+      return e8m0_to_f32(w.scale[r * w.scale_cols + b]);
+    case WeightFormat::Fp4Row:
+      for (int i = 0; i < 32; ++i) out[i] = e2m1_packed_get(w.u8() + r * (K / 2), size_t(k0 + i));
+      return e8m0_to_f32(w.scale[r * w.scale_cols + b]);
+  }
+  return 0;
 }
 
-// The vector kernels of a non-scalar ISA.
+// One output: Σ_b P_b · xs_b · ws_b in the canonical order.
+//   xv: [K] input values (codes when xs != nullptr), xs: [K/32] input scales or nullptr
+float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs, bool exact) {
+  const int64_t nb = w.cols() / 32;
+  float acc = 0, wb[32];
+  double acc_d = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float ws = weight_block(w, r, b, wb);
+    const float s = xs ? xs[b] * ws : ws;  // a power of two (or 1): exact
+    if (exact) {
+      double p = 0;
+      for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
+      acc_d += p * s;
+    } else {
+      acc = std::fma(block_dot(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+    }
+  }
+  return exact ? float(acc_d) : acc;
+}
+
+// --- dispatch ---
+
+// The vector kernels of a non-scalar ISA. The AVX-512 linears also use AVX512_VBMI's byte
+// permutes (every AVX512_BF16 CPU but Cooper Lake has them); without, the AVX2 kernels run.
 const linear_isa::Kernels& kernels_for(Isa isa) {
-  return isa == Isa::Avx512 && has_vbmi() ? linear_isa::kernels<Isa::Avx512>()
-                                          : linear_isa::kernels<Isa::Avx2>();
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return isa == Isa::Avx512 && vbmi ? linear_isa::kAvx512 : linear_isa::kAvx2;
 }
 
 bool bf16_products_ok() {
@@ -122,13 +165,13 @@ bool bf16_products_ok() {
 }
 
 // Checks a call and returns its number of outputs.
-int64_t check_call(const Weight& w, const LinearArgs& a, bool quant) {
+int64_t check_call(const Weight& w, const LinearArgs& a) {
   const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
   DI_CHECK(w.present(), "linear over an absent weight");
   DI_CHECK(w.cols() % 32 == 0, w.name, ": input dim ", w.cols(), " is not a multiple of 32");
   DI_CHECK(a.row0 >= 0 && n_out >= 0 && a.row0 + n_out <= w.rows(), w.name, ": rows [", a.row0,
            ", ", a.row0 + n_out, ") out of range");
-  if (quant)
+  if (w.quant_input)
     DI_CHECK(w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row, w.name,
              ": QLin needs fp8 or fp4 weights");
   else
@@ -160,34 +203,45 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
   kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
 }
 
-// The job of a whole call over outputs [row0, row0 + n_out); quantized inputs (when `q` is
-// set) come from scratch laid out as above.
-linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, int64_t n_out,
-                         const uint8_t* q, bool bf16) {
-  const int64_t K = pw.cols();
-  linear_isa::Job j;
-  j.w = &pw.packed();
-  j.x = q ? reinterpret_cast<const float*>(q) : a.x;
-  j.ldx = q ? K : a.ldx;
-  if (q && bf16) {
-    j.xb = reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64));
-    j.ldxb = K;
-  }
-  j.n = a.n;
-  j.y = a.y;
-  j.ldy = a.ldy;
-  j.lo = a.row0;
-  j.hi = a.row0 + n_out;
-  j.t0 = a.row0 / 16;
-  j.t1 = (a.row0 + n_out + 15) / 16;
+// The job of a whole call; quantized inputs (when `q` is set) come from scratch laid out as
+// above.
+linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const uint8_t* q,
+                         bool bf16) {
+  const int64_t K = pw.cols(), hi = a.n_out < 0 ? pw.rows() : a.row0 + a.n_out;
+  const bool qb = q && bf16;
+  return {.w = &pw.packed(),
+          .x = q ? reinterpret_cast<const float*>(q) : a.x,
+          .ldx = q ? K : a.ldx,
+          .xb = qb ? reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64)) : nullptr,
+          .ldxb = qb ? K : 0,
+          .n = a.n,
+          .y = a.y,
+          .ldy = a.ldy,
+          .lo = a.row0,
+          .hi = hi,
+          .t0 = a.row0 / 16,
+          .t1 = (hi + 15) / 16};
+}
+
+// The part of a call's job for its rows [i0, i0 + n) and tiles [t0, t1).
+linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int64_t t0,
+                        int64_t t1) {
+  linear_isa::Job j = base;
+  j.n = n;
+  j.x = base.x + i0 * base.ldx;
+  if (base.xb) j.xb = base.xb + i0 * base.ldxb;
+  j.y = base.y + i0 * base.ldy;
+  j.t0 = t0;
+  j.t1 = t1;
   return j;
 }
 
-void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa) {
+void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   const Weight& w = pw.weight();
+  const bool quant = w.quant_input;
   const PackedWeight& pk = pw.packed();
   const int64_t K = w.cols(), n = a.n;
-  const int64_t n_out = check_call(w, a, quant);
+  const int64_t n_out = check_call(w, a);
   if (n <= 0 || n_out == 0) return;
   const linear_isa::Kernels& kern = kernels_for(isa);
   const int64_t t_begin = a.row0 / 16, t_end = (a.row0 + n_out + 15) / 16;
@@ -211,7 +265,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
     else
       quantize(0, n);
   }
-  linear_isa::Job base = call_job(pw, a, n_out, q, bf16);
+  linear_isa::Job base = call_job(pw, a, q, bf16);
   base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
@@ -236,14 +290,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
     pool.parallel_for(groups * runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i0 = (c / runs) * linear_isa::kGemvRows, r0 = (c % runs) * run;
-        linear_isa::Job j = base;
-        j.n = std::min(linear_isa::kGemvRows, n - i0);
-        j.x = base.x + i0 * base.ldx;
-        if (base.xb) j.xb = base.xb + i0 * base.ldxb;
-        j.y = a.y + i0 * a.ldy;
-        j.t0 = t_begin + r0;
-        j.t1 = t_begin + std::min(n_tiles, r0 + run);
-        kern.gemv(j);
+        kern.gemv(sub_job(base, i0, std::min(linear_isa::kGemvRows, n - i0), t_begin + r0,
+                          t_begin + std::min(n_tiles, r0 + run)));
       }
     });
     return;
@@ -261,13 +309,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, bool quant, Isa isa
       const int64_t p = c / row_parts, r0 = (c % row_parts) * rows_per;
       const int64_t r1 = std::min(n, r0 + rows_per);
       if (r0 >= r1) continue;
-      linear_isa::Job j = base;
-      j.n = r1 - r0;
-      j.x = base.x + r0 * base.ldx;
-      if (base.xb) j.xb = base.xb + r0 * base.ldxb;
-      j.y = a.y + r0 * a.ldy;
-      j.t0 = t_begin + p * pt;
-      j.t1 = std::min(t_end, j.t0 + pt);
+      linear_isa::Job j =
+          sub_job(base, r0, r1 - r0, t_begin + p * pt, std::min(t_end, t_begin + (p + 1) * pt));
       j.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, K)));
       kern.gemm(j);
     }
@@ -296,7 +339,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
     quantize_rows(kern, a, pw.cols(), bf16, s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, a.n_out < 0 ? pw.rows() - a.row0 : a.n_out, s + at[c], bf16);
+    jobs[c] = call_job(pw, a, s + at[c], bf16);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -307,26 +350,51 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     for (int64_t at = c0; at < c1; ++c) {
       const int64_t end = std::min(c1, first[c + 1]);
       if (end > at) {
-        linear_isa::Job j = jobs[c];
-        const int64_t base = j.t0 - first[c];
-        j.t0 = base + at;
-        j.t1 = base + end;
-        kern.gemv(j);
+        const int64_t base = jobs[c].t0 - first[c];
+        kern.gemv(sub_job(jobs[c], 0, jobs[c].n, base + at, base + end));
         at = end;
       }
     }
   });
 }
 
-void run(const PreparedLinear& w, const LinearArgs& a, bool quant) {
-  const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar)
-    (quant ? linear_quant_ref : linear_dense_ref)(w.weight(), a);
-  else
-    run_fast(w, a, quant, isa);
+}  // namespace
+
+void linear_ref(const Weight& w, const LinearArgs& a) {
+  const bool quant = w.quant_input;
+  const int64_t K = w.cols(), n_out = check_call(w, a);
+  // Quantized inputs: codes and scales per row, computed once.
+  std::vector<float> qv, qs;
+  const float* xv = a.x;
+  int64_t ldv = a.ldx;
+  if (quant) {
+    qv.resize(size_t(a.n * K));
+    qs.resize(size_t(a.n * K / 32));
+    std::vector<uint8_t> codes(static_cast<size_t>(K)), sc(static_cast<size_t>(K / 32));
+    for (int64_t i = 0; i < a.n; ++i) {
+      act_quant(a.x + i * a.ldx, K, codes.data(), sc.data());
+      for (int64_t k = 0; k < K; ++k) qv[size_t(i * K + k)] = e4m3_to_f32(codes[size_t(k)]);
+      for (int64_t b = 0; b < K / 32; ++b)
+        qs[size_t(i * (K / 32) + b)] = e8m0_to_f32(sc[size_t(b)]);
+    }
+    xv = qv.data();
+    ldv = K;
+  }
+  ThreadPool::global().parallel_for(n_out, 64, [&](int64_t o0, int64_t o1) {
+    for (int64_t i = 0; i < a.n; ++i)
+      for (int64_t o = o0; o < o1; ++o)
+        a.y[i * a.ldy + o] = dot_row(w, a.row0 + o, xv + i * ldv,
+                                     quant ? qs.data() + i * (K / 32) : nullptr, a.exact);
+  });
 }
 
-}  // namespace
+void linear(const PreparedLinear& w, const LinearArgs& a) {
+  const Isa isa = cpu_isa();
+  if (a.exact || isa == Isa::Scalar)
+    linear_ref(w.weight(), a);
+  else
+    run_fast(w, a, isa);
+}
 
 void linear_many(std::span<const LinearCall> calls) {
   const Isa isa = cpu_isa();
@@ -337,12 +405,11 @@ void linear_many(std::span<const LinearCall> calls) {
   for (const LinearCall& c : calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
-    const bool quant = c.w->weight().quant_input;
-    check_call(c.w->weight(), a, quant);
-    if (quant && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
+    check_call(c.w->weight(), a);
+    if (c.w->weight().quant_input && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
       small.push_back(c);
     else
-      run(*c.w, a, quant);
+      linear(*c.w, a);
   }
   if (!small.empty()) run_many_gemv(small, isa);
 }
@@ -381,14 +448,11 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   });
 }
 
-void linear_quant(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, true);
-}
-void linear_dense(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, false);
-}
-void linear(const PreparedLinear& w, const LinearArgs& a) {
-  run(w, a, w.weight().quant_input);
+void weight_row(const Weight& w, int64_t r, float* out) {
+  for (int64_t b = 0; b < w.cols() / 32; ++b) {
+    const float s = weight_block(w, r, b, out + b * 32);
+    for (int i = 0; i < 32; ++i) out[b * 32 + i] *= s;
+  }
 }
 
 void set_linear_path(LinearPath p) {

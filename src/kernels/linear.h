@@ -1,10 +1,10 @@
 // Linear layers y = x Wᵀ over the checkpoint's weight formats (V41_SPEC.md §3.6).
 //
-//   linear_quant  QLin: each input row is act-quantized (e4m3, one e8m0 scale per 32); per 32-wide
-//                 input block b the partial P_b = Σ q_k w_k runs over the codes and the total
-//                 accumulates P_b · (σx_b · σw_b) block by block. W: Fp8Block or Fp4Row.
-//   linear_dense  the input is used as it is (bf16 or fp32 values); W: BF16, F32, or Fp8Block
-//                 (wo_a: exact dequantized values, no activation quantization).
+//   QLin   (Weight::quant_input) each input row is act-quantized (e4m3, one e8m0 scale per 32);
+//          per 32-wide input block b the partial P_b = Σ q_k w_k runs over the codes and the
+//          total accumulates P_b · (σx_b · σw_b) block by block. W: Fp8Block or Fp4Row.
+//   plain  the input is used as it is (bf16 or fp32 values); W: BF16, F32, or Fp8Block
+//          (wo_a: exact dequantized values, no activation quantization).
 // Both follow the canonical order of kernels/reduce.h, so an output row depends only on its
 // input row: batching, threading and the code path (GEMV for a few rows, blocked GEMM for more,
 // AVX-512 / AVX2 / scalar) never change a bit. Outputs are fp32; callers round to bf16 where the
@@ -22,8 +22,8 @@
 // Rows past the weight's last row are zero. The repacked copy has the checkpoint's size (plus
 // the padding of the last tile); everything else stays mapped.
 //
-// `_ref` functions are the scalar oracles over the checkpoint layout; the plain names dispatch to
-// the fastest path for core/cpu.h's cpu_isa().
+// linear_ref is the scalar oracle over the checkpoint layout; linear dispatches to the fastest
+// path for core/cpu.h's cpu_isa().
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,7 @@ struct LinearArgs {
   int64_t row0 = 0;
   int64_t n_out = -1;  // -1: all rows of W
   // Sum in double and round once (the model's fp32 numerics, which match a correctly rounded
-  // reference). Always served by the scalar `_ref` path; the fast paths serve exact = false.
+  // reference). Always served by linear_ref; the fast paths serve exact = false.
   bool exact = false;
 };
 
@@ -89,10 +89,8 @@ class PreparedLinear {
   uint64_t owned_bytes_ = 0;
 };
 
-void linear_quant(const PreparedLinear& w, const LinearArgs& a);
-void linear_dense(const PreparedLinear& w, const LinearArgs& a);
 // The model's entry point, as the reference's `linear()`: the weight's stored form decides the
-// computation (Weight::quant_input: linear_quant, else linear_dense).
+// computation (Weight::quant_input: QLin, else the plain linear).
 void linear(const PreparedLinear& w, const LinearArgs& a);
 // Several independent calls, each giving exactly what `linear` gives it. Quantized calls of at
 // most a few rows (decode) share one pass of the thread pool over all their weights, which
@@ -102,15 +100,10 @@ struct LinearCall {
   LinearArgs a;
 };
 void linear_many(std::span<const LinearCall> calls);
-// Unprepared weights run the scalar path.
-void linear_quant_ref(const Weight& w, const LinearArgs& a);
-void linear_dense_ref(const Weight& w, const LinearArgs& a);
+// The scalar path over an unprepared weight (what exact calls and the scalar ISA run).
+void linear_ref(const Weight& w, const LinearArgs& a);
 
 // Convenience: full W, contiguous x [n, W.cols()] and y [n, W.rows()].
-inline void linear_quant(const PreparedLinear& w, const float* x, int64_t n, float* y,
-                         bool exact = false) {
-  linear_quant(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
-}
 inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y,
                    bool exact = false) {
   linear(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});

@@ -610,15 +610,11 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 
 }  // namespace
 
-template <>
-const Kernels& kernels<simd::DI_SIMD_NS::kIsa>() {
 #if defined(__AVX512F__)
-  static constexpr Kernels k{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true};
+const Kernels kAvx512{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true};
 #else
-  static constexpr Kernels k{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false};
+const Kernels kAvx2{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false};
 #endif
-  return k;
-}
 
 #if defined(__AVX512F__)
 bool avx512_dpbf16_is_canonical() {

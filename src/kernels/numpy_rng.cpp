@@ -65,32 +65,19 @@ std::vector<uint32_t> seed_words(u128 seed) {
 SeedSequence::SeedSequence(std::span<const uint32_t> entropy) {
   DI_REQUIRE(!entropy.empty(), "SeedSequence: the seed must have at least one 32-bit word");
   uint32_t hc = kInitA;
-  for (int i = 0; i < kPoolSize; ++i) {
+  for (int i = 0; i < kPoolSize; ++i)
     pool_[i] = hashmix(size_t(i) < entropy.size() ? entropy[i] : 0u, &hc);
-  }
-  for (int src = 0; src < kPoolSize; ++src) {
-    for (int dst = 0; dst < kPoolSize; ++dst) {
+  for (int src = 0; src < kPoolSize; ++src)
+    for (int dst = 0; dst < kPoolSize; ++dst)
       if (src != dst) pool_[dst] = mix(pool_[dst], hashmix(pool_[src], &hc));
-    }
-  }
-  for (size_t src = kPoolSize; src < entropy.size(); ++src) {
+  for (size_t src = kPoolSize; src < entropy.size(); ++src)
     for (int dst = 0; dst < kPoolSize; ++dst)
       pool_[dst] = mix(pool_[dst], hashmix(entropy[src], &hc));
-  }
 }
 
 void SeedSequence::generate_state(std::span<uint32_t> out) const {
   uint32_t hc = kInitB;
   for (size_t i = 0; i < out.size(); ++i) out[i] = hashmix(pool_[i % kPoolSize], &hc, kMultB);
-}
-
-void SeedSequence::generate_state(std::span<uint64_t> out) const {
-  // Generated as one run of 32-bit words so that the running constant carries across pairs.
-  uint32_t hc = kInitB;
-  for (size_t k = 0; k < out.size(); ++k) {
-    const uint32_t lo = hashmix(pool_[(2 * k) % kPoolSize], &hc, kMultB);
-    out[k] = lo | (uint64_t(hashmix(pool_[(2 * k + 1) % kPoolSize], &hc, kMultB)) << 32);
-  }
 }
 
 // --- PCG64 ---
@@ -104,9 +91,10 @@ Pcg64::Pcg64(u128 initstate, u128 initseq) {
 }
 
 Pcg64::Pcg64(const SeedSequence& seq) {
-  uint64_t s[4];
-  seq.generate_state(std::span<uint64_t>(s));
-  *this = Pcg64((u128(s[0]) << 64) | s[1], (u128(s[2]) << 64) | s[3]);
+  uint32_t w[8];  // generated as one run, so that the running constant carries across words
+  seq.generate_state(std::span<uint32_t>(w));
+  auto u64 = [&](int k) { return uint64_t(w[2 * k]) | (uint64_t(w[2 * k + 1]) << 32); };
+  *this = Pcg64((u128(u64(0)) << 64) | u64(1), (u128(u64(2)) << 64) | u64(3));
 }
 
 void Pcg64::step() {

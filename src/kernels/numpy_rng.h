@@ -31,10 +31,9 @@ class SeedSequence {
   explicit SeedSequence(uint64_t seed) : SeedSequence(seed_words(seed)) {}
 
   const std::array<uint32_t, kPoolSize>& pool() const { return pool_; }
-  // generate_state(n, np.uint32): out.size() words.
+  // generate_state(n, np.uint32): out.size() words (np.uint64 takes them in pairs, low word
+  // first).
   void generate_state(std::span<uint32_t> out) const;
-  // generate_state(n, np.uint64): pairs of 32-bit words, low word first.
-  void generate_state(std::span<uint64_t> out) const;
 
  private:
   std::array<uint32_t, kPoolSize> pool_{};

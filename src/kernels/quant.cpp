@@ -25,10 +25,6 @@ float block_amax(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
   return a;
 }
-
-float clampf(float v, float lo, float hi) {
-  return v < lo ? lo : (v > hi ? hi : v);
-}
 }  // namespace
 
 uint8_t pow2ceil_e8m0(float a, float c) {
@@ -39,18 +35,6 @@ uint8_t pow2ceil_e8m0(float a, float c) {
 
 namespace {
 
-// act_quant over blocks of 32: the e8m0 scale code s of each block (stored in `scales` when
-// given), then out(i, e4m3 code of x[i], s).
-template <typename Out>
-void act_quant_blocks(const float* x, int64_t n, uint8_t* scales, Out out) {
-  for (int64_t b = 0; b < n; b += 32) {
-    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
-    if (scales) scales[b / 32] = s;
-    const float inv = e8m0_to_f32(uint8_t(254 - s));  // 1/sigma, exact
-    for (int i = 0; i < 32; ++i) out(b + i, f32_to_e4m3(clampf(x[b + i] * inv, -448, 448)), s);
-  }
-}
-
 // fp4 over blocks of B: sigma = scale(block, block index), then out(i, e2m1 code of x[i], sigma).
 // x / sigma is exact (sigma is a power of two, or for variant C exact in e4m3), computed as a
 // division so that sigma down to 2^-126 needs no reciprocal outside the normal range.
@@ -58,7 +42,8 @@ template <int B, typename Scale, typename Out>
 void fp4_blocks(const float* x, int64_t n, Scale scale, Out out) {
   for (int64_t b = 0; b < n; b += B) {
     const float sigma = scale(x + b, b / B);
-    for (int i = 0; i < B; ++i) out(b + i, f32_to_e2m1(clampf(x[b + i] / sigma, -6, 6)), sigma);
+    for (int i = 0; i < B; ++i)
+      out(b + i, f32_to_e2m1(std::clamp(x[b + i] / sigma, -6.0f, 6.0f)), sigma);
   }
 }
 
@@ -81,13 +66,13 @@ auto fp4i_scale(uint8_t* scales) {
   };
 }
 
-// Variant C: an e4m3 scale per 16, saturating as the kernels' satfinite conversion (a scale past
-// 448 would be NaN).
+// Variant C: an e4m3 scale per 16 (stored in `scales`), saturating as the kernels' satfinite
+// conversion (a scale past 448 would be NaN).
 auto fp4c_scale(uint8_t* scales) {
   return [scales](const float* x, int64_t k) {
     const float a = std::max(block_amax(x, 16), kFp4CFloor);
     const uint8_t code = f32_to_e4m3(std::min(a / 6.0f, 448.0f));
-    if (scales) scales[k] = code;
+    scales[k] = code;
     return e4m3_to_f32(code);
   };
 }
@@ -97,17 +82,13 @@ auto fp4c_scale(uint8_t* scales) {
 // --- fp8 ---
 
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
-  act_quant_blocks(x, n, scales, [&](int64_t i, uint8_t c, uint8_t) { codes[i] = c; });
-}
-
-void act_quant_values(const float* x, int64_t n, float* qvals, uint8_t* scales) {
-  act_quant_blocks(x, n, scales, [&](int64_t i, uint8_t c, uint8_t) { qvals[i] = e4m3_to_f32(c); });
-}
-
-void act_quant_qdq(float* x, int64_t n) {
-  act_quant_blocks(x, n, nullptr, [&](int64_t i, uint8_t c, uint8_t s) {
-    x[i] = e4m3_to_f32(c) * e8m0_to_f32(s);
-  });
+  for (int64_t b = 0; b < n; b += 32) {
+    const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
+    scales[b / 32] = s;
+    const float inv = e8m0_to_f32(uint8_t(254 - s));  // 1/sigma, exact
+    for (int64_t i = b; i < b + 32; ++i)
+      codes[i] = f32_to_e4m3(std::clamp(x[i] * inv, -448.0f, 448.0f));
+  }
 }
 
 void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
@@ -151,11 +132,6 @@ void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
 void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
   (use_avx512() && n % 32 == 0 ? quant_isa::fp4c_dequant_avx512 : fp4c_dequant_ref)(packed, scales,
                                                                                     n, out);
-}
-
-void fp4c_qdq(float* x, int64_t n) {
-  fp4_blocks<16>(x, n, fp4c_scale(nullptr),
-                 [x](int64_t i, uint8_t c, float sigma) { x[i] = e2m1_to_f32(c) * sigma; });
 }
 
 void round_bf16_inplace_ref(float* x, int64_t n) {

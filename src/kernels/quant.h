@@ -4,9 +4,8 @@
 //               window KV cache)
 //   fp4 "I"     e2m1 values, one e8m0 scale per 32 (indexer queries and keys)
 //   fp4 "C"     e2m1 values, one e4m3 scale per 16 (compressed KV latents)
-// Each has a QDQ form (values replaced by their quantized value, in place) and a packed form
-// (codes + scales, as caches store them). QDQ values are exact in bf16 and decode exactly from the
-// packed form: qdq(x) == dequant(quant(x)).
+// Each has a packed form (codes + scales, as caches store them); fp4 "I" also a QDQ form (values
+// replaced by their quantized value, in place), exact in bf16 and equal to dequant(quant(x)).
 #pragma once
 
 #include <cstdint>
@@ -20,9 +19,6 @@ uint8_t pow2ceil_e8m0(float a, float c);
 // --- act_quant (fp8 e4m3, block 32, e8m0 scales); n % 32 == 0 ---
 // codes[n] e4m3, scales[n/32] e8m0.
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
-// Same, with the codes decoded to float (what a linear multiplies): qvals[n] = e4m3 values.
-void act_quant_values(const float* x, int64_t n, float* qvals, uint8_t* scales);
-void act_quant_qdq(float* x, int64_t n);
 void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 
@@ -36,7 +32,6 @@ void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
 // --- fp4 variant C (e2m1, block 16, e4m3 scales); n % 16 == 0 ---
 // packed[n/2], scales[n/16] e4m3.
 void fp4c_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
-void fp4c_qdq(float* x, int64_t n);
 void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 

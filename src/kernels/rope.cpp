@@ -8,7 +8,6 @@ namespace deepinfer {
 RopeTable make_rope_table(int64_t rope_dim, double theta, int64_t original_seq_len, double factor,
                           double beta_fast, double beta_slow) {
   RopeTable t;
-  t.dim = rope_dim;
   const int64_t half = rope_dim / 2;
   t.omega.resize(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i) {

@@ -9,8 +9,7 @@
 namespace deepinfer {
 
 struct RopeTable {
-  int64_t dim = 0;           // R (rotary width)
-  std::vector<float> omega;  // [R/2] inverse frequencies
+  std::vector<float> omega;  // [R/2] inverse frequencies (R: the rotary width)
 };
 
 // original_seq_len = 0 disables YaRN.

@@ -4,28 +4,14 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/dtype.h"
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
-#include "kernels/rope.h"
 #include "kv/kv_layout.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {
-
-namespace {
-
-// Rotates the rope tail of `n_heads` consecutive head vectors of one row.
-void rope_heads(float* row, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const float* cs,
-                bool inverse) {
-  for (int64_t h = 0; h < n_heads; ++h)
-    rope_rotate(row + h * head_dim + head_dim - rope_dim, cs, rope_dim, inverse);
-}
-
-}  // namespace
 
 void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   ArenaScope scope(arena);
@@ -33,9 +19,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const RopeTable& rope = role.ratio > 0 ? rope_compressed : rope_window;
-  const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, R = c.rope_head_dim;
+  const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim;
   const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
-  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // --- query (§5.1) ---
   ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
@@ -45,10 +30,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     round_norm(qr.data(), N, Q, W.q_norm);
     linear(P.wq_b, qr.data(), N, q.data(), exact);
     round(q.data(), N * H * Dh);
-    for (int64_t i = 0; i < N; ++i) {
-      rope_angles(rope, st.pos[size_t(i)], cs.data());
-      rope_heads(&q[size_t(i * H * Dh)], H, Dh, R, cs.data(), false);
-    }
+    rope_rows(st, rope, q.data(), H, Dh);
     round(q.data(), N * H * Dh);
   }
   dump(st, l, "attn.q", q.data(), {N, H, Dh});
@@ -61,14 +43,12 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     DI_REGION("attn.kv");
     linear(P.wkv, u, N, kv.data(), exact);
     round_norm(kv.data(), N, Dh, W.kv_norm);
+    rope_rows(st, rope, kv.data(), 1, Dh);
+    round(kv.data(), N * Dh);
     for (int64_t i = 0; i < N; ++i) {
-      float* row = &kv[size_t(i * Dh)];
-      rope_angles(rope, st.pos[size_t(i)], cs.data());
-      rope_rotate(row + Dh - R, cs.data(), R, false);
-      round(row, Dh);
       uint8_t* pk = &kv_packed[size_t(i * wrow)];
-      act_quant(row, Dh, pk, pk + Dh);
-      fp8_dequant(pk, pk + Dh, Dh, row);
+      act_quant(&kv[size_t(i * Dh)], Dh, pk, pk + Dh);
+      fp8_dequant(pk, pk + Dh, Dh, &kv[size_t(i * Dh)]);
     }
   }
   dump(st, l, "attn.kv", kv.data(), {N, Dh});
@@ -136,10 +116,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   // --- output projection (§5.7) ---
   {
     DI_REGION("attn.out");
-    for (int64_t i = 0; i < N; ++i) {
-      rope_angles(rope, st.pos[size_t(i)], cs.data());
-      rope_heads(&o[size_t(i * H * Dh)], H, Dh, R, cs.data(), true);
-    }
+    rope_rows(st, rope, o.data(), H, Dh, true);
     round(o.data(), N * H * Dh);
     ArenaVec<float> a(size_t(N * G * Ro), &arena);
     const int64_t group_in = H * Dh / G;

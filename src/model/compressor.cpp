@@ -3,7 +3,6 @@
 // rotates and fp4-quantizes the latent into the compressed-KV cache. Partial groups wait in the
 // sequence's carry (fp32) until their last token arrives.
 #include <algorithm>
-#include <cmath>
 
 #include "core/error.h"
 #include "kernels/elementwise.h"
@@ -27,12 +26,11 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
 
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
   ArenaVec<float> k(size_t(N * Dh), &arena), g(&arena);
+  linear(P.cmp_wkv, u, N, k.data(), exact);
   if (r == 1) {
-    linear(P.cmp_wkv, u, N, k.data(), exact);
     round_norm(k.data(), N, Dh, W.cmp_norm);
   } else {
     g.resize(size_t(N * Dh));
-    linear(P.cmp_wkv, u, N, k.data(), exact);
     linear(P.cmp_wgate, u, N, g.data(), exact);
   }
 

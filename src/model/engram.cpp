@@ -4,12 +4,10 @@
 #include <cmath>
 #include <vector>
 
-#include "core/dtype.h"
 #include "core/region_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
 #include "kernels/norm.h"
-#include "kernels/reduce.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {

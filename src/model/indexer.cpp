@@ -4,12 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
-#include "core/region_timer.h"
 #include "kernels/indexer.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
-#include "kernels/rope.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {
@@ -18,19 +15,14 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   ArenaScope scope(arena);
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
-  const int64_t N = st.N, Hi = c.index_n_heads, Di = c.index_head_dim, R = c.rope_head_dim;
+  const int64_t N = st.N, Hi = c.index_n_heads, Di = c.index_head_dim;
   const int64_t K = c.index_topk, r = role.ratio;
-  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
   ArenaVec<float> qi(size_t(N * Hi * Di), &arena), w(size_t(N * Hi), &arena);
   linear(P.idx_wq_b, qr, N, qi.data(), exact);
   round(qi.data(), N * Hi * Di);
-  for (int64_t i = 0; i < N; ++i) {
-    rope_angles(rope_compressed, st.pos[size_t(i)], cs.data());
-    for (int64_t h = 0; h < Hi; ++h)
-      rope_rotate(&qi[size_t(i * Hi * Di + h * Di + Di - R)], cs.data(), R, false);
-  }
+  rope_rows(st, rope_compressed, qi.data(), Hi, Di);
   round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.

@@ -1,7 +1,6 @@
 #include "model/model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 
 #include "core/dtype.h"
@@ -99,6 +98,17 @@ void Model::Impl::round(float* x, int64_t n) const {
   if (bf16) round_bf16_inplace(x, n);
 }
 
+void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads,
+                            int64_t head_dim, bool inverse) {
+  const int64_t R = c.rope_head_dim;
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
+  for (int64_t i = 0; i < st.N; ++i) {
+    rope_angles(t, st.pos[size_t(i)], cs.data());
+    for (int64_t h = 0; h < n_heads; ++h)
+      rope_rotate(x + (i * n_heads + h) * head_dim + head_dim - R, cs.data(), R, inverse);
+  }
+}
+
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
   rmsnorm(x, n, d, w, float(c.norm_eps), x);
@@ -110,13 +120,8 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
   st.kv = &kv;
   st.N = batch.n_rows();
   // Earlier calls' artefacts must not leak into this one; the vectors keep their capacity.
-  st.engram_ids.clear();
-  st.topk.clear();
-  st.topk_n.clear();
-  st.cand.clear();
-  st.cand_n.clear();
-  st.pos.clear();
-  st.row0.clear();
+  for (std::vector<int64_t>* v : {&st.engram_ids, &st.pos, &st.row0}) v->clear();
+  for (std::vector<int32_t>* v : {&st.topk, &st.topk_n, &st.cand, &st.cand_n}) v->clear();
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     const ForwardSeq& q = batch.seqs[s];
     DI_CHECK(q.n_tokens >= 1 && q.n_padding >= 0 && q.n_padding < q.n_tokens && q.start_pos >= 0);
@@ -223,14 +228,12 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       engram_layer(l, st, x.data());
       dump(st, l, "engram.x", x.data(), {N, M, D});
     }
-    auto hc = [&](const Weight& fn, const Weight& base, const Weight& scale,
-                  const PreparedLinear& packed) {
-      return HcParams{&fn, base.f32(),      scale.f32(),         M,     D,
-                      eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact, &packed};
+    auto hc = [&](const PreparedLinear& fn, const Weight& base, const Weight& scale) {
+      return HcParams{&fn, base.f32(),      scale.f32(),         M,    D,
+                      eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact};
     };
-    const HcParams hca =
-        hc(W.hc_attn_fn, W.hc_attn_base, W.hc_attn_scale, lin[size_t(l)].hc_attn_fn);
-    const HcParams hcf = hc(W.hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale, lin[size_t(l)].hc_ffn_fn);
+    const HcParams hca = hc(lin[size_t(l)].hc_attn_fn, W.hc_attn_base, W.hc_attn_scale);
+    const HcParams hcf = hc(lin[size_t(l)].hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale);
     {
       DI_REGION("model.hc");
       hc_mixes_rows(hca, x.data(), N, pre_a.data(), post_a.data(), comb_a.data());

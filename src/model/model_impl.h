@@ -77,6 +77,10 @@ struct Model::Impl {
   Step step;
 
   void round(float* x, int64_t n) const;
+  // Rotates the RoPE tails of x [N, n_heads, head_dim] by the angles of each row's position
+  // (inverse: back).
+  void rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads, int64_t head_dim,
+                 bool inverse = false);
   // x [n, d] rounded, RMS-normed with `w` and rounded again.
   void round_norm(float* x, int64_t n, int64_t d, const Weight& w) const;
   // Does this rank hold compressed row `row` of `layer`?

@@ -2,9 +2,7 @@
 // weights are read once per step for all rows routed to it), shared expert, and the combine in
 // ascending expert id with the shared expert last.
 #include <algorithm>
-#include <cmath>
 
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"

@@ -107,19 +107,16 @@ class CpShard : public ContextShard {
     const int n = g_.size();
     all_.resize(size_t(n) * partial_.size());
     g_.all_gather(partial_.data(), partial_.size() * sizeof(double), all_.data());
-    parts_.resize(size_t(n * psize_));
-    for (int64_t i = 0; i < rows_; ++i) {
-      for (int pr = 0; pr < n; ++pr)
-        std::copy_n(&all_[size_t((pr * rows_ + i) * psize_)], psize_, &parts_[size_t(pr * psize_)]);
-      merge_attention_partials(parts_.data(), n, sink, heads_, dim_, exact,
-                               out + i * heads_ * dim_);
-    }
+    // Row i of rank r's partials lies r * rows * psize doubles after row i of rank 0's.
+    for (int64_t i = 0; i < rows_; ++i)
+      merge_attention_partials(&all_[size_t(i * psize_)], n, rows_ * psize_, sink, heads_, dim_,
+                               exact, out + i * heads_ * dim_);
   }
 
  private:
   ranks::Group& g_;
   int64_t rows_ = 0, heads_ = 0, dim_ = 0, psize_ = 0;
-  std::vector<double> partial_, all_, parts_;
+  std::vector<double> partial_, all_;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Indexer: the vector scores against indexer_scores_ref (bit-exact) over head counts, head dims,
-// row counts and visibility, bf16 and fp32 numerics, ISAs and thread counts; the selections
-// (top-k list, candidate blocks, select_top) against a full sort with many ties.
+// row counts and visibility, bf16 and fp32 numerics, ISAs and thread counts; select_top, and the
+// top-k list and candidate blocks built on it, against a full sort with many ties.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -62,6 +62,35 @@ std::vector<float> tied_scores(int64_t n, uint64_t seed) {
   std::vector<float> s(static_cast<size_t>(n));
   for (auto& v : s) v = rng() % 7 == 0 ? -INFINITY : float(int(rng() % 9)) * 0.25f;
   return s;
+}
+
+// The top-k list of V41_SPEC.md §6.6 over select_top, as model/indexer.cpp builds it: the
+// min(k, visible) best rows among t < visible (ties -> lower row), ascending.
+int64_t topk_rows(const float* scores, int64_t visible, int64_t k, int32_t* out) {
+  std::vector<ScoredId> in, best(static_cast<size_t>(k));
+  for (int64_t t = 0; t < visible; ++t) in.push_back({scores[t], int32_t(t)});
+  const int64_t n = select_top(in.data(), int64_t(in.size()), k, best.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = best[size_t(i)].id;
+  std::sort(out, out + n);
+  return n;
+}
+
+// The candidate source's block filter (§6.5) over select_top: blocks of `cb` rows scored by their
+// max, the block of the newest visible row forced in, the best `ck` finite ones kept; mask[t] = 1
+// for rows of kept blocks.
+void candidate_mask(const float* scores, int64_t T, int64_t visible, int64_t cb, int64_t ck,
+                    uint8_t* mask) {
+  std::fill(mask, mask + T, uint8_t(0));
+  std::vector<ScoredId> blocks, kept(static_cast<size_t>(ck));
+  for (int64_t b = 0; b * cb < T; ++b) {
+    float m = -INFINITY;
+    for (int64_t t = b * cb; t < std::min(T, (b + 1) * cb); ++t) m = std::max(m, scores[t]);
+    blocks.push_back({visible > 0 && b == (visible - 1) / cb ? INFINITY : m, int32_t(b)});
+  }
+  const int64_t n = select_top(blocks.data(), int64_t(blocks.size()), ck, kept.data());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t t = kept[size_t(i)].id * cb; t < std::min(T, (kept[size_t(i)].id + 1) * cb); ++t)
+      mask[t] = 1;
 }
 
 TEST(IndexerSelect, TopkRowsIsTheBestVisibleAscending) {

@@ -8,11 +8,13 @@
 
 namespace deepinfer::testing {
 
-OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed) {
+OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed,
+                        bool quant_input) {
   std::mt19937_64 rng(seed);
   OwnedWeight o;
   Weight& w = o.w;
   w.name = "test.weight";
+  w.quant_input = quant_input;
   w.format = f;
   w.shape = Shape{rows, cols};
   std::normal_distribution<float> nd(0.0f, 1.0f);

@@ -19,7 +19,9 @@ struct OwnedWeight {
   std::vector<uint8_t> data, scale;
   Weight w;
 };
-OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed);
+// `quant_input`: Weight::quant_input (a QLin weight).
+OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, uint64_t seed,
+                        bool quant_input = false);
 
 // n rows of `cols` activations (row stride ld >= cols): normal values whose magnitude varies per
 // 32-block over many octaves, with zeros, exact ties and the odd all-zero block.

@@ -12,6 +12,7 @@
 #include "kernels/isa.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
+#include "util/quant_qdq.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -42,7 +43,7 @@ struct Case {
 // Runs one case on every ISA, path and a few thread counts; each must equal the reference.
 void check_case(const Case& c, uint64_t seed) {
   KernelEnvGuard guard;
-  const OwnedWeight ow = make_weight(c.fmt, c.rows, c.cols, seed);
+  const OwnedWeight ow = make_weight(c.fmt, c.rows, c.cols, seed, c.quant);
   const PreparedLinear pw(ow.w);
   const int64_t n_out = c.n_out < 0 ? c.rows - c.row0 : c.n_out;
   const int64_t ldx = c.cols + c.pad_x, ldy = n_out + c.pad_y;
@@ -50,10 +51,7 @@ void check_case(const Case& c, uint64_t seed) {
       make_activations(c.n, c.cols, ldx, seed + 1, !c.quant && c.fmt != WeightFormat::F32);
   std::vector<float> want(size_t(c.n * ldy), -7.0f);
   const LinearArgs ref_args{x.data(), c.n, ldx, want.data(), ldy, c.row0, c.n_out};
-  if (c.quant)
-    linear_quant_ref(ow.w, ref_args);
-  else
-    linear_dense_ref(ow.w, ref_args);
+  linear_ref(ow.w, ref_args);
   for (Isa isa : machine_isas())
     for (LinearPath path : {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm})
       for (int threads : {1, 2, 3}) {
@@ -62,10 +60,7 @@ void check_case(const Case& c, uint64_t seed) {
         if (ThreadPool::global().size() != threads) ThreadPool::set_global_threads(threads);
         std::vector<float> got(size_t(c.n * ldy), -7.0f);  // sentinel in the padding
         const LinearArgs a{x.data(), c.n, ldx, got.data(), ldy, c.row0, c.n_out};
-        if (c.quant)
-          linear_quant(pw, a);
-        else
-          linear_dense(pw, a);
+        linear(pw, a);
         const int64_t d = first_diff(want.data(), got.data(), int64_t(want.size()));
         ASSERT_EQ(d, -1) << fmt_name(c.fmt) << (c.quant ? " quant" : " dense") << " " << c.rows
                          << "x" << c.cols << " n=" << c.n << " rows [" << c.row0 << "+" << n_out
@@ -78,7 +73,7 @@ void check_case(const Case& c, uint64_t seed) {
 
 // A batch of calls (the experts of a decode step: mixed formats, shapes, row counts, output
 // ranges and strides, GEMV-sized and larger, quantized and plain) gives each call exactly what
-// linear_quant_ref / linear_dense_ref give it, on every ISA and thread count.
+// linear_ref gives it, on every ISA and thread count.
 TEST(LinearFast, ManyMatchesEachCall) {
   KernelEnvGuard guard;
   struct Spec {
@@ -104,8 +99,7 @@ TEST(LinearFast, ManyMatchesEachCall) {
   std::vector<int64_t> ldy;
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
-    ws.push_back(make_weight(s.fmt, s.rows, s.cols, 40 + i));
-    ws.back().w.quant_input = s.quant;
+    ws.push_back(make_weight(s.fmt, s.rows, s.cols, 40 + i, s.quant));
   }
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
@@ -116,10 +110,7 @@ TEST(LinearFast, ManyMatchesEachCall) {
     want.emplace_back(size_t(s.n * ldy[i]), -7.0f);
     const LinearArgs a{xs[i].data(), s.n,    s.cols + s.pad_x, want[i].data(),
                        ldy[i],       s.row0, s.n_out};
-    if (s.quant)
-      linear_quant_ref(ws[i].w, a);
-    else
-      linear_dense_ref(ws[i].w, a);
+    linear_ref(ws[i].w, a);
   }
   for (Isa isa : machine_isas())
     for (int threads : {1, 2, 3}) {
@@ -180,18 +171,18 @@ TEST(LinearFast, RowsAreIndependentOfBatch) {
   // Batch invariance at the kernel level: a row's outputs are the same alone and among others,
   // whatever the path the batch size selects.
   KernelEnvGuard guard;
-  const OwnedWeight ow = make_weight(WeightFormat::Fp4Row, 80, 320, 7);
+  const OwnedWeight ow = make_weight(WeightFormat::Fp4Row, 80, 320, 7, true);
   const PreparedLinear pw(ow.w);
   const int64_t n = 20;
   const auto x = make_activations(n, 320, 320, 8, false);
   for (Isa isa : machine_isas()) {
     set_cpu_isa(isa);
     std::vector<float> all(size_t(n * 80));
-    linear_quant(pw, x.data(), n, all.data());
+    linear(pw, x.data(), n, all.data());
     for (int64_t take : {1, 2, 4, 7}) {
       for (int64_t r0 = 0; r0 + take <= n; r0 += take) {
         std::vector<float> part(size_t(take * 80));
-        linear_quant(pw, x.data() + r0 * 320, take, part.data());
+        linear(pw, x.data() + r0 * 320, take, part.data());
         ASSERT_TRUE(bit_equal(part.data(), all.data() + r0 * 80, take * 80))
             << isa_name(isa) << " rows " << r0 << "+" << take;
       }
@@ -205,14 +196,11 @@ TEST(LinearRef, MatchesDoublePrecision) {
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row, WeightFormat::BF16}) {
     const bool quant = f != WeightFormat::BF16;
     const int64_t rows = 40, cols = 256, n = 3;
-    const OwnedWeight ow = make_weight(f, rows, cols, 11);
+    const OwnedWeight ow = make_weight(f, rows, cols, 11, quant);
     const auto x = make_activations(n, cols, cols, 12, !quant);
     std::vector<float> y(size_t(n * rows));
     const LinearArgs args{x.data(), n, cols, y.data(), rows};
-    if (quant)
-      linear_quant_ref(ow.w, args);
-    else
-      linear_dense_ref(ow.w, args);
+    linear_ref(ow.w, args);
     std::vector<float> wrow(static_cast<size_t>(cols)), xq(static_cast<size_t>(cols));
     for (int64_t i = 0; i < n; ++i) {
       std::copy(x.begin() + i * cols, x.begin() + (i + 1) * cols, xq.begin());
@@ -240,8 +228,7 @@ TEST(LinearFast, ActQuantMatchesRef) {
   for (int64_t i = 0; i < n; ++i) act_quant_qdq(want.data() + i * K, K);
   for (Isa isa : machine_isas()) {
     if (isa == Isa::Scalar) continue;
-    const auto& k =
-        isa == Isa::Avx512 ? linear_isa::kernels<Isa::Avx512>() : linear_isa::kernels<Isa::Avx2>();
+    const auto& k = isa == Isa::Avx512 ? linear_isa::kAvx512 : linear_isa::kAvx2;
     std::vector<float> q(size_t(n * K));
     std::vector<uint16_t> qb(size_t(n * K));
     k.quantize(x.data(), K, n, K, q.data(), qb.data());

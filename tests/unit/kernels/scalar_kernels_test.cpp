@@ -12,6 +12,7 @@
 #include "kernels/moe_routing.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
+#include "util/quant_qdq.h"
 
 namespace deepinfer {
 namespace {
