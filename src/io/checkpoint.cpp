@@ -362,7 +362,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
     const TensorSpec& s = mine[i];
     *slots[i] = ck->bind(s);
     ck->bound_bytes += slots[i]->nbytes();
-    ck->forms.push_back({s.name, s.kind, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
+    ck->forms.push_back({s.name, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
                          loaded_form(s.kind, *slots[i])});
   }
   return ck;

@@ -139,7 +139,6 @@ class Checkpoint {
   // How each bound tensor was stored and what it computes, in schema order.
   struct Form {
     std::string name;
-    SlotKind kind;
     std::string stored;    // the stored dtype ("BF16")
     std::string computes;  // loaded_form()
   };
