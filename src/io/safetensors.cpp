@@ -306,12 +306,6 @@ uint64_t TensorStore::total_bytes() const {
 // --- SafetensorsWriter ---
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
-                            const void* data, uint64_t nbytes) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  add(name, dtype, shape, std::vector<uint8_t>(p, p + nbytes));
-}
-
-void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
                             std::vector<uint8_t> bytes) {
   DI_CHECK(bytes.size() == dtype_bytes(dtype, uint64_t(shape.numel())), "tensor ", name, " ",
            shape.str(), " ", dtype_name(dtype), " given ", bytes.size(), " bytes");

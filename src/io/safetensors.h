@@ -110,9 +110,7 @@ std::string shard_file_name(size_t index, size_t count);
 // added, each aligned to 8 bytes; the header is padded with spaces to a multiple of 8.
 class SafetensorsWriter {
  public:
-  // `nbytes` must equal dtype_bytes(dtype, shape.numel()).
-  void add(const std::string& name, DType dtype, const Shape& shape, const void* data,
-           uint64_t nbytes);
+  // `bytes` must hold dtype_bytes(dtype, shape.numel()) bytes.
   void add(const std::string& name, DType dtype, const Shape& shape, std::vector<uint8_t> bytes);
   bool empty() const { return entries_.empty(); }
   uint64_t data_bytes() const;

@@ -71,7 +71,7 @@ TEST(Safetensors, RoundTripEveryDtype) {
   uint8_t salt = 0;
   for (const Sample& s : samples()) {
     data[s.name] = pattern(s.nbytes, salt++);
-    w.add(s.name, s.dtype, s.shape, data[s.name].data(), s.nbytes);
+    w.add(s.name, s.dtype, s.shape, data[s.name]);
   }
   w.set_metadata("format", "pt");
   w.set_metadata("note", "round trip \"quoted\"");
@@ -132,10 +132,10 @@ TEST(Safetensors, EmptyFileOfTensorsAndWriterChecks) {
   EXPECT_TRUE(f->tensors().empty());
 
   const std::vector<uint8_t> four(4);
-  w.add("x", DType::F32, {1}, four.data(), 4);
-  EXPECT_FALSE(error_of([&] { w.add("x", DType::F32, {1}, four.data(), 4); }).empty());
-  EXPECT_FALSE(error_of([&] { w.add("y", DType::F32, {2}, four.data(), 4); }).empty());
-  EXPECT_FALSE(error_of([&] { w.add("__metadata__", DType::U8, {4}, four.data(), 4); }).empty());
+  w.add("x", DType::F32, {1}, four);
+  EXPECT_FALSE(error_of([&] { w.add("x", DType::F32, {1}, four); }).empty());
+  EXPECT_FALSE(error_of([&] { w.add("y", DType::F32, {2}, four); }).empty());
+  EXPECT_FALSE(error_of([&] { w.add("__metadata__", DType::U8, {4}, four); }).empty());
   EXPECT_TRUE(mentions(error_of([&] { w.write(dir / "no/such/dir/x.safetensors"); }),
                        {"no/such/dir/x.safetensors", "cannot create"}));
   EXPECT_EQ(w.names(), std::vector<std::string>{"x"});
