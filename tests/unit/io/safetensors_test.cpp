@@ -144,19 +144,23 @@ TEST(Safetensors, EmptyFileOfTensorsAndWriterChecks) {
 
 TEST(Safetensors, ShardedWriteAndIndexRead) {
   ScratchDir dir;
-  SafetensorsWriter w;
   std::map<std::string, std::vector<uint8_t>> data;
-  const std::vector<std::pair<std::string, uint64_t>> sizes = {
+  const std::vector<std::pair<std::string, uint64_t>> tensors = {
       {"t0", 100}, {"t1", 100}, {"t2", 100}, {"big", 1000},
       {"t3", 100}, {"t4", 100}, {"t5", 100}, {"t6", 100}};
+  std::vector<uint64_t> sizes;
   uint8_t salt = 1;
-  for (const auto& [name, n] : sizes) {
+  for (const auto& [name, n] : tensors) {
     data[name] = pattern(n, salt++);
-    w.add(name, DType::U8, {int64_t(n)}, data[name]);
+    sizes.push_back(n);
   }
-  w.set_metadata("format", "pt");
   const std::string out = dir / "ck";
-  w.write_sharded(out, 350);
+  const uint64_t total =
+      write_safetensors_shards(out, sizes, 350, [&](size_t i, SafetensorsWriter& w) {
+        const std::string& name = tensors[i].first;
+        w.add(name, DType::U8, {int64_t(tensors[i].second)}, data[name]);
+      });
+  EXPECT_EQ(total, 1700u);
 
   // At most 350 bytes per shard, split at tensor boundaries; the big tensor stands alone.
   const std::map<std::string, std::string> want_shard = {
