@@ -362,8 +362,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
     const TensorSpec& s = mine[i];
     *slots[i] = ck->bind(s);
     ck->bound_bytes += slots[i]->nbytes();
-    ck->forms.push_back({s.name, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
-                         loaded_form(s.kind, *slots[i])});
+    ck->forms.emplace_back(s.name, str_cat(dtype_name(ck->store_->find(s.name)->dtype), " -> ",
+                                           loaded_form(s.kind, *slots[i])));
   }
   return ck;
 }

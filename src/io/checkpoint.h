@@ -136,13 +136,9 @@ class Checkpoint {
 
   // Tensors in the files that the text model does not run (DSpark, vision), by prefix count.
   std::vector<std::string> skipped_tensors;
-  // How each bound tensor was stored and what it computes, in schema order.
-  struct Form {
-    std::string name;
-    std::string stored;    // the stored dtype ("BF16")
-    std::string computes;  // loaded_form()
-  };
-  std::vector<Form> forms;
+  // How each bound tensor was stored and what it computes, in schema order: its name and
+  // "<stored dtype> -> <loaded_form()>" ("BF16 -> bf16 -> plain bf16 linear").
+  std::vector<std::pair<std::string, std::string>> forms;
   uint64_t bound_bytes = 0;      // bytes of the weights this checkpoint binds (its experts only)
   uint64_t converted_bytes = 0;  // bytes of owned converted buffers
 
