@@ -112,15 +112,12 @@ struct LayerWeights {
 // act_quant + fp8 QLin"), for `inspect`.
 std::string loaded_form(SlotKind kind, const Weight& w);
 
-struct LoadOptions {
-  int expert_begin = 0;
-  int expert_end = -1;  // < 0: all experts
-};
-
 class Checkpoint {
  public:
-  // Opens `dir` (config.json + safetensors) and maps every weight. Reads headers only.
-  static std::unique_ptr<Checkpoint> load(const std::string& dir, const LoadOptions& opt = {});
+  // Opens `dir` (config.json + safetensors) and maps every weight, binding the routed experts in
+  // [expert_begin, expert_end) (all when end < 0). Reads headers only.
+  static std::unique_ptr<Checkpoint> load(const std::string& dir, int expert_begin = 0,
+                                          int expert_end = -1);
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }

@@ -48,8 +48,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
   le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
   if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
-  le.checkpoint = Checkpoint::load(
-      dir, {.expert_begin = le.layout.expert_begin, .expert_end = le.layout.expert_end});
+  le.checkpoint = Checkpoint::load(dir, le.layout.expert_begin, le.layout.expert_end);
   const ModelConfig& c = le.checkpoint->config();
   ModelOptions mo;
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
