@@ -247,8 +247,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
   std::ifstream in(file);
   DI_REQUIRE(in, file, ": cannot read model config");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(text, file);
+  return parse(std::string(std::istreambuf_iterator<char>(in), {}), file);
 }
 
 std::string ModelConfig::to_json() const {

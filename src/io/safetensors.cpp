@@ -237,8 +237,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   if (fs::exists(index, ec)) {
     std::ifstream in(index);
     DI_REQUIRE(in, index.string(), ": cannot read");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    json j = json::parse(text, nullptr, false);
+    json j = json::parse(in, nullptr, false);
     DI_REQUIRE(!j.is_discarded() && j.is_object(), index.string(), ": not a JSON object");
     auto wm = j.find("weight_map");
     DI_REQUIRE(wm != j.end() && wm->is_object(), index.string(),
