@@ -71,10 +71,10 @@ void inspect(const std::string& dir) {
   std::map<std::string, std::map<std::string, size_t>> forms;  // slot -> "stored -> computes" -> n
   std::vector<std::string> order;
   const std::regex number(R"(\.[0-9]+)");
-  for (const Checkpoint::Form& f : ck->forms) {
-    const std::string slot = std::regex_replace(f.name, number, ".*");
+  for (const auto& [name, form] : ck->forms) {
+    const std::string slot = std::regex_replace(name, number, ".*");
     if (!forms.count(slot)) order.push_back(slot);
-    ++forms[slot][f.stored + " -> " + f.computes];
+    ++forms[slot][form];
   }
   std::printf("slots as loaded (stored dtype -> computation):\n");
   for (const std::string& slot : order)

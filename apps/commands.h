@@ -25,7 +25,7 @@ CLI::Option* env_option(CLI::App* cmd, const std::string& flag, T& var, const st
   return cmd->add_option(flag, var, help)->envname(env);
 }
 
-// Options shared by the commands that run the engine (generate, serve, bench): the model, numerics
+// Options shared by the commands that run the engine (generate, serve): the model, numerics
 // and engine limits, parsed into runtime/load_engine.h's EngineOptions. Each option also reads a
 // DEEPINFER_* environment variable so that spawned ranks inherit the leader's settings. `serving`:
 // for `serve`, which leaves data parallelism and debugging options out of its help.

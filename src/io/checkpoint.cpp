@@ -314,14 +314,15 @@ Weight Checkpoint::bind(const TensorSpec& spec) {
   return w;
 }
 
-std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadOptions& opt) {
+std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_begin,
+                                             int expert_end) {
   std::unique_ptr<Checkpoint> ck(new Checkpoint());
   ck->dir_ = dir;
   ck->config_ = ModelConfig::load(dir);
   const ModelConfig& c = ck->config_;
   ck->store_ = TensorStore::open_dir(dir);
-  ck->expert_begin = opt.expert_begin;
-  ck->expert_end = opt.expert_end < 0 ? c.n_routed_experts : opt.expert_end;
+  ck->expert_begin = expert_begin;
+  ck->expert_end = expert_end < 0 ? c.n_routed_experts : expert_end;
   DI_REQUIRE(0 <= ck->expert_begin && ck->expert_begin <= ck->expert_end &&
                  ck->expert_end <= c.n_routed_experts,
              dir, ": expert range [", ck->expert_begin, ", ", ck->expert_end, ") is outside [0, ",
@@ -362,8 +363,8 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, const LoadO
     const TensorSpec& s = mine[i];
     *slots[i] = ck->bind(s);
     ck->bound_bytes += slots[i]->nbytes();
-    ck->forms.push_back({s.name, s.kind, std::string(dtype_name(ck->store_->find(s.name)->dtype)),
-                         loaded_form(s.kind, *slots[i])});
+    ck->forms.emplace_back(s.name, str_cat(dtype_name(ck->store_->find(s.name)->dtype), " -> ",
+                                           loaded_form(s.kind, *slots[i])));
   }
   return ck;
 }

@@ -112,15 +112,12 @@ struct LayerWeights {
 // act_quant + fp8 QLin"), for `inspect`.
 std::string loaded_form(SlotKind kind, const Weight& w);
 
-struct LoadOptions {
-  int expert_begin = 0;
-  int expert_end = -1;  // < 0: all experts
-};
-
 class Checkpoint {
  public:
-  // Opens `dir` (config.json + safetensors) and maps every weight. Reads headers only.
-  static std::unique_ptr<Checkpoint> load(const std::string& dir, const LoadOptions& opt = {});
+  // Opens `dir` (config.json + safetensors) and maps every weight, binding the routed experts in
+  // [expert_begin, expert_end) (all when end < 0). Reads headers only.
+  static std::unique_ptr<Checkpoint> load(const std::string& dir, int expert_begin = 0,
+                                          int expert_end = -1);
 
   const ModelConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
@@ -136,14 +133,9 @@ class Checkpoint {
 
   // Tensors in the files that the text model does not run (DSpark, vision), by prefix count.
   std::vector<std::string> skipped_tensors;
-  // How each bound tensor was stored and what it computes, in schema order.
-  struct Form {
-    std::string name;
-    SlotKind kind;
-    std::string stored;    // the stored dtype ("BF16")
-    std::string computes;  // loaded_form()
-  };
-  std::vector<Form> forms;
+  // How each bound tensor was stored and what it computes, in schema order: its name and
+  // "<stored dtype> -> <loaded_form()>" ("BF16 -> bf16 -> plain bf16 linear").
+  std::vector<std::pair<std::string, std::string>> forms;
   uint64_t bound_bytes = 0;      // bytes of the weights this checkpoint binds (its experts only)
   uint64_t converted_bytes = 0;  // bytes of owned converted buffers
 

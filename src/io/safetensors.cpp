@@ -237,8 +237,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   if (fs::exists(index, ec)) {
     std::ifstream in(index);
     DI_REQUIRE(in, index.string(), ": cannot read");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    json j = json::parse(text, nullptr, false);
+    json j = json::parse(in, nullptr, false);
     DI_REQUIRE(!j.is_discarded() && j.is_object(), index.string(), ": not a JSON object");
     auto wm = j.find("weight_map");
     DI_REQUIRE(wm != j.end() && wm->is_object(), index.string(),
@@ -304,12 +303,6 @@ uint64_t TensorStore::total_bytes() const {
 }
 
 // --- SafetensorsWriter ---
-
-void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
-                            const void* data, uint64_t nbytes) {
-  const uint8_t* p = static_cast<const uint8_t*>(data);
-  add(name, dtype, shape, std::vector<uint8_t>(p, p + nbytes));
-}
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& shape,
                             std::vector<uint8_t> bytes) {
@@ -386,6 +379,9 @@ void write_safetensors_index(const std::string& dir,
              {{text.data(), text.size()}});
 }
 
+namespace {
+
+// The index of each shard's first group, then sizes.size(); one shard when there are none.
 std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t max_shard_bytes) {
   std::vector<size_t> starts = {0};
   uint64_t cur = 0;
@@ -400,31 +396,33 @@ std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t ma
   return starts;
 }
 
-std::string shard_file_name(size_t index, size_t count) {
-  char name[64];
-  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index + 1, count);
-  return name;
-}
+}  // namespace
 
-void SafetensorsWriter::write_sharded(const std::string& dir, uint64_t max_shard_bytes) const {
-  std::vector<uint64_t> sizes;
-  for (const auto& e : entries_) sizes.push_back(e.bytes.size());
+uint64_t write_safetensors_shards(const std::string& dir, const std::vector<uint64_t>& sizes,
+                                  uint64_t max_shard_bytes,
+                                  const std::function<void(size_t, SafetensorsWriter&)>& add) {
   const std::vector<size_t> starts = shard_starts(sizes, max_shard_bytes);
   std::error_code ec;
   fs::create_directories(dir, ec);
   DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   std::vector<std::pair<std::string, std::string>> wm;
+  uint64_t total = 0;
   for (size_t s = 0; s + 1 < starts.size(); ++s) {
-    const std::string name = shard_file_name(s, starts.size() - 1);
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, starts.size() - 1);
     SafetensorsWriter w;
-    w.metadata_ = metadata_;
+    w.set_metadata("format", "pt");
     for (size_t i = starts[s]; i < starts[s + 1]; ++i) {
-      w.entries_.push_back(entries_[i]);
-      wm.emplace_back(entries_[i].name, name);
+      const uint64_t before = w.data_bytes();
+      add(i, w);
+      DI_CHECK(w.data_bytes() - before == sizes[i], "tensor group ", i, " of ", name);
     }
+    for (const std::string& t : w.names()) wm.emplace_back(t, name);
+    total += w.data_bytes();
     w.write((fs::path(dir) / name).string());
   }
-  write_safetensors_index(dir, wm, data_bytes());
+  write_safetensors_index(dir, wm, total);
+  return total;
 }
 
 }  // namespace deepinfer

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,32 +100,18 @@ void write_safetensors_index(const std::string& dir,
                              const std::vector<std::pair<std::string, std::string>>& weight_map,
                              uint64_t total_size);
 
-// Splits tensors of these byte sizes, in order, into shards of at most `max_shard_bytes` at tensor
-// boundaries (a tensor larger than the limit gets its own shard): the index of each shard's first
-// tensor, then sizes.size(). One shard when there are no tensors.
-std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t max_shard_bytes);
-// The name of shard `index` (from 0) of `count`: "model-00001-of-00004.safetensors".
-std::string shard_file_name(size_t index, size_t count);
-
 // Writes safetensors files (used by make-tiny and tests). Tensors are written in the order
 // added, each aligned to 8 bytes; the header is padded with spaces to a multiple of 8.
 class SafetensorsWriter {
  public:
-  // `nbytes` must equal dtype_bytes(dtype, shape.numel()).
-  void add(const std::string& name, DType dtype, const Shape& shape, const void* data,
-           uint64_t nbytes);
+  // `bytes` must hold dtype_bytes(dtype, shape.numel()) bytes.
   void add(const std::string& name, DType dtype, const Shape& shape, std::vector<uint8_t> bytes);
   bool empty() const { return entries_.empty(); }
   uint64_t data_bytes() const;
   std::vector<std::string> names() const;  // in the order added
-  void clear() { entries_.clear(); }
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
   // Writes one file; throws Error on I/O failure.
   void write(const std::string& path) const;
-  // Splits the tensors into shards of at most `max_shard_bytes` (at tensor boundaries, a tensor
-  // larger than the limit gets its own shard), writes `model-0000i-of-0000n.safetensors` files
-  // and `model.safetensors.index.json` into `dir`.
-  void write_sharded(const std::string& dir, uint64_t max_shard_bytes) const;
 
  private:
   struct Entry {
@@ -136,5 +123,15 @@ class SafetensorsWriter {
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
+
+// Writes a sharded checkpoint into `dir` (created): groups of tensors of these byte sizes, in
+// order, split into shards of at most `max_shard_bytes` at group boundaries (a group larger than
+// the limit gets its own shard), as `model-0000i-of-0000n.safetensors` files with the metadata
+// {"format": "pt"}, and `model.safetensors.index.json`. `add(i, shard)` adds group i's tensors
+// (sizes[i] bytes in all), one group at a time in order, so that only one shard is held at once.
+// Returns the total tensor bytes.
+uint64_t write_safetensors_shards(const std::string& dir, const std::vector<uint64_t>& sizes,
+                                  uint64_t max_shard_bytes,
+                                  const std::function<void(size_t, SafetensorsWriter&)>& add);
 
 }  // namespace deepinfer

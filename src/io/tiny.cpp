@@ -336,9 +336,6 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
 uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config,
                                const TinyWriteOptions& opt) {
   config.validate("tiny config");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
   const std::vector<TensorSpec> schema = checkpoint_schema(config);
   // Each tensor's bytes (values and scales, kept in one shard) decide the shards up front.
   std::vector<uint64_t> sizes;
@@ -346,37 +343,27 @@ uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config
     s.format = stored_format(s, opt.layout);
     sizes.push_back(tensor_spec_bytes(s));
   }
-  const std::vector<size_t> starts = shard_starts(sizes, opt.max_shard_bytes);
-  // Generate in parallel (each tensor's stream depends only on its name and the seed), write in
-  // schema order, one shard at a time.
+  // Generate in parallel, a batch at a time as the shards ask for the tensors in schema order
+  // (each tensor's stream depends only on its name and the seed).
   ThreadPool& pool = ThreadPool::global();
-  std::vector<std::pair<std::string, std::string>> weight_map;
-  SafetensorsWriter shard;
-  size_t k = 0;  // the shard being filled
   const size_t batch = size_t(std::max(1, pool.size()) * 4);
-  for (size_t b0 = 0; b0 < schema.size(); b0 += batch) {
-    const size_t b1 = std::min(schema.size(), b0 + batch);
-    std::vector<Encoded> enc(b1 - b0);
-    pool.parallel_for(int64_t(b1 - b0), 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i)
-        enc[size_t(i)] = generate(schema[b0 + size_t(i)], opt.seed, opt.layout);
-    });
-    for (size_t i = b0; i < b1; ++i) {
-      Encoded& e = enc[i - b0];
-      DI_CHECK(e.bytes.size() + e.scale.size() == sizes[i], schema[i].name);
-      shard.add(schema[i].name, e.dtype, e.shape, std::move(e.bytes));
-      if (!e.scale.empty())
-        shard.add(scale_name(schema[i].name), DType::E8M0, e.scale_shape, std::move(e.scale));
-      if (i + 1 < starts[k + 1]) continue;
-      const std::string name = shard_file_name(k++, starts.size() - 1);
-      shard.set_metadata("format", "pt");
-      shard.write((fs::path(dir) / name).string());
-      for (const auto& t : shard.names()) weight_map.emplace_back(t, name);
-      shard.clear();
-    }
-  }
-  const uint64_t total = std::accumulate(sizes.begin(), sizes.end(), uint64_t(0));
-  write_safetensors_index(dir, weight_map, total);
+  std::vector<Encoded> enc;  // tensors [b0, b0 + enc.size())
+  size_t b0 = 0;
+  const uint64_t total = write_safetensors_shards(
+      dir, sizes, opt.max_shard_bytes, [&](size_t i, SafetensorsWriter& shard) {
+        if (i >= b0 + enc.size()) {
+          b0 = i;
+          enc.assign(std::min(batch, schema.size() - i), Encoded());
+          pool.parallel_for(int64_t(enc.size()), 1, [&](int64_t i0, int64_t i1) {
+            for (int64_t j = i0; j < i1; ++j)
+              enc[size_t(j)] = generate(schema[b0 + size_t(j)], opt.seed, opt.layout);
+          });
+        }
+        Encoded& e = enc[i - b0];
+        shard.add(schema[i].name, e.dtype, e.shape, std::move(e.bytes));
+        if (!e.scale.empty())
+          shard.add(scale_name(schema[i].name), DType::E8M0, e.scale_shape, std::move(e.scale));
+      });
   std::ofstream out(fs::path(dir) / "config.json");
   out << config.to_json();
   out.close();

@@ -24,25 +24,10 @@ std::string cache_dir() {
   return (fs::temp_directory_path() / "deepinfer-cache").string();
 }
 
-namespace {
-// A config with everything derived filled in (Engram table rows).
-ModelConfig with_engram_rows(ModelConfig c, const std::string& label) {
-  if (!c.engram_layer_ids.empty()) {
-    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
-    const EngramTables t = make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads,
-                                              c.engram_vocab_size, c.engram_compressed_vocab_size);
-    c.engram_num_embeddings = t.rows;
-  }
-  c.validate(label);
-  return c;
-}
-}  // namespace
-
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
   const std::string preset = spec.random ? "random" : spec.preset;
-  ModelConfig c = with_engram_rows(
-      spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset),
-      spec.random ? "random config " + std::to_string(spec.config_seed) : "preset " + preset);
+  ModelConfig c =
+      spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset);
   const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
   if (!tokenizer.empty()) {
@@ -54,6 +39,14 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
     DI_REQUIRE(tok->vocab_size() <= c.vocab_size, tokenizer, ": ", tok->vocab_size(),
                " tokens do not fit preset ", preset, "'s vocab of ", c.vocab_size);
     c.engram_compressed_vocab_size = build_engram_token_map(*tok).compressed_vocab_size;
+  }
+  // The Engram table rows follow from the compressed vocabulary (write_tiny_checkpoint validates).
+  if (!c.engram_layer_ids.empty()) {
+    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+    c.engram_num_embeddings =
+        make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size,
+                           c.engram_compressed_vocab_size)
+            .rows;
   }
   const fs::path final_dir(dir);
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());

@@ -38,9 +38,9 @@ void check_engine_limits(const EngineOptions& o) {
 LoadedEngine load_engine(const EngineOptions& o) {
   check_engine_limits(o);
   LoadedEngine le;
-  le.model_dir = o.model.empty() ? default_model_dir() : o.model;
+  const std::string dir = o.model.empty() ? default_model_dir() : o.model;
   // Ranks start before anything heavy is loaded (the leader forks its followers).
-  const ModelConfig cfg = ModelConfig::load(le.model_dir);
+  const ModelConfig cfg = ModelConfig::load(dir);
   o.parallel.validate(cfg.n_routed_experts);
   ranks::WorldOptions wo;
   wo.world_size = o.parallel.world_size();
@@ -48,18 +48,15 @@ LoadedEngine load_engine(const EngineOptions& o) {
   le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
   if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
-  LoadOptions lo;
-  lo.expert_begin = le.layout.expert_begin;
-  lo.expert_end = le.layout.expert_end;
-  le.checkpoint = Checkpoint::load(le.model_dir, lo);
+  le.checkpoint = Checkpoint::load(dir, le.layout.expert_begin, le.layout.expert_end);
   const ModelConfig& c = le.checkpoint->config();
   ModelOptions mo;
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
   mo.demo_decode_defect = o.demo_decode_defect;
   mo.parallel = le.layout.model;
-  if (fs::exists(fs::path(le.model_dir) / "tokenizer.json")) {
-    le.tokenizer = Tokenizer::load(le.model_dir);
-    DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, le.model_dir, ": tokenizer has ",
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) {
+    le.tokenizer = Tokenizer::load(dir);
+    DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, dir, ": tokenizer has ",
                le.tokenizer->vocab_size(), " tokens but the model's vocab_size is ", c.vocab_size);
     if (!c.engram_layer_ids.empty()) {
       EngramTokenMap map = build_engram_token_map(*le.tokenizer);
@@ -69,7 +66,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                               ? map.compressed[size_t(c.engram_pad_id)]
                               : 0;
       map.compressed.resize(size_t(c.vocab_size), pad);
-      DI_REQUIRE(map.compressed_vocab_size == c.engram_compressed_vocab_size, le.model_dir,
+      DI_REQUIRE(map.compressed_vocab_size == c.engram_compressed_vocab_size, dir,
                  ": the tokenizer's Engram token map has ", map.compressed_vocab_size,
                  " keys but config.json says engram_compressed_vocab_size = ",
                  c.engram_compressed_vocab_size);
@@ -114,7 +111,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                  "deepinfer: model %s (%d layers, vocab %lld, %s numerics%s)\n"
                  "deepinfer: KV %.1f bytes/token; pool %d blocks x %lld tokens x %d cp = %lld "
                  "tokens (%.1f MiB per rank incl. %d sequence slots)\n",
-                 le.model_dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
+                 dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
                  le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
                  le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens, o.parallel.cp,
                  (long long)le.engine->kv_capacity_tokens(),

@@ -31,7 +31,6 @@ struct EngineOptions {
 struct LoadedEngine {
   std::unique_ptr<ranks::World> world;
   RankLayout layout;
-  std::string model_dir;
   std::unique_ptr<Checkpoint> checkpoint;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the checkpoint has none
   std::unique_ptr<Model> model;

@@ -40,7 +40,7 @@ std::string make_big_engram_checkpoint(int64_t rows) {
   for (const std::string& name : store->names()) {
     const TensorInfo& t = store->get(name);
     if (name.find(".engram.embed.") == std::string::npos) {
-      rest.add(name, t.dtype, t.shape, t.data, t.nbytes);
+      rest.add(name, t.dtype, t.shape, {t.data, t.data + t.nbytes});
       weight_map.emplace_back(name, "model-rest.safetensors");
       continue;
     }

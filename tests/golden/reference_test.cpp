@@ -18,8 +18,8 @@
 
 #include <unistd.h>
 
-#include "io/npy.h"
 #include "model_harness.h"
+#include "npy_reader.h"
 
 namespace deepinfer::testing {
 namespace {

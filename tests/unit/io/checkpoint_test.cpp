@@ -254,10 +254,7 @@ TEST(Checkpoint, TinyWeightsAreQuantizedLikeTheRelease) {
 }
 
 TEST(Checkpoint, ExpertRangesBindOnlyTheirExperts) {
-  LoadOptions opt;
-  opt.expert_begin = 2;
-  opt.expert_end = 5;
-  auto ck = Checkpoint::load(tiny_dir(), opt);
+  auto ck = Checkpoint::load(tiny_dir(), 2, 5);
   EXPECT_EQ(ck->expert_begin, 2);
   EXPECT_EQ(ck->expert_end, 5);
   for (size_t l = 0; l < ck->layers.size(); ++l) {
@@ -281,12 +278,9 @@ TEST(Checkpoint, ExpertRangesBindOnlyTheirExperts) {
     }
   EXPECT_EQ(n_expert_tensors, size_t(ck->config().n_layers) * 3 * 3);
   // An empty range is allowed (a rank with no experts); ranges outside [0, E) are not.
-  opt.expert_begin = opt.expert_end = 8;
-  EXPECT_TRUE(Checkpoint::load(tiny_dir(), opt)->layers[0].experts.empty());
+  EXPECT_TRUE(Checkpoint::load(tiny_dir(), 8, 8)->layers[0].experts.empty());
   for (auto [b, e] : {std::pair{5, 2}, std::pair{-1, 3}, std::pair{0, 9}}) {
-    opt.expert_begin = b;
-    opt.expert_end = e;
-    EXPECT_TRUE(mentions(error_of([&] { Checkpoint::load(tiny_dir(), opt); }),
+    EXPECT_TRUE(mentions(error_of([&] { Checkpoint::load(tiny_dir(), b, e); }),
                          {tiny_dir(), "expert range"}));
   }
 }

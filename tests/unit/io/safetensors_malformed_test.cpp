@@ -307,8 +307,8 @@ TEST(SafetensorsMalformed, DirectoriesWithoutACheckpoint) {
   EXPECT_TRUE(mentions(error_of([&] { TensorStore::open_dir(long_path); }), {"does not exist"}));
   // Writing shards under a regular file fails with the directory named.
   write_text(dir / "file", "");
-  SafetensorsWriter w;
-  EXPECT_TRUE(mentions(error_of([&] { w.write_sharded(dir / "file/sub", 100); }),
+  auto none = [](size_t, SafetensorsWriter&) {};
+  EXPECT_TRUE(mentions(error_of([&] { write_safetensors_shards(dir / "file/sub", {}, 100, none); }),
                        {dir / "file/sub", "cannot create directory"}));
 }
 

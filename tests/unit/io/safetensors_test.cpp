@@ -71,7 +71,7 @@ TEST(Safetensors, RoundTripEveryDtype) {
   uint8_t salt = 0;
   for (const Sample& s : samples()) {
     data[s.name] = pattern(s.nbytes, salt++);
-    w.add(s.name, s.dtype, s.shape, data[s.name].data(), s.nbytes);
+    w.add(s.name, s.dtype, s.shape, data[s.name]);
   }
   w.set_metadata("format", "pt");
   w.set_metadata("note", "round trip \"quoted\"");
@@ -132,10 +132,10 @@ TEST(Safetensors, EmptyFileOfTensorsAndWriterChecks) {
   EXPECT_TRUE(f->tensors().empty());
 
   const std::vector<uint8_t> four(4);
-  w.add("x", DType::F32, {1}, four.data(), 4);
-  EXPECT_FALSE(error_of([&] { w.add("x", DType::F32, {1}, four.data(), 4); }).empty());
-  EXPECT_FALSE(error_of([&] { w.add("y", DType::F32, {2}, four.data(), 4); }).empty());
-  EXPECT_FALSE(error_of([&] { w.add("__metadata__", DType::U8, {4}, four.data(), 4); }).empty());
+  w.add("x", DType::F32, {1}, four);
+  EXPECT_FALSE(error_of([&] { w.add("x", DType::F32, {1}, four); }).empty());
+  EXPECT_FALSE(error_of([&] { w.add("y", DType::F32, {2}, four); }).empty());
+  EXPECT_FALSE(error_of([&] { w.add("__metadata__", DType::U8, {4}, four); }).empty());
   EXPECT_TRUE(mentions(error_of([&] { w.write(dir / "no/such/dir/x.safetensors"); }),
                        {"no/such/dir/x.safetensors", "cannot create"}));
   EXPECT_EQ(w.names(), std::vector<std::string>{"x"});
@@ -144,19 +144,23 @@ TEST(Safetensors, EmptyFileOfTensorsAndWriterChecks) {
 
 TEST(Safetensors, ShardedWriteAndIndexRead) {
   ScratchDir dir;
-  SafetensorsWriter w;
   std::map<std::string, std::vector<uint8_t>> data;
-  const std::vector<std::pair<std::string, uint64_t>> sizes = {
+  const std::vector<std::pair<std::string, uint64_t>> tensors = {
       {"t0", 100}, {"t1", 100}, {"t2", 100}, {"big", 1000},
       {"t3", 100}, {"t4", 100}, {"t5", 100}, {"t6", 100}};
+  std::vector<uint64_t> sizes;
   uint8_t salt = 1;
-  for (const auto& [name, n] : sizes) {
+  for (const auto& [name, n] : tensors) {
     data[name] = pattern(n, salt++);
-    w.add(name, DType::U8, {int64_t(n)}, data[name]);
+    sizes.push_back(n);
   }
-  w.set_metadata("format", "pt");
   const std::string out = dir / "ck";
-  w.write_sharded(out, 350);
+  const uint64_t total =
+      write_safetensors_shards(out, sizes, 350, [&](size_t i, SafetensorsWriter& w) {
+        const std::string& name = tensors[i].first;
+        w.add(name, DType::U8, {int64_t(tensors[i].second)}, data[name]);
+      });
+  EXPECT_EQ(total, 1700u);
 
   // At most 350 bytes per shard, split at tensor boundaries; the big tensor stands alone.
   const std::map<std::string, std::string> want_shard = {
