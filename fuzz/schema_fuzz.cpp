@@ -29,13 +29,10 @@ std::shared_ptr<const grammar::TokenVocab> vocab() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  grammar::JsonGrammarOptions o;
-  o.max_length = 64;
-  grammar::GrammarLimits limits;
-  limits.max_states = 20000;
   std::shared_ptr<const grammar::Grammar> g;
   try {
-    g = grammar::Grammar::compile(grammar::JsonSchema(text, o).value(), vocab(), limits);
+    g = grammar::Grammar::compile(grammar::JsonSchema(text, /*max_length=*/64).value(), vocab(),
+                                  /*max_states=*/20000);
   } catch (const Error&) {
     return 0;
   }

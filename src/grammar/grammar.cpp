@@ -96,11 +96,10 @@ Expr alt(std::vector<Expr> options) {
 }
 // A repetition is a list with an empty separator.
 Expr repeat(Expr e, int32_t min, int32_t max) {
-  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "repeat: bad bounds ", min, "..", max);
-  return make(ExprNode::kList, {std::move(e), empty()}, min, max);
+  return list(std::move(e), empty(), min, max);
 }
 Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
-  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list: bad bounds ", min, "..", max);
+  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list or repeat: bad bounds ", min, "..", max);
   return make(ExprNode::kList, {std::move(item), std::move(sep)}, min, max);
 }
 Expr members(std::vector<Member> ms, Expr sep) {
@@ -403,9 +402,9 @@ Grammar::~Grammar() = default;
 
 std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
-                                                const GrammarLimits& limits) {
+                                                size_t max_states) {
   DI_REQUIRE(vocab, "Grammar::compile needs a vocabulary");
-  NfaBuilder b(limits.max_states);
+  NfaBuilder b(max_states);
   const uint32_t start = b.state();
   const uint32_t final_state = b.emit(*e, start);
   const size_t n = b.edges_.size();

@@ -85,16 +85,13 @@ Expr until(std::string terminator);
 // `excluded_ascii`.
 Expr utf8_char(std::string_view excluded_ascii);
 
-struct GrammarLimits {
-  size_t max_states = 400000;  // NFA states after compilation
-};
-
 class Grammar {
  public:
-  // Compiles `e` for `vocab`. Throws deepinfer::Error when the automaton exceeds the limits.
+  // Compiles `e` for `vocab`. Throws deepinfer::Error when the automaton needs more than
+  // `max_states` states.
   static std::shared_ptr<const Grammar> compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
-                                                const GrammarLimits& limits = {});
+                                                size_t max_states = 400000);
   ~Grammar();
 
   const TokenVocab& vocab() const { return *vocab_; }
