@@ -16,6 +16,7 @@
 namespace deepinfer {
 
 namespace cf = chat_format;
+using tokenizer_internal::py_json_dumps;
 
 namespace {
 
@@ -78,8 +79,7 @@ void CompletionParser::finish_call(Delta& delta) {
   for (size_t i = 0; i < call_params_.size(); ++i) {
     const Param& p = call_params_[i];
     if (i) args += ", ";
-    args += tokenizer_internal::py_json_quote(p.key) + ": " +
-            (p.is_string ? tokenizer_internal::py_json_quote(p.value) : p.value);
+    args += py_json_dumps(p.key) + ": " + (p.is_string ? py_json_dumps(p.value) : p.value);
   }
   args += "}";
   ChatToolCall call{{}, std::move(call_name_), std::move(args)};

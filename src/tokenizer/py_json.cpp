@@ -137,10 +137,4 @@ std::string py_json_dumps(const nlohmann::ordered_json& value) {
   return out;
 }
 
-std::string py_json_quote(const std::string& s) {
-  std::string out;
-  quote(s, out);
-  return out;
-}
-
 }  // namespace deepinfer::tokenizer_internal
