@@ -37,17 +37,14 @@ size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
-// The earliest of `stops` in `text`: {position, index into stops}, position npos if none. No
-// delimiter of this format can begin inside another, so the earliest complete one found is
-// final even while more text is still to come.
-std::pair<size_t, size_t> find_first(std::string_view text,
-                                     std::initializer_list<std::string_view> stops) {
-  std::pair<size_t, size_t> best{std::string_view::npos, 0};
-  size_t i = 0;
-  for (const std::string_view s : stops) {
-    if (const size_t at = text.find(s); at < best.first) best = {at, i};
-    ++i;
-  }
+// The earliest of `stops` in `text`: {position, the stop found}, position npos (and an empty
+// stop) if none. No delimiter of this format can begin inside another, so the earliest complete
+// one found is final even while more text is still to come.
+std::pair<size_t, std::string_view> find_first(std::string_view text,
+                                               std::initializer_list<std::string_view> stops) {
+  std::pair<size_t, std::string_view> best{std::string_view::npos, {}};
+  for (const std::string_view s : stops)
+    if (const size_t at = text.find(s); at < best.first) best = {at, s};
   return best;
 }
 
@@ -92,82 +89,63 @@ void CompletionParser::finish_call(Delta& delta) {
 // Parses as much of the tool-call block in buffer_ as has arrived. Grammar, after the opener
 // "\n\n<｜DSML｜ calls": ">\n", then invokes each followed by ">\n", then "</｜DSML｜ calls>".
 // An invoke is kInvokeStart ' name="NAME">\n' parameters kInvokeEnd; a parameter is kParamStart
-// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n".
+// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n". Each step reads up to the first
+// delimiter that can end it, and that delimiter decides the next step.
 void CompletionParser::parse_calls(Delta& delta, bool final) {
   while (state_ == State::kCalls) {
-    switch (call_step_) {
-      case CallStep::kSeek: {
-        // ">\n" (as much of it as has arrived), then an invoke or the end of the block.
-        const auto [at, which] = find_first(buffer_, {kInvokeStart, cf::kCallsClose});
-        const std::string_view head = std::string_view(buffer_).substr(0, at);
-        if (at == std::string::npos && final)
-          malformed("no closing " + std::string(cf::kCallsClose));
-        if (at == std::string::npos ? !std::string_view(">\n").starts_with(head.substr(0, 2))
-                                    : head != ">\n")
-          malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
-        if (at == std::string::npos) return;
-        if (which == 1) {
-          buffer_.erase(0, at + cf::kCallsClose.size());
-          state_ = State::kAfterCalls;
-          return;
-        }
-        buffer_.erase(0, at + kInvokeStart.size());
-        call_step_ = CallStep::kName;
-        break;
+    const CallStep step = call_step_;
+    const auto [at, stop] =
+        step == CallStep::kSeek    ? find_first(buffer_, {kInvokeStart, cf::kCallsClose})
+        : step == CallStep::kParam ? find_first(buffer_, {kParamEnd})
+                                   : find_first(buffer_, {kParamStart, kInvokeEnd});
+    std::string_view head = std::string_view(buffer_).substr(0, at);
+    if (at == std::string::npos) {
+      if (final) {
+        malformed(step == CallStep::kSeek    ? "no closing " + std::string(cf::kCallsClose)
+                  : step == CallStep::kParam ? "unterminated parameter"
+                                             : "unterminated invoke");
       }
-      case CallStep::kName:
-      case CallStep::kParamTail: {
-        const auto [at, which] = find_first(buffer_, {kParamStart, kInvokeEnd});
-        if (at == std::string::npos) {
-          if (final) malformed("unterminated invoke");
-          return;
-        }
-        std::string_view head = std::string_view(buffer_).substr(0, at);
-        if (call_step_ == CallStep::kName) {
-          head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
-          if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
-              head.substr(head.size() - 3) != "\">\n") {
-            malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
-          }
-          call_name_ = std::string(head.substr(6, head.size() - 9));
-        } else if (head != ">\n") {
-          malformed("expected \">\\n\" after a parameter, got \"" + excerpt(head) + "\"");
-        }
-        buffer_.erase(0, at + (which == 0 ? kParamStart.size() : kInvokeEnd.size()));
-        if (which == 0) {
-          call_step_ = CallStep::kParam;
-        } else {
-          finish_call(delta);
-          call_step_ = CallStep::kSeek;
-        }
-        break;
+      // Between invokes, what has arrived must be the start of ">\n".
+      if (step == CallStep::kSeek && !std::string_view(">\n").starts_with(head.substr(0, 2)))
+        malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
+      return;
+    }
+    if (step == CallStep::kName) {
+      head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
+      if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
+          head.substr(head.size() - 3) != "\">\n") {
+        malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
       }
-      case CallStep::kParam: {
-        const size_t at = buffer_.find(kParamEnd);
-        if (at == std::string::npos) {
-          if (final) malformed("unterminated parameter");
-          return;
-        }
-        const std::string_view body = std::string_view(buffer_).substr(0, at);
-        const auto [flag_at, flag] = find_first(body, {kStringTrue, kStringFalse});
-        const size_t value_at = flag_at == std::string::npos
-                                    ? 0
-                                    : flag_at + (flag == 0 ? kStringTrue : kStringFalse).size();
-        if (body.substr(0, 7) != " name=\"" || flag_at == std::string::npos || flag_at < 7 ||
-            body.size() < value_at + 1 || body.back() != '<') {
-          malformed("expected name=\"...\" string=\"true|false\">...< in a parameter, got \"" +
-                    excerpt(body) + "\"");
-        }
-        Param p{std::string(body.substr(7, flag_at - 7)),
-                std::string(body.substr(value_at, body.size() - 1 - value_at)), flag == 0};
-        for (const Param& q : call_params_) {
-          if (q.key == p.key) malformed("duplicate parameter \"" + p.key + "\"");
-        }
-        call_params_.push_back(std::move(p));
-        buffer_.erase(0, at + kParamEnd.size());
-        call_step_ = CallStep::kParamTail;
-        break;
+      call_name_ = std::string(head.substr(6, head.size() - 9));
+    } else if (step == CallStep::kParam) {
+      const auto [flag_at, flag] = find_first(head, {kStringTrue, kStringFalse});
+      const size_t value_at = flag_at == std::string::npos ? 0 : flag_at + flag.size();
+      if (head.substr(0, 7) != " name=\"" || flag_at == std::string::npos || flag_at < 7 ||
+          head.size() < value_at + 1 || head.back() != '<') {
+        malformed("expected name=\"...\" string=\"true|false\">...< in a parameter, got \"" +
+                  excerpt(head) + "\"");
       }
+      Param p{std::string(head.substr(7, flag_at - 7)),
+              std::string(head.substr(value_at, head.size() - 1 - value_at)), flag == kStringTrue};
+      for (const Param& q : call_params_) {
+        if (q.key == p.key) malformed("duplicate parameter \"" + p.key + "\"");
+      }
+      call_params_.push_back(std::move(p));
+    } else if (head != ">\n") {
+      malformed(str_cat("expected \">\\n\"",
+                        step == CallStep::kParamTail ? " after a parameter" : "", ", got \"",
+                        excerpt(head), "\""));
+    }
+    buffer_.erase(0, at + stop.size());
+    if (stop == cf::kCallsClose) {
+      state_ = State::kAfterCalls;
+    } else if (stop == kInvokeEnd) {
+      finish_call(delta);
+      call_step_ = CallStep::kSeek;
+    } else {
+      call_step_ = stop == kInvokeStart  ? CallStep::kName
+                   : stop == kParamStart ? CallStep::kParam
+                                         : CallStep::kParamTail;
     }
   }
 }
@@ -187,12 +165,12 @@ CompletionParser::Delta CompletionParser::step(bool final) {
         break;
       }
       case State::kContent: {
-        const auto [at, which] = find_first(buffer_, {cf::kCallsStart, cf::kEos});
+        const auto [at, stop] = find_first(buffer_, {cf::kCallsStart, cf::kEos});
         if (at != std::string::npos) {
           emit(delta, std::string_view(buffer_).substr(0, at));
-          buffer_.erase(0, at + (which == 0 ? cf::kCallsStart : cf::kEos).size());
-          state_ = which == 0 ? State::kCalls : State::kEnded;
-          delta.ended = result_.ended = which == 1;
+          buffer_.erase(0, at + stop.size());
+          state_ = stop == cf::kEos ? State::kEnded : State::kCalls;
+          delta.ended = result_.ended = stop == cf::kEos;
           continue;
         }
         break;
