@@ -460,8 +460,6 @@ bool Grammar::matches(std::string_view text) const {
 Matcher::Matcher(std::shared_ptr<const Grammar> g)
     : g_(std::move(g)), state_(0), mask_(g_->vocab().words(), 0) {}
 
-Matcher::~Matcher() = default;
-
 const uint64_t* Matcher::allowed() {
   if (ended_ || state_ < 0) {
     std::fill(mask_.begin(), mask_.end(), 0);
@@ -492,22 +490,6 @@ bool Matcher::accept(int32_t token) {
   if (next < 0) return false;
   state_ = next;
   return true;
-}
-
-std::vector<uint64_t> Matcher::allowed_reference() const {
-  const TokenVocab& vocab = g_->vocab();
-  std::vector<uint64_t> bits(vocab.words(), 0);
-  const int32_t eos = vocab.eos();
-  Grammar::Impl& im = *g_->impl_;
-  std::lock_guard lk(im.mu);
-  if (!ended_ && state_ >= 0) {
-    for (int32_t t = 0; t < vocab.size(); ++t)
-      if (t != eos && !vocab.bytes(t).empty() && im.run(state_, vocab.bytes(t)) >= 0)
-        set_bit(bits, t);
-    if (im.dstates[size_t(state_)].accept) set_bit(bits, eos);
-  }
-  if (none_set(bits)) set_bit(bits, eos);
-  return bits;
 }
 
 bool Matcher::complete() const {

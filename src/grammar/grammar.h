@@ -107,12 +107,10 @@ class Grammar {
   std::unique_ptr<Impl> impl_;  // the lazily built DFA and masks (behind a mutex)
 };
 
+// Copyable: a copy goes on from the same position independently.
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const Grammar> g);
-  ~Matcher();
-  Matcher(const Matcher&) = delete;
-  Matcher& operator=(const Matcher&) = delete;
 
   // The tokens allowed next: bit (id % 64) of word id / 64. Valid until the next call. Never
   // empty: at a dead end (the vocabulary cannot spell any continuation) it holds only EOS.
@@ -124,8 +122,6 @@ class Matcher {
   bool complete() const;
   // Nothing but EOS can follow (or EOS was accepted).
   bool finished() const;
-  // allowed() computed the plain way, every token's bytes run on their own (tests compare).
-  std::vector<uint64_t> allowed_reference() const;
 
  private:
   std::shared_ptr<const Grammar> g_;
