@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -198,29 +199,26 @@ class Compiler {
     return with_null(s, alt(std::move(opts)));
   }
 
-  // The raw (unescaped) text of a string schema, for tool-call parameters: null for any text.
-  // Not a plain string schema: *is_string = false.
-  Expr raw_string(const Json& s, const std::string& path, bool* is_string) {
-    *is_string = false;
-    if (!s.is_object()) return nullptr;
+  // The raw (unescaped) text of a string schema, for tool-call parameters: null for any text,
+  // nullopt when `s` is not a plain string schema.
+  std::optional<Expr> raw_string(const Json& s, const std::string& path) {
+    if (!s.is_object()) return std::nullopt;
     if (const Json* e = field(s, "enum")) {
       std::vector<Expr> opts;
-      if (!e->is_array() || e->empty()) return nullptr;
+      if (!e->is_array() || e->empty()) return std::nullopt;
       for (const Json& v : *e) {
-        if (!v.is_string()) return nullptr;
+        if (!v.is_string()) return std::nullopt;
         opts.push_back(lit(v.get<std::string>()));
       }
-      *is_string = true;
       return alt(std::move(opts));
     }
     const Json* t = field(s, "type");
     if (!t || !t->is_string() || t->get<std::string>() != "string" || field(s, "anyOf") ||
         field(s, "oneOf") || field(s, "$ref") || field(s, "const") || field(s, "nullable"))
-      return nullptr;
-    *is_string = true;
+      return std::nullopt;
     if (const Json* f = field(s, "format")) return format(*f, path);
     const auto [min, max] = bounds(s, path, "minLength", "maxLength");
-    if (min == 0 && max < 0) return nullptr;
+    if (min == 0 && max < 0) return Expr();
     return repeat(utf8_char("<"), min, max);
   }
 
@@ -559,9 +557,10 @@ std::vector<JsonSchema::Property> JsonSchema::properties() const {
       if (n.is_string()) required.insert(n.get<std::string>());
   for (auto it = p->begin(); it != p->end(); ++it) {
     const std::string path = "schema.properties." + it.key();
-    Property prop{it.key(), required.count(it.key()) > 0, c.value(it.value(), path)};
-    prop.raw = c.raw_string(it.value(), path, &prop.string);
-    out.push_back(std::move(prop));
+    Expr json = c.value(it.value(), path);
+    const std::optional<Expr> raw = c.raw_string(it.value(), path);
+    out.push_back({it.key(), required.count(it.key()) > 0, std::move(json), raw.has_value(),
+                   raw.value_or(nullptr)});
   }
   return out;
 }
