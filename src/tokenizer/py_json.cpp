@@ -64,16 +64,10 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
   using value_t = nlohmann::ordered_json::value_t;
   switch (v.type()) {
     case value_t::null:
-      out += "null";
-      break;
     case value_t::boolean:
-      out += v.get<bool>() ? "true" : "false";
-      break;
     case value_t::number_integer:
-      out += std::to_string(v.get<int64_t>());
-      break;
     case value_t::number_unsigned:
-      out += std::to_string(v.get<uint64_t>());
+      out += v.dump();  // spelled as Python spells them
       break;
     case value_t::number_float:
       py_float(v.get<double>(), out);
