@@ -470,14 +470,11 @@ class Compiler {
     for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
       if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
+    // The further items: any value when "items" is absent, none when it is false.
     const Json* items = field(s, "items");
-    Expr item;
-    if (!items || (items->is_boolean() && items->get<bool>()))
-      item = free_value(kFreeDepth);
-    else if (items->is_boolean())
-      item = nullptr;  // no further items
-    else
-      item = value(*items, path + ".items");
+    const Expr item = !items                                       ? free_value(kFreeDepth)
+                      : items->is_boolean() && !items->get<bool>() ? nullptr
+                                                                   : value(*items, path + ".items");
     if (const Json* pre = field(s, "prefixItems")) {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
