@@ -154,26 +154,18 @@ CompletionParser::Delta CompletionParser::step(bool final) {
   Delta delta;
   for (;;) {
     switch (state_) {
-      case State::kReasoning: {
-        const size_t at = buffer_.find(cf::kThinkEnd);
-        if (at != std::string::npos) {
-          emit(delta, std::string_view(buffer_).substr(0, at));
-          buffer_.erase(0, at + cf::kThinkEnd.size());
-          state_ = State::kContent;
-          continue;
-        }
-        break;
-      }
+      case State::kReasoning:
       case State::kContent: {
-        const auto [at, stop] = find_first(buffer_, {cf::kCallsStart, cf::kEos});
-        if (at != std::string::npos) {
-          emit(delta, std::string_view(buffer_).substr(0, at));
-          buffer_.erase(0, at + stop.size());
-          state_ = stop == cf::kEos ? State::kEnded : State::kCalls;
-          delta.ended = result_.ended = stop == cf::kEos;
-          continue;
-        }
-        break;
+        // Reasoning ends at "</think>"; content at the tool-call opener or the end marker.
+        const bool reasoning = state_ == State::kReasoning;
+        const auto [at, stop] = reasoning ? find_first(buffer_, {cf::kThinkEnd})
+                                          : find_first(buffer_, {cf::kCallsStart, cf::kEos});
+        if (at == std::string::npos) break;
+        emit(delta, std::string_view(buffer_).substr(0, at));
+        buffer_.erase(0, at + stop.size());
+        state_ = reasoning ? State::kContent : stop == cf::kEos ? State::kEnded : State::kCalls;
+        delta.ended = result_.ended = stop == cf::kEos;
+        continue;
       }
       case State::kCalls:
         parse_calls(delta, final);
