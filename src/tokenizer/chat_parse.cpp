@@ -29,12 +29,14 @@ constexpr std::string_view kParamEnd = "/｜DSML｜ parameter";
 constexpr std::string_view kStringTrue = "\" string=\"true\">";
 constexpr std::string_view kStringFalse = "\" string=\"false\">";
 
-// Length of the longest suffix of `text` that is a proper prefix of `marker`.
-size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  }
-  return 0;
+// Length of the longest suffix of `text` that is a proper prefix of one of `markers`.
+size_t partial_marker_suffix(std::string_view text,
+                             std::initializer_list<std::string_view> markers) {
+  size_t longest = 0;
+  for (const std::string_view marker : markers)
+    for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
+      if (text.ends_with(marker.substr(0, n))) longest = n;
+  return longest;
 }
 
 // The earliest of `stops` in `text`: {position, the stop found}, position npos (and an empty
@@ -198,12 +200,9 @@ CompletionParser::Delta CompletionParser::step(bool final) {
   // (or the rest of a UTF-8 character).
   size_t hold = 0;
   if (!final) {
-    if (state_ == State::kReasoning) {
-      hold = partial_marker_suffix(buffer_, cf::kThinkEnd);
-    } else {
-      hold = std::max(partial_marker_suffix(buffer_, cf::kCallsStart),
-                      partial_marker_suffix(buffer_, cf::kEos));
-    }
+    hold = state_ == State::kReasoning
+               ? partial_marker_suffix(buffer_, {cf::kThinkEnd})
+               : partial_marker_suffix(buffer_, {cf::kCallsStart, cf::kEos});
     hold = std::max(hold, buffer_.size() - utf8::stable_prefix(buffer_));
   }
   emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));
