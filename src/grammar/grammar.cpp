@@ -53,35 +53,27 @@ struct ExprNode {
   // The empty string is a kSeq of no parts, and no string at all a kAlt of no options.
   enum Kind : uint8_t { kBytes, kSeq, kAlt, kList, kMembers, kUntil };
   Kind kind = kSeq;
-  std::vector<std::pair<uint8_t, uint8_t>> ranges;  // kBytes
-  std::vector<Expr> parts;                          // kSeq, kAlt; kList: {item, sep}
-  std::vector<bool> required;                       // kMembers: parts[i] (sep is last)
-  int32_t min = 0, max = 0;                         // kList
-  std::string text;                                 // kUntil
+  std::vector<std::pair<uint8_t, uint8_t>> ranges = {};  // kBytes
+  std::vector<Expr> parts = {};                          // kSeq, kAlt; kList: {item, sep}
+  std::vector<bool> required = {};                       // kMembers: parts[i] (sep is last)
+  int32_t min = 0, max = 0;                              // kList
+  std::string text = {};                                 // kUntil
 };
 
 namespace {
-std::shared_ptr<ExprNode> make(ExprNode::Kind kind, std::vector<Expr> parts = {}, int32_t min = 0,
-                               int32_t max = 0) {
-  auto n = std::make_shared<ExprNode>();
-  n->kind = kind;
-  n->parts = std::move(parts);
-  n->min = min;
-  n->max = max;
-  return n;
+Expr node(ExprNode n) {
+  return std::make_shared<const ExprNode>(std::move(n));
 }
 }  // namespace
 
 Expr empty() {
-  return make(ExprNode::kSeq);
+  return node({.kind = ExprNode::kSeq});
 }
 Expr nothing() {
-  return make(ExprNode::kAlt);
+  return node({.kind = ExprNode::kAlt});
 }
 Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
-  auto n = make(ExprNode::kBytes);
-  n->ranges = std::move(ranges);
-  return n;
+  return node({.kind = ExprNode::kBytes, .ranges = std::move(ranges)});
 }
 Expr lit(std::string_view bytes) {
   std::vector<Expr> parts;
@@ -89,34 +81,35 @@ Expr lit(std::string_view bytes) {
   return seq(std::move(parts));
 }
 Expr seq(std::vector<Expr> parts) {
-  return parts.size() == 1 ? parts[0] : make(ExprNode::kSeq, std::move(parts));
+  return parts.size() == 1 ? parts[0] : node({.kind = ExprNode::kSeq, .parts = std::move(parts)});
 }
 Expr alt(std::vector<Expr> options) {
-  return options.size() == 1 ? options[0] : make(ExprNode::kAlt, std::move(options));
+  return options.size() == 1 ? options[0]
+                             : node({.kind = ExprNode::kAlt, .parts = std::move(options)});
 }
 // A repetition is a list with an empty separator.
 Expr repeat(Expr e, int32_t min, int32_t max) {
-  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "repeat: bad bounds ", min, "..", max);
-  return make(ExprNode::kList, {std::move(e), empty()}, min, max);
+  return list(std::move(e), empty(), min, max);
 }
 Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
-  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list: bad bounds ", min, "..", max);
-  return make(ExprNode::kList, {std::move(item), std::move(sep)}, min, max);
+  DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list or repeat: bad bounds ", min, "..", max);
+  return node({.kind = ExprNode::kList,
+               .parts = {std::move(item), std::move(sep)},
+               .min = min,
+               .max = max});
 }
 Expr members(std::vector<Member> ms, Expr sep) {
-  auto n = make(ExprNode::kMembers);
+  ExprNode n{.kind = ExprNode::kMembers};
   for (Member& m : ms) {
-    n->parts.push_back(std::move(m.expr));
-    n->required.push_back(m.required);
+    n.parts.push_back(std::move(m.expr));
+    n.required.push_back(m.required);
   }
-  n->parts.push_back(std::move(sep));
-  return n;
+  n.parts.push_back(std::move(sep));
+  return node(std::move(n));
 }
 Expr until(std::string terminator) {
   DI_REQUIRE(!terminator.empty(), "until: empty terminator");
-  auto n = make(ExprNode::kUntil);
-  n->text = std::move(terminator);
-  return n;
+  return node({.kind = ExprNode::kUntil, .text = std::move(terminator)});
 }
 
 Expr utf8_char(std::string_view excluded_ascii) {
@@ -403,9 +396,9 @@ Grammar::~Grammar() = default;
 
 std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
-                                                const GrammarLimits& limits) {
+                                                size_t max_states) {
   DI_REQUIRE(vocab, "Grammar::compile needs a vocabulary");
-  NfaBuilder b(limits.max_states);
+  NfaBuilder b(max_states);
   const uint32_t start = b.state();
   const uint32_t final_state = b.emit(*e, start);
   const size_t n = b.edges_.size();
@@ -467,8 +460,6 @@ bool Grammar::matches(std::string_view text) const {
 Matcher::Matcher(std::shared_ptr<const Grammar> g)
     : g_(std::move(g)), state_(0), mask_(g_->vocab().words(), 0) {}
 
-Matcher::~Matcher() = default;
-
 const uint64_t* Matcher::allowed() {
   if (ended_ || state_ < 0) {
     std::fill(mask_.begin(), mask_.end(), 0);
@@ -499,22 +490,6 @@ bool Matcher::accept(int32_t token) {
   if (next < 0) return false;
   state_ = next;
   return true;
-}
-
-std::vector<uint64_t> Matcher::allowed_reference() const {
-  const TokenVocab& vocab = g_->vocab();
-  std::vector<uint64_t> bits(vocab.words(), 0);
-  const int32_t eos = vocab.eos();
-  Grammar::Impl& im = *g_->impl_;
-  std::lock_guard lk(im.mu);
-  if (!ended_ && state_ >= 0) {
-    for (int32_t t = 0; t < vocab.size(); ++t)
-      if (t != eos && !vocab.bytes(t).empty() && im.run(state_, vocab.bytes(t)) >= 0)
-        set_bit(bits, t);
-    if (im.dstates[size_t(state_)].accept) set_bit(bits, eos);
-  }
-  if (none_set(bits)) set_bit(bits, eos);
-  return bits;
 }
 
 bool Matcher::complete() const {

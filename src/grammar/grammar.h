@@ -85,16 +85,13 @@ Expr until(std::string terminator);
 // `excluded_ascii`.
 Expr utf8_char(std::string_view excluded_ascii);
 
-struct GrammarLimits {
-  size_t max_states = 400000;  // NFA states after compilation
-};
-
 class Grammar {
  public:
-  // Compiles `e` for `vocab`. Throws deepinfer::Error when the automaton exceeds the limits.
+  // Compiles `e` for `vocab`. Throws deepinfer::Error when the automaton needs more than
+  // `max_states` states.
   static std::shared_ptr<const Grammar> compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
-                                                const GrammarLimits& limits = {});
+                                                size_t max_states = 400000);
   ~Grammar();
 
   const TokenVocab& vocab() const { return *vocab_; }
@@ -110,12 +107,10 @@ class Grammar {
   std::unique_ptr<Impl> impl_;  // the lazily built DFA and masks (behind a mutex)
 };
 
+// Copyable: a copy goes on from the same position independently.
 class Matcher {
  public:
   explicit Matcher(std::shared_ptr<const Grammar> g);
-  ~Matcher();
-  Matcher(const Matcher&) = delete;
-  Matcher& operator=(const Matcher&) = delete;
 
   // The tokens allowed next: bit (id % 64) of word id / 64. Valid until the next call. Never
   // empty: at a dead end (the vocabulary cannot spell any continuation) it holds only EOS.
@@ -127,8 +122,6 @@ class Matcher {
   bool complete() const;
   // Nothing but EOS can follow (or EOS was accepted).
   bool finished() const;
-  // allowed() computed the plain way, every token's bytes run on their own (tests compare).
-  std::vector<uint64_t> allowed_reference() const;
 
  private:
   std::shared_ptr<const Grammar> g_;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -16,6 +17,9 @@ using Json = nlohmann::ordered_json;
 constexpr int kIntDigits = 15;                // digits of an integer part
 constexpr int kFracDigits = 15;               // digits of a fraction
 constexpr int64_t kIntMax = 999999999999999;  // 15 nines
+constexpr int32_t kMaxWhitespace = 16;        // longest run of JSON whitespace between tokens
+constexpr int32_t kFreeDepth = 4;             // nesting of values a schema leaves free
+constexpr int32_t kRefDepth = 6;              // expansions of one recursive $ref on a path
 
 Expr ch(char c) {
   return byte_ranges({{uint8_t(c), uint8_t(c)}});
@@ -143,14 +147,15 @@ struct Range {
 
 class Compiler {
  public:
-  Compiler(const Json& root, const JsonGrammarOptions& o)
+  // `max_length`: the largest minLength, maxLength, minItems or maxItems accepted.
+  Compiler(const Json& root, int32_t max_length)
       : root_(root),
-        o_(o),
-        ws_(repeat(one_of(" \t\n\r"), 0, o.max_whitespace)),  // JSON whitespace, bounded
+        max_length_(max_length),
+        ws_(repeat(one_of(" \t\n\r"), 0, kMaxWhitespace)),  // JSON whitespace, bounded
         sep_(seq({ws_, ch(','), ws_})) {}
 
   Expr value(const Json& s, const std::string& path) {
-    if (s.is_boolean()) return s.get<bool>() ? free_value(o_.free_depth) : nothing();
+    if (s.is_boolean()) return s.get<bool>() ? free_value(kFreeDepth) : nothing();
     if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
     check_keywords(s, path);
     if (const Json* r = field(s, "$ref")) return ref(*r, path);
@@ -184,7 +189,7 @@ class Compiler {
     } else if (field(s, "items") || field(s, "prefixItems")) {
       types.push_back("array");
     } else {
-      return with_null(s, free_value(o_.free_depth));
+      return with_null(s, free_value(kFreeDepth));
     }
     std::vector<Expr> opts;
     for (const Json& t : types) {
@@ -194,29 +199,26 @@ class Compiler {
     return with_null(s, alt(std::move(opts)));
   }
 
-  // The raw (unescaped) text of a string schema, for tool-call parameters: null for any text.
-  // Not a plain string schema: *is_string = false.
-  Expr raw_string(const Json& s, const std::string& path, bool* is_string) {
-    *is_string = false;
-    if (!s.is_object()) return nullptr;
+  // The raw (unescaped) text of a string schema, for tool-call parameters: null for any text,
+  // nullopt when `s` is not a plain string schema.
+  std::optional<Expr> raw_string(const Json& s, const std::string& path) {
+    if (!s.is_object()) return std::nullopt;
     if (const Json* e = field(s, "enum")) {
       std::vector<Expr> opts;
-      if (!e->is_array() || e->empty()) return nullptr;
+      if (!e->is_array() || e->empty()) return std::nullopt;
       for (const Json& v : *e) {
-        if (!v.is_string()) return nullptr;
+        if (!v.is_string()) return std::nullopt;
         opts.push_back(lit(v.get<std::string>()));
       }
-      *is_string = true;
       return alt(std::move(opts));
     }
     const Json* t = field(s, "type");
     if (!t || !t->is_string() || t->get<std::string>() != "string" || field(s, "anyOf") ||
         field(s, "oneOf") || field(s, "$ref") || field(s, "const") || field(s, "nullable"))
-      return nullptr;
-    *is_string = true;
+      return std::nullopt;
     if (const Json* f = field(s, "format")) return format(*f, path);
     const auto [min, max] = bounds(s, path, "minLength", "maxLength");
-    if (min == 0 && max < 0) return nullptr;
+    if (min == 0 && max < 0) return Expr();
     return repeat(utf8_char("<"), min, max);
   }
 
@@ -286,7 +288,7 @@ class Compiler {
       fail(path + ".$ref",
            str_cat("'", target, "' does not name a schema under #/$defs or #/definitions"));
     int& depth = ref_depth_[target];
-    if (depth >= o_.ref_depth) return nothing();
+    if (depth >= kRefDepth) return nothing();
     ++depth;
     Expr e = value(*s, target);
     --depth;
@@ -308,8 +310,8 @@ class Compiler {
     int32_t lo = 0, hi = -1;
     auto get = [&](const char* key, int32_t* out) {
       if (const Json* v = field(s, key)) {
-        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > o_.max_length)
-          fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", o_.max_length, "]"));
+        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max_length_)
+          fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", max_length_, "]"));
         *out = int32_t(v->get<int64_t>());
       }
     };
@@ -453,7 +455,7 @@ class Compiler {
       const Json* add = field(s, "additionalProperties");
       if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws_, ch('}')});
       const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
-                                               : free_value(o_.free_depth);
+                                               : free_value(kFreeDepth);
       return enclose('{', list(member(free_string(), v), sep_, 0, -1), true, '}');
     }
     std::vector<Member> ms;
@@ -468,14 +470,11 @@ class Compiler {
     for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
       if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
+    // The further items: any value when "items" is absent, none when it is false.
     const Json* items = field(s, "items");
-    Expr item;
-    if (!items || (items->is_boolean() && items->get<bool>()))
-      item = free_value(o_.free_depth);
-    else if (items->is_boolean())
-      item = nullptr;  // no further items
-    else
-      item = value(*items, path + ".items");
+    const Expr item = !items                                       ? free_value(kFreeDepth)
+                      : items->is_boolean() && !items->get<bool>() ? nullptr
+                                                                   : value(*items, path + ".items");
     if (const Json* pre = field(s, "prefixItems")) {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
@@ -499,7 +498,6 @@ class Compiler {
 
   // Any JSON value, containers nesting at most `depth` deep.
   Expr free_value(int32_t depth) {
-    depth = std::clamp<int32_t>(depth, 0, 15);
     if (free_[size_t(depth)]) return free_[size_t(depth)];
     std::vector<Expr> opts{free_string(), any_number(), lit("true"), lit("false"), lit("null")};
     if (depth > 0) {
@@ -514,21 +512,21 @@ class Compiler {
 
  private:
   const Json& root_;
-  JsonGrammarOptions o_;
+  int32_t max_length_;
   Expr ws_, sep_;
   std::map<std::string, int> ref_depth_;
-  Expr free_[16];
+  Expr free_[kFreeDepth + 1];  // free_value(depth), once built
 };
 
 }  // namespace
 
 struct JsonSchema::Impl {
   Json root;
-  JsonGrammarOptions options;
+  int32_t max_length;
 };
 
-JsonSchema::JsonSchema(std::string_view schema_json, const JsonGrammarOptions& options)
-    : impl_(new Impl{Json::parse(schema_json, nullptr, /*allow_exceptions=*/false), options}) {
+JsonSchema::JsonSchema(std::string_view schema_json, int32_t max_length)
+    : impl_(new Impl{Json::parse(schema_json, nullptr, /*allow_exceptions=*/false), max_length}) {
   if (impl_->root.is_discarded()) throw Error("schema: not valid JSON");
   if (!impl_->root.is_object() && !impl_->root.is_boolean())
     throw Error("schema: expected a JSON object");
@@ -537,13 +535,13 @@ JsonSchema::JsonSchema(std::string_view schema_json, const JsonGrammarOptions& o
 JsonSchema::~JsonSchema() = default;
 
 Expr JsonSchema::value() const {
-  Compiler c(impl_->root, impl_->options);
+  Compiler c(impl_->root, impl_->max_length);
   return c.value(impl_->root, "schema");
 }
 
 std::vector<JsonSchema::Property> JsonSchema::properties() const {
   const Json& root = impl_->root;
-  Compiler c(root, impl_->options);
+  Compiler c(root, impl_->max_length);
   std::vector<Property> out;
   if (root.is_object() && root.contains("$ref"))
     throw Error("schema: expected properties, not a $ref");
@@ -556,17 +554,18 @@ std::vector<JsonSchema::Property> JsonSchema::properties() const {
       if (n.is_string()) required.insert(n.get<std::string>());
   for (auto it = p->begin(); it != p->end(); ++it) {
     const std::string path = "schema.properties." + it.key();
-    Property prop{it.key(), required.count(it.key()) > 0, c.value(it.value(), path)};
-    prop.raw = c.raw_string(it.value(), path, &prop.string);
-    out.push_back(std::move(prop));
+    Expr json = c.value(it.value(), path);
+    const std::optional<Expr> raw = c.raw_string(it.value(), path);
+    out.push_back({it.key(), required.count(it.key()) > 0, std::move(json), raw.has_value(),
+                   raw.value_or(nullptr)});
   }
   return out;
 }
 
-Expr json_object_expr(const JsonGrammarOptions& options) {
-  Json root = Json::object();
-  Compiler c(root, options);
-  return c.free_object(std::max(options.free_depth, 1));
+Expr json_object_expr() {
+  const Json root = Json::object();
+  Compiler c(root, 0);  // no lengths to bound
+  return c.free_object(kFreeDepth);
 }
 
 }  // namespace deepinfer::grammar

@@ -11,10 +11,11 @@
 // constrains a value (pattern, multipleOf, minProperties, uniqueItems, not, if/then, ...) is
 // refused with an error naming where it is.
 //
-// What keeps a constrained output finite: whitespace runs are bounded, integers have at most
-// 15 digits, fractions 15, exponents 3; values a schema leaves free ({} or true) nest at most
-// `free_depth` deep and a recursive $ref expands at most `ref_depth` times. Beyond those depths
-// only what closes the value is left.
+// What keeps a constrained output finite: whitespace runs between tokens are at most 16 long,
+// integers have at most 15 digits, fractions 15, exponents 3; values a schema leaves free ({} or
+// true) nest at most 4 deep and a recursive $ref expands at most 6 times on a path. Beyond those
+// depths only what closes the value is left. minLength, maxLength, minItems and maxItems are at
+// most `max_length`.
 #pragma once
 
 #include <cstdint>
@@ -27,19 +28,12 @@
 
 namespace deepinfer::grammar {
 
-struct JsonGrammarOptions {
-  int32_t max_whitespace = 16;  // longest run of JSON whitespace between tokens
-  int32_t free_depth = 4;       // nesting of values a schema leaves free
-  int32_t ref_depth = 6;        // expansions of one recursive $ref on a path
-  int32_t max_length = 8192;    // largest minLength/maxLength/minItems/maxItems accepted
-};
-
 // A schema (JSON text) compiled to expressions. Throws deepinfer::Error for invalid JSON, a
 // schema that is not one, or what is not supported; the message names the place
 // ("schema.properties.age.minimum").
 class JsonSchema {
  public:
-  JsonSchema(std::string_view schema_json, const JsonGrammarOptions& options = {});
+  explicit JsonSchema(std::string_view schema_json, int32_t max_length = 8192);
   ~JsonSchema();
 
   // The JSON texts valid against the schema (no whitespace around the value).
@@ -60,7 +54,7 @@ class JsonSchema {
   std::unique_ptr<Impl> impl_;
 };
 
-// Any JSON object (the "json_object" response format), nesting bounded by `free_depth`.
-Expr json_object_expr(const JsonGrammarOptions& options = {});
+// Any JSON object (the "json_object" response format), nesting bounded like a free value's.
+Expr json_object_expr();
 
 }  // namespace deepinfer::grammar

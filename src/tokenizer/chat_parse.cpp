@@ -16,6 +16,7 @@
 namespace deepinfer {
 
 namespace cf = chat_format;
+using tokenizer_internal::py_json_dumps;
 
 namespace {
 
@@ -28,25 +29,24 @@ constexpr std::string_view kParamEnd = "/｜DSML｜ parameter";
 constexpr std::string_view kStringTrue = "\" string=\"true\">";
 constexpr std::string_view kStringFalse = "\" string=\"false\">";
 
-// Length of the longest suffix of `text` that is a proper prefix of `marker`.
-size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  }
-  return 0;
+// Length of the longest suffix of `text` that is a proper prefix of one of `markers`.
+size_t partial_marker_suffix(std::string_view text,
+                             std::initializer_list<std::string_view> markers) {
+  size_t longest = 0;
+  for (const std::string_view marker : markers)
+    for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
+      if (text.ends_with(marker.substr(0, n))) longest = n;
+  return longest;
 }
 
-// The earliest of `stops` in `text`: {position, index into stops}, position npos if none. No
-// delimiter of this format can begin inside another, so the earliest complete one found is
-// final even while more text is still to come.
-std::pair<size_t, size_t> find_first(std::string_view text,
-                                     std::initializer_list<std::string_view> stops) {
-  std::pair<size_t, size_t> best{std::string_view::npos, 0};
-  size_t i = 0;
-  for (const std::string_view s : stops) {
-    if (const size_t at = text.find(s); at < best.first) best = {at, i};
-    ++i;
-  }
+// The earliest of `stops` in `text`: {position, the stop found}, position npos (and an empty
+// stop) if none. No delimiter of this format can begin inside another, so the earliest complete
+// one found is final even while more text is still to come.
+std::pair<size_t, std::string_view> find_first(std::string_view text,
+                                               std::initializer_list<std::string_view> stops) {
+  std::pair<size_t, std::string_view> best{std::string_view::npos, {}};
+  for (const std::string_view s : stops)
+    if (const size_t at = text.find(s); at < best.first) best = {at, s};
   return best;
 }
 
@@ -78,8 +78,7 @@ void CompletionParser::finish_call(Delta& delta) {
   for (size_t i = 0; i < call_params_.size(); ++i) {
     const Param& p = call_params_[i];
     if (i) args += ", ";
-    args += tokenizer_internal::py_json_quote(p.key) + ": " +
-            (p.is_string ? tokenizer_internal::py_json_quote(p.value) : p.value);
+    args += py_json_dumps(p.key) + ": " + (p.is_string ? py_json_dumps(p.value) : p.value);
   }
   args += "}";
   ChatToolCall call{{}, std::move(call_name_), std::move(args)};
@@ -92,82 +91,63 @@ void CompletionParser::finish_call(Delta& delta) {
 // Parses as much of the tool-call block in buffer_ as has arrived. Grammar, after the opener
 // "\n\n<｜DSML｜ calls": ">\n", then invokes each followed by ">\n", then "</｜DSML｜ calls>".
 // An invoke is kInvokeStart ' name="NAME">\n' parameters kInvokeEnd; a parameter is kParamStart
-// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n".
+// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n". Each step reads up to the first
+// delimiter that can end it, and that delimiter decides the next step.
 void CompletionParser::parse_calls(Delta& delta, bool final) {
   while (state_ == State::kCalls) {
-    switch (call_step_) {
-      case CallStep::kSeek: {
-        // ">\n" (as much of it as has arrived), then an invoke or the end of the block.
-        const auto [at, which] = find_first(buffer_, {kInvokeStart, cf::kCallsClose});
-        const std::string_view head = std::string_view(buffer_).substr(0, at);
-        if (at == std::string::npos && final)
-          malformed("no closing " + std::string(cf::kCallsClose));
-        if (at == std::string::npos ? !std::string_view(">\n").starts_with(head.substr(0, 2))
-                                    : head != ">\n")
-          malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
-        if (at == std::string::npos) return;
-        if (which == 1) {
-          buffer_.erase(0, at + cf::kCallsClose.size());
-          state_ = State::kAfterCalls;
-          return;
-        }
-        buffer_.erase(0, at + kInvokeStart.size());
-        call_step_ = CallStep::kName;
-        break;
+    const CallStep step = call_step_;
+    const auto [at, stop] =
+        step == CallStep::kSeek    ? find_first(buffer_, {kInvokeStart, cf::kCallsClose})
+        : step == CallStep::kParam ? find_first(buffer_, {kParamEnd})
+                                   : find_first(buffer_, {kParamStart, kInvokeEnd});
+    std::string_view head = std::string_view(buffer_).substr(0, at);
+    if (at == std::string::npos) {
+      if (final) {
+        malformed(step == CallStep::kSeek    ? "no closing " + std::string(cf::kCallsClose)
+                  : step == CallStep::kParam ? "unterminated parameter"
+                                             : "unterminated invoke");
       }
-      case CallStep::kName:
-      case CallStep::kParamTail: {
-        const auto [at, which] = find_first(buffer_, {kParamStart, kInvokeEnd});
-        if (at == std::string::npos) {
-          if (final) malformed("unterminated invoke");
-          return;
-        }
-        std::string_view head = std::string_view(buffer_).substr(0, at);
-        if (call_step_ == CallStep::kName) {
-          head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
-          if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
-              head.substr(head.size() - 3) != "\">\n") {
-            malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
-          }
-          call_name_ = std::string(head.substr(6, head.size() - 9));
-        } else if (head != ">\n") {
-          malformed("expected \">\\n\" after a parameter, got \"" + excerpt(head) + "\"");
-        }
-        buffer_.erase(0, at + (which == 0 ? kParamStart.size() : kInvokeEnd.size()));
-        if (which == 0) {
-          call_step_ = CallStep::kParam;
-        } else {
-          finish_call(delta);
-          call_step_ = CallStep::kSeek;
-        }
-        break;
+      // Between invokes, what has arrived must be the start of ">\n".
+      if (step == CallStep::kSeek && !std::string_view(">\n").starts_with(head.substr(0, 2)))
+        malformed("expected \">\\n\", got \"" + excerpt(head) + "\"");
+      return;
+    }
+    if (step == CallStep::kName) {
+      head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
+      if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
+          head.substr(head.size() - 3) != "\">\n") {
+        malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
       }
-      case CallStep::kParam: {
-        const size_t at = buffer_.find(kParamEnd);
-        if (at == std::string::npos) {
-          if (final) malformed("unterminated parameter");
-          return;
-        }
-        const std::string_view body = std::string_view(buffer_).substr(0, at);
-        const auto [flag_at, flag] = find_first(body, {kStringTrue, kStringFalse});
-        const size_t value_at = flag_at == std::string::npos
-                                    ? 0
-                                    : flag_at + (flag == 0 ? kStringTrue : kStringFalse).size();
-        if (body.substr(0, 7) != " name=\"" || flag_at == std::string::npos || flag_at < 7 ||
-            body.size() < value_at + 1 || body.back() != '<') {
-          malformed("expected name=\"...\" string=\"true|false\">...< in a parameter, got \"" +
-                    excerpt(body) + "\"");
-        }
-        Param p{std::string(body.substr(7, flag_at - 7)),
-                std::string(body.substr(value_at, body.size() - 1 - value_at)), flag == 0};
-        for (const Param& q : call_params_) {
-          if (q.key == p.key) malformed("duplicate parameter \"" + p.key + "\"");
-        }
-        call_params_.push_back(std::move(p));
-        buffer_.erase(0, at + kParamEnd.size());
-        call_step_ = CallStep::kParamTail;
-        break;
+      call_name_ = std::string(head.substr(6, head.size() - 9));
+    } else if (step == CallStep::kParam) {
+      const auto [flag_at, flag] = find_first(head, {kStringTrue, kStringFalse});
+      const size_t value_at = flag_at == std::string::npos ? 0 : flag_at + flag.size();
+      if (head.substr(0, 7) != " name=\"" || flag_at == std::string::npos || flag_at < 7 ||
+          head.size() < value_at + 1 || head.back() != '<') {
+        malformed("expected name=\"...\" string=\"true|false\">...< in a parameter, got \"" +
+                  excerpt(head) + "\"");
       }
+      Param p{std::string(head.substr(7, flag_at - 7)),
+              std::string(head.substr(value_at, head.size() - 1 - value_at)), flag == kStringTrue};
+      for (const Param& q : call_params_) {
+        if (q.key == p.key) malformed("duplicate parameter \"" + p.key + "\"");
+      }
+      call_params_.push_back(std::move(p));
+    } else if (head != ">\n") {
+      malformed(str_cat("expected \">\\n\"",
+                        step == CallStep::kParamTail ? " after a parameter" : "", ", got \"",
+                        excerpt(head), "\""));
+    }
+    buffer_.erase(0, at + stop.size());
+    if (stop == cf::kCallsClose) {
+      state_ = State::kAfterCalls;
+    } else if (stop == kInvokeEnd) {
+      finish_call(delta);
+      call_step_ = CallStep::kSeek;
+    } else {
+      call_step_ = stop == kInvokeStart  ? CallStep::kName
+                   : stop == kParamStart ? CallStep::kParam
+                                         : CallStep::kParamTail;
     }
   }
 }
@@ -176,26 +156,18 @@ CompletionParser::Delta CompletionParser::step(bool final) {
   Delta delta;
   for (;;) {
     switch (state_) {
-      case State::kReasoning: {
-        const size_t at = buffer_.find(cf::kThinkEnd);
-        if (at != std::string::npos) {
-          emit(delta, std::string_view(buffer_).substr(0, at));
-          buffer_.erase(0, at + cf::kThinkEnd.size());
-          state_ = State::kContent;
-          continue;
-        }
-        break;
-      }
+      case State::kReasoning:
       case State::kContent: {
-        const auto [at, which] = find_first(buffer_, {cf::kCallsStart, cf::kEos});
-        if (at != std::string::npos) {
-          emit(delta, std::string_view(buffer_).substr(0, at));
-          buffer_.erase(0, at + (which == 0 ? cf::kCallsStart : cf::kEos).size());
-          state_ = which == 0 ? State::kCalls : State::kEnded;
-          delta.ended = result_.ended = which == 1;
-          continue;
-        }
-        break;
+        // Reasoning ends at "</think>"; content at the tool-call opener or the end marker.
+        const bool reasoning = state_ == State::kReasoning;
+        const auto [at, stop] = reasoning ? find_first(buffer_, {cf::kThinkEnd})
+                                          : find_first(buffer_, {cf::kCallsStart, cf::kEos});
+        if (at == std::string::npos) break;
+        emit(delta, std::string_view(buffer_).substr(0, at));
+        buffer_.erase(0, at + stop.size());
+        state_ = reasoning ? State::kContent : stop == cf::kEos ? State::kEnded : State::kCalls;
+        delta.ended = result_.ended = stop == cf::kEos;
+        continue;
       }
       case State::kCalls:
         parse_calls(delta, final);
@@ -228,12 +200,9 @@ CompletionParser::Delta CompletionParser::step(bool final) {
   // (or the rest of a UTF-8 character).
   size_t hold = 0;
   if (!final) {
-    if (state_ == State::kReasoning) {
-      hold = partial_marker_suffix(buffer_, cf::kThinkEnd);
-    } else {
-      hold = std::max(partial_marker_suffix(buffer_, cf::kCallsStart),
-                      partial_marker_suffix(buffer_, cf::kEos));
-    }
+    hold = state_ == State::kReasoning
+               ? partial_marker_suffix(buffer_, {cf::kThinkEnd})
+               : partial_marker_suffix(buffer_, {cf::kCallsStart, cf::kEos});
     hold = std::max(hold, buffer_.size() - utf8::stable_prefix(buffer_));
   }
   emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));

@@ -27,8 +27,6 @@ class IncrementalDetokenizer {
   std::string push(int32_t id);
   // Whatever is still held back, repaired to valid UTF-8; the detokenizer is then empty.
   std::string flush();
-  // Bytes held back waiting for the rest of a character.
-  size_t pending_bytes() const { return pending_.size(); }
 
  private:
   const Tokenizer& tokenizer_;

@@ -64,16 +64,10 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
   using value_t = nlohmann::ordered_json::value_t;
   switch (v.type()) {
     case value_t::null:
-      out += "null";
-      break;
     case value_t::boolean:
-      out += v.get<bool>() ? "true" : "false";
-      break;
     case value_t::number_integer:
-      out += std::to_string(v.get<int64_t>());
-      break;
     case value_t::number_unsigned:
-      out += std::to_string(v.get<uint64_t>());
+      out += v.dump();  // spelled as Python spells them
       break;
     case value_t::number_float:
       py_float(v.get<double>(), out);
@@ -134,12 +128,6 @@ nlohmann::ordered_json parse_json_exact(std::string_view text) {
 std::string py_json_dumps(const nlohmann::ordered_json& value) {
   std::string out;
   dump(value, out);
-  return out;
-}
-
-std::string py_json_quote(const std::string& s) {
-  std::string out;
-  quote(s, out);
   return out;
 }
 

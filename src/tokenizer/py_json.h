@@ -20,7 +20,4 @@ std::string py_json_dumps(const nlohmann::ordered_json& value);
 constexpr uint8_t kBigIntSubtype = 'I';
 nlohmann::ordered_json parse_json_exact(std::string_view text);
 
-// A JSON string literal of `s` in the same spelling.
-std::string py_json_quote(const std::string& s);
-
 }  // namespace deepinfer::tokenizer_internal

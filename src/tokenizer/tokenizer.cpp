@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -379,10 +379,9 @@ void load_json(std::string_view tokenizer_json, std::string_view config_json,
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str_cat("tokenizer: cannot open ", path.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text(std::istreambuf_iterator<char>(in), {});
   if (in.bad()) throw Error(str_cat("tokenizer: cannot read ", path.string()));
-  return ss.str();
+  return text;
 }
 
 }  // namespace
