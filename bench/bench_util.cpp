@@ -24,6 +24,9 @@ Row& Row::add(const std::string& key, const std::string& value) {
 Row& Row::add(const std::string& key, double value, int precision) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "%.*f", precision, value);
+  // A small non-zero figure keeps three significant digits instead of rounding to zero (a ratio
+  // of a tiny shape on a loaded machine can fall below 0.0005).
+  if (value != 0 && std::strtod(buf, nullptr) == 0) std::snprintf(buf, sizeof(buf), "%.3g", value);
   fields_.push_back({key, buf, true, value});
   return *this;
 }
