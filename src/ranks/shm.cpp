@@ -362,7 +362,6 @@ struct ShmState {
   Liveness alive;
   int world_rank = 0;
   int world_size = 0;
-  std::vector<int> pids;  // [world_size], by world rank
 };
 
 // A collective runs in rounds. In a round every member writes up to one slot of data into its
@@ -532,7 +531,6 @@ class ShmWorld final : public World {
     if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
   }
 
-  std::vector<int> local_pids() const override { return state_->pids; }
   std::string dead_rank() override { return state_->alive.poll(); }
 
   void finish() override {
@@ -566,8 +564,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
                              uint64_t(std::max(o.shm_max_groups, 0)));
     h = state->segment->header();
     h->pids[0] = int32_t(getpid());
-    state->pids = spawn_followers(o.world_size, name);
-    state->alive.watch(state->pids, 0, &h->first_dead);
+    const std::vector<int> pids = spawn_followers(o.world_size, name);
+    state->alive.watch(pids, 0, &h->first_dead);
     const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
     while (h->joined.value.load(std::memory_order_acquire) < followers) {
@@ -577,8 +575,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
       futex_sleep(h->joined, h->joined.value.load());
     }
     for (int r = 1; r < o.world_size; ++r) {
-      DI_REQUIRE(h->pids[r] == state->pids[size_t(r)], "rank ", r, " of segment ", name,
-                 " was joined by pid ", h->pids[r], ", not by pid ", state->pids[size_t(r)],
+      DI_REQUIRE(h->pids[r] == pids[size_t(r)], "rank ", r, " of segment ", name,
+                 " was joined by pid ", h->pids[r], ", not by pid ", pids[size_t(r)],
                  " that was started for it");
     }
   } catch (...) {
@@ -614,8 +612,7 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
   wait_until(
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
-  state->pids.assign(h->pids, h->pids + world_size);
-  state->alive.watch(state->pids, rank, &h->first_dead);
+  state->alive.watch(std::vector<int>(h->pids, h->pids + world_size), rank, &h->first_dead);
   return std::make_unique<ShmWorld>(state, options);
 }
 

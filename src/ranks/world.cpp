@@ -1,7 +1,5 @@
 #include "ranks/world.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -84,12 +82,6 @@ void StepChannel::finish() {
   DI_REQUIRE(shut_down_ || !receive(msg),
              "the run ended on a follower while the leader still sent a ", msg.size(),
              "-byte step message; the shutdown message was expected");
-}
-
-std::vector<int> World::local_pids() const {
-  std::vector<int> pids(size_t(group_->size()), 0);
-  pids[size_t(group_->rank())] = int(getpid());
-  return pids;
 }
 
 std::unique_ptr<World> init_world(const WorldOptions& options) {

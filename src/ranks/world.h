@@ -96,9 +96,6 @@ class World {
   // it has not arrived yet (any other message then is an error). Followers should exit soon
   // after: the leader's finish() waits for that.
   virtual void finish() { channel_->finish(); }
-  // Process ids of the ranks on this host, by rank, as far as this rank knows them (the shm
-  // backend knows all; the others only their own, 0 elsewhere).
-  virtual std::vector<int> local_pids() const;
   // The first rank found dead, described ("rank 1 (pid ...) exited with ..."), or empty while
   // all are alive or when the backend cannot tell between collectives. From the thread that
   // runs the collectives.
