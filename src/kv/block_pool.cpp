@@ -5,7 +5,7 @@
 namespace deepinfer {
 
 BlockPool::BlockPool(int32_t num_blocks)
-    : ref_(size_t(num_blocks), 0), next_(size_t(num_blocks), -1) {
+    : used_(size_t(num_blocks), false), next_(size_t(num_blocks), -1) {
   DI_REQUIRE(num_blocks >= 0, "KV pool: number of blocks must be >= 0, got ", num_blocks);
   for (int32_t b = 0; b < num_blocks; ++b) push_free(b);
 }
@@ -24,23 +24,14 @@ int32_t BlockPool::allocate() {
   head_ = next_[size_t(b)];
   if (head_ < 0) tail_ = -1;
   --n_free_;
-  ref_[size_t(b)] = 1;
+  used_[size_t(b)] = true;
   return b;
 }
 
-void BlockPool::check_used(int32_t block, const char* what) const {
-  DI_CHECK(block >= 0 && block < num_blocks() && ref_[size_t(block)] > 0, what, " of block ",
-           block);
-}
-
-void BlockPool::retain(int32_t block) {
-  check_used(block, "retain");
-  ++ref_[size_t(block)];
-}
-
 void BlockPool::release(int32_t block) {
-  check_used(block, "release");
-  if (--ref_[size_t(block)] == 0) push_free(block);
+  DI_CHECK(block >= 0 && block < num_blocks() && used_[size_t(block)], "release of block ", block);
+  used_[size_t(block)] = false;
+  push_free(block);
 }
 
 }  // namespace deepinfer
