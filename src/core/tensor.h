@@ -31,7 +31,11 @@ struct Shape {
   bool operator==(const Shape& o) const {
     return ndim == o.ndim && std::equal(dim, dim + ndim, o.dim);
   }
-  std::string str() const;  // "[2, 3]"
+  std::string str() const {  // "[2, 3]"
+    std::string s = "[";
+    for (int i = 0; i < ndim; ++i) s += (i ? ", " : "") + std::to_string(dim[i]);
+    return s + "]";
+  }
 };
 
 }  // namespace deepinfer
