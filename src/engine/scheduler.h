@@ -69,10 +69,8 @@ struct SchedSeq {
 };
 
 struct SchedOutput {
-  uint64_t step = 0;
   std::vector<SchedSeq> seqs;
   std::vector<uint64_t> released;  // sequences whose block tables the runner may drop
-  int64_t rows() const;
   bool empty() const { return seqs.empty(); }
 };
 
@@ -143,7 +141,7 @@ class Scheduler {
   SchedulerConfig cfg_;
   CpBlockPools pools_;
   std::vector<int32_t> free_slots_;
-  uint64_t next_arrival_ = 0, step_ = 0;
+  uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;   // FCFS by arrival
   std::vector<Sequence*> running_;  // FCFS by arrival
