@@ -61,13 +61,12 @@ class StepChannel {
   virtual ~StepChannel() = default;
   // Leader only. May block until every follower is in receive().
   void send(std::span<const uint8_t> msg);
-  // Leader only: the last message; receive() returns false for it.
-  void send_shutdown();
   // Followers only. Blocks for the next message; false when it is the shutdown message.
   bool receive(std::vector<uint8_t>& msg);
   bool shut_down() const { return shut_down_; }
-  // This side's end of the run: the leader sends the shutdown message if not sent yet; a
-  // follower receives it if it has not arrived yet, and throws if a step message arrives instead.
+  // This side's end of the run: the leader sends the shutdown message (the last message;
+  // receive() returns false for it) if not sent yet; a follower receives it if it has not
+  // arrived yet, and throws if a step message arrives instead.
   void finish();
 
  protected:
@@ -77,7 +76,6 @@ class StepChannel {
   std::unique_ptr<Group> group_;
 
  private:
-  void require_leader() const;
   bool shut_down_ = false;
 };
 
