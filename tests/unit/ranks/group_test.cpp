@@ -14,7 +14,6 @@
 #include "core/error.h"
 #include "ranks/group.h"
 #include "ranks/launch.h"
-#include "ranks/liveness.h"
 #include "ranks/shm.h"
 #include "ranks/world.h"
 #include "util/subgroup.h"
