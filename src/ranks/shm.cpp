@@ -754,8 +754,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   std::string name = new_segment_name();
   // A name left by an earlier process with this pid is skipped; the next number is free.
   while (access(str_cat("/dev/shm", name).c_str(), F_OK) == 0) name = new_segment_name();
-  // Armed before the name exists, so that no signal finds it unguarded.
-  if (o.handle_signals) arm_signal_cleanup(name);
+  // SIGINT/SIGTERM remove the name, armed before it exists so that no signal finds it unguarded.
+  arm_signal_cleanup(name);
   shm::Header* h = nullptr;
   try {
     state->segment =

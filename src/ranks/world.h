@@ -48,8 +48,6 @@ struct WorldOptions {
   double join_timeout_s = 60;
   // How long finish() waits for followers to exit after the shutdown message.
   double exit_timeout_s = 30;
-  // The leader removes the segment name and re-raises on SIGINT/SIGTERM.
-  bool handle_signals = true;
 };
 
 // Leader to followers, one message per step, as broadcasts from rank 0 on a group of its own,
