@@ -83,7 +83,6 @@ class CpBlockPools {
   int32_t cp() const { return int32_t(pools_.size()); }
   int32_t blocks_per_rank() const { return pools_[0].num_blocks(); }
   int32_t num_used() const;
-  int32_t num_free() const { return cp() * blocks_per_rank() - num_used(); }
   BlockPool& pool_of(size_t block_index) { return pools_[block_index % pools_.size()]; }
   // The tokens of KV a sequence holding `held` blocks can reach with the free blocks.
   int64_t reachable_blocks(size_t held) const;
