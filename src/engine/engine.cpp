@@ -88,11 +88,7 @@ std::string Engine::add_request(Request req) {
     return str_cat("the output grammar was compiled for a vocabulary of ",
                    p.grammar->vocab().size(), " tokens; the model has ", V);
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  const RequestId id = req.id;
-  std::shared_ptr<const grammar::Grammar> g = req.params.grammar;
-  std::string refused = scheduler_->add(std::move(req));
-  if (refused.empty() && g) scheduler_->find(id)->matcher = std::make_unique<grammar::Matcher>(g);
-  return refused;
+  return scheduler_->add(std::move(req));
 }
 
 void Engine::check_stop(Sequence* s) {

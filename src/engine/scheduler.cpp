@@ -71,6 +71,7 @@ std::string Scheduler::add(Request req) {
   s->arrival = next_arrival_++;
   s->tokens = req.prompt_ids;
   s->num_prompt = n_prompt;
+  if (req.params.grammar) s->matcher = std::make_unique<grammar::Matcher>(req.params.grammar);
   s->req = std::move(req);
   waiting_.push_back(s.get());
   seqs_[s->req.id] = std::move(s);

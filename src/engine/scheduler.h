@@ -102,7 +102,8 @@ class Scheduler {
   // One sequence slot per running sequence (max_num_seqs).
   Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp = 1);
 
-  // Queues a request; returns "" or the reason it can never run (too long for the model or pool).
+  // Queues a request (with a grammar, its sequence gets a matcher); returns "" or the reason it
+  // can never run (too long for the model or pool).
   std::string add(Request req);
   // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
   // prefill step).
