@@ -330,17 +330,13 @@ bool has_exited(int pid, int pidfd) {
     return ::poll(&p, 1, 0) > 0;
   }
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (!f) return true;
-  char buf[512];
-  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  buf[n] = '\0';
+  std::ifstream f(str_cat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(f, line)) return true;
   // The state follows the command name, which is in parentheses and may itself hold ") ".
-  const char* close = std::strrchr(buf, ')');
-  return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+  const size_t at = line.rfind(") ");
+  return at != std::string::npos && at + 2 < line.size() &&
+         (line[at + 2] == 'Z' || line[at + 2] == 'X');
 }
 
 std::string rank_name(int rank, int pid) {
