@@ -26,6 +26,7 @@
 #include <ctime>
 #include <fstream>
 #include <new>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -681,11 +682,9 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   const Entry me{color, key};
   all_gather(&me, sizeof me, entries.data());
 
-  std::vector<int32_t> colors;
+  std::set<int32_t> colors;
   for (const Entry& e : entries)
-    if (e.color >= 0) colors.push_back(e.color);
-  std::sort(colors.begin(), colors.end());
-  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+    if (e.color >= 0) colors.insert(e.color);
 
   // Rank 0 takes one fresh area per color for everybody; areas are numbered in color order.
   shm::Header* h = state_->segment->header();
@@ -707,8 +706,7 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   std::stable_sort(members.begin(), members.end(),
                    [&](int a, int b) { return entries[size_t(a)].key < entries[size_t(b)].key; });
   const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
-  const uint64_t area =
-      base + uint64_t(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  const uint64_t area = base + uint64_t(std::distance(colors.begin(), colors.find(color)));
   return std::make_unique<ShmGroup>(state_, area, new_rank, int(members.size()));
 }
 
