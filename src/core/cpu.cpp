@@ -27,7 +27,11 @@ Isa from_env(Isa best) {
   throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
 }
 
-std::atomic<int> g_isa{-1};
+// The ISA in effect: read from the environment on first use.
+std::atomic<Isa>& current_isa() {
+  static std::atomic<Isa> isa{from_env(cpu_best_isa())};
+  return isa;
+}
 }  // namespace
 
 Isa cpu_best_isa() {
@@ -36,17 +40,12 @@ Isa cpu_best_isa() {
 }
 
 Isa cpu_isa() {
-  int v = g_isa.load(std::memory_order_relaxed);
-  if (v < 0) {
-    v = int(from_env(cpu_best_isa()));
-    g_isa.store(v, std::memory_order_relaxed);
-  }
-  return Isa(v);
+  return current_isa().load(std::memory_order_relaxed);
 }
 
 Isa set_cpu_isa(Isa isa) {
   const Isa v = std::min(isa, cpu_best_isa());
-  g_isa.store(int(v), std::memory_order_relaxed);
+  current_isa().store(v, std::memory_order_relaxed);
   return v;
 }
 

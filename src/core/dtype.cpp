@@ -89,21 +89,6 @@ static uint32_t shift_rne(uint32_t m, int s) {
   return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
 }
 
-uint16_t f32_to_f16(float f) {
-  const uint32_t x = f32_bits(f);
-  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
-  const uint32_t ax = x & 0x7fffffffu;
-  if (ax > 0x7f800000u) return sign | 0x7e00;   // NaN
-  if (ax >= 0x477ff000u) return sign | 0x7c00;  // rounds to infinity (>= 65520)
-  const uint32_t e = ax >> 23, mant = ax & 0x7fffff;
-  if (e < 113) {              // below 2^-14: subnormal half
-    if (e == 0) return sign;  // fp32 subnormals are far below
-    return sign | uint16_t(shift_rne(mant | 0x800000, 126 - int(e)));
-  }
-  // The rebased exponent and the mantissa rounded together: a carry bumps the exponent.
-  return sign | uint16_t(shift_rne(((e - 112) << 23) | mant, 13));
-}
-
 uint8_t f32_to_e4m3(float f) {
   const uint32_t x = f32_bits(f);
   const uint8_t sign = uint8_t((x >> 24) & 0x80);
@@ -114,8 +99,9 @@ uint8_t f32_to_e4m3(float f) {
     if (e == 0) return sign;
     return sign | uint8_t(shift_rne(mant | 0x800000, 141 - int(e)));  // 8 = smallest normal
   }
-  if (e > 135) return sign | 0x7f;                                // >= 2^9
-  const uint32_t code = shift_rne(((e - 120) << 23) | mant, 20);  // as in f32_to_f16
+  if (e > 135) return sign | 0x7f;  // >= 2^9
+  // The rebased exponent and the mantissa rounded together: a carry bumps the exponent.
+  const uint32_t code = shift_rne(((e - 120) << 23) | mant, 20);
   if (code > 0x7e) return sign | 0x7f;
   return sign | uint8_t(code);
 }

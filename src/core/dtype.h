@@ -56,8 +56,6 @@ inline float round_bf16(float f) {
 
 // --- f16 ---
 float f16_to_f32(uint16_t h);
-// RNE with IEEE overflow to infinity and gradual underflow.
-uint16_t f32_to_f16(float f);
 
 // --- e4m3 (float8_e4m3fn) ---
 extern const std::array<float, 256> kE4m3Values;

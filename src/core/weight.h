@@ -33,8 +33,24 @@ struct Weight {
   bool present() const { return data != nullptr; }
   int64_t rows() const { return shape[0]; }
   int64_t cols() const { return shape.ndim > 1 ? shape[1] : 1; }
-  uint64_t nbytes() const;       // data + scale bytes
-  uint64_t value_bytes() const;  // data bytes only (codes or values, without scales)
+  // Data bytes only (codes or values, without scales).
+  uint64_t value_bytes() const {
+    if (!data) return 0;
+    const uint64_t n = uint64_t(shape.numel());
+    if (format == WeightFormat::F32) return 4 * n;
+    if (format == WeightFormat::BF16) return 2 * n;
+    return format == WeightFormat::Fp4Row ? n / 2 : n;
+  }
+  // Data and scale bytes.
+  uint64_t nbytes() const {
+    if (!data) return 0;
+    const uint64_t n = uint64_t(shape.numel());
+    if (format == WeightFormat::Fp8Block)
+      return n + uint64_t((rows() + 31) / 32) * uint64_t((cols() + 31) / 32);
+    if (format == WeightFormat::Fp4Row || format == WeightFormat::Fp8Row)
+      return value_bytes() + n / 32;
+    return value_bytes();
+  }
   const uint16_t* bf16() const { return static_cast<const uint16_t*>(data); }
   const float* f32() const { return static_cast<const float*>(data); }
   const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }

@@ -88,14 +88,10 @@ std::string Engine::add_request(Request req) {
     return str_cat("the output grammar was compiled for a vocabulary of ",
                    p.grammar->vocab().size(), " tokens; the model has ", V);
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  const RequestId id = req.id;
-  std::shared_ptr<const grammar::Grammar> g = req.params.grammar;
-  std::string refused = scheduler_->add(std::move(req));
-  if (refused.empty() && g) scheduler_->find(id)->matcher = std::make_unique<grammar::Matcher>(g);
-  return refused;
+  return scheduler_->add(std::move(req));
 }
 
-bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
+void Engine::check_stop(Sequence* s) {
   const SamplingParams& p = s->req.params;
   const int32_t t = s->tokens.back();
   FinishReason why = FinishReason::None;
@@ -121,17 +117,14 @@ bool Engine::check_stop(Sequence* s, TokenEvent* ev) {
     for (const auto& stop : p.stop)
       if (text.find(stop) != std::string::npos) {
         why = FinishReason::Stop;
-        s->stop_text = ev->stop_text = stop;
+        s->stop_text = stop;
         break;
       }
   }
   if (why == FinishReason::None &&
       (s->num_generated() >= p.max_tokens || int64_t(s->tokens.size()) >= cfg_.sched.max_model_len))
     why = FinishReason::Length;
-  if (why == FinishReason::None) return false;
-  ev->finish = why;
-  scheduler_->finish(s, why);
-  return true;
+  if (why != FinishReason::None) scheduler_->finish(s, why);
 }
 
 std::vector<TokenEvent> Engine::step() {
@@ -179,15 +172,12 @@ std::vector<TokenEvent> Engine::step() {
   events.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
-    TokenEvent ev;
-    ev.id = s->req.id;
-    ev.token = sampled[i];
+    TokenEvent& ev = events.emplace_back(s->req.id, sampled[i]);
     if (s->req.params.logprobs > 0) {
       ev.logprobs = tops_[i];
       s->logprobs.push_back(std::move(tops_[i]));
     }
-    check_stop(s, &ev);
-    events.push_back(std::move(ev));
+    check_stop(s);
   }
   stats_.generated_tokens += int64_t(seqs.size());
   ++stats_.steps;
@@ -204,7 +194,6 @@ std::vector<RequestOutput> Engine::take_finished() {
                    {s->tokens.begin() + s->num_prompt, s->tokens.end()},
                    std::move(s->logprobs),
                    s->finish,
-                   "",
                    s->stop_text});
   }
   return res;

@@ -73,7 +73,8 @@ class Engine {
   EngineStats stats() const;
 
  private:
-  bool check_stop(Sequence* s, TokenEvent* ev);
+  // Finishes `s` when its newest token ends it.
+  void check_stop(Sequence* s);
 
   Model& model_;
   EngineConfig cfg_;

@@ -48,17 +48,15 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
       std::vector<int32_t>& table = tables_[q.seq_id];
       if (q.reset_blocks) table.clear();
       table.insert(table.end(), q.new_blocks.begin(), q.new_blocks.end());
-      ForwardSeq f;
-      f.start_pos = q.start_pos;
-      f.n_tokens = int64_t(q.tokens.size()) + q.n_padding;
-      f.n_padding = q.n_padding;
-      f.kv = {q.slot, table.data(), int64_t(table.size())};
       const int64_t real = int64_t(q.tokens.size());
-      f.logits_from = q.sample && want_logits_ ? real - 1 : real;
+      batch_.seqs.push_back({.start_pos = q.start_pos,
+                             .n_tokens = real + q.n_padding,
+                             .n_padding = q.n_padding,
+                             .kv = {q.slot, table.data(), int64_t(table.size())},
+                             .logits_from = q.sample && want_logits_ ? real - 1 : real});
       batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());
-      batch_.seqs.push_back(f);
     }
   }
   logits_.resize(size_t(batch_.n_logit_rows() * model_.config().vocab_size));

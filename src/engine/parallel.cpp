@@ -58,7 +58,6 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
 
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
   ranks::Writer w;
-  w.put<uint64_t>(out.step);
   w.put<uint64_t>(out.seqs.size());
   for (const SchedSeq& q : out.seqs) {
     w.put<uint64_t>(q.seq_id);
@@ -78,7 +77,6 @@ std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
 SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
   ranks::Reader r(bytes, "step message");
   SchedOutput out;
-  out.step = r.get<uint64_t>();
   const uint64_t n = r.get<uint64_t>();
   DI_REQUIRE(n <= r.remaining(), "step message: ", n, " sequences in ", r.remaining(), " bytes");
   for (uint64_t i = 0; i < n; ++i) {

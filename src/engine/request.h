@@ -53,9 +53,7 @@ using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // descending
 struct TokenEvent {
   RequestId id = 0;
   int32_t token = -1;
-  TopLogprobs logprobs;                      // empty unless requested
-  FinishReason finish = FinishReason::None;  // set on the request's last event
-  std::string stop_text;                     // the stop string that ended it, if any
+  TopLogprobs logprobs;  // empty unless requested
 };
 
 struct RequestOutput {
@@ -64,8 +62,7 @@ struct RequestOutput {
   std::vector<int32_t> output_ids;
   std::vector<TopLogprobs> logprobs;
   FinishReason finish = FinishReason::None;
-  std::string error;  // set when the request was rejected
-  std::string stop_text;
+  std::string stop_text;  // the stop string that ended it, if any
 };
 
 }  // namespace deepinfer

@@ -34,7 +34,6 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> ids_;
   std::vector<double> prob_;
-  std::vector<int32_t> counts_;
 };
 
 }  // namespace deepinfer

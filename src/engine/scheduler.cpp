@@ -22,12 +22,6 @@
 
 namespace deepinfer {
 
-int64_t SchedOutput::rows() const {
-  int64_t n = 0;
-  for (const auto& s : seqs) n += int64_t(s.tokens.size()) + s.n_padding;
-  return n;
-}
-
 CpBlockPools::CpBlockPools(int32_t cp, int32_t blocks_per_rank) {
   DI_REQUIRE(cp >= 1, "context-parallel size must be >= 1");
   for (int32_t r = 0; r < cp; ++r) pools_.emplace_back(blocks_per_rank);
@@ -77,6 +71,7 @@ std::string Scheduler::add(Request req) {
   s->arrival = next_arrival_++;
   s->tokens = req.prompt_ids;
   s->num_prompt = n_prompt;
+  if (req.params.grammar) s->matcher = std::make_unique<grammar::Matcher>(req.params.grammar);
   s->req = std::move(req);
   waiting_.push_back(s.get());
   seqs_[s->req.id] = std::move(s);
@@ -133,7 +128,6 @@ bool Scheduler::wants_prefill() const {
 }
 
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
-  out.step = step_++;
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
   std::vector<std::pair<Sequence*, int64_t>>& picked = picked_;
   picked.clear();

@@ -69,10 +69,8 @@ struct SchedSeq {
 };
 
 struct SchedOutput {
-  uint64_t step = 0;
   std::vector<SchedSeq> seqs;
   std::vector<uint64_t> released;  // sequences whose block tables the runner may drop
-  int64_t rows() const;
   bool empty() const { return seqs.empty(); }
 };
 
@@ -85,7 +83,6 @@ class CpBlockPools {
   int32_t cp() const { return int32_t(pools_.size()); }
   int32_t blocks_per_rank() const { return pools_[0].num_blocks(); }
   int32_t num_used() const;
-  int32_t num_free() const { return cp() * blocks_per_rank() - num_used(); }
   BlockPool& pool_of(size_t block_index) { return pools_[block_index % pools_.size()]; }
   // The tokens of KV a sequence holding `held` blocks can reach with the free blocks.
   int64_t reachable_blocks(size_t held) const;
@@ -105,7 +102,8 @@ class Scheduler {
   // One sequence slot per running sequence (max_num_seqs).
   Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp = 1);
 
-  // Queues a request; returns "" or the reason it can never run (too long for the model or pool).
+  // Queues a request (with a grammar, its sequence gets a matcher); returns "" or the reason it
+  // can never run (too long for the model or pool).
   std::string add(Request req);
   // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
   // prefill step).
@@ -143,7 +141,7 @@ class Scheduler {
   SchedulerConfig cfg_;
   CpBlockPools pools_;
   std::vector<int32_t> free_slots_;
-  uint64_t next_arrival_ = 0, step_ = 0;
+  uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;
   std::deque<Sequence*> waiting_;   // FCFS by arrival
   std::vector<Sequence*> running_;  // FCFS by arrival

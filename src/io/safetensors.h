@@ -33,8 +33,6 @@ struct TensorInfo {
   uint64_t nbytes = 0;
   const uint8_t* data = nullptr;      // mapped bytes (valid while the owning file lives)
   const std::string* file = nullptr;  // path of the file holding it
-
-  TensorView view() const { return TensorView(data, dtype, shape); }
 };
 
 struct SafetensorsHeader {

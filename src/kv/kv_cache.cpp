@@ -80,11 +80,8 @@ KvFootprint kv_footprint(const ModelConfig& c) {
     const LayerRole& r = roles[size_t(l)];
     f.window_bytes += c.window_size * window_kv_row_bytes(c.head_dim);
     if (!r.kv_source) continue;
-    const int64_t cmp = compressed_kv_row_bytes(c.head_dim);
     const int64_t idx = r.key_owner ? index_key_row_bytes(c.index_head_dim) : 0;
-    f.compressed_row_bytes += cmp;
-    f.index_row_bytes += idx;
-    f.bytes_per_token += double(cmp + idx) / double(r.ratio);
+    f.bytes_per_token += double(compressed_kv_row_bytes(c.head_dim) + idx) / double(r.ratio);
     if (r.ratio > 1) f.carry_bytes += 2 * int64_t(r.ratio) * c.head_dim * 4;
   }
   if (!c.engram_layer_ids.empty())

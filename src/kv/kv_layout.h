@@ -28,9 +28,6 @@ inline int64_t index_key_row_bytes(int64_t index_head_dim) {
 struct KvFootprint {
   // Bytes that grow with the context, per token of one sequence (all KV sources together).
   double bytes_per_token = 0;
-  // Bytes per compressed group at each KV source, summed: the pool allocates these per row.
-  int64_t compressed_row_bytes = 0;  // over all KV sources
-  int64_t index_row_bytes = 0;       // over all key owners
   // Fixed per-sequence state.
   int64_t window_bytes = 0;  // rings of every layer
   int64_t carry_bytes = 0;   // compressor partial groups (fp32 k and g rows, r > 1)

@@ -46,20 +46,6 @@ std::vector<std::vector<uint8_t>> Group::all_gather_v(std::span<const uint8_t> m
   return all;
 }
 
-std::unique_ptr<Group> Group::subgroup(std::span<const int> ranks) {
-  std::vector<bool> seen(size_t(size()), false);
-  int my_index = -1;
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int r = ranks[i];
-    DI_REQUIRE(r >= 0 && r < size(), "subgroup: rank ", r, " is outside the group of ", size());
-    DI_REQUIRE(!seen[size_t(r)], "subgroup: rank ", r, " is listed twice");
-    seen[size_t(r)] = true;
-    if (r == rank()) my_index = int(i);
-  }
-  DI_REQUIRE(!ranks.empty(), "subgroup: the rank list is empty");
-  return split(my_index >= 0 ? 0 : -1, my_index);
-}
-
 namespace {
 
 class SingleGroup final : public Group {

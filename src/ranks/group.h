@@ -48,10 +48,6 @@ class Group {
   // nullptr. Called by every member. The new group must not outlive the world it came from.
   virtual std::unique_ptr<Group> split(int color, int key) = 0;
 
-  // The group of the listed ranks (of this group), in the listed order; nullptr on ranks not
-  // listed. Called by every member with the same list.
-  std::unique_ptr<Group> subgroup(std::span<const int> ranks);
-
  protected:
   // Throws unless `root` is a rank of this group.
   void check_root(int root) const;

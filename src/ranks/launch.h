@@ -1,5 +1,5 @@
-// Launching a world: how init_world reaches the shared-memory and MPI backends, starting the
-// follower ranks on this host, and cleaning up after the leader. Internal to src/ranks.
+// Launching a world: how init_world reaches the shared-memory and MPI backends, starting and
+// watching the follower ranks on this host, and cleaning up after the leader. Internal to ranks.
 #pragma once
 
 #include <memory>
@@ -27,5 +27,8 @@ void remove_stale_segments();
 
 // The name of a new segment for this process: "/deepinfer-<pid>-<n>".
 std::string new_segment_name();
+
+// "status 3" or "status SIGKILL (killed by signal 9)", from a waitpid status.
+std::string describe_exit_status(int status);
 
 }  // namespace deepinfer::ranks

@@ -44,7 +44,6 @@ class Writer {
 
   const std::vector<uint8_t>& bytes() const { return buf_; }
   std::vector<uint8_t> take() { return std::move(buf_); }
-  void clear() { buf_.clear(); }
 
  private:
   std::vector<uint8_t> buf_;

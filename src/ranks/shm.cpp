@@ -1,10 +1,11 @@
 // The shared-memory backend: the segment (shm.h), its names (launch.h), the launch of the
-// followers, waits on the segment, groups, and the world.
+// followers, the watch on them, waits on the segment, groups, and the world.
 #include "ranks/shm.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -24,11 +26,12 @@
 #include <ctime>
 #include <fstream>
 #include <new>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
 #include "ranks/launch.h"
-#include "ranks/liveness.h"
 
 extern char** environ;
 
@@ -156,7 +159,7 @@ GroupArea* Segment::group(uint64_t index) const {
 
 }  // namespace shm
 
-// --- segment names (launch.h) ---
+// --- segment names and exit statuses (launch.h) ---
 
 void remove_stale_segments() {
   DIR* d = opendir("/dev/shm");
@@ -180,6 +183,16 @@ void remove_stale_segments() {
 std::string new_segment_name() {
   static std::atomic<int> counter{0};
   return str_cat("/deepinfer-", getpid(), "-", counter.fetch_add(1));
+}
+
+std::string describe_exit_status(int status) {
+  if (WIFEXITED(status)) return str_cat("status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return str_cat("status SIG", abbrev ? abbrev : "?", " (killed by signal ", sig, ")");
+  }
+  return str_cat("status ", status);
 }
 
 // --- launch of the followers ---
@@ -295,6 +308,189 @@ void arm_signal_cleanup(const std::string& shm_name) {
   }
 }
 
+// --- liveness ---
+// Knowing when another rank has died, so that no wait lasts forever. The leader spawned the
+// followers and polls them with waitpid, which also gives their exit status; a follower is not
+// its siblings' parent and watches every other rank through pidfds (readable once a process has
+// exited, reaped or not, and immune to pid reuse).
+
+int open_pidfd(int pid) {
+#ifdef SYS_pidfd_open
+  const long fd = syscall(SYS_pidfd_open, pid, 0);
+  return fd < 0 ? -1 : int(fd);
+#else
+  return -1;
+#endif
+}
+
+// Whether `pid` has exited: its pidfd is readable, or without one (an old kernel or a sandbox
+// that forbids them) it is gone or a zombie nobody reaped.
+bool has_exited(int pid, int pidfd) {
+  if (pidfd >= 0) {
+    pollfd p{pidfd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  }
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream f(str_cat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  // The state follows the command name, which is in parentheses and may itself hold ") ".
+  const size_t at = line.rfind(") ");
+  return at != std::string::npos && at + 2 < line.size() &&
+         (line[at + 2] == 'Z' || line[at + 2] == 'X');
+}
+
+std::string rank_name(int rank, int pid) {
+  return str_cat("rank ", rank, " (pid ", pid, rank == 0 ? ", the leader)" : ")");
+}
+
+class Liveness {
+ public:
+  Liveness() = default;
+  ~Liveness() { close_pidfds(); }
+  Liveness(const Liveness&) = delete;
+  Liveness& operator=(const Liveness&) = delete;
+
+  // Rank `self_rank` watches the others: `pids[r]` is rank r (0 where not known yet;
+  // pids[self_rank] is ignored); rank 0, the leader, spawned them. `first_dead` is a word shared
+  // by all ranks (-1 at first) where the first rank seen dead is recorded, so that every rank
+  // names the same cause.
+  void watch(const std::vector<int>& pids, int self_rank, std::atomic<int32_t>* first_dead) {
+    leader_ = self_rank == 0;
+    self_rank_ = self_rank;
+    first_dead_ = first_dead;
+    pids_ = pids;
+    reaped_.assign(pids.size(), false);  // the leader's own entry counts as reaped
+    reaped_[0] = true;
+    close_pidfds();
+    pidfds_.assign(pids.size(), -1);
+    for (size_t r = 0; r < pids.size(); ++r)
+      if (!leader_ && int(r) != self_rank && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
+  }
+
+  // The error message naming the first rank found dead, or empty while everyone is alive; once
+  // one is found, the same message for good.
+  const std::string& poll() {
+    if (error_.empty()) leader_ ? poll_children() : poll_peers();
+    return error_;
+  }
+  // The same as an exception.
+  void check() {
+    if (!poll().empty()) throw Error(error_);
+  }
+
+  // The leader, after the shutdown message: waits up to `timeout_s` for every follower to exit
+  // and throws if one exited with a non-zero status or had to be killed.
+  void reap_children(double timeout_s) {
+    DI_CHECK(leader_);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    std::string failure;
+    auto sleep = std::chrono::microseconds(100);
+    for (;;) {
+      bool all = true;
+      for (size_t r = 1; r < pids_.size(); ++r) {
+        if (reaped_[r]) continue;
+        const int status = reap(r);
+        all = all && status != kRunning;
+        if (status > 0 && failure.empty())
+          failure = str_cat(exited(int(r), status), " after the shutdown message");
+      }
+      if (all) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        for (size_t r = 1; r < pids_.size() && failure.empty(); ++r) {
+          if (!reaped_[r])
+            failure = str_cat(rank_name(int(r), pids_[r]), " did not exit within ", timeout_s,
+                              " s of the shutdown message and was killed");
+        }
+        kill_children();
+        break;
+      }
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(20000));
+    }
+    DI_REQUIRE(failure.empty(), failure);
+  }
+
+  // The leader on an error path: SIGKILL and reap every follower still running.
+  void kill_children() noexcept {
+    if (!leader_) return;
+    for (size_t r = 1; r < pids_.size(); ++r)
+      if (!reaped_[r]) kill(pids_[r], SIGKILL);
+    for (size_t r = 1; r < pids_.size(); ++r) {
+      if (reaped_[r]) continue;
+      int status = 0;
+      while (waitpid(pids_[r], &status, 0) < 0 && errno == EINTR) {
+      }
+      reaped_[r] = true;
+    }
+  }
+
+ private:
+  // Leader: follower r's wait status once it has exited (reaping it), kUnknown when it was
+  // reaped elsewhere, kRunning while it runs.
+  static constexpr int kRunning = -2, kUnknown = -1;
+  int reap(size_t r) {
+    int status = 0;
+    const int got = waitpid(pids_[r], &status, WNOHANG);
+    if (got != pids_[r] && !(got < 0 && errno == ECHILD)) return kRunning;
+    reaped_[r] = true;
+    // ECHILD: reaped behind our back (SIGCHLD ignored).
+    return got == pids_[r] ? status : kUnknown;
+  }
+
+  std::string exited(int r, int status) const {
+    return str_cat(rank_name(r, pids_[size_t(r)]), " exited",
+                   status >= 0 ? str_cat(" with ", describe_exit_status(status)) : "");
+  }
+
+  void poll_children() {
+    for (size_t r = 1; r < pids_.size(); ++r) {
+      if (reaped_[r]) continue;
+      const int status = reap(r);
+      if (status != kRunning) return report(int(r), status);
+    }
+  }
+
+  void poll_peers() {
+    // Reparenting is the quickest sign that the leader is gone.
+    if (!pids_.empty() && pids_[0] > 0 && getppid() != pids_[0]) return report(0, kUnknown);
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (int(r) != self_rank_ && pids_[r] > 0 && has_exited(pids_[r], pidfds_[r]))
+        return report(int(r), kUnknown);
+    }
+  }
+
+  void report(int seen, int seen_status) {
+    error_ = exited(seen, seen_status);
+    // Ranks that notice a death stop too, so the rank seen here may only have followed another
+    // one down; the first death anybody saw is the cause worth naming.
+    int32_t cause = -1;
+    if (!first_dead_ || first_dead_->compare_exchange_strong(cause, seen)) return;
+    if (cause == seen || cause < 0 || size_t(cause) >= pids_.size()) return;
+    // Somebody saw it exit, so its status is there or about to be.
+    int cause_status = kUnknown;
+    for (int i = 0; i < 200 && leader_ && !reaped_[size_t(cause)]; ++i) {
+      cause_status = reap(size_t(cause));
+      if (cause_status == kRunning) std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    error_ = str_cat(exited(cause, cause_status), "; then ", error_);
+  }
+
+  void close_pidfds() {
+    for (int fd : pidfds_)
+      if (fd >= 0) close(fd);
+  }
+
+  bool leader_ = false;
+  int self_rank_ = 0;
+  std::vector<int> pids_;     // [world_size], by rank
+  std::vector<int> pidfds_;   // [world_size], -1 where none (follower only)
+  std::vector<bool> reaped_;  // [world_size] (leader only)
+  std::string error_;
+  std::atomic<int32_t>* first_dead_ = nullptr;
+};
+
 // --- waits ---
 // A wait spins briefly and then sleeps on a futex (shared, not private: the word lives in
 // memory mapped by several processes), waking every few milliseconds to check that the other
@@ -362,7 +558,6 @@ struct ShmState {
   Liveness alive;
   int world_rank = 0;
   int world_size = 0;
-  std::vector<int> pids;  // [world_size], by world rank
 };
 
 // A collective runs in rounds. In a round every member writes up to one slot of data into its
@@ -487,11 +682,9 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   const Entry me{color, key};
   all_gather(&me, sizeof me, entries.data());
 
-  std::vector<int32_t> colors;
+  std::set<int32_t> colors;
   for (const Entry& e : entries)
-    if (e.color >= 0) colors.push_back(e.color);
-  std::sort(colors.begin(), colors.end());
-  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+    if (e.color >= 0) colors.insert(e.color);
 
   // Rank 0 takes one fresh area per color for everybody; areas are numbered in color order.
   shm::Header* h = state_->segment->header();
@@ -513,8 +706,7 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   std::stable_sort(members.begin(), members.end(),
                    [&](int a, int b) { return entries[size_t(a)].key < entries[size_t(b)].key; });
   const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
-  const uint64_t area =
-      base + uint64_t(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  const uint64_t area = base + uint64_t(std::distance(colors.begin(), colors.find(color)));
   return std::make_unique<ShmGroup>(state_, area, new_rank, int(members.size()));
 }
 
@@ -532,7 +724,6 @@ class ShmWorld final : public World {
     if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
   }
 
-  std::vector<int> local_pids() const override { return state_->pids; }
   std::string dead_rank() override { return state_->alive.poll(); }
 
   void finish() override {
@@ -557,8 +748,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   std::string name = new_segment_name();
   // A name left by an earlier process with this pid is skipped; the next number is free.
   while (access(str_cat("/dev/shm", name).c_str(), F_OK) == 0) name = new_segment_name();
-  // Armed before the name exists, so that no signal finds it unguarded.
-  if (o.handle_signals) arm_signal_cleanup(name);
+  // SIGINT/SIGTERM remove the name, armed before it exists so that no signal finds it unguarded.
+  arm_signal_cleanup(name);
   shm::Header* h = nullptr;
   try {
     state->segment =
@@ -566,8 +757,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
                              uint64_t(std::max(o.shm_max_groups, 0)));
     h = state->segment->header();
     h->pids[0] = int32_t(getpid());
-    state->pids = spawn_followers(o.world_size, name);
-    state->alive.watch(state->pids, 0, &h->first_dead);
+    const std::vector<int> pids = spawn_followers(o.world_size, name);
+    state->alive.watch(pids, 0, &h->first_dead);
     const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
     while (h->joined.value.load(std::memory_order_acquire) < followers) {
@@ -577,8 +768,8 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
       futex_sleep(h->joined, h->joined.value.load());
     }
     for (int r = 1; r < o.world_size; ++r) {
-      DI_REQUIRE(h->pids[r] == state->pids[size_t(r)], "rank ", r, " of segment ", name,
-                 " was joined by pid ", h->pids[r], ", not by pid ", state->pids[size_t(r)],
+      DI_REQUIRE(h->pids[r] == pids[size_t(r)], "rank ", r, " of segment ", name,
+                 " was joined by pid ", h->pids[r], ", not by pid ", pids[size_t(r)],
                  " that was started for it");
     }
   } catch (...) {
@@ -614,8 +805,7 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
   wait_until(
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
-  state->pids.assign(h->pids, h->pids + world_size);
-  state->alive.watch(state->pids, rank, &h->first_dead);
+  state->alive.watch(std::vector<int>(h->pids, h->pids + world_size), rank, &h->first_dead);
   return std::make_unique<ShmWorld>(state, options);
 }
 

@@ -63,7 +63,6 @@ class Segment {
   GroupArea* group(uint64_t index) const;
   // Removes the name (the mapping stays valid); later ranks can no longer attach.
   void unlink_name();
-  const std::string& name() const { return name_; }
 
  private:
   Segment() = default;

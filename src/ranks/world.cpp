@@ -1,7 +1,5 @@
 #include "ranks/world.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -41,25 +39,13 @@ int env_int(const char* name, int lo, int hi) {
 
 }  // namespace
 
-void StepChannel::require_leader() const {
+void StepChannel::send(std::span<const uint8_t> msg) {
   DI_REQUIRE(group_->rank() == 0, "the step channel sends from the leader only (rank ",
              group_->rank(), " tried)");
-}
-
-void StepChannel::send(std::span<const uint8_t> msg) {
-  require_leader();
   DI_REQUIRE(!shut_down_, "the step channel was shut down; nothing can be sent after that");
   uint64_t head[2] = {kData, msg.size()};
   header(head);
   group_->broadcast(const_cast<uint8_t*>(msg.data()), msg.size(), 0);  // the root only reads
-}
-
-void StepChannel::send_shutdown() {
-  require_leader();
-  if (shut_down_) return;
-  uint64_t head[2] = {kShutdown, 0};
-  header(head);
-  shut_down_ = true;
 }
 
 bool StepChannel::receive(std::vector<uint8_t>& msg) {
@@ -79,17 +65,16 @@ bool StepChannel::receive(std::vector<uint8_t>& msg) {
 }
 
 void StepChannel::finish() {
-  if (group_->rank() == 0) return send_shutdown();
+  if (group_->rank() == 0) {
+    uint64_t head[2] = {kShutdown, 0};
+    if (!shut_down_) header(head);
+    shut_down_ = true;
+    return;
+  }
   std::vector<uint8_t> msg;
   DI_REQUIRE(shut_down_ || !receive(msg),
              "the run ended on a follower while the leader still sent a ", msg.size(),
              "-byte step message; the shutdown message was expected");
-}
-
-std::vector<int> World::local_pids() const {
-  std::vector<int> pids(size_t(group_->size()), 0);
-  pids[size_t(group_->rank())] = int(getpid());
-  return pids;
 }
 
 std::unique_ptr<World> init_world(const WorldOptions& options) {

@@ -48,8 +48,6 @@ struct WorldOptions {
   double join_timeout_s = 60;
   // How long finish() waits for followers to exit after the shutdown message.
   double exit_timeout_s = 30;
-  // The leader removes the segment name and re-raises on SIGINT/SIGTERM.
-  bool handle_signals = true;
 };
 
 // Leader to followers, one message per step, as broadcasts from rank 0 on a group of its own,
@@ -61,13 +59,12 @@ class StepChannel {
   virtual ~StepChannel() = default;
   // Leader only. May block until every follower is in receive().
   void send(std::span<const uint8_t> msg);
-  // Leader only: the last message; receive() returns false for it.
-  void send_shutdown();
   // Followers only. Blocks for the next message; false when it is the shutdown message.
   bool receive(std::vector<uint8_t>& msg);
   bool shut_down() const { return shut_down_; }
-  // This side's end of the run: the leader sends the shutdown message if not sent yet; a
-  // follower receives it if it has not arrived yet, and throws if a step message arrives instead.
+  // This side's end of the run: the leader sends the shutdown message (the last message;
+  // receive() returns false for it) if not sent yet; a follower receives it if it has not
+  // arrived yet, and throws if a step message arrives instead.
   void finish();
 
  protected:
@@ -77,7 +74,6 @@ class StepChannel {
   std::unique_ptr<Group> group_;
 
  private:
-  void require_leader() const;
   bool shut_down_ = false;
 };
 
@@ -96,9 +92,6 @@ class World {
   // it has not arrived yet (any other message then is an error). Followers should exit soon
   // after: the leader's finish() waits for that.
   virtual void finish() { channel_->finish(); }
-  // Process ids of the ranks on this host, by rank, as far as this rank knows them (the shm
-  // backend knows all; the others only their own, 0 elsewhere).
-  virtual std::vector<int> local_pids() const;
   // The first rank found dead, described ("rank 1 (pid ...) exited with ..."), or empty while
   // all are alive or when the backend cannot tell between collectives. From the thread that
   // runs the collectives.

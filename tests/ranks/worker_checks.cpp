@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "ranks/serial.h"
+#include "util/subgroup.h"
 #include "worker.h"
 
 namespace deepinfer::ranks::test {
@@ -235,7 +236,7 @@ void check_subgroups(Group& world, size_t slot_bytes) {
   // An explicit list, in a chosen order: the last rank first, then rank 0.
   if (n >= 2) {
     const int list[] = {n - 1, 0};
-    std::unique_ptr<Group> pair = world.subgroup(list);
+    std::unique_ptr<Group> pair = subgroup(world, list);
     if (me == n - 1 || me == 0) {
       WORKER_CHECK(pair && pair->size() == 2 && pair->rank() == (me == 0 ? 1 : 0), "subgroup");
       check_all_reduce(*pair, 2 * (slot_bytes / 4) + 3, 4000);
@@ -284,7 +285,7 @@ void check_channel(World& w, int n_messages, size_t piece_bytes) {
         WORKER_CHECK(x == float(i) * float(g.size()), "all_reduce between messages");
       }
     }
-    w.channel().send_shutdown();
+    w.channel().finish();
     std::printf("rank 0 sent %d messages\n", n_messages);
     return;
   }

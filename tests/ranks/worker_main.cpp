@@ -47,8 +47,10 @@ void scenario_kill(World& w, const Args& a) {
   const bool big = a.get_int("big", 0) != 0;
   const size_t piece = size_t(a.get_int("piece", 256 << 10));
   std::vector<uint8_t> msg(big ? 5 * piece : 100, 0x42);
+  std::vector<int> pids(size_t(w.size()));
+  const int me = int(getpid());
+  w.group().all_gather(&me, sizeof me, pids.data());
   if (w.is_leader()) {
-    const std::vector<int> pids = w.local_pids();
     for (int i = 0; i < at + 1000; ++i) {
       w.channel().send(msg);
       if (!big) sleep_ms(20);
@@ -99,10 +101,6 @@ void scenario_env(World& w, const Args& a, int argc, char** argv) {
       w.group().all_gather_v({reinterpret_cast<const uint8_t*>(joined.data()), joined.size()});
   for (const auto& other : all)
     WORKER_CHECK(std::string(other.begin(), other.end()) == joined, "arguments differ by rank");
-  std::vector<int> pids(size_t(w.size()));
-  const int me = int(getpid());
-  w.group().all_gather(&me, sizeof me, pids.data());
-  WORKER_CHECK(pids == w.local_pids(), "local_pids disagrees with the pids the ranks report");
   say(str_cat("rank ", w.rank(), " ok env"));
 }
 

@@ -15,6 +15,29 @@
 namespace deepinfer {
 namespace {
 
+// The f16 encoder (RNE, IEEE overflow to infinity, gradual underflow): DeepInfer only decodes
+// f16, so the encoder lives here, for the round trip of every code.
+uint32_t shift_rne(uint32_t m, int s) {
+  if (s >= 32) return 0;
+  const uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
+  return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return sign | 0x7e00;   // NaN
+  if (ax >= 0x477ff000u) return sign | 0x7c00;  // rounds to infinity (>= 65520)
+  const uint32_t e = ax >> 23, mant = ax & 0x7fffff;
+  if (e < 113) {              // below 2^-14: subnormal half
+    if (e == 0) return sign;  // fp32 subnormals are far below
+    return sign | uint16_t(shift_rne(mant | 0x800000, 126 - int(e)));
+  }
+  // The rebased exponent and the mantissa rounded together: a carry bumps the exponent.
+  return sign | uint16_t(shift_rne(((e - 112) << 23) | mant, 13));
+}
+
 // Positive finite values of a format, indexed by code, for the slow reference encoder.
 struct Grid {
   std::vector<double> value;  // value[code], ascending

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/region_timer.h"
-#include "core/tensor.h"
 #include "core/thread_pool.h"
+#include "util/tensor_view.h"
 
 namespace deepinfer {
 namespace {

@@ -17,7 +17,6 @@ TEST(CpBlockPools, BlocksComeFromPoolsInTurn) {
   EXPECT_EQ(p.reachable_blocks(1), 3);  // blocks 1 (rank 1), 2 (rank 2), then rank 0 is empty
   EXPECT_EQ(p.reachable_blocks(0), 0);
   EXPECT_EQ(p.num_used(), 2);
-  EXPECT_EQ(p.num_free(), 4);
 }
 
 TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
@@ -41,7 +40,6 @@ TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
 
 TEST(StepMessage, RoundTrip) {
   SchedOutput out;
-  out.step = 42;
   SchedSeq q;
   q.seq_id = 7;
   q.slot = 3;
@@ -56,7 +54,6 @@ TEST(StepMessage, RoundTrip) {
   const auto bytes = encode_sched_output(out);
   const SchedOutput back = decode_sched_output(bytes);
   ASSERT_EQ(back.seqs.size(), 1u);
-  EXPECT_EQ(back.step, 42u);
   EXPECT_EQ(back.seqs[0].tokens, q.tokens);
   EXPECT_EQ(back.seqs[0].new_blocks, q.new_blocks);
   EXPECT_EQ(back.seqs[0].start_pos, 100);

@@ -22,9 +22,12 @@ int64_t drive(Scheduler& s, const SchedulerConfig& cfg, std::map<RequestId, int6
     s.schedule(out);
     EXPECT_FALSE(out.empty()) << "no progress at step " << steps;
     if (out.empty()) break;
-    EXPECT_LE(out.rows(), cfg.max_num_batched_tokens);
-    int64_t prompt_rows = 0;
-    for (const auto& q : out.seqs) prompt_rows += q.decode ? 0 : int64_t(q.tokens.size());
+    int64_t rows = 0, prompt_rows = 0;
+    for (const auto& q : out.seqs) {
+      rows += int64_t(q.tokens.size()) + q.n_padding;
+      prompt_rows += q.decode ? 0 : int64_t(q.tokens.size());
+    }
+    EXPECT_LE(rows, cfg.max_num_batched_tokens);
     EXPECT_LE(prompt_rows, cfg.max_num_prefill_tokens);
     EXPECT_LE(int64_t(out.seqs.size()), cfg.max_num_seqs);
     std::vector<int32_t> sampled;

@@ -76,8 +76,8 @@ TEST(Footprint, ReleasedKvCache) {
   // add one row of each per 2 tokens, (288 + 68) / 2 = 178 bytes per token each; layer 20
   // (r = 1) adds 356. Total 3 * 178 + 356 = 890 bytes per token.
   EXPECT_EQ(k.bytes_per_token, 890.0);
-  EXPECT_EQ(k.compressed_row_bytes, 4 * 288);
-  EXPECT_EQ(k.index_row_bytes, 4 * 68);
+  EXPECT_EQ(compressed_kv_row_bytes(512), 288);
+  EXPECT_EQ(index_key_row_bytes(128), 68);
   // Window rings: 40 layers x 128 slots x (512 e4m3 + 16 e8m0) bytes.
   EXPECT_EQ(k.window_bytes, 40 * 128 * 528);
   // Compressor carries at the three r = 2 sources: fp32 k and g rows for 2 positions of 512.

@@ -14,9 +14,9 @@
 #include "core/error.h"
 #include "ranks/group.h"
 #include "ranks/launch.h"
-#include "ranks/liveness.h"
 #include "ranks/shm.h"
 #include "ranks/world.h"
+#include "util/subgroup.h"
 
 namespace deepinfer::ranks {
 namespace {
@@ -94,10 +94,10 @@ TEST(SingleGroup, CollectivesAreCopiesOrNothing) {
 TEST(SingleGroup, SubgroupValidatesItsList) {
   auto g = make_single_group();
   const int ok[] = {0}, outside[] = {1}, twice[] = {0, 0};
-  EXPECT_NE(g->subgroup(ok), nullptr);
-  EXPECT_THROW(g->subgroup(outside), Error);
-  EXPECT_THROW(g->subgroup(twice), Error);
-  EXPECT_THROW(g->subgroup(std::span<const int>()), Error);
+  EXPECT_NE(subgroup(*g, ok), nullptr);
+  EXPECT_THROW(subgroup(*g, outside), Error);
+  EXPECT_THROW(subgroup(*g, twice), Error);
+  EXPECT_THROW(subgroup(*g, std::span<const int>()), Error);
 }
 
 TEST(World, WithoutLauncherOrSizeItIsASingleRank) {

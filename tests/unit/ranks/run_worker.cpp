@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "ranks/liveness.h"
+#include "ranks/launch.h"
 
 extern char** environ;
 
