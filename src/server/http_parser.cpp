@@ -243,7 +243,6 @@ void HttpParser::on_request_line(std::string_view line) {
   req_.version_minor = version[7] == '0' ? 0 : 1;
   req_.keep_alive = req_.version_minor >= 1;
   req_.method = method;
-  req_.target = target;
   std::string_view path = target;
   if (target.empty()) return malformed("The request target is empty.");
   if (target[0] != '/' && target != "*") {
@@ -257,10 +256,8 @@ void HttpParser::on_request_line(std::string_view line) {
     if (at == 0) return malformed("The request target has no host.");
     path = at == std::string_view::npos ? std::string_view("/") : rest.substr(at);
   }
-  const size_t q = path.find('?');
-  req_.path = path.substr(0, q);
+  req_.path = path.substr(0, path.find('?'));
   if (req_.path.empty()) req_.path = "/";
-  if (q != std::string_view::npos) req_.query = path.substr(q + 1);
   phase_ = Phase::kHeaderLines;
 }
 
