@@ -153,12 +153,8 @@ ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
 }
 
 void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {
-  const std::string piece = text_.substr(sent_, end - sent_);
+  const std::string text = text_.substr(sent_, end - sent_);
   sent_ = end;
-  route(piece, d, final);
-}
-
-void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
   if (!parser_ || parser_failed_) {
     d->content += text;
     return;
