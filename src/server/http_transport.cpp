@@ -69,20 +69,14 @@ void compact(std::string& buf, size_t& used, size_t at_least) {
   }
 }
 
-// The Date header's value, formatted once a second.
-const std::string& http_date() {
-  static std::string text;
-  static time_t at = 0;
+// The Date header's value.
+std::string http_date() {
   const time_t now = time(nullptr);
-  if (now != at) {
-    at = now;
-    tm t{};
-    gmtime_r(&now, &t);
-    char buf[64];
-    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
-    text = buf;
-  }
-  return text;
+  tm t{};
+  gmtime_r(&now, &t);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
+  return buf;
 }
 
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
