@@ -118,19 +118,6 @@ bool gzip(std::string_view in, std::string* out) {
   return rc == Z_STREAM_END;
 }
 
-std::string head(int status, std::string_view content_type, const Headers& extra, bool keep_alive,
-                 double idle_timeout_s) {
-  std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
-  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
-  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
-  h += "Date: " + http_date() + "\r\n";
-  if (keep_alive)
-    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
-  else
-    h += "Connection: close\r\n";
-  return h + "\r\n";
-}
-
 }  // namespace
 
 class Connection {
@@ -208,7 +195,16 @@ void Exchange::send_head(int status, std::string_view content_type, const Header
   Connection& c = *conn_;
   Transport& t = c.t;
   keep_alive_ = can_keep_alive && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
-  t.queue(c, head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s));
+  std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
+  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
+  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
+  h += "Date: " + http_date() + "\r\n";
+  if (keep_alive_)
+    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(t.opt.idle_timeout_s),
+                 "\r\n");
+  else
+    h += "Connection: close\r\n";
+  t.queue(c, h + "\r\n");
   head_sent_ = true;
   if (t.on_status) t.on_status(status);
 }
@@ -547,8 +543,7 @@ void Transport::process(Connection& c) {
 
 void Transport::dispatch(Connection& c, HttpRequest req) {
   c.phase = Phase::kServing;
-  std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
-  ex->conn_ = &c;
+  std::shared_ptr<Exchange> ex(new Exchange(std::move(req), c));
   c.current = ex;
   if (ex->request_.body_too_large) {
     // Read to its end (so the client sees this), but not kept.
@@ -572,12 +567,12 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
 // A request that cannot be served: its error, then the connection closes.
 void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
                      Headers extra) {
-  const std::string body = error_body(ApiError(status, message, {}, code));
-  extra.emplace_back("Content-Length", std::to_string(body.size()));
-  queue(c, head(status, "application/json", extra, false, 0) + body);
-  if (on_status) on_status(status);
-  c.phase = Phase::kClosing;
-  if (flush(c)) settle(c);
+  // No request to answer (it could not be read): an exchange of its own.
+  std::shared_ptr<Exchange> ex(new Exchange({}, c));
+  c.current = ex;
+  ex->force_close_ = true;
+  ex->respond(status, "application/json", error_body(ApiError(status, message, {}, code)),
+              std::move(extra));
 }
 
 void Transport::finished(Connection& c, bool keep_alive) {

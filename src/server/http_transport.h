@@ -75,7 +75,7 @@ class Exchange {
 
  private:
   friend class Transport;
-  explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
+  Exchange(HttpRequest r, Connection& c) : request_(std::move(r)), conn_(&c) {}
   void detach() {
     conn_ = nullptr;
     drained_ = nullptr;
