@@ -181,17 +181,14 @@ void EngineLoop::run() {
     }
     if (engine_.has_unfinished() && !failed_) {
       try {
-        std::vector<TokenEvent> events = engine_.step();
-        route(events);
-        finish_outputs(FinishReason::None);
+        route(engine_.step());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: engine step failed, ending %zu requests: %s\n",
                      live_.size(), e.what());
         fail(e.what());
       }
-    } else {
-      finish_outputs(FinishReason::None);  // requests aborted before their first step
     }
+    finish_outputs(FinishReason::None);  // also requests aborted before their first step
     publish_gauges();
     if (stopping && live_.empty() && (failed_ || !engine_.has_unfinished())) break;
   }
@@ -222,7 +219,7 @@ void EngineLoop::admit(Submission& s) {
   s.call->admit(error);
 }
 
-void EngineLoop::route(std::vector<TokenEvent>& events) {
+void EngineLoop::route(std::vector<TokenEvent> events) {
   const auto now = std::chrono::steady_clock::now();
   for (TokenEvent& ev : events) {
     auto it = live_.find(ev.id);

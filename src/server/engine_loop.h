@@ -165,7 +165,7 @@ class EngineLoop {
   // Applies `change` to the queues under mu_, then wakes the engine thread.
   void wake(const std::function<void()>& change);
   void admit(Submission& s);
-  void route(std::vector<TokenEvent>& events);
+  void route(std::vector<TokenEvent> events);
   void finish_outputs(FinishReason override_reason);
   void publish_gauges();
 
