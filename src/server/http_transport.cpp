@@ -232,13 +232,12 @@ void Exchange::begin_stream(int status, std::string_view content_type, Headers e
   chunked_ = request_.version_minor >= 1;
   if (chunked_) extra.emplace_back("Transfer-Encoding", "chunked");
   send_head(status, content_type, extra, chunked_);
-  streaming_ = true;
   Connection& c = *conn_;
   if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::write(std::string_view data) {
-  if (!conn_ || !streaming_ || complete_ || data.empty()) return;
+  if (!conn_ || !head_sent_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
   if (chunked_) c.t.queue(c, str_cat(std::hex, data.size(), "\r\n"));
   c.t.queue(c, data);
@@ -247,7 +246,7 @@ void Exchange::write(std::string_view data) {
 }
 
 void Exchange::end_stream() {
-  if (!conn_ || !streaming_ || complete_) return;
+  if (!conn_ || !head_sent_ || complete_) return;
   Connection& c = *conn_;
   if (chunked_) c.t.queue(c, "0\r\n\r\n");
   complete_ = true;

@@ -87,7 +87,7 @@ class Exchange {
 
   HttpRequest request_;
   Connection* conn_ = nullptr;
-  bool head_sent_ = false, complete_ = false, streaming_ = false, chunked_ = false;
+  bool head_sent_ = false, complete_ = false, chunked_ = false;
   bool keep_alive_ = false;   // decided with the head
   bool force_close_ = false;  // the connection closes after this response
   std::function<void()> hangup_, drained_;
