@@ -52,7 +52,8 @@ struct ApiServer::CallContext {
   std::shared_ptr<Exchange> ex;
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
-  bool stream = false, admitted = false, finished = false, cancelled = false;
+  // finished: answered, or the client left.
+  bool stream = false, admitted = false, finished = false;
 };
 
 // Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
@@ -230,7 +231,7 @@ void ApiServer::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
 
 void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, const ApiRequest& ar) {
   CallContext& c = *ctx;
-  if (c.cancelled) return;  // the client left while the request was parsed
+  if (c.finished) return;  // the client left while the request was parsed
   // Checked here, on the event thread where the drain is counted: a shutdown that began
   // meanwhile either waits for this call or is seen here.
   if (loop.failed()) return send_error(*c.ex, engine_failed());
@@ -258,7 +259,7 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, const ApiReq
 // and when a slow client's output has drained.
 void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   CallContext& c = *ctx;
-  if (c.finished || c.cancelled) return;
+  if (c.finished) return;
   std::string out;
   auto frame = [&](const std::string& chunk) {
     if (!chunk.empty()) out += "data: " + chunk + "\n\n";
@@ -319,8 +320,7 @@ void ApiServer::end_call(CallContext& c) {
 }
 
 void ApiServer::disconnect(CallContext& c) {
-  if (c.cancelled || c.finished) return;
-  c.cancelled = true;
+  if (c.finished) return;
   if (c.call) loop.cancel(c.call);
   metrics.client_disconnected();
   end_call(c);
