@@ -327,14 +327,13 @@ int Transport::bind() {
     }
   }
   spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  accepting = true;
   return bound;
 }
 
 void Transport::run() {
   DI_REQUIRE(epoll_fd >= 0, "Transport::run() needs bind() first");
   epoll_event events[128];
-  while (accepting || !ending || !conns.empty()) {
+  while (listen_fd >= 0 || !ending || !conns.empty()) {
     Clock::time_point next = Clock::now() + std::chrono::seconds(60);
     if (!deadlines.empty()) next = std::min(next, deadlines.begin()->first);
     if (!timers.empty()) next = std::min(next, timers.begin()->first);
@@ -343,7 +342,7 @@ void Transport::run() {
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenId) {
-        if (accepting) accept_all();
+        if (listen_fd >= 0) accept_all();
       } else if (id == kWakeId) {
         uint64_t count;
         while (read(wake_fd, &count, sizeof(count)) > 0) {
@@ -706,7 +705,6 @@ void Transport::stop_accepting() {
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
   ::close(listen_fd);
   listen_fd = -1;
-  accepting = false;
 }
 
 void Transport::end_keep_alive() {

@@ -149,7 +149,7 @@ class Transport {
   Handler handler;
   std::function<void(int)> on_status;
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
-  bool accepting = false, ending = false;
+  bool ending = false;
   uint64_t next_id = 2;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
   std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop
