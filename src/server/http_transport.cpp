@@ -543,14 +543,8 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
   c.phase = Phase::kServing;
   std::shared_ptr<Exchange> ex(new Exchange(std::move(req), c));
   c.current = ex;
-  if (ex->request_.body_too_large) {
-    // Read to its end (so the client sees this), but not kept.
-    ex->force_close_ = true;
-    ex->respond(413, "application/json",
-                error_body(ApiError(413, body_too_large_message(opt.limits.max_body_bytes), {},
-                                    "request_too_large")));
-    return;
-  }
+  if (ex->request_.body_too_large)  // read to its end (so that the client sees this), not kept
+    return fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
   try {
     handler(ex);
   } catch (const std::exception& e) {
@@ -565,9 +559,9 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
 // A request that cannot be served: its error, then the connection closes.
 void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
                      Headers extra) {
-  // No request to answer (it could not be read): an exchange of its own.
-  std::shared_ptr<Exchange> ex(new Exchange({}, c));
-  c.current = ex;
+  // A request that could not be read gets an exchange of its own.
+  if (!c.current) c.current.reset(new Exchange({}, c));
+  const std::shared_ptr<Exchange> ex = c.current;
   ex->force_close_ = true;
   ex->respond(status, "application/json", error_body(ApiError(status, message, {}, code)),
               std::move(extra));
