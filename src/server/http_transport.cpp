@@ -457,10 +457,12 @@ void Transport::reject(int fd) {
   Connection* c = add(fd, true);
   if (!c) return;
   c->close_by = Clock::now() + seconds(kRejectSeconds);
-  fail(*c, 503,
-       str_cat("The server has reached its limit of ", opt.max_connections,
-               " open connections; retry later."),
-       "too_many_connections", {{"Retry-After", "1"}});
+  fail(*c,
+       {503,
+        str_cat("The server has reached its limit of ", opt.max_connections,
+                " open connections; retry later."),
+        "too_many_connections"},
+       {{"Retry-After", "1"}});
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {
@@ -520,15 +522,14 @@ void Transport::process(Connection& c) {
       const HttpRequest& r = c.parser.request();
       if (r.expect_continue && r.content_length && *r.content_length > opt.limits.max_body_bytes) {
         // Refused before the client sends it.
-        fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
+        fail(c, {413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large"});
       } else if (r.expect_continue && c.unparsed() == 0) {
         // The client waits for a go-ahead before sending the body, unless it already has.
         queue(c, "HTTP/1.1 100 Continue\r\n\r\n");
         flush(c);
       }
     } else if (s == HttpParser::State::kError) {
-      const ParseError e = c.parser.error();
-      fail(c, e.status, e.message, e.code);
+      fail(c, c.parser.error());
     } else if (s == HttpParser::State::kComplete) {
       HttpRequest req = c.parser.take_request();
       c.parser.reset();
@@ -544,7 +545,7 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
   std::shared_ptr<Exchange> ex(new Exchange(std::move(req), c));
   c.current = ex;
   if (ex->request_.body_too_large)  // read to its end (so that the client sees this), not kept
-    return fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
+    return fail(c, {413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large"});
   try {
     handler(ex);
   } catch (const std::exception& e) {
@@ -557,13 +558,12 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
 }
 
 // A request that cannot be served: its error, then the connection closes.
-void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
-                     Headers extra) {
+void Transport::fail(Connection& c, const ParseError& e, Headers extra) {
   // A request that could not be read gets an exchange of its own.
   if (!c.current) c.current.reset(new Exchange({}, c));
   const std::shared_ptr<Exchange> ex = c.current;
   ex->force_close_ = true;
-  ex->respond(status, "application/json", error_body(ApiError(status, message, {}, code)),
+  ex->respond(e.status, "application/json", error_body(ApiError(e.status, e.message, {}, e.code)),
               std::move(extra));
 }
 
@@ -666,9 +666,9 @@ void Transport::on_deadline(Connection& c) {
     return close(c);  // a client that does not read what it asked for is treated as gone
   if (c.phase == Phase::kIdle || c.phase == Phase::kLinger) return close(c);
   if (c.phase == Phase::kReading)
-    return fail(c, 408,
-                str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-                "request_timeout");
+    return fail(c,
+                {408, str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                 "request_timeout"});
   update(c);
 }
 

@@ -132,8 +132,7 @@ class Transport {
   void process(Connection& c);
   void dispatch(Connection& c, HttpRequest req);
   // Answers with an error, then closes.
-  void fail(Connection& c, int status, const std::string& message, const std::string& code,
-            Headers extra = {});
+  void fail(Connection& c, const ParseError& e, Headers extra = {});
   // Appends to the output (the write timeout runs from when output began to wait).
   void queue(Connection& c, std::string_view bytes);
   void finished(Connection& c, bool keep_alive);
