@@ -282,7 +282,7 @@ void HttpParser::on_header_line(std::string_view line) {
 }
 
 void HttpParser::on_headers_end() {
-  bool has_te = false, has_cl = false;
+  bool has_te = false;
   std::vector<std::string_view> codings;
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
@@ -290,7 +290,6 @@ void HttpParser::on_headers_end() {
       has_te = true;
       for (std::string_view e : list_elements(value)) codings.push_back(e);
     } else if (iequals(name, "content-length")) {
-      has_cl = true;
       auto not_a_count = [&](std::string_view v) {
         fail(400, str_cat("Content-Length '", quoted(v), "' is not a byte count (decimal digits)."),
              "invalid_content_length");
@@ -322,7 +321,7 @@ void HttpParser::on_headers_end() {
     if (req_.version_minor == 0)
       return fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.",
                   "invalid_transfer_encoding");
-    if (has_cl)
+    if (length)  // a Content-Length too
       return fail(400, "The request has both Transfer-Encoding and Content-Length.",
                   "invalid_content_length");
     req_.chunked = true;
