@@ -110,10 +110,7 @@ void EngineLoop::wake(const std::function<void()>& change) {
 void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
   {
     std::lock_guard lk(mu_);
-    for (Request& r : requests) {
-      r.id = next_id_++;
-      call->ids_.push_back(r.id);
-    }
+    for (Request& r : requests) r.id = next_id_++;
     if (!stop_) {
       submissions_.push_back({call, std::move(requests)});
       cv_.notify_all();
@@ -125,7 +122,7 @@ void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> 
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Call>& call) {
-  wake([&] { cancels_.insert(cancels_.end(), call->ids_.begin(), call->ids_.end()); });
+  wake([&] { cancels_.push_back(call); });
 }
 
 void EngineLoop::cancel_all() {
@@ -158,7 +155,7 @@ EngineGauges EngineLoop::gauges() const {
 void EngineLoop::run() {
   for (;;) {
     std::deque<Submission> subs;
-    std::vector<RequestId> cancels;
+    std::vector<std::shared_ptr<Call>> cancels;
     bool cancel_all = false, stopping = false;
     {
       std::unique_lock lk(mu_);
@@ -173,11 +170,8 @@ void EngineLoop::run() {
       for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
     }
     for (Submission& s : subs) s.call->signal();
-    if (cancel_all || stopping) {
-      for (const auto& [id, live] : live_) engine_.abort(id);
-    } else {
-      for (RequestId id : cancels) engine_.abort(id);
-    }
+    for (const auto& [id, live] : live_)
+      if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
     if (probe_ && !failed_) {
       const std::string dead = probe_();
       if (!dead.empty()) {
@@ -187,17 +181,14 @@ void EngineLoop::run() {
     }
     if (engine_.has_unfinished() && !failed_) {
       try {
-        std::vector<TokenEvent> events = engine_.step();
-        route(events);
-        finish_outputs(FinishReason::None);
+        route(engine_.step());
       } catch (const std::exception& e) {
         std::fprintf(stderr, "deepinfer: engine step failed, ending %zu requests: %s\n",
                      live_.size(), e.what());
         fail(e.what());
       }
-    } else {
-      finish_outputs(FinishReason::None);  // requests aborted before their first step
     }
+    finish_outputs(FinishReason::None);  // also requests aborted before their first step
     publish_gauges();
     if (stopping && live_.empty() && (failed_ || !engine_.has_unfinished())) break;
   }
@@ -228,7 +219,7 @@ void EngineLoop::admit(Submission& s) {
   s.call->admit(error);
 }
 
-void EngineLoop::route(std::vector<TokenEvent>& events) {
+void EngineLoop::route(std::vector<TokenEvent> events) {
   const auto now = std::chrono::steady_clock::now();
   for (TokenEvent& ev : events) {
     auto it = live_.find(ev.id);

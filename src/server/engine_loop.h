@@ -67,7 +67,6 @@ class Call {
   // Set by the engine thread at admission.
   bool admitted_ = false;
   std::string error_;
-  std::vector<RequestId> ids_;
   std::function<void()> notify_;
 };
 
@@ -166,7 +165,7 @@ class EngineLoop {
   // Applies `change` to the queues under mu_, then wakes the engine thread.
   void wake(const std::function<void()>& change);
   void admit(Submission& s);
-  void route(std::vector<TokenEvent>& events);
+  void route(std::vector<TokenEvent> events);
   void finish_outputs(FinishReason override_reason);
   void publish_gauges();
 
@@ -178,7 +177,7 @@ class EngineLoop {
   mutable std::mutex mu_;  // guards the queues, stop_ and failure_
   std::condition_variable cv_;
   std::deque<Submission> submissions_;
-  std::vector<RequestId> cancels_;
+  std::vector<std::shared_ptr<Call>> cancels_;
   bool cancel_all_ = false;
   bool stop_ = false;
 

@@ -243,7 +243,6 @@ void HttpParser::on_request_line(std::string_view line) {
   req_.version_minor = version[7] == '0' ? 0 : 1;
   req_.keep_alive = req_.version_minor >= 1;
   req_.method = method;
-  req_.target = target;
   std::string_view path = target;
   if (target.empty()) return malformed("The request target is empty.");
   if (target[0] != '/' && target != "*") {
@@ -257,10 +256,8 @@ void HttpParser::on_request_line(std::string_view line) {
     if (at == 0) return malformed("The request target has no host.");
     path = at == std::string_view::npos ? std::string_view("/") : rest.substr(at);
   }
-  const size_t q = path.find('?');
-  req_.path = path.substr(0, q);
+  req_.path = path.substr(0, path.find('?'));
   if (req_.path.empty()) req_.path = "/";
-  if (q != std::string_view::npos) req_.query = path.substr(q + 1);
   phase_ = Phase::kHeaderLines;
 }
 
@@ -285,7 +282,7 @@ void HttpParser::on_header_line(std::string_view line) {
 }
 
 void HttpParser::on_headers_end() {
-  bool has_te = false, has_cl = false;
+  bool has_te = false;
   std::vector<std::string_view> codings;
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
@@ -293,7 +290,6 @@ void HttpParser::on_headers_end() {
       has_te = true;
       for (std::string_view e : list_elements(value)) codings.push_back(e);
     } else if (iequals(name, "content-length")) {
-      has_cl = true;
       auto not_a_count = [&](std::string_view v) {
         fail(400, str_cat("Content-Length '", quoted(v), "' is not a byte count (decimal digits)."),
              "invalid_content_length");
@@ -325,7 +321,7 @@ void HttpParser::on_headers_end() {
     if (req_.version_minor == 0)
       return fail(400, "Transfer-Encoding is not allowed in an HTTP/1.0 request.",
                   "invalid_transfer_encoding");
-    if (has_cl)
+    if (length)  // a Content-Length too
       return fail(400, "The request has both Transfer-Encoding and Content-Length.",
                   "invalid_content_length");
     req_.chunked = true;

@@ -37,9 +37,7 @@ struct ParserLimits {
 
 struct HttpRequest {
   std::string method;     // as sent (case-sensitive, RFC 9110 §9.1)
-  std::string target;     // the request target as sent
-  std::string path;       // its path (origin or absolute form), without the query
-  std::string query;      // after '?', without it
+  std::string path;       // of the request target (origin or absolute form), without the query
   int version_minor = 1;  // HTTP/1.0 or HTTP/1.1
   std::vector<std::pair<std::string, std::string>> headers;  // names as sent, values trimmed
   std::string body;                                          // empty when body_too_large

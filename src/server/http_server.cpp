@@ -52,13 +52,8 @@ struct ApiServer::CallContext {
   std::shared_ptr<Exchange> ex;
   std::shared_ptr<Call> call;
   std::unique_ptr<ResponseBuilder> builder;
-  bool stream = false, admitted = false, finished = false, cancelled = false;
-};
-
-// A generation request as the worker prepared it.
-struct ApiServer::Prepared {
-  ApiRequest ar;
-  std::vector<Request> requests;
+  // finished: answered, or the client left.
+  bool stream = false, admitted = false, finished = false;
 };
 
 // Threads for the work a request brings (JSON parsing, tokenization), so that the event thread
@@ -230,42 +225,41 @@ void ApiServer::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
     if (auto c = w.lock()) disconnect(*c);
   });
   on_worker(ex, [this, ctx, ep](const std::string& body) -> std::function<void()> {
-    auto p = std::make_shared<Prepared>();
-    p->ar = parse_api_request(ep, body, info);
-    for (const auto& prompt : p->ar.prompts)
-      for (int32_t i = 0; i < p->ar.n; ++i) {
-        Request r;
-        r.prompt_ids = prompt;
-        r.params = p->ar.params;
-        if (p->ar.params.seed) r.params.seed = choice_seed(*p->ar.params.seed, i);
-        p->requests.push_back(std::move(r));
-      }
-    return [this, ctx, p] { start_call(ctx, std::move(*p)); };
+    return [this, ctx, ar = parse_api_request(ep, body, info)] { start_call(ctx, ar); };
   });
 }
 
-void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, Prepared p) {
+void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, const ApiRequest& ar) {
   CallContext& c = *ctx;
-  if (c.cancelled) return;  // the client left while the request was parsed
+  if (c.finished) return;  // the client left while the request was parsed
   // Checked here, on the event thread where the drain is counted: a shutdown that began
   // meanwhile either waits for this call or is seen here.
   if (loop.failed()) return send_error(*c.ex, engine_failed());
   if (draining) return send_error(*c.ex, shutting_down());
   calls.emplace(ctx.get(), ctx);
   c.call = std::make_shared<Call>();
-  c.stream = p.ar.stream;
-  const char* prefix = p.ar.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
-  c.builder = std::make_unique<ResponseBuilder>(p.ar, info, prefix + random_hex64(),
-                                                int64_t(time(nullptr)));
+  c.stream = ar.stream;
+  const char* prefix = ar.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  c.builder =
+      std::make_unique<ResponseBuilder>(ar, info, prefix + random_hex64(), int64_t(time(nullptr)));
   c.call->set_notify([this, pump_it = pumper(ctx)] { transport.post(pump_it); });
-  loop.submit(c.call, std::move(p.requests));
+  // Choices in prompt-major order, as the builder numbers them.
+  std::vector<Request> requests;
+  for (const auto& prompt : ar.prompts)
+    for (int32_t i = 0; i < ar.n; ++i) {
+      Request& r = requests.emplace_back();
+      r.prompt_ids = prompt;
+      r.params = ar.params;
+      if (ar.params.seed) r.params.seed = choice_seed(*ar.params.seed, i);
+    }
+  loop.submit(c.call, std::move(requests));
 }
 
 // Moves what the engine produced for the call to its client. Runs when the call's notify fired,
 // and when a slow client's output has drained.
 void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   CallContext& c = *ctx;
-  if (c.finished || c.cancelled) return;
+  if (c.finished) return;
   std::string out;
   auto frame = [&](const std::string& chunk) {
     if (!chunk.empty()) out += "data: " + chunk + "\n\n";
@@ -326,8 +320,7 @@ void ApiServer::end_call(CallContext& c) {
 }
 
 void ApiServer::disconnect(CallContext& c) {
-  if (c.cancelled || c.finished) return;
-  c.cancelled = true;
+  if (c.finished) return;
   if (c.call) loop.cancel(c.call);
   metrics.client_disconnected();
   end_call(c);

@@ -65,7 +65,6 @@ class ApiServer {
 
  private:
   struct CallContext;
-  struct Prepared;
   class Workers;
 
   void on_request(std::shared_ptr<http::Exchange> ex);
@@ -76,7 +75,7 @@ class ApiServer {
   void on_worker(const std::shared_ptr<http::Exchange>& ex,
                  std::function<std::function<void()>(const std::string& body)> job);
   void generate(Endpoint ep, const std::shared_ptr<http::Exchange>& ex);
-  void start_call(const std::shared_ptr<CallContext>& ctx, Prepared p);
+  void start_call(const std::shared_ptr<CallContext>& ctx, const ApiRequest& ar);
   void pump(const std::shared_ptr<CallContext>& ctx);
   // pump(ctx) while the call is still served.
   std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx);

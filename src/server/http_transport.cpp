@@ -69,20 +69,14 @@ void compact(std::string& buf, size_t& used, size_t at_least) {
   }
 }
 
-// The Date header's value, formatted once a second.
-const std::string& http_date() {
-  static std::string text;
-  static time_t at = 0;
+// The Date header's value.
+std::string http_date() {
   const time_t now = time(nullptr);
-  if (now != at) {
-    at = now;
-    tm t{};
-    gmtime_r(&now, &t);
-    char buf[64];
-    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
-    text = buf;
-  }
-  return text;
+  tm t{};
+  gmtime_r(&now, &t);
+  char buf[64];
+  strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
+  return buf;
 }
 
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
@@ -122,19 +116,6 @@ bool gzip(std::string_view in, std::string* out) {
   out->resize(zs.total_out);
   deflateEnd(&zs);
   return rc == Z_STREAM_END;
-}
-
-std::string head(int status, std::string_view content_type, const Headers& extra, bool keep_alive,
-                 double idle_timeout_s) {
-  std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
-  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
-  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
-  h += "Date: " + http_date() + "\r\n";
-  if (keep_alive)
-    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(idle_timeout_s), "\r\n");
-  else
-    h += "Connection: close\r\n";
-  return h + "\r\n";
 }
 
 }  // namespace
@@ -214,7 +195,16 @@ void Exchange::send_head(int status, std::string_view content_type, const Header
   Connection& c = *conn_;
   Transport& t = c.t;
   keep_alive_ = can_keep_alive && request_.keep_alive && !force_close_ && !t.ending && !c.peer_gone;
-  t.queue(c, head(status, content_type, extra, keep_alive_, t.opt.idle_timeout_s));
+  std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
+  if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
+  for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
+  h += "Date: " + http_date() + "\r\n";
+  if (keep_alive_)
+    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(t.opt.idle_timeout_s),
+                 "\r\n");
+  else
+    h += "Connection: close\r\n";
+  t.queue(c, h + "\r\n");
   head_sent_ = true;
   if (t.on_status) t.on_status(status);
 }
@@ -242,13 +232,12 @@ void Exchange::begin_stream(int status, std::string_view content_type, Headers e
   chunked_ = request_.version_minor >= 1;
   if (chunked_) extra.emplace_back("Transfer-Encoding", "chunked");
   send_head(status, content_type, extra, chunked_);
-  streaming_ = true;
   Connection& c = *conn_;
   if (c.t.flush(c)) c.t.settle(c);
 }
 
 void Exchange::write(std::string_view data) {
-  if (!conn_ || !streaming_ || complete_ || data.empty()) return;
+  if (!conn_ || !head_sent_ || complete_ || data.empty()) return;
   Connection& c = *conn_;
   if (chunked_) c.t.queue(c, str_cat(std::hex, data.size(), "\r\n"));
   c.t.queue(c, data);
@@ -257,7 +246,7 @@ void Exchange::write(std::string_view data) {
 }
 
 void Exchange::end_stream() {
-  if (!conn_ || !streaming_ || complete_) return;
+  if (!conn_ || !head_sent_ || complete_) return;
   Connection& c = *conn_;
   if (chunked_) c.t.queue(c, "0\r\n\r\n");
   complete_ = true;
@@ -338,14 +327,13 @@ int Transport::bind() {
     }
   }
   spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  accepting = true;
   return bound;
 }
 
 void Transport::run() {
   DI_REQUIRE(epoll_fd >= 0, "Transport::run() needs bind() first");
   epoll_event events[128];
-  while (accepting || !ending || !conns.empty()) {
+  while (listen_fd >= 0 || !ending || !conns.empty()) {
     Clock::time_point next = Clock::now() + std::chrono::seconds(60);
     if (!deadlines.empty()) next = std::min(next, deadlines.begin()->first);
     if (!timers.empty()) next = std::min(next, timers.begin()->first);
@@ -354,7 +342,7 @@ void Transport::run() {
     for (int i = 0; i < n; ++i) {
       const uint64_t id = events[i].data.u64;
       if (id == kListenId) {
-        if (accepting) accept_all();
+        if (listen_fd >= 0) accept_all();
       } else if (id == kWakeId) {
         uint64_t count;
         while (read(wake_fd, &count, sizeof(count)) > 0) {
@@ -469,10 +457,12 @@ void Transport::reject(int fd) {
   Connection* c = add(fd, true);
   if (!c) return;
   c->close_by = Clock::now() + seconds(kRejectSeconds);
-  fail(*c, 503,
-       str_cat("The server has reached its limit of ", opt.max_connections,
-               " open connections; retry later."),
-       "too_many_connections", {{"Retry-After", "1"}});
+  fail(*c,
+       {503,
+        str_cat("The server has reached its limit of ", opt.max_connections,
+                " open connections; retry later."),
+        "too_many_connections"},
+       {{"Retry-After", "1"}});
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {
@@ -532,15 +522,14 @@ void Transport::process(Connection& c) {
       const HttpRequest& r = c.parser.request();
       if (r.expect_continue && r.content_length && *r.content_length > opt.limits.max_body_bytes) {
         // Refused before the client sends it.
-        fail(c, 413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large");
+        fail(c, {413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large"});
       } else if (r.expect_continue && c.unparsed() == 0) {
         // The client waits for a go-ahead before sending the body, unless it already has.
         queue(c, "HTTP/1.1 100 Continue\r\n\r\n");
         flush(c);
       }
     } else if (s == HttpParser::State::kError) {
-      const ParseError e = c.parser.error();
-      fail(c, e.status, e.message, e.code);
+      fail(c, c.parser.error());
     } else if (s == HttpParser::State::kComplete) {
       HttpRequest req = c.parser.take_request();
       c.parser.reset();
@@ -553,17 +542,10 @@ void Transport::process(Connection& c) {
 
 void Transport::dispatch(Connection& c, HttpRequest req) {
   c.phase = Phase::kServing;
-  std::shared_ptr<Exchange> ex(new Exchange(std::move(req)));
-  ex->conn_ = &c;
+  std::shared_ptr<Exchange> ex(new Exchange(std::move(req), c));
   c.current = ex;
-  if (ex->request_.body_too_large) {
-    // Read to its end (so the client sees this), but not kept.
-    ex->force_close_ = true;
-    ex->respond(413, "application/json",
-                error_body(ApiError(413, body_too_large_message(opt.limits.max_body_bytes), {},
-                                    "request_too_large")));
-    return;
-  }
+  if (ex->request_.body_too_large)  // read to its end (so that the client sees this), not kept
+    return fail(c, {413, body_too_large_message(opt.limits.max_body_bytes), "request_too_large"});
   try {
     handler(ex);
   } catch (const std::exception& e) {
@@ -576,14 +558,13 @@ void Transport::dispatch(Connection& c, HttpRequest req) {
 }
 
 // A request that cannot be served: its error, then the connection closes.
-void Transport::fail(Connection& c, int status, const std::string& message, const std::string& code,
-                     Headers extra) {
-  const std::string body = error_body(ApiError(status, message, {}, code));
-  extra.emplace_back("Content-Length", std::to_string(body.size()));
-  queue(c, head(status, "application/json", extra, false, 0) + body);
-  if (on_status) on_status(status);
-  c.phase = Phase::kClosing;
-  if (flush(c)) settle(c);
+void Transport::fail(Connection& c, const ParseError& e, Headers extra) {
+  // A request that could not be read gets an exchange of its own.
+  if (!c.current) c.current.reset(new Exchange({}, c));
+  const std::shared_ptr<Exchange> ex = c.current;
+  ex->force_close_ = true;
+  ex->respond(e.status, "application/json", error_body(ApiError(e.status, e.message, {}, e.code)),
+              std::move(extra));
 }
 
 void Transport::finished(Connection& c, bool keep_alive) {
@@ -685,9 +666,9 @@ void Transport::on_deadline(Connection& c) {
     return close(c);  // a client that does not read what it asked for is treated as gone
   if (c.phase == Phase::kIdle || c.phase == Phase::kLinger) return close(c);
   if (c.phase == Phase::kReading)
-    return fail(c, 408,
-                str_cat("The request was not received within ", opt.request_timeout_s, " s."),
-                "request_timeout");
+    return fail(c,
+                {408, str_cat("The request was not received within ", opt.request_timeout_s, " s."),
+                 "request_timeout"});
   update(c);
 }
 
@@ -718,7 +699,6 @@ void Transport::stop_accepting() {
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
   ::close(listen_fd);
   listen_fd = -1;
-  accepting = false;
 }
 
 void Transport::end_keep_alive() {

@@ -75,7 +75,7 @@ class Exchange {
 
  private:
   friend class Transport;
-  explicit Exchange(HttpRequest r) : request_(std::move(r)) {}
+  Exchange(HttpRequest r, Connection& c) : request_(std::move(r)), conn_(&c) {}
   void detach() {
     conn_ = nullptr;
     drained_ = nullptr;
@@ -87,7 +87,7 @@ class Exchange {
 
   HttpRequest request_;
   Connection* conn_ = nullptr;
-  bool head_sent_ = false, complete_ = false, streaming_ = false, chunked_ = false;
+  bool head_sent_ = false, complete_ = false, chunked_ = false;
   bool keep_alive_ = false;   // decided with the head
   bool force_close_ = false;  // the connection closes after this response
   std::function<void()> hangup_, drained_;
@@ -132,8 +132,7 @@ class Transport {
   void process(Connection& c);
   void dispatch(Connection& c, HttpRequest req);
   // Answers with an error, then closes.
-  void fail(Connection& c, int status, const std::string& message, const std::string& code,
-            Headers extra = {});
+  void fail(Connection& c, const ParseError& e, Headers extra = {});
   // Appends to the output (the write timeout runs from when output began to wait).
   void queue(Connection& c, std::string_view bytes);
   void finished(Connection& c, bool keep_alive);
@@ -149,7 +148,7 @@ class Transport {
   Handler handler;
   std::function<void(int)> on_status;
   int listen_fd = -1, epoll_fd = -1, wake_fd = -1, spare_fd = -1;
-  bool accepting = false, ending = false;
+  bool ending = false;
   uint64_t next_id = 2;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
   std::vector<std::unique_ptr<Connection>> dead;  // closed during this turn of the loop

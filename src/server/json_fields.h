@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <string_view>
 
 #include "server/api_request.h"
 

@@ -536,14 +536,14 @@ ChatOptions parse_chat_options(const Json& j, OutputShape* shape) {
   return o;
 }
 
-std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, ChatOptions* options,
-                                        OutputShape* shape) {
+// The prompt of a chat request; `shape` gets its output shape (after_thinking: in thinking mode).
+std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, OutputShape* shape) {
   const Tokenizer& tok = need_tokenizer(info, "messages", "the chat API");
   const std::vector<ChatMessage> messages = parse_messages(j);
-  *options = parse_chat_options(j, shape);
+  const ChatOptions options = parse_chat_options(j, shape);
   std::string text;
   try {
-    text = encode_chat(messages, *options);
+    text = encode_chat(messages, options);
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages", "invalid_value");
   }
@@ -679,10 +679,9 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body, const Mod
   r.model = check_model(j, info);
   OutputShape shape;
   if (endpoint == Endpoint::kChat) {
-    ChatOptions options;
-    r.prompts.push_back(encode_chat_prompt(j, info, &options, &shape));
+    r.prompts.push_back(encode_chat_prompt(j, info, &shape));
     r.chat.enabled = true;
-    r.chat.thinking = options.thinking;
+    r.chat.thinking = shape.after_thinking;
   } else {
     r.prompts = parse_prompts(j, info);
     parse_response_format(j, &shape);
@@ -709,9 +708,8 @@ std::vector<int32_t> parse_tokenize_request(std::string_view body, const ModelIn
     throw ApiError(400, "Give exactly one of 'prompt' or 'messages'.",
                    has_prompt ? "messages" : "prompt", "invalid_value");
   if (has_messages) {
-    ChatOptions options;
     OutputShape shape;
-    return encode_chat_prompt(j, info, &options, &shape);
+    return encode_chat_prompt(j, info, &shape);
   }
   const Json& p = *find_field(j, "prompt");
   if (p.is_array()) return token_list(p, "prompt", info.vocab_size);

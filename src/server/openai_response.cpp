@@ -12,13 +12,6 @@ namespace deepinfer::server {
 
 namespace {
 
-// Length of the longest suffix of `text` that is a proper prefix of `stop`.
-size_t partial_stop_suffix(const std::string& text, const std::string& stop) {
-  for (size_t n = std::min(text.size(), stop.size() - 1); n > 0; --n)
-    if (text.compare(text.size() - n, n, stop, 0, n) == 0) return n;
-  return 0;
-}
-
 // A token as text for logprobs: its bytes (which may be part of a character; the dump repairs
 // them), or "token_id:N" without a tokenizer.
 std::string token_text(const Tokenizer* tok, int32_t id) {
@@ -136,8 +129,8 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
   size_t end = text_.size();
   for (const std::string& stop : stops_) {
     const size_t at = text_.find(stop, sent_);
-    end = std::min(end,
-                   at != std::string::npos ? at : text_.size() - partial_stop_suffix(text_, stop));
+    end = std::min(
+        end, at != std::string::npos ? at : text_.size() - partial_marker_suffix(text_, {stop}));
   }
   if (end > sent_) release(end, &d, false);
   return d.has_output() ? with_pending(std::move(d)) : d;
@@ -160,12 +153,8 @@ ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
 }
 
 void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {
-  const std::string piece = text_.substr(sent_, end - sent_);
+  const std::string text = text_.substr(sent_, end - sent_);
   sent_ = end;
-  route(piece, d, final);
-}
-
-void ChoiceDecoder::route(const std::string& text, ChoiceDelta* d, bool final) {
   if (!parser_ || parser_failed_) {
     d->content += text;
     return;

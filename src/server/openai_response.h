@@ -66,9 +66,8 @@ class ChoiceDecoder {
   bool has_tool_calls() const { return num_tool_calls_ > 0; }
 
  private:
-  // Sends text[sent_, end) onwards (into the chat parser in chat mode).
+  // Sends text_[sent_, end) on: as content, or through the chat parser in chat mode.
   void release(size_t end, ChoiceDelta* d, bool final);
-  void route(const std::string& text, ChoiceDelta* d, bool final);
   // The ids and logprobs waiting, with `d` after them; nothing waits after.
   ChoiceDelta with_pending(ChoiceDelta&& d);
 

@@ -70,8 +70,13 @@ Expr output_shape_expr(const OutputShape& s) {
   return body;
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity)
-    : vocab_(std::move(vocab)), capacity_(std::max<size_t>(capacity, 1)) {}
+std::shared_ptr<const Grammar> GrammarCache::find(const std::string& key) {
+  const auto it =
+      std::find_if(lru_.begin(), lru_.end(), [&](const auto& e) { return e.first == key; });
+  if (it == lru_.end()) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it);
+  return it->second;
+}
 
 std::shared_ptr<const Grammar> GrammarCache::get(const OutputShape& s) {
   if (s.kind == OutputShape::Kind::kFree) return nullptr;
@@ -80,21 +85,14 @@ std::shared_ptr<const Grammar> GrammarCache::get(const OutputShape& s) {
   for (const ToolSpec& t : s.tools) key += str_cat("\n", t.name, "\n", t.parameters_json);
   {
     std::lock_guard lk(mu_);
-    if (auto it = index_.find(key); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
-    }
+    if (auto g = find(key)) return g;
   }
   // Compiled outside the lock (a large schema takes a while); a race compiles it twice.
   std::shared_ptr<const Grammar> g = Grammar::compile(output_shape_expr(s), vocab_);
   std::lock_guard lk(mu_);
-  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
-  lru_.emplace_front(key, g);
-  index_[key] = lru_.begin();
-  while (lru_.size() > capacity_) {
-    index_.erase(lru_.back().first);
-    lru_.pop_back();
-  }
+  if (auto found = find(key)) return found;
+  lru_.emplace_front(std::move(key), g);
+  if (lru_.size() > kCapacity) lru_.pop_back();
   return g;
 }
 

@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -46,17 +45,21 @@ struct OutputShape {
 // request computed serve the next one with the same schema. Thread-safe.
 class GrammarCache {
  public:
-  explicit GrammarCache(std::shared_ptr<const grammar::TokenVocab> vocab, size_t capacity = 16);
+  explicit GrammarCache(std::shared_ptr<const grammar::TokenVocab> vocab)
+      : vocab_(std::move(vocab)) {}
   // The grammar of `shape`. Throws deepinfer::Error naming the place in the schema that cannot
   // be compiled.
   std::shared_ptr<const grammar::Grammar> get(const OutputShape& shape);
 
  private:
+  // The grammar of `key` moved to the front, or null. Under mu_.
+  std::shared_ptr<const grammar::Grammar> find(const std::string& key);
+
+  static constexpr size_t kCapacity = 16;  // few enough for a linear search
   std::shared_ptr<const grammar::TokenVocab> vocab_;
-  size_t capacity_;
   std::mutex mu_;
+  // By source, the most recently used first.
   std::list<std::pair<std::string, std::shared_ptr<const grammar::Grammar>>> lru_;
-  std::unordered_map<std::string, decltype(lru_)::iterator> index_;
 };
 
 // The expression of a shape (for tests and the cache).

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>
@@ -129,6 +130,11 @@ class CompletionParser {
 };
 
 ParsedCompletion parse_completion(std::string_view text, bool thinking);
+
+// Length of the longest suffix of `text` that is a proper prefix of one of `markers` (text that
+// may still grow into a marker, and so is held back).
+size_t partial_marker_suffix(std::string_view text,
+                             std::initializer_list<std::string_view> markers);
 
 class Tokenizer;
 // The special tokens of `tok` whose text is part of a marker the parser reads ("<think>",

@@ -4,7 +4,6 @@
 // once complete, text that could still grow into one is held back, and a tool-call block is
 // parsed one delimiter at a time. So the outcome cannot depend on where the pieces were cut.
 #include <algorithm>
-#include <initializer_list>
 
 #include "core/error.h"
 #include "tokenizer/chat.h"
@@ -29,16 +28,6 @@ constexpr std::string_view kParamEnd = "/｜DSML｜ parameter";
 constexpr std::string_view kStringTrue = "\" string=\"true\">";
 constexpr std::string_view kStringFalse = "\" string=\"false\">";
 
-// Length of the longest suffix of `text` that is a proper prefix of one of `markers`.
-size_t partial_marker_suffix(std::string_view text,
-                             std::initializer_list<std::string_view> markers) {
-  size_t longest = 0;
-  for (const std::string_view marker : markers)
-    for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
-      if (text.ends_with(marker.substr(0, n))) longest = n;
-  return longest;
-}
-
 // The earliest of `stops` in `text`: {position, the stop found}, position npos (and an empty
 // stop) if none. No delimiter of this format can begin inside another, so the earliest complete
 // one found is final even while more text is still to come.
@@ -59,6 +48,15 @@ std::string excerpt(std::string_view s) {
 }
 
 }  // namespace
+
+size_t partial_marker_suffix(std::string_view text,
+                             std::initializer_list<std::string_view> markers) {
+  size_t longest = 0;
+  for (const std::string_view marker : markers)
+    for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
+      if (text.ends_with(marker.substr(0, n))) longest = n;
+  return longest;
+}
 
 CompletionParser::CompletionParser(bool thinking)
     : state_(thinking ? State::kReasoning : State::kContent) {}
