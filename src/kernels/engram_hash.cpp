@@ -77,8 +77,8 @@ void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::sp
              " must be >= 1");
   // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
   const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
-  const std::vector<uint32_t> seed = seed_words(u128(10007) * uint64_t(layer_id));
-  default_rng_integers_int64(seed, 0, bound, mu);
+  Pcg64 gen{SeedSequence(seed_words(u128(10007) * uint64_t(layer_id)))};
+  random_integers_int64(gen, 0, bound, mu);
   for (int64_t& m : mu) m = 2 * m + 1;
 }
 

@@ -141,10 +141,4 @@ void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int6
   }
 }
 
-void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
-                                std::span<int64_t> out) {
-  Pcg64 gen{SeedSequence(seed)};
-  random_integers_int64(gen, low, high, out);
-}
-
 }  // namespace deepinfer

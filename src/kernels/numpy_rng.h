@@ -28,9 +28,7 @@ class SeedSequence {
 
   // `entropy`: the seed as little-endian 32-bit words (at least one). No spawn key.
   explicit SeedSequence(std::span<const uint32_t> entropy);
-  explicit SeedSequence(uint64_t seed) : SeedSequence(seed_words(seed)) {}
 
-  const std::array<uint32_t, kPoolSize>& pool() const { return pool_; }
   // generate_state(n, np.uint32): out.size() words (np.uint64 takes them in pairs, low word
   // first).
   void generate_state(std::span<uint32_t> out) const;
@@ -51,9 +49,6 @@ class Pcg64 {
   // Low half of a fresh next64 first; its high half is kept for the following call.
   uint32_t next32();
 
-  u128 state() const { return state_; }
-  u128 inc() const { return inc_; }
-
  private:
   void step();
 
@@ -67,10 +62,5 @@ class Pcg64 {
 // `gen` exactly as numpy does, so consecutive calls continue one stream. Throws deepinfer::Error
 // when low >= high.
 void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int64_t> out);
-
-// numpy.random.default_rng(seed).integers(low, high, size=out.size(), dtype=np.int64), with the
-// seed given as its little-endian 32-bit words.
-void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
-                                std::span<int64_t> out);
 
 }  // namespace deepinfer

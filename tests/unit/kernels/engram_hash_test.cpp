@@ -42,6 +42,18 @@ u128 hex128(uint64_t hi, uint64_t lo) {
   return (u128(hi) << 64) | lo;
 }
 
+// numpy.random.default_rng(seed).integers(low, high, size=out.size(), dtype=np.int64), with the
+// seed given as its little-endian 32-bit words.
+void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
+                                std::span<int64_t> out) {
+  Pcg64 gen{SeedSequence(seed)};
+  random_integers_int64(gen, low, high, out);
+}
+
+SeedSequence seed_sequence(uint64_t seed) {
+  return SeedSequence(seed_words(seed));
+}
+
 // Hash ids of `tokens` fed in consecutive chunks of `chunk` tokens, carrying the history.
 I64 hash_in_chunks(const EngramTables& t, const I64& tokens, int64_t pad, size_t chunk) {
   const size_t per_token = size_t(t.n_layers) * t.n_cols;
@@ -60,9 +72,10 @@ I64 hash_in_chunks(const EngramTables& t, const I64& tokens, int64_t pad, size_t
 
 // --- Appendix A.1: SeedSequence, PCG64, multipliers ---
 
+// The hashed pool and the PCG state are checked through what they produce: the generated state
+// words and the draws (seed 0 through the numpy fixtures below).
 TEST(NumpyRng, SeedSequenceAndPcg64MatchAppendixA1) {
-  const SeedSequence s1(10007);
-  EXPECT_EQ(s1.pool(), (std::array<uint32_t, 4>{0xf1a1018d, 0xa7c60c02, 0xfd15d50a, 0x03b81232}));
+  const SeedSequence s1 = seed_sequence(10007);
   // numpy's generate_state(4, np.uint64) is the 32-bit words in pairs, low half first.
   const uint64_t st[4] = {0x77d32a348ad70d07u, 0x993ed609b84a4fa5u, 0xd5f972dec8698e49u,
                           0x7d79ebaebcf148deu};
@@ -74,21 +87,15 @@ TEST(NumpyRng, SeedSequenceAndPcg64MatchAppendixA1) {
   }
 
   Pcg64 g1(s1);
-  EXPECT_TRUE(g1.state() == hex128(0x3b34af7676e8ddd5u, 0x556a026c98a77d27u));
-  EXPECT_TRUE(g1.inc() == hex128(0xabf2e5bd90d31c92u, 0xfaf3d75d79e291bdu));
   EXPECT_EQ(g1.next64(), 0xd2c3f84026661e33u);
   EXPECT_EQ(g1.next64(), 0x0d4fb6969eb57435u);
   EXPECT_EQ(g1.next64(), 0x62e6e1c58c3bd72bu);
 
-  const SeedSequence s14(140098);
-  EXPECT_EQ(s14.pool(), (std::array<uint32_t, 4>{0x7097f09f, 0xc71373b7, 0x148492af, 0x9681c6c4}));
-  EXPECT_EQ(Pcg64(s14).next64(), 0xba3ecc29cf07c111u);
-  EXPECT_EQ(SeedSequence(0).pool(),
-            (std::array<uint32_t, 4>{0xfe40eb07, 0x4f363a36, 0x4eb2009d, 0xc89a7aa7}));
+  EXPECT_EQ(Pcg64(seed_sequence(140098)).next64(), 0xba3ecc29cf07c111u);
 }
 
 TEST(NumpyRng, Next32ServesLowThenHighHalf) {
-  Pcg64 a(SeedSequence(42)), b(SeedSequence(42));
+  Pcg64 a(seed_sequence(42)), b(seed_sequence(42));
   for (int i = 0; i < 5; ++i) {
     const uint64_t v = a.next64();
     EXPECT_EQ(b.next32(), uint32_t(v));
