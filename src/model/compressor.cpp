@@ -81,8 +81,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       rope_angles(rope, j * r, cs.data());  // the group's first position, for key and latent
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
-        linear(P.idx_wk, latent.data(), 1, key.data(), exact);
-        round_norm(key.data(), 1, Di, W.idx_k_norm);
+        project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
         rope_rotate(key.data() + Di - R, cs.data(), R, false);
         round(key.data(), Di);
         // Every rank computes the row; its context-parallel owner stores it.

@@ -107,12 +107,22 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
     for (int64_t h = 0; h < n_heads; ++h)
       rope_rotate(x + (i * n_heads + h) * head_dim + head_dim - R, cs.data(), R, inverse);
   }
+  round(x, st.N * n_heads * head_dim);
 }
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
   rmsnorm(x, n, d, w, float(c.norm_eps), x);
   round(x, n * d);
+}
+
+void Model::Impl::project(const PreparedLinear& w, const float* x, int64_t n, float* y,
+                          const Weight* norm) {
+  linear(w, x, n, y, exact);
+  if (norm)
+    round_norm(y, n, w.rows(), *norm);
+  else
+    round(y, n * w.rows());
 }
 
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
