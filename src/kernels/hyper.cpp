@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/elementwise.h"
-#include "kernels/norm.h"
 
 namespace deepinfer {
 

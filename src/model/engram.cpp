@@ -7,7 +7,6 @@
 #include "core/region_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {

@@ -8,9 +8,9 @@
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
+#include "kernels/elementwise.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/model_impl.h"
 
@@ -112,7 +112,12 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
-  rmsnorm(x, n, d, w, float(c.norm_eps), x);
+  for (int64_t i = 0; i < n; ++i) {
+    float* xi = x + i * d;
+    const float r = rms_inv(xi, d, float(c.norm_eps));
+    for (int64_t k = 0; k < d; ++k)
+      xi[k] = bf16_to_f32(w.bf16()[k]) * (xi[k] * r);  // two roundings
+  }
   round(x, n * d);
 }
 
