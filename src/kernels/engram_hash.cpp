@@ -43,6 +43,18 @@ void check_id(int64_t id, int64_t vc, const char* what, int64_t index) {
              " (DEAD)");
 }
 
+// Multipliers of the layer with model layer id `layer_id`: mu[i] = 2 * v_i + 1 where v =
+// numpy default_rng(10007 * layer_id).integers(0, bound, size=mu.size(), dtype=int64) and
+// bound = max(1, ((2^63 - 1) / V_c) / 2).
+void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu) {
+  DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
+  // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
+  const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
+  Pcg64 gen{SeedSequence(seed_words(u128(10007) * uint64_t(layer_id)))};
+  random_integers_int64(gen, 0, bound, mu);
+  for (int64_t& m : mu) m = 2 * m + 1;
+}
+
 }  // namespace
 
 bool is_prime_u64(uint64_t n) {
@@ -69,17 +81,6 @@ bool is_prime_u64(uint64_t n) {
     if (composite) return false;
   }
   return true;
-}
-
-void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu) {
-  DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
-  DI_REQUIRE(compressed_vocab_size >= 1, "engram_compressed_vocab_size = ", compressed_vocab_size,
-             " must be >= 1");
-  // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
-  const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
-  Pcg64 gen{SeedSequence(seed_words(u128(10007) * uint64_t(layer_id)))};
-  random_integers_int64(gen, 0, bound, mu);
-  for (int64_t& m : mu) m = 2 * m + 1;
 }
 
 EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_ngram_size,
