@@ -82,19 +82,15 @@ void SeedSequence::generate_state(std::span<uint32_t> out) const {
 
 // --- PCG64 ---
 
-Pcg64::Pcg64(u128 initstate, u128 initseq) {
-  inc_ = (initseq << 1) | 1u;
-  state_ = 0;
-  step();
-  state_ += initstate;
-  step();
-}
-
 Pcg64::Pcg64(const SeedSequence& seq) {
   uint32_t w[8];  // generated as one run, so that the running constant carries across words
   seq.generate_state(std::span<uint32_t>(w));
   auto u64 = [&](int k) { return uint64_t(w[2 * k]) | (uint64_t(w[2 * k + 1]) << 32); };
-  *this = Pcg64((u128(u64(0)) << 64) | u64(1), (u128(u64(2)) << 64) | u64(3));
+  // pcg64_srandom(initstate = words 0 and 1, initseq = words 2 and 3), from state 0.
+  inc_ = (((u128(u64(2)) << 64) | u64(3)) << 1) | 1u;
+  step();
+  state_ += (u128(u64(0)) << 64) | u64(1);
+  step();
 }
 
 void Pcg64::step() {

@@ -39,10 +39,8 @@ class SeedSequence {
 
 class Pcg64 {
  public:
-  // pcg64_srandom(initstate, initseq).
-  Pcg64(u128 initstate, u128 initseq);
   // What numpy's PCG64(seed_sequence) does: 4 u64 state words as (initstate hi, lo, initseq hi,
-  // lo).
+  // lo), then pcg64_srandom(initstate, initseq).
   explicit Pcg64(const SeedSequence& seq);
 
   uint64_t next64();
