@@ -53,10 +53,7 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
   if (opt.parallel.experts->all_local())
     DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
                ": the model needs every routed expert loaded (or expert parallelism)");
-  prepare_linears();
-}
-
-void Model::Impl::prepare_linears() {
+  // The linear weights repacked for the fast kernels.
   auto prep = [&](PreparedLinear& dst, const Weight& w) {
     dst = PreparedLinear(w);
     prepared_bytes += dst.packed_bytes();

@@ -103,7 +103,6 @@ struct Model::Impl {
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
   void engram_ids(Step& st);
-  void prepare_linears();
 
   // Sublayers. Inputs/outputs are [N, ...] row-major fp32 arrays.
   void engram_layer(int l, Step& st, float* x /*[N, M, D]*/);
