@@ -78,15 +78,11 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   } else {
     linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
-  auto rows = [&](int64_t r0, int64_t r1) {
+  ThreadPool::global().parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
                              comb + r * M * M);
-  };
-  if (n == 1)
-    rows(0, 1);
-  else
-    ThreadPool::global().parallel_for(n, 1, rows);
+  });
 }
 
 // hc_pre and hc_post are elementwise over d (each element's sum runs over the copies in order,

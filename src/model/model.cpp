@@ -185,10 +185,9 @@ void Model::Impl::engram_ids(Step& st) {
 namespace {
 
 // fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
-// alone, so the split changes nothing).
+// alone, so the split changes nothing; a single row runs on the calling thread).
 template <typename F>
 void for_rows(int64_t n, F&& fn) {
-  if (n == 1) return fn(0);
   ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) fn(i);
   });
