@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "core/weight.h"
 #include "kernels/linear.h"
 
 namespace deepinfer {
