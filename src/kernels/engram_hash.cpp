@@ -50,7 +50,7 @@ void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::sp
   DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
   // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
   const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
-  Pcg64 gen{SeedSequence(seed_words(u128(10007) * uint64_t(layer_id)))};
+  Pcg64 gen{seed_words(u128(10007) * uint64_t(layer_id))};
   random_integers_int64(gen, 0, bound, mu);
   for (int64_t& m : mu) m = 2 * m + 1;
 }

@@ -46,12 +46,8 @@ u128 hex128(uint64_t hi, uint64_t lo) {
 // seed given as its little-endian 32-bit words.
 void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
                                 std::span<int64_t> out) {
-  Pcg64 gen{SeedSequence(seed)};
+  Pcg64 gen{seed};
   random_integers_int64(gen, low, high, out);
-}
-
-SeedSequence seed_sequence(uint64_t seed) {
-  return SeedSequence(seed_words(seed));
 }
 
 // Hash ids of `tokens` fed in consecutive chunks of `chunk` tokens, carrying the history.
@@ -75,27 +71,26 @@ I64 hash_in_chunks(const EngramTables& t, const I64& tokens, int64_t pad, size_t
 // The hashed pool and the PCG state are checked through what they produce: the generated state
 // words and the draws (seed 0 through the numpy fixtures below).
 TEST(NumpyRng, SeedSequenceAndPcg64MatchAppendixA1) {
-  const SeedSequence s1 = seed_sequence(10007);
   // numpy's generate_state(4, np.uint64) is the 32-bit words in pairs, low half first.
   const uint64_t st[4] = {0x77d32a348ad70d07u, 0x993ed609b84a4fa5u, 0xd5f972dec8698e49u,
                           0x7d79ebaebcf148deu};
   uint32_t st32[8];
-  s1.generate_state(std::span<uint32_t>(st32));
+  seed_sequence_state(seed_words(10007), st32);
   for (int k = 0; k < 4; ++k) {
     EXPECT_EQ(st32[2 * k], uint32_t(st[k]));
     EXPECT_EQ(st32[2 * k + 1], uint32_t(st[k] >> 32));
   }
 
-  Pcg64 g1(s1);
+  Pcg64 g1(seed_words(10007));
   EXPECT_EQ(g1.next64(), 0xd2c3f84026661e33u);
   EXPECT_EQ(g1.next64(), 0x0d4fb6969eb57435u);
   EXPECT_EQ(g1.next64(), 0x62e6e1c58c3bd72bu);
 
-  EXPECT_EQ(Pcg64(seed_sequence(140098)).next64(), 0xba3ecc29cf07c111u);
+  EXPECT_EQ(Pcg64(seed_words(140098)).next64(), 0xba3ecc29cf07c111u);
 }
 
 TEST(NumpyRng, Next32ServesLowThenHighHalf) {
-  Pcg64 a(seed_sequence(42)), b(seed_sequence(42));
+  Pcg64 a(seed_words(42)), b(seed_words(42));
   for (int i = 0; i < 5; ++i) {
     const uint64_t v = a.next64();
     EXPECT_EQ(b.next32(), uint32_t(v));
@@ -258,7 +253,8 @@ TEST(EngramHash, BadInputThrows) {
   }
   I64 out(2);
   EXPECT_THROW(default_rng_integers_int64(seed_words(u128(1)), 5, 5, out), Error);
-  EXPECT_THROW(SeedSequence{std::vector<uint32_t>{}}, Error);
+  uint32_t st[4];
+  EXPECT_THROW(seed_sequence_state(std::vector<uint32_t>{}, st), Error);
 }
 
 // --- numpy fixtures ---
@@ -288,7 +284,7 @@ TEST(NumpyRng, IntegersMatchNumpyFixture) {
     } else if (kind == "stream") {
       int n_draws;
       ls >> seed >> n_draws;
-      Pcg64 gen{SeedSequence(decimal_to_words(seed))};
+      Pcg64 gen{decimal_to_words(seed)};
       for (int d = 0; d < n_draws; ++d) {
         ASSERT_TRUE(std::getline(in, line));
         std::istringstream ds(line);
