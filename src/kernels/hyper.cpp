@@ -31,17 +31,15 @@ void sinkhorn(float* c, int64_t M, int iters, float eps) {
     }
   };
   // Row softmax (+ eps), then column normalisation; then (iters - 1) rounds of row and column
-  // normalisation. fp32 results at every step.
+  // normalisation (iters >= 1). fp32 results at every step.
   for (int64_t j = 0; j < M; ++j) {
     float* row = c + j * M;
     float mx = row[0];
     for (int64_t k = 1; k < M; ++k) mx = std::max(mx, row[k]);
     for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
   }
-  rows(true);
-  cols();
-  for (int it = 1; it < iters; ++it) {
-    rows(false);
+  for (int it = 0; it < iters; ++it) {
+    rows(it == 0);
     cols();
   }
 }
