@@ -117,9 +117,9 @@ EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_
         std::span<int64_t>(t.multipliers).subspan(size_t(z) * t.ngram_max, t.ngram_max));
     int64_t* primes = &t.primes[size_t(z) * t.n_cols];    // [NC]
     int64_t* offsets = &t.offsets[size_t(z) * t.n_cols];  // [NC]
-    for (int c = 0; c < t.n_cols; ++c) primes[c] = current = next_prime(current);
     int64_t sum = 0;
     for (int c = 0; c < t.n_cols; ++c) {
+      primes[c] = current = next_prime(current);
       offsets[c] = sum;
       DI_REQUIRE(primes[c] <= kInt64Max - sum, "engram_vocab_size = ", vocab_size,
                  ": the rows of Engram layer ", layer_ids[z], " exceed the int64 range");
