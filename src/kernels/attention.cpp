@@ -143,11 +143,8 @@ void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
     const float* q = a.q + h * a.Dh;
     double* p = part + h * stride;
     double* acc = p + 2;
-    if (a.nk == 0) {
-      std::fill(acc, acc + a.Dh, 0.0);
-      p[0] = -INFINITY;
-      p[1] = 0;
-    } else if (a.exact) {
+    // No keys: l = 0 and acc = 0 (the max, -inf or the kernel's -1e30, then changes no merge).
+    if (a.exact) {
       p[1] = exact_head(a, q, nullptr, z.data(), acc, &p[0]);
     } else {
       float m;

@@ -36,11 +36,7 @@ void sparse_attention_ref(const SparseAttnArgs& a);
 // (kernels/attention.h) to the last bit except in astronomically rare double-rounding ties. In
 // bf16 numerics the partial follows the kernel's blocked online softmax in fp32 over the rank's
 // keys, and the merge runs in fp32.
-
-inline int64_t attention_partial_size(int64_t H, int64_t Dh) {
-  return H * (2 + Dh);
-}
-
+//
 // Uses a.q, a.keys, a.nk, a.H, a.Dh, a.scale, a.bf16_probs, a.exact (not a.sink, a.out).
 //   part: [H, 2 + Dh]
 void sparse_attention_partial(const SparseAttnArgs& a, double* part);

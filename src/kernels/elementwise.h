@@ -35,4 +35,12 @@ inline double sum_f64(const float* x, int64_t n) {
   return s;
 }
 
+// 1 / sqrt(mean(x²) + eps) of one vector, as RMSNorm (V41_SPEC.md §3.2) computes it.
+inline float rms_inv(const float* x, int64_t n, float eps) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  const float mean = f32(s / double(n));            // f32(mean(x²)) with the sum in double
+  return f32(1.0 / std::sqrt(double(mean + eps)));  // the reference's rounding points
+}
+
 }  // namespace deepinfer

@@ -43,6 +43,18 @@ void check_id(int64_t id, int64_t vc, const char* what, int64_t index) {
              " (DEAD)");
 }
 
+// Multipliers of the layer with model layer id `layer_id`: mu[i] = 2 * v_i + 1 where v =
+// numpy default_rng(10007 * layer_id).integers(0, bound, size=mu.size(), dtype=int64) and
+// bound = max(1, ((2^63 - 1) / V_c) / 2).
+void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu) {
+  DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
+  // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
+  const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
+  Pcg64 gen{seed_words(u128(10007) * uint64_t(layer_id))};
+  random_integers_int64(gen, 0, bound, mu);
+  for (int64_t& m : mu) m = 2 * m + 1;
+}
+
 }  // namespace
 
 bool is_prime_u64(uint64_t n) {
@@ -69,17 +81,6 @@ bool is_prime_u64(uint64_t n) {
     if (composite) return false;
   }
   return true;
-}
-
-void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu) {
-  DI_REQUIRE(layer_id >= 0, "engram_layer_ids: layer id ", layer_id, " must be >= 0");
-  DI_REQUIRE(compressed_vocab_size >= 1, "engram_compressed_vocab_size = ", compressed_vocab_size,
-             " must be >= 1");
-  // Halving the bound keeps 2 * v + 1 < (2^63 - 1) / V_c, so id * mu cannot overflow.
-  const int64_t bound = std::max<int64_t>(1, kInt64Max / compressed_vocab_size / 2);
-  const std::vector<uint32_t> seed = seed_words(u128(10007) * uint64_t(layer_id));
-  default_rng_integers_int64(seed, 0, bound, mu);
-  for (int64_t& m : mu) m = 2 * m + 1;
 }
 
 EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_ngram_size,
@@ -116,9 +117,9 @@ EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_
         std::span<int64_t>(t.multipliers).subspan(size_t(z) * t.ngram_max, t.ngram_max));
     int64_t* primes = &t.primes[size_t(z) * t.n_cols];    // [NC]
     int64_t* offsets = &t.offsets[size_t(z) * t.n_cols];  // [NC]
-    for (int c = 0; c < t.n_cols; ++c) primes[c] = current = next_prime(current);
     int64_t sum = 0;
     for (int c = 0; c < t.n_cols; ++c) {
+      primes[c] = current = next_prime(current);
       offsets[c] = sum;
       DI_REQUIRE(primes[c] <= kInt64Max - sum, "engram_vocab_size = ", vocab_size,
                  ": the rows of Engram layer ", layer_ids[z], " exceed the int64 range");

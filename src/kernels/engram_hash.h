@@ -41,11 +41,6 @@ struct EngramTables {
 EngramTables make_engram_tables(std::span<const int64_t> layer_ids, int64_t max_ngram_size,
                                 int64_t n_heads, int64_t vocab_size, int64_t compressed_vocab_size);
 
-// Multipliers of the layer with model layer id `layer_id`: mu[i] = 2 * v_i + 1 where v =
-// numpy default_rng(10007 * layer_id).integers(0, bound, size=mu.size(), dtype=int64) and
-// bound = max(1, ((2^63 - 1) / V_c) / 2).
-void engram_multipliers(int64_t layer_id, int64_t compressed_vocab_size, std::span<int64_t> mu);
-
 // Deterministic primality test, exact for every 64-bit value.
 bool is_prime_u64(uint64_t n);
 

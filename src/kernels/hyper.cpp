@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/elementwise.h"
-#include "kernels/norm.h"
 
 namespace deepinfer {
 
@@ -32,17 +31,15 @@ void sinkhorn(float* c, int64_t M, int iters, float eps) {
     }
   };
   // Row softmax (+ eps), then column normalisation; then (iters - 1) rounds of row and column
-  // normalisation. fp32 results at every step.
+  // normalisation (iters >= 1). fp32 results at every step.
   for (int64_t j = 0; j < M; ++j) {
     float* row = c + j * M;
     float mx = row[0];
     for (int64_t k = 1; k < M; ++k) mx = std::max(mx, row[k]);
     for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
   }
-  rows(true);
-  cols();
-  for (int it = 1; it < iters; ++it) {
-    rows(false);
+  for (int it = 0; it < iters; ++it) {
+    rows(it == 0);
     cols();
   }
 }
@@ -79,15 +76,11 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   } else {
     linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
-  auto rows = [&](int64_t r0, int64_t r1) {
+  ThreadPool::global().parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
                              comb + r * M * M);
-  };
-  if (n == 1)
-    rows(0, 1);
-  else
-    ThreadPool::global().parallel_for(n, 1, rows);
+  });
 }
 
 // hc_pre and hc_post are elementwise over d (each element's sum runs over the copies in order,

@@ -7,7 +7,6 @@
 
 #include <cstdint>
 
-#include "core/weight.h"
 #include "kernels/linear.h"
 
 namespace deepinfer {
@@ -27,7 +26,7 @@ struct HcParams {
 // projection weights are read once for all of them.
 void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
                    float* comb);
-// Sinkhorn normalisation of c [M, M] in place (§7.1 step 4).
+// Sinkhorn normalisation of c [M, M] in place (§7.1 step 4), iters >= 1.
 void sinkhorn(float* c, int64_t M, int iters, float eps);
 // out[D] = Σ_c pi_c · x_c (fp32, copies in order).
 void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out);

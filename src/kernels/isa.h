@@ -6,7 +6,6 @@
 
 #include <cstdint>
 
-#include "core/cpu.h"
 #include "kernels/attention.h"
 #include "kernels/indexer.h"
 #include "kernels/linear.h"

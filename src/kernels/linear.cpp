@@ -117,12 +117,11 @@ float weight_block(const Weight& w, int64_t r, int64_t b, float* out) {
     case WeightFormat::BF16:
       for (int i = 0; i < 32; ++i) out[i] = bf16_to_f32(w.bf16()[r * K + k0 + i]);
       return 1.0f;
-    case WeightFormat::Fp8Block:
+    case WeightFormat::Fp8Block:  // a scale per 32x32 block
+    case WeightFormat::Fp8Row:    // a scale per row and 32 columns
       for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
-      return e8m0_to_f32(w.scale[(r / 32) * w.scale_cols + b]);
-    case WeightFormat::Fp8Row:
-      for (int i = 0; i < 32; ++i) out[i] = e4m3_to_f32(w.u8()[r * K + k0 + i]);
-      return e8m0_to_f32(w.scale[r * w.scale_cols + b]);
+      return e8m0_to_f32(
+          w.scale[(w.format == WeightFormat::Fp8Block ? r / 32 : r) * w.scale_cols + b]);
     case WeightFormat::Fp4Row:
       for (int i = 0; i < 32; ++i) out[i] = e2m1_packed_get(w.u8() + r * (K / 2), size_t(k0 + i));
       return e8m0_to_f32(w.scale[r * w.scale_cols + b]);

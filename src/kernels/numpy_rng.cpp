@@ -62,39 +62,35 @@ std::vector<uint32_t> seed_words(u128 seed) {
 
 // --- SeedSequence ---
 
-SeedSequence::SeedSequence(std::span<const uint32_t> entropy) {
+void seed_sequence_state(std::span<const uint32_t> entropy, std::span<uint32_t> out) {
   DI_REQUIRE(!entropy.empty(), "SeedSequence: the seed must have at least one 32-bit word");
+  // The entropy hashed into a pool of 4 words, which the state words are hashed from.
+  constexpr int kPoolSize = 4;
+  uint32_t pool[kPoolSize];
   uint32_t hc = kInitA;
   for (int i = 0; i < kPoolSize; ++i)
-    pool_[i] = hashmix(size_t(i) < entropy.size() ? entropy[i] : 0u, &hc);
+    pool[i] = hashmix(size_t(i) < entropy.size() ? entropy[i] : 0u, &hc);
   for (int src = 0; src < kPoolSize; ++src)
     for (int dst = 0; dst < kPoolSize; ++dst)
-      if (src != dst) pool_[dst] = mix(pool_[dst], hashmix(pool_[src], &hc));
+      if (src != dst) pool[dst] = mix(pool[dst], hashmix(pool[src], &hc));
   for (size_t src = kPoolSize; src < entropy.size(); ++src)
     for (int dst = 0; dst < kPoolSize; ++dst)
-      pool_[dst] = mix(pool_[dst], hashmix(entropy[src], &hc));
-}
-
-void SeedSequence::generate_state(std::span<uint32_t> out) const {
-  uint32_t hc = kInitB;
-  for (size_t i = 0; i < out.size(); ++i) out[i] = hashmix(pool_[i % kPoolSize], &hc, kMultB);
+      pool[dst] = mix(pool[dst], hashmix(entropy[src], &hc));
+  hc = kInitB;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = hashmix(pool[i % kPoolSize], &hc, kMultB);
 }
 
 // --- PCG64 ---
 
-Pcg64::Pcg64(u128 initstate, u128 initseq) {
-  inc_ = (initseq << 1) | 1u;
-  state_ = 0;
-  step();
-  state_ += initstate;
-  step();
-}
-
-Pcg64::Pcg64(const SeedSequence& seq) {
+Pcg64::Pcg64(std::span<const uint32_t> seed) {
   uint32_t w[8];  // generated as one run, so that the running constant carries across words
-  seq.generate_state(std::span<uint32_t>(w));
+  seed_sequence_state(seed, w);
   auto u64 = [&](int k) { return uint64_t(w[2 * k]) | (uint64_t(w[2 * k + 1]) << 32); };
-  *this = Pcg64((u128(u64(0)) << 64) | u64(1), (u128(u64(2)) << 64) | u64(3));
+  // pcg64_srandom(initstate = words 0 and 1, initseq = words 2 and 3), from state 0.
+  inc_ = (((u128(u64(2)) << 64) | u64(3)) << 1) | 1u;
+  step();
+  state_ += (u128(u64(0)) << 64) | u64(1);
+  step();
 }
 
 void Pcg64::step() {
@@ -139,12 +135,6 @@ void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int6
     }
     v = int64_t(off + r);
   }
-}
-
-void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
-                                std::span<int64_t> out) {
-  Pcg64 gen{SeedSequence(seed)};
-  random_integers_int64(gen, low, high, out);
 }
 
 }  // namespace deepinfer

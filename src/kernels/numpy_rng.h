@@ -10,7 +10,6 @@
 // All arithmetic is unsigned and wraps (words mod 2^32, PCG state mod 2^128).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -22,37 +21,21 @@ using u128 = unsigned __int128;
 // Little-endian 32-bit words of a non-negative seed, as numpy splits an int seed: 0 -> {0}.
 std::vector<uint32_t> seed_words(u128 seed);
 
-class SeedSequence {
- public:
-  static constexpr int kPoolSize = 4;
-
-  // `entropy`: the seed as little-endian 32-bit words (at least one). No spawn key.
-  explicit SeedSequence(std::span<const uint32_t> entropy);
-  explicit SeedSequence(uint64_t seed) : SeedSequence(seed_words(seed)) {}
-
-  const std::array<uint32_t, kPoolSize>& pool() const { return pool_; }
-  // generate_state(n, np.uint32): out.size() words (np.uint64 takes them in pairs, low word
-  // first).
-  void generate_state(std::span<uint32_t> out) const;
-
- private:
-  std::array<uint32_t, kPoolSize> pool_{};
-};
+// SeedSequence(entropy).generate_state(out.size(), np.uint32), `entropy` being the seed as
+// little-endian 32-bit words (at least one; no spawn key). np.uint64 takes the words in pairs,
+// low word first.
+void seed_sequence_state(std::span<const uint32_t> entropy, std::span<uint32_t> out);
 
 class Pcg64 {
  public:
+  // What numpy's PCG64(SeedSequence(seed)) does, `seed` given as its little-endian 32-bit words:
+  // 4 u64 state words as (initstate hi, lo, initseq hi, lo), then
   // pcg64_srandom(initstate, initseq).
-  Pcg64(u128 initstate, u128 initseq);
-  // What numpy's PCG64(seed_sequence) does: 4 u64 state words as (initstate hi, lo, initseq hi,
-  // lo).
-  explicit Pcg64(const SeedSequence& seq);
+  explicit Pcg64(std::span<const uint32_t> seed);
 
   uint64_t next64();
   // Low half of a fresh next64 first; its high half is kept for the following call.
   uint32_t next32();
-
-  u128 state() const { return state_; }
-  u128 inc() const { return inc_; }
 
  private:
   void step();
@@ -67,10 +50,5 @@ class Pcg64 {
 // `gen` exactly as numpy does, so consecutive calls continue one stream. Throws deepinfer::Error
 // when low >= high.
 void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int64_t> out);
-
-// numpy.random.default_rng(seed).integers(low, high, size=out.size(), dtype=np.int64), with the
-// seed given as its little-endian 32-bit words.
-void default_rng_integers_int64(std::span<const uint32_t> seed, int64_t low, int64_t high,
-                                std::span<int64_t> out);
 
 }  // namespace deepinfer

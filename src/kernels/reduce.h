@@ -20,7 +20,6 @@
 //                  then lanes are folded pairwise: j += j+8, j += j+4, j += j+2, j += j+1.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 namespace deepinfer {

@@ -26,12 +26,9 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
   {
     DI_REGION("attn.q");
-    linear(P.wq_a, u, N, qr.data(), exact);
-    round_norm(qr.data(), N, Q, W.q_norm);
-    linear(P.wq_b, qr.data(), N, q.data(), exact);
-    round(q.data(), N * H * Dh);
+    project(P.wq_a, u, N, qr.data(), &W.q_norm);
+    project(P.wq_b, qr.data(), N, q.data());
     rope_rows(st, rope, q.data(), H, Dh);
-    round(q.data(), N * H * Dh);
   }
   dump(st, l, "attn.q", q.data(), {N, H, Dh});
 
@@ -41,10 +38,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   ArenaVec<uint8_t> kv_packed(size_t(N * wrow), &arena);
   {
     DI_REGION("attn.kv");
-    linear(P.wkv, u, N, kv.data(), exact);
-    round_norm(kv.data(), N, Dh, W.kv_norm);
+    project(P.wkv, u, N, kv.data(), &W.kv_norm);
     rope_rows(st, rope, kv.data(), 1, Dh);
-    round(kv.data(), N * Dh);
     for (int64_t i = 0; i < N; ++i) {
       uint8_t* pk = &kv_packed[size_t(i * wrow)];
       act_quant(&kv[size_t(i * Dh)], Dh, pk, pk + Dh);
@@ -117,15 +112,13 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   {
     DI_REGION("attn.out");
     rope_rows(st, rope, o.data(), H, Dh, true);
-    round(o.data(), N * H * Dh);
     ArenaVec<float> a(size_t(N * G * Ro), &arena);
     const int64_t group_in = H * Dh / G;
     for (int64_t g = 0; g < G; ++g)
       linear(P.wo_a,
              {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact});
     round(a.data(), N * G * Ro);
-    linear(P.wo_b, a.data(), N, out, exact);
-    round(out, N * c.dim);
+    project(P.wo_b, a.data(), N, out);
   }
   dump(st, l, "attn.out", out, {N, c.dim});
 }

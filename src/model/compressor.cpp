@@ -21,7 +21,6 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
   const int64_t r = role.ratio;
-  const RopeTable& rope = rope_compressed;
   ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
@@ -78,11 +77,11 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
         round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
       }
-      rope_angles(rope, j * r, cs.data());  // the group's first position, for key and latent
+      rope_angles(rope_compressed, j * r,
+                  cs.data());  // the group's first position, for key and latent
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
-        linear(P.idx_wk, latent.data(), 1, key.data(), exact);
-        round_norm(key.data(), 1, Di, W.idx_k_norm);
+        project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
         rope_rotate(key.data() + Di - R, cs.data(), R, false);
         round(key.data(), Di);
         // Every rank computes the row; its context-parallel owner stores it.

@@ -7,7 +7,6 @@
 #include "core/region_timer.h"
 #include "kernels/elementwise.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {
@@ -41,8 +40,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
     shard->all_reduce(ev.data(), ev.size());
   }
   ArenaVec<float> kv(size_t(N * (M + 1) * D), &arena);
-  linear(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data(), exact);
-  round(kv.data(), N * (M + 1) * D);
+  project(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data());
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
   const std::vector<float>& omega = engram_omega[size_t(z)];

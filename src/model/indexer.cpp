@@ -20,14 +20,11 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
   ArenaVec<float> qi(size_t(N * Hi * Di), &arena), w(size_t(N * Hi), &arena);
-  linear(P.idx_wq_b, qr, N, qi.data(), exact);
-  round(qi.data(), N * Hi * Di);
+  project(P.idx_wq_b, qr, N, qi.data());
   rope_rows(st, rope_compressed, qi.data(), Hi, Di);
-  round(qi.data(), N * Hi * Di);
   for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
-  linear(P.idx_weights_proj, u, N, w.data(), exact);
-  round(w.data(), N * Hi);
+  project(P.idx_weights_proj, u, N, w.data());
   const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
   for (auto& v : w) v *= wscale;
   round(w.data(), N * Hi);

@@ -8,9 +8,9 @@
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
 #include "io/npy.h"
+#include "kernels/elementwise.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
-#include "kernels/norm.h"
 #include "kernels/quant.h"
 #include "model/model_impl.h"
 
@@ -53,10 +53,7 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
   if (opt.parallel.experts->all_local())
     DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
                ": the model needs every routed expert loaded (or expert parallelism)");
-  prepare_linears();
-}
-
-void Model::Impl::prepare_linears() {
+  // The linear weights repacked for the fast kernels.
   auto prep = [&](PreparedLinear& dst, const Weight& w) {
     dst = PreparedLinear(w);
     prepared_bytes += dst.packed_bytes();
@@ -107,12 +104,27 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
     for (int64_t h = 0; h < n_heads; ++h)
       rope_rotate(x + (i * n_heads + h) * head_dim + head_dim - R, cs.data(), R, inverse);
   }
+  round(x, st.N * n_heads * head_dim);
 }
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
-  rmsnorm(x, n, d, w, float(c.norm_eps), x);
+  for (int64_t i = 0; i < n; ++i) {
+    float* xi = x + i * d;
+    const float r = rms_inv(xi, d, float(c.norm_eps));
+    for (int64_t k = 0; k < d; ++k)
+      xi[k] = bf16_to_f32(w.bf16()[k]) * (xi[k] * r);  // two roundings
+  }
   round(x, n * d);
+}
+
+void Model::Impl::project(const PreparedLinear& w, const float* x, int64_t n, float* y,
+                          const Weight* norm) {
+  linear(w, x, n, y, exact);
+  if (norm)
+    round_norm(y, n, w.rows(), *norm);
+  else
+    round(y, n * w.rows());
 }
 
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {
@@ -173,10 +185,9 @@ void Model::Impl::engram_ids(Step& st) {
 namespace {
 
 // fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
-// alone, so the split changes nothing).
+// alone, so the split changes nothing; a single row runs on the calling thread).
 template <typename F>
 void for_rows(int64_t n, F&& fn) {
-  if (n == 1) return fn(0);
   ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) fn(i);
   });

@@ -78,11 +78,15 @@ struct Model::Impl {
 
   void round(float* x, int64_t n) const;
   // Rotates the RoPE tails of x [N, n_heads, head_dim] by the angles of each row's position
-  // (inverse: back).
+  // (inverse: back), then rounds x.
   void rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads, int64_t head_dim,
                  bool inverse = false);
-  // x [n, d] rounded, RMS-normed with `w` and rounded again.
+  // x [n, d] rounded, RMS-normed with `w` (V41_SPEC.md §3.2: y = w · (x · rsqrt(mean(x²) + eps))
+  // with fp32 results at each step) and rounded again.
   void round_norm(float* x, int64_t n, int64_t d, const Weight& w) const;
+  // y [n, w.rows()] = w applied to x [n, w.cols()], rounded, or (with `norm`) round-normed.
+  void project(const PreparedLinear& w, const float* x, int64_t n, float* y,
+               const Weight* norm = nullptr);
   // Does this rank hold compressed row `row` of `layer`?
   bool owns_row(const Step& st, int layer, int64_t row) const {
     return opt.parallel.context->owns_block(row * roles[size_t(layer)].ratio /
@@ -99,7 +103,6 @@ struct Model::Impl {
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
   void engram_ids(Step& st);
-  void prepare_linears();
 
   // Sublayers. Inputs/outputs are [N, ...] row-major fp32 arrays.
   void engram_layer(int l, Step& st, float* x /*[N, M, D]*/);
