@@ -53,7 +53,7 @@ class KvCache {
   // The layer whose index keys the reference's decode path would score next (§6.8 switch).
   int32_t& last_key_layer(int32_t slot) { return last_key_layer_[size_t(slot)]; }
 
-  // Rows a sequence with `n_blocks` blocks can hold at a layer of ratio r.
+  // Tokens of context a sequence with `n_blocks` blocks can hold (at every layer).
   int64_t capacity_tokens(int64_t n_blocks) const { return n_blocks * block_tokens_; }
 
  private:

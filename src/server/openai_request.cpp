@@ -120,7 +120,7 @@ Json parse_body(std::string_view body) {
   if (j.is_discarded()) {
     std::string what;
     try {
-      (void)Json::parse(body);  // for the library's description of where and why
+      [[maybe_unused]] const Json again = Json::parse(body);  // for where and why it fails
     } catch (const Json::exception& e) {
       // Drop the library's "[json.exception.parse_error.101] " prefix; keep where and why.
       what = e.what();

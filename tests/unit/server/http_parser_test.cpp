@@ -71,10 +71,6 @@ void expect_same(const Outcome& a, const Outcome& b, const std::string& what) {
   }
 }
 
-int status_of(const std::string& input, ParserLimits limits = {}) {
-  return run(input, 0, limits).error;
-}
-
 const std::string kGet = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
 const std::string kPost =
     "POST /v1/completions?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 12\r\n\r\n{\"a\": [1,2]}";
