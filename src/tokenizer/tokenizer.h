@@ -48,8 +48,6 @@ class Tokenizer {
 
   // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
   int32_t vocab_size() const;
-  // -1 if `token` is neither an added token nor in the vocabulary.
-  int32_t token_to_id(std::string_view token) const;
   // The token's string as stored in tokenizer.json (byte-level characters for BPE tokens);
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;
