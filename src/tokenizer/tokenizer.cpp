@@ -511,9 +511,6 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   return e ? std::string_view(e->bytes) : std::string_view();
 }
 
-int32_t Tokenizer::bos_id() const {
-  return impl_->bos;
-}
 int32_t Tokenizer::eos_id() const {
   return impl_->eos;
 }
