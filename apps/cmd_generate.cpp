@@ -40,21 +40,15 @@ struct Input {
   std::string error;
 };
 
-std::vector<int32_t> parse_id_list(const std::string& s, const std::string& what) {
+// Token ids from a JSON array; `what` names the list in errors.
+std::vector<int32_t> token_ids(const json& v, const std::string& what) {
+  DI_REQUIRE(v.is_array(), what, " must be a list of token ids");
   std::vector<int32_t> ids;
-  for (size_t i = 0; i < s.size();) {
-    const size_t j = std::min(s.find(',', i), s.size());
-    const std::string tok = s.substr(i, j - i);
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(tok, &used);
-    } catch (const std::exception&) {  // not a number, or out of range: `used` stays 0
-    }
-    DI_REQUIRE(used > 0 && used == tok.size() && v >= INT32_MIN && v <= INT32_MAX, what, ": '", tok,
-               "' is not an integer token id (expected e.g. 1,2,3)");
-    ids.push_back(int32_t(v));
-    i = j + 1;
+  for (const auto& t : v) {
+    DI_REQUIRE(
+        t.is_number_integer() && t.get<int64_t>() >= INT32_MIN && t.get<int64_t>() <= INT32_MAX,
+        what, ": ", t.dump(), " is not an integer token id");
+    ids.push_back(t.get<int32_t>());
   }
   return ids;
 }
@@ -120,7 +114,10 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
   if (!o.prompt.empty()) {
     next().req.prompt_ids = tokenize(o, tok, o.prompt);
   } else if (!o.prompt_ids.empty()) {
-    next().req.prompt_ids = parse_id_list(o.prompt_ids, "--prompt-ids");
+    const json ids = json::parse("[" + o.prompt_ids + "]", nullptr, false);
+    DI_REQUIRE(!ids.is_discarded(), "--prompt-ids: an entry of '", o.prompt_ids,
+               "' is not an integer token id (expected e.g. 1,2,3)");
+    next().req.prompt_ids = token_ids(ids, "--prompt-ids");
   } else if (o.num_prompts >= 0) {
     std::mt19937_64 rng(o.eo.engine.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
@@ -144,13 +141,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           DI_REQUIRE(j["prompt"].is_string(), "\"prompt\" must be a string");
           x.req.prompt_ids = tokenize(o, tok, j["prompt"].get<std::string>());
         } else {
-          DI_REQUIRE(j["prompt_ids"].is_array(), "\"prompt_ids\" must be a list of token ids");
-          for (const auto& t : j["prompt_ids"]) {
-            DI_REQUIRE(t.is_number_integer() && t.get<int64_t>() >= INT32_MIN &&
-                           t.get<int64_t>() <= INT32_MAX,
-                       "\"prompt_ids\" must hold integers, got ", t.dump());
-            x.req.prompt_ids.push_back(t.get<int32_t>());
-          }
+          x.req.prompt_ids = token_ids(j["prompt_ids"], "\"prompt_ids\"");
         }
         apply_request_fields(j, o, info, grammars, &x.req.params);
       } catch (const Error& e) {

@@ -449,12 +449,6 @@ size_t Grammar::num_states() const {
   return impl_->edges.size();
 }
 
-bool Grammar::matches(std::string_view text) const {
-  std::lock_guard lk(impl_->mu);
-  const int32_t d = impl_->run(0, text);
-  return d >= 0 && impl_->dstates[size_t(d)].accept;
-}
-
 // --- matcher ---
 
 Matcher::Matcher(std::shared_ptr<const Grammar> g)

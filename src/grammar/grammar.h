@@ -96,8 +96,6 @@ class Grammar {
 
   const TokenVocab& vocab() const { return *vocab_; }
   size_t num_states() const;
-  // Whether `text` is a complete sentence (for tests).
-  bool matches(std::string_view text) const;
 
  private:
   friend class Matcher;

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "io/show_json.h"
 
 namespace deepinfer {
 
@@ -119,26 +120,9 @@ const char* const kTypeNames[] = {"an integer",        "an integer", "a number",
                                   "a boolean",         "a string",   "a list of integers",
                                   "a list of integers"};
 
-// A JSON value for an error message. Nested containers are only named: dump() recurses once
-// per nesting level, and a hostile file can nest millions of levels deep.
-std::string show(const json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (i == 8) return s + ", ...]";
-      s += (i ? ", " : "") +
-           (v[i].is_structured() ? std::string("an ") + v[i].type_name() : show(v[i]));
-    }
-    return s + "]";
-  }
-  std::string s = v.dump();
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
-
 void assign(ModelConfig& c, const Field& f, const json& v, const std::string& where) {
   auto bad = [&] {
-    throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show(v)));
+    throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show_json(v)));
   };
   auto as_int = [&]<typename I>(const json& x, I) {
     int64_t n = 0;
@@ -228,10 +212,10 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
       if (c.expert_dtype == c.dtype) c.expert_dtype = "";  // experts in the model's dtype
       if (const json* b = lookup(*q, "weight_block_size"))
         DI_REQUIRE(*b == json::array({32, 32}), label,
-                   ": quantization_config.weight_block_size must be [32, 32], got ", show(*b));
+                   ": quantization_config.weight_block_size must be [32, 32], got ", show_json(*b));
       if (const json* s = lookup(*q, "scale_fmt"))
         DI_REQUIRE(*s == "ue8m0", label, ": quantization_config.scale_fmt must be \"ue8m0\", got ",
-                   show(*s));
+                   show_json(*s));
     }
     if (!lookup(src, "rope_scaling") && !lookup(src, "original_seq_len")) c.original_seq_len = 0;
   }

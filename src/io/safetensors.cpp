@@ -16,6 +16,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/show_json.h"
 
 namespace deepinfer {
 
@@ -51,27 +52,9 @@ json parse_header_json(const char* begin, const char* end, const std::string& la
   return j;
 }
 
-// A JSON value for an error message. Containers are only named: dump() recurses once per
-// nesting level, and a hostile header can nest millions of levels deep.
-std::string show(const json& v) {
-  if (v.is_structured()) return std::string("an ") + v.type_name();
-  std::string s = v.dump();
-  if (s.size() > 80) s = s.substr(0, 77) + "...";
-  return s;
-}
-
-// A shape array for an error message (its entries are checked one by one, so it may hold
-// anything).
-std::string show_shape(const json& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size() && i <= size_t(kMaxDims); ++i)
-    s += (i ? ", " : "") + show(shape[i]);
-  return s + "]";
-}
-
 uint64_t get_u64(const json& v, const std::string& label, const std::string& what) {
   DI_REQUIRE(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), label,
-             ": ", what, " must be a non-negative integer, got ", show(v));
+             ": ", what, " must be a non-negative integer, got ", show_json(v));
   return v.get<uint64_t>();
 }
 
@@ -96,7 +79,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
                ": shape entry too large");
     // Bound the element count so that its bit count (up to 64 per element) fits in 64 bits.
     if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / 64 / n) {
-      throw Error(str_cat(where, ": shape ", show_shape(*sh), " overflows"));
+      throw Error(str_cat(where, ": shape ", show_json(*sh), " overflows"));
     }
     numel *= n;
     t.shape.dim[t.shape.ndim++] = int64_t(n);
@@ -104,7 +87,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
   if (t.dtype == DType::E2M1)
     DI_REQUIRE(t.shape.ndim >= 1 && t.shape.dim[t.shape.ndim - 1] % 2 == 0, where,
                ": F4 tensors need an even last dimension (two values per byte), got shape ",
-               show_shape(*sh));
+               show_json(*sh));
   auto off = e.find("data_offsets");
   DI_REQUIRE(off != e.end() && off->is_array() && off->size() == 2, where,
              ": missing field 'data_offsets' ([begin, end])");
@@ -113,7 +96,7 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
   DI_REQUIRE(b <= en, where, ": data_offsets [", b, ", ", en, "] end before begin");
   const uint64_t want = dtype_bytes(t.dtype, numel);
   DI_REQUIRE(en - b == want, where, ": data_offsets span ", en - b, " bytes but shape ",
-             show_shape(*sh), " of ", dtype_name(t.dtype), " needs ", want);
+             show_json(*sh), " of ", dtype_name(t.dtype), " needs ", want);
   t.offset = b;
   t.nbytes = want;
   return t;

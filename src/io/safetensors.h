@@ -59,7 +59,6 @@ class SafetensorsFile {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorInfo* find(const std::string& name) const;  // nullptr if absent
-  uint64_t file_size() const { return size_; }
 
  private:
   SafetensorsFile() = default;
@@ -83,7 +82,6 @@ class TensorStore {
   const TensorInfo& get(const std::string& name) const;   // throws Error naming the checkpoint
   std::vector<std::string> names() const;                 // sorted
   size_t size() const { return by_name_.size(); }
-  const std::string& dir() const { return dir_; }
   uint64_t total_bytes() const;
 
  private:
@@ -104,7 +102,6 @@ class SafetensorsWriter {
  public:
   // `bytes` must hold dtype_bytes(dtype, shape.numel()) bytes.
   void add(const std::string& name, DType dtype, const Shape& shape, std::vector<uint8_t> bytes);
-  bool empty() const { return entries_.empty(); }
   uint64_t data_bytes() const;
   std::vector<std::string> names() const;  // in the order added
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }

@@ -9,23 +9,11 @@ namespace deepinfer::tokenizer_internal {
 
 namespace {
 
-void quote(const std::string& s, std::string& out) {
-  // The characters with a short escape, and the letter after the backslash for each.
-  constexpr std::string_view kEscaped = "\"\\\n\r\t\b\f", kLetters = "\"\\nrtbf";
-  out.push_back('"');
-  for (const char c : s) {
-    if (const size_t k = kEscaped.find(c); k != std::string_view::npos) {
-      out.push_back('\\');
-      out.push_back(kLetters[k]);
-    } else if (uint8_t(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(uint8_t(c)));
-      out += buf;
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
+// Null, booleans, integers and strings, spelled as Python spells them (strings with the short
+// escapes and \u00xx for other control characters; an ill-formed UTF-8 sequence, which a Python
+// string cannot hold, becomes U+FFFD).
+std::string scalar(const nlohmann::ordered_json& v) {
+  return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 // Python's float repr: the shortest digits that round-trip, written in positional notation
@@ -67,13 +55,11 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
     case value_t::boolean:
     case value_t::number_integer:
     case value_t::number_unsigned:
-      out += v.dump();  // spelled as Python spells them
+    case value_t::string:
+      out += scalar(v);
       break;
     case value_t::number_float:
       py_float(v.get<double>(), out);
-      break;
-    case value_t::string:
-      quote(v.get_ref<const std::string&>(), out);
       break;
     case value_t::array:
     case value_t::object: {
@@ -81,10 +67,7 @@ void dump(const nlohmann::ordered_json& v, std::string& out) {
       out.push_back(object ? '{' : '[');
       for (auto it = v.begin(); it != v.end(); ++it) {
         if (it != v.begin()) out += ", ";
-        if (object) {
-          quote(it.key(), out);
-          out += ": ";
-        }
+        if (object) out += scalar(it.key()) + ": ";
         dump(it.value(), out);
       }
       out.push_back(object ? '}' : ']');

@@ -48,12 +48,6 @@ struct TokenizerState {
   const Entry* entry(int32_t id) const {
     return id >= 0 && size_t(id) < ids.size() && ids[size_t(id)].known ? &ids[size_t(id)] : nullptr;
   }
-  // The id of an added token or else a vocabulary token spelled `token`; -1 if none.
-  int32_t id_of(const std::string& token) const {
-    if (const auto it = added.find(token); it != added.end()) return it->second;
-    if (const auto it = vocab.find(token); it != vocab.end()) return it->second;
-    return -1;
-  }
 };
 
 namespace {
@@ -339,7 +333,10 @@ int32_t config_token_id(const Reader& r, const json& config, const char* key,
   } else {
     r.fail(key, "expected a string or an object with \"content\"");
   }
-  return impl.id_of(content);
+  // An added token, else a vocabulary token; -1 if neither.
+  if (const auto it = impl.added.find(content); it != impl.added.end()) return it->second;
+  const auto it = impl.vocab.find(content);
+  return it != impl.vocab.end() ? it->second : -1;
 }
 
 void load_json(std::string_view tokenizer_json, std::string_view config_json,
@@ -495,10 +492,6 @@ int32_t Tokenizer::vocab_size() const {
   return impl_->n_distinct;
 }
 
-int32_t Tokenizer::token_to_id(std::string_view token) const {
-  return impl_->id_of(std::string(token));
-}
-
 std::string_view Tokenizer::id_to_token(int32_t id) const {
   const TokenizerState::Entry* e = impl_->entry(id);
   if (!e) {
@@ -518,9 +511,6 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
   return e ? std::string_view(e->bytes) : std::string_view();
 }
 
-int32_t Tokenizer::bos_id() const {
-  return impl_->bos;
-}
 int32_t Tokenizer::eos_id() const {
   return impl_->eos;
 }

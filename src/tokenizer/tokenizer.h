@@ -41,6 +41,8 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
+  // With `add_bos`, the bos_token of tokenizer_config.json comes first (an error where it names
+  // no known token).
   std::vector<int32_t> encode(std::string_view text, bool add_bos = false) const;
   // With `skip_special`, special tokens produce no text, except those listed in `keep` (sorted).
   std::string decode(std::span<const int32_t> ids, bool skip_special = false,
@@ -48,8 +50,6 @@ class Tokenizer {
 
   // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
   int32_t vocab_size() const;
-  // -1 if `token` is neither an added token nor in the vocabulary.
-  int32_t token_to_id(std::string_view token) const;
   // The token's string as stored in tokenizer.json (byte-level characters for BPE tokens);
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;
@@ -58,8 +58,7 @@ class Tokenizer {
   std::vector<int32_t> special_ids() const;
   // The bytes `id` contributes to decode() before UTF-8 repair; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
-  // From tokenizer_config.json; -1 when it is absent or names no known token.
-  int32_t bos_id() const;
+  // The end of sequence from tokenizer_config.json; -1 when it is absent or names no known token.
   int32_t eos_id() const;
 
  private:

@@ -11,6 +11,7 @@
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
 #include "model_harness.h"
+#include "util/grammar_matches.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -175,7 +176,7 @@ TEST(Engine, GrammarConstrainedOutputsAreValidAndBatchInvariant) {
     for (int32_t t : r.ids)
       if (t != c.eos_token_id) text += vocab->bytes(t);
     EXPECT_EQ(r.finish, FinishReason::Stop) << text;
-    EXPECT_TRUE(g->matches(text)) << "request " << i << ": " << text;
+    EXPECT_TRUE(matches(g, text)) << "request " << i << ": " << text;
     const auto alone = run(*m.model, config(1, 2048, 0, false), {reqs[i]});
     EXPECT_TRUE(alone.at(reqs[i].id) == r) << "request " << i;
   }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "grammar/json_schema.h"
+#include "util/grammar_matches.h"
 
 namespace deepinfer::grammar {
 namespace {
@@ -34,42 +35,42 @@ std::shared_ptr<const Grammar> compile(const Expr& e) {
 
 TEST(Grammar, ExpressionsMatchTheirLanguage) {
   auto g = compile(seq({lit("ab"), alt({lit("c"), lit("de")}), repeat(lit("x"), 1, 3)}));
-  EXPECT_TRUE(g->matches("abcx"));
-  EXPECT_TRUE(g->matches("abdexxx"));
-  EXPECT_FALSE(g->matches("abdexxxx"));
-  EXPECT_FALSE(g->matches("abc"));
-  EXPECT_FALSE(g->matches("abx"));
+  EXPECT_TRUE(matches(g, "abcx"));
+  EXPECT_TRUE(matches(g, "abdexxx"));
+  EXPECT_FALSE(matches(g, "abdexxxx"));
+  EXPECT_FALSE(matches(g, "abc"));
+  EXPECT_FALSE(matches(g, "abx"));
 
   auto l = compile(list(lit("a"), lit(","), 2, 3));
-  EXPECT_FALSE(l->matches("a"));
-  EXPECT_TRUE(l->matches("a,a"));
-  EXPECT_TRUE(l->matches("a,a,a"));
-  EXPECT_FALSE(l->matches("a,a,a,a"));
+  EXPECT_FALSE(matches(l, "a"));
+  EXPECT_TRUE(matches(l, "a,a"));
+  EXPECT_TRUE(matches(l, "a,a,a"));
+  EXPECT_FALSE(matches(l, "a,a,a,a"));
   auto lu = compile(list(lit("a"), lit(","), 0, -1));
-  EXPECT_TRUE(lu->matches(""));
-  EXPECT_TRUE(lu->matches("a,a,a,a,a"));
-  EXPECT_FALSE(lu->matches("a,"));
+  EXPECT_TRUE(matches(lu, ""));
+  EXPECT_TRUE(matches(lu, "a,a,a,a,a"));
+  EXPECT_FALSE(matches(lu, "a,"));
 
   auto m = compile(members({{lit("A"), true}, {lit("B"), false}, {lit("C"), false}}, lit(",")));
-  for (const char* ok : {"A", "A,B", "A,C", "A,B,C"}) EXPECT_TRUE(m->matches(ok)) << ok;
-  for (const char* bad : {"", "B", "A,", "A,C,B", "AB", ",A"}) EXPECT_FALSE(m->matches(bad)) << bad;
+  for (const char* ok : {"A", "A,B", "A,C", "A,B,C"}) EXPECT_TRUE(matches(m, ok)) << ok;
+  for (const char* bad : {"", "B", "A,", "A,C,B", "AB", ",A"}) EXPECT_FALSE(matches(m, bad)) << bad;
   auto mo = compile(members({{lit("A"), false}, {lit("B"), false}}, lit(",")));
-  for (const char* ok : {"", "A", "B", "A,B"}) EXPECT_TRUE(mo->matches(ok)) << ok;
-  EXPECT_FALSE(mo->matches(",B"));
+  for (const char* ok : {"", "A", "B", "A,B"}) EXPECT_TRUE(matches(mo, ok)) << ok;
+  EXPECT_FALSE(matches(mo, ",B"));
 
   auto u = compile(seq({until("</think>"), lit("!")}));
-  EXPECT_TRUE(u->matches("</think>!"));
-  EXPECT_TRUE(u->matches("a</b</thin</think>!"));
-  EXPECT_TRUE(u->matches("<</</think>!"));
-  EXPECT_FALSE(u->matches("a</think>b</think>!"));
-  EXPECT_FALSE(u->matches("abc!"));
+  EXPECT_TRUE(matches(u, "</think>!"));
+  EXPECT_TRUE(matches(u, "a</b</thin</think>!"));
+  EXPECT_TRUE(matches(u, "<</</think>!"));
+  EXPECT_FALSE(matches(u, "a</think>b</think>!"));
+  EXPECT_FALSE(matches(u, "abc!"));
 
   auto c = compile(repeat(utf8_char("\""), 0, -1));
-  EXPECT_TRUE(c->matches("héllo Жж 日本 \xf0\x9f\x98\x80"));
-  EXPECT_FALSE(c->matches("\xc3"));          // cut character
-  EXPECT_FALSE(c->matches("\xed\xa0\x80"));  // surrogate
-  EXPECT_FALSE(c->matches("\xc0\xaf"));      // overlong
-  EXPECT_FALSE(c->matches("a\"b"));
+  EXPECT_TRUE(matches(c, "héllo Жж 日本 \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(matches(c, "\xc3"));          // cut character
+  EXPECT_FALSE(matches(c, "\xed\xa0\x80"));  // surrogate
+  EXPECT_FALSE(matches(c, "\xc0\xaf"));      // overlong
+  EXPECT_FALSE(matches(c, "a\"b"));
 }
 
 std::shared_ptr<const Grammar> schema(const std::string& s) {
@@ -83,24 +84,24 @@ TEST(JsonSchemaGrammar, IntegerBoundsAreExact) {
     auto g = schema("{\"type\":\"integer\",\"minimum\":" + std::to_string(lo) +
                     ",\"maximum\":" + std::to_string(hi) + "}");
     for (int v = lo - 30; v <= hi + 30; v += (hi - lo) / 50 + 1)
-      EXPECT_EQ(g->matches(std::to_string(v)), v >= lo && v <= hi) << lo << ".." << hi << " " << v;
-    EXPECT_EQ(g->matches(std::to_string(lo)), true);
-    EXPECT_EQ(g->matches(std::to_string(hi)), true);
-    EXPECT_FALSE(g->matches(std::to_string(hi + 1)));
-    EXPECT_FALSE(g->matches(std::to_string(lo - 1)));
+      EXPECT_EQ(matches(g, std::to_string(v)), v >= lo && v <= hi) << lo << ".." << hi << " " << v;
+    EXPECT_EQ(matches(g, std::to_string(lo)), true);
+    EXPECT_EQ(matches(g, std::to_string(hi)), true);
+    EXPECT_FALSE(matches(g, std::to_string(hi + 1)));
+    EXPECT_FALSE(matches(g, std::to_string(lo - 1)));
   }
   auto g = schema(R"({"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":100})");
-  EXPECT_FALSE(g->matches("0"));
-  EXPECT_TRUE(g->matches("1"));
-  EXPECT_TRUE(g->matches("99"));
-  EXPECT_FALSE(g->matches("100"));
-  EXPECT_FALSE(g->matches("01"));
-  EXPECT_FALSE(g->matches("1.0"));
+  EXPECT_FALSE(matches(g, "0"));
+  EXPECT_TRUE(matches(g, "1"));
+  EXPECT_TRUE(matches(g, "99"));
+  EXPECT_FALSE(matches(g, "100"));
+  EXPECT_FALSE(matches(g, "01"));
+  EXPECT_FALSE(matches(g, "1.0"));
   auto any = schema(R"({"type":"integer"})");
-  EXPECT_TRUE(any->matches("-123456789012345"));
-  EXPECT_FALSE(any->matches("1234567890123456"));  // 16 digits: beyond the bound
-  EXPECT_FALSE(any->matches("-0"));
-  EXPECT_FALSE(any->matches("00"));
+  EXPECT_TRUE(matches(any, "-123456789012345"));
+  EXPECT_FALSE(matches(any, "1234567890123456"));  // 16 digits: beyond the bound
+  EXPECT_FALSE(matches(any, "-0"));
+  EXPECT_FALSE(matches(any, "00"));
 }
 
 TEST(JsonSchemaGrammar, NumberBoundsAreExact) {
@@ -140,7 +141,7 @@ TEST(JsonSchemaGrammar, NumberBoundsAreExact) {
   };
   for (const Case& c : cases) {
     auto g = schema(c.schema);
-    for (const auto& [t, ok] : c.texts) EXPECT_EQ(g->matches(t), ok) << c.schema << " " << t;
+    for (const auto& [t, ok] : c.texts) EXPECT_EQ(matches(g, t), ok) << c.schema << " " << t;
   }
 }
 
@@ -155,33 +156,34 @@ TEST(JsonSchemaGrammar, ObjectsArraysAndStrings) {
        {R"({"name":"Bo","age":3})", R"({ "name" : "Bo" , "age" : 3 })",
         R"({"name":"é\n\u00e9","age":150,"tags":["a","b"]})", R"({"name":"x","age":0,"ok":null})",
         R"({"name":"x","age":0,"tags":[]})", "{\n  \"name\": \"x\",\n  \"age\": 1\n}"})
-    EXPECT_TRUE(g->matches(ok)) << ok;
+    EXPECT_TRUE(matches(g, ok)) << ok;
   for (const char* bad :
        {R"({"age":3,"name":"Bo"})", R"({"name":"","age":3})", R"({"name":"Bob12","age":3})",
         R"({"name":"Bo"})", R"({"name":"Bo","age":151})", R"({"name":"Bo","age":3,"tags":["c"]})",
         R"({"name":"Bo","age":3,"tags":["a","a","a"]})", R"({"name":"Bo","age":3,"x":1})",
         R"({"name":"B\ud800","age":3})", R"({"name":"Bo","age":3,})"})
-    EXPECT_FALSE(g->matches(bad)) << bad;
+    EXPECT_FALSE(matches(g, bad)) << bad;
   // Whitespace runs are bounded.
-  EXPECT_FALSE(g->matches("{" + std::string(40, ' ') + R"("name":"x","age":1})"));
+  EXPECT_FALSE(matches(g, "{" + std::string(40, ' ') + R"("name":"x","age":1})"));
 
   auto formats = schema(R"({"type":"array","prefixItems":[{"type":"string","format":"date"},
       {"type":"string","format":"uuid"},{"type":"string","format":"date-time"}],"items":false})");
-  EXPECT_TRUE(formats->matches(
-      R"(["2024-02-29","123e4567-e89b-12d3-a456-426614174000","2024-01-01T10:20:30.5Z"])"));
-  EXPECT_FALSE(formats->matches(R"(["2024-13-01","123e4567-e89b-12d3-a456-426614174000",)"
+  EXPECT_TRUE(
+      matches(formats,
+              R"(["2024-02-29","123e4567-e89b-12d3-a456-426614174000","2024-01-01T10:20:30.5Z"])"));
+  EXPECT_FALSE(matches(formats, R"(["2024-13-01","123e4567-e89b-12d3-a456-426614174000",)"
                                 R"("2024-01-01T10:20:30Z"])"));
 
   auto rec = schema(R"({"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},
       "kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["v"]}},
       "$ref":"#/$defs/node"})");
-  EXPECT_TRUE(rec->matches(R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"));
-  EXPECT_FALSE(rec->matches(R"({"v":1,"kids":[{"w":2}]})"));
+  EXPECT_TRUE(matches(rec, R"({"v":1,"kids":[{"v":2},{"v":3,"kids":[{"v":4}]}]})"));
+  EXPECT_FALSE(matches(rec, R"({"v":1,"kids":[{"w":2}]})"));
 
   auto any = compile(json_object_expr());
-  EXPECT_TRUE(any->matches(R"({"a":[1,{"b":null}],"c":"d"})"));
-  EXPECT_FALSE(any->matches(R"([1])"));
-  EXPECT_FALSE(any->matches(R"({"a":[[[[[1]]]]]})"));  // deeper than free_depth
+  EXPECT_TRUE(matches(any, R"({"a":[1,{"b":null}],"c":"d"})"));
+  EXPECT_FALSE(matches(any, R"([1])"));
+  EXPECT_FALSE(matches(any, R"({"a":[[[[[1]]]]]})"));  // deeper than free_depth
 }
 
 TEST(JsonSchemaGrammar, UnsupportedSchemasNameThePlace) {
@@ -259,7 +261,7 @@ TEST(Matcher, MaskEqualsPlainCheckAndWalksEnd) {
         text += vocab->bytes(t);
       }
       ASSERT_LT(steps, 3000) << "expr " << k << " did not end: " << text.substr(0, 200);
-      EXPECT_TRUE(g->matches(text)) << text;
+      EXPECT_TRUE(matches(g, text)) << text;
       EXPECT_TRUE(m.finished());
     }
   }

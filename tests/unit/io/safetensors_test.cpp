@@ -102,7 +102,6 @@ TEST(Safetensors, RoundTripEveryDtype) {
 
   // The file itself: the header is padded to 8 bytes and the data section ends the file.
   const std::vector<uint8_t> bytes = read_bytes(path);
-  EXPECT_EQ(f->file_size(), bytes.size());
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | bytes[size_t(i)];
   EXPECT_EQ((8 + hlen) % 8, 0u);
@@ -125,7 +124,7 @@ TEST(Safetensors, RoundTripEveryDtype) {
 TEST(Safetensors, EmptyFileOfTensorsAndWriterChecks) {
   ScratchDir dir;
   SafetensorsWriter w;
-  EXPECT_TRUE(w.empty());
+  EXPECT_TRUE(w.names().empty());
   w.write(dir / "none.safetensors");
   auto f = SafetensorsFile::open(dir / "none.safetensors");
   EXPECT_TRUE(f->tensors().empty());
@@ -173,7 +172,7 @@ TEST(Safetensors, ShardedWriteAndIndexRead) {
   for (const auto& [name, shard] : want_shard) EXPECT_EQ(index["weight_map"][name], shard) << name;
 
   auto store = TensorStore::open_dir(out);
-  EXPECT_EQ(store->dir(), out);
+  EXPECT_TRUE(mentions(error_of([&] { store->get("absent"); }), {out, "absent"}));
   EXPECT_EQ(store->size(), 8u);
   EXPECT_EQ(store->total_bytes(), 1700u);
   EXPECT_EQ(store->names(),
@@ -247,7 +246,7 @@ TEST(Safetensors, OpeningIsLazy) {
   const int64_t grown = resident_bytes() - before;
   ASSERT_EQ(f->tensors().size(), 1u);
   EXPECT_EQ(f->tensors()[0].nbytes, n);
-  EXPECT_EQ(f->file_size(), 8 + header.size() + n);
+  EXPECT_EQ(fs::file_size(path), 8 + header.size() + n);
   EXPECT_LT(grown, int64_t(16) << 20) << "opening read tensor bytes";
   EXPECT_LT(seconds, 1.0);
   // The bytes are there when touched (a hole reads as zeros).
@@ -267,7 +266,7 @@ TEST(Safetensors, FuzzSeedsAreValid) {
   int n = 0;
   for (const auto& e : fs::directory_iterator(seeds)) {
     auto f = SafetensorsFile::open(e.path().string());
-    EXPECT_LE(f->file_size(), 4096u) << e.path();  // within the fuzzer's -max_len
+    EXPECT_LE(fs::file_size(e.path()), 4096u) << e.path();  // within the fuzzer's -max_len
     ++n;
   }
   EXPECT_GE(n, 3);

@@ -7,6 +7,7 @@
 
 #include "server/openai_response.h"
 #include "server_test_util.h"
+#include "util/token_id.h"
 
 namespace deepinfer::server {
 namespace {
@@ -152,7 +153,7 @@ TEST(ChoiceDecoder, MarkersThatAreSpecialTokensStillReachTheParser) {
   const std::vector<int32_t> ids = tok->encode(text, false);
   // The markers really are special tokens of this tokenizer, and vanish from a skipping decode.
   for (const char* m : {"</think>", "｜DSML｜"}) {
-    const int32_t id = tok->token_to_id(m);
+    const int32_t id = token_id(*tok, m);
     ASSERT_GE(id, 0) << m;
     EXPECT_TRUE(tok->is_special(id)) << m;
     EXPECT_NE(std::find(ids.begin(), ids.end(), id), ids.end()) << m;
@@ -172,7 +173,7 @@ TEST(ChoiceDecoder, MarkersThatAreSpecialTokensStillReachTheParser) {
   EXPECT_EQ(r.all.tool_calls[0].arguments, want.tool_calls[0].arguments);
   EXPECT_EQ(r.all.tool_calls[0].arguments, R"({"x": [1, 2]})");
   // Other special tokens stay out of the visible text in chat mode.
-  const int32_t bos = tok->token_to_id("<｜begin▁of▁sentence｜>");
+  const int32_t bos = token_id(*tok, "<｜begin▁of▁sentence｜>");
   ASSERT_TRUE(bos >= 0 && tok->is_special(bos));
   std::vector<int32_t> with_bos = tok->encode("a", false);
   with_bos.push_back(bos);

@@ -8,6 +8,7 @@
 #include "server/api_request.h"
 #include "server_test_util.h"
 #include "tokenizer/chat.h"
+#include "util/grammar_matches.h"
 
 namespace deepinfer::server {
 namespace {
@@ -343,19 +344,19 @@ TEST(OpenAiRequest, ResponseFormatAndBigNumbersRenderLikeTheEncoder) {
                  info, 400, "response_format.type", "invalid_value");
   // The format is enforced: a grammar of the schema, after the reasoning in thinking mode.
   ASSERT_TRUE(r.params.grammar);
-  EXPECT_TRUE(r.params.grammar->matches(R"({"id": 5, "p": 1000.5})"));
-  EXPECT_FALSE(r.params.grammar->matches(R"({"id": 5, "p": 999})"));
+  EXPECT_TRUE(matches(r.params.grammar, R"({"id": 5, "p": 1000.5})"));
+  EXPECT_FALSE(matches(r.params.grammar, R"({"id": 5, "p": 999})"));
   ASSERT_TRUE(obj.params.grammar);
-  EXPECT_TRUE(obj.params.grammar->matches(R"({"a": [1, "b"]})"));
+  EXPECT_TRUE(matches(obj.params.grammar, R"({"a": [1, "b"]})"));
   const ApiRequest think = parse_api_request(kChat, R"({"messages": [{"role": "user", "content":
       "x"}], "thinking": true, "response_format": {"type": "json_object"}})",
                                              info);
-  EXPECT_TRUE(think.params.grammar->matches("Let me see.</think>{}"));
-  EXPECT_FALSE(think.params.grammar->matches("{}"));
+  EXPECT_TRUE(matches(think.params.grammar, "Let me see.</think>{}"));
+  EXPECT_FALSE(matches(think.params.grammar, "{}"));
   const ApiRequest comp =
       parse_api_request(Endpoint::kCompletions,
                         R"({"prompt": "x", "response_format": {"type": "json_object"}})", info);
-  EXPECT_TRUE(comp.params.grammar && comp.params.grammar->matches("{}"));
+  EXPECT_TRUE(comp.params.grammar && matches(comp.params.grammar, "{}"));
   expect_refusal(kChat,
                  R"({"messages": [{"role": "user", "content": "x"}],
                      "response_format": {"type": "json_schema", "json_schema": {"name": "n",
@@ -408,11 +409,12 @@ TEST(OpenAiRequest, ToolsAndToolResultsEncodeLikeTheChatFormat) {
                             R"(, "messages": [{"role": "user", "content": "Hi"}]})",
                         info);
   ASSERT_TRUE(req.params.grammar);
-  EXPECT_TRUE(req.params.grammar->matches(
+  EXPECT_TRUE(matches(
+      req.params.grammar,
       "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter "
       "name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ "
       "calls>"));
-  EXPECT_FALSE(req.params.grammar->matches("Sure!"));
+  EXPECT_FALSE(matches(req.params.grammar, "Sure!"));
   const ApiRequest named = parse_api_request(
       kChat,
       R"({"tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "tools": )" +
