@@ -33,10 +33,11 @@ int64_t drive(Scheduler& s, const SchedulerConfig& cfg, std::map<RequestId, int6
     std::vector<int32_t> sampled;
     for (const auto& q : out.seqs) {
       if (cfg.prompt_as_decode) EXPECT_EQ(q.tokens.size(), 1u);
-      if (cfg.prefill_bucket > 0 && !q.decode)
+      if (cfg.prefill_bucket > 0 && !q.decode) {
         EXPECT_EQ(int64_t(q.tokens.size()) + q.n_padding, cfg.prefill_bucket);
-      else
+      } else {
         EXPECT_EQ(q.n_padding, 0);
+      }
       if (q.sample) sampled.push_back(int32_t(q.seq_id % 100));
     }
     for (Sequence* seq : s.update(out, sampled)) {
