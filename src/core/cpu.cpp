@@ -1,7 +1,10 @@
 #include "core/cpu.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -52,6 +55,15 @@ Isa set_cpu_isa(Isa isa) {
 const char* isa_name(Isa isa) {
   const char* const names[] = {"scalar", "avx2", "avx512"};
   return unsigned(isa) < 3 ? names[int(isa)] : "?";
+}
+
+int64_t resident_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace deepinfer

@@ -3,6 +3,8 @@
 // machine supports).
 #pragma once
 
+#include <cstdint>
+
 namespace deepinfer {
 
 enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
@@ -14,5 +16,8 @@ Isa cpu_isa();
 // Caps the ISA (clamped to what the machine supports). Returns the ISA now in effect.
 Isa set_cpu_isa(Isa isa);
 const char* isa_name(Isa isa);
+
+// Resident memory of this process in bytes (/proc/self/statm); 0 when unavailable.
+int64_t resident_memory_bytes();
 
 }  // namespace deepinfer

@@ -2,9 +2,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 
+#include "core/cpu.h"
 #include "core/error.h"
+#include "core/format.h"
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
 #include "kv/kv_layout.h"
@@ -85,18 +86,15 @@ LoadedEngine load_engine(const EngineOptions& o) {
     decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };
   {
     // This rank's share of the weights (what expert parallelism divides), after the repack.
-    std::ifstream status("/proc/self/status");
-    std::string line, rss = "?";
-    while (std::getline(status, line))
-      if (line.rfind("VmRSS:", 0) == 0) rss = line.substr(6);
     const std::string who =
         le.world->size() > 1 ? str_cat("rank ", le.world->rank(), ": ") : std::string();
     std::fprintf(stderr,
                  "deepinfer: %sexperts [%d, %d), weights %.2f GiB mapped + %.2f GiB repacked, "
-                 "resident%s\n",
+                 "resident %s\n",
                  who.c_str(), le.layout.expert_begin, le.layout.expert_end,
                  double(le.checkpoint->bound_bytes) / (1 << 30),
-                 double(le.model->prepared_weight_bytes()) / (1 << 30), rss.c_str());
+                 double(le.model->prepared_weight_bytes()) / (1 << 30),
+                 human_bytes(double(resident_memory_bytes())).c_str());
   }
   if (!le.layout.scheduler) {
     // A replica follower: the same pool as the scheduler's, and a runner without logits.

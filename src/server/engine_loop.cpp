@@ -1,11 +1,11 @@
 #include "server/engine_loop.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <iterator>
+
+#include "core/cpu.h"
 
 namespace deepinfer::server {
 
@@ -25,16 +25,6 @@ std::string num(double v) {
 
 void add_header(std::string* out, const char* name, const char* type, const char* help) {
   *out += str_cat("# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
-}
-
-// Resident memory of this process (bytes), from /proc/self/statm; 0 when unavailable.
-int64_t resident_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  long long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace

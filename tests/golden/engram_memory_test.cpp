@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu.h"
 #include "io/safetensors.h"
 #include "model_harness.h"
 
@@ -17,13 +18,6 @@ namespace deepinfer::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-int64_t resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  f >> size >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
 
 // Copies the tiny checkpoint, moving the Engram tables into one big sparse shard.
 std::string make_big_engram_checkpoint(int64_t rows) {
@@ -78,15 +72,15 @@ std::string make_big_engram_checkpoint(int64_t rows) {
 TEST(EngramMemory, TablesStayMappedAndOnlyHashedRowsAreRead) {
   const int64_t rows = int64_t(128) << 20;  // 128 Mi rows x 33 bytes: 4.3 GB per table
   const std::string dir = make_big_engram_checkpoint(rows);
-  const int64_t before = resident_bytes();
+  const int64_t before = resident_memory_bytes();
   auto ck = Checkpoint::load(dir);
   ASSERT_EQ(ck->layers[1].engram_table.rows(), rows);
   ModelOptions o;
   o.numerics = Numerics::Bf16;
   Model model(*ck, o);
-  const int64_t loaded = resident_bytes();
+  const int64_t loaded = resident_memory_bytes();
   const auto logits = run_chunks(model, random_tokens(32, ck->config().vocab_size, 1), {32});
-  const int64_t ran = resident_bytes();
+  const int64_t ran = resident_memory_bytes();
   const double table = double(rows) * 33;
   std::printf(
       "resident growth: after loading %.1f MiB, after a 32-token prompt %.1f MiB "

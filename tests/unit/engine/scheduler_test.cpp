@@ -32,7 +32,9 @@ int64_t drive(Scheduler& s, const SchedulerConfig& cfg, std::map<RequestId, int6
     EXPECT_LE(int64_t(out.seqs.size()), cfg.max_num_seqs);
     std::vector<int32_t> sampled;
     for (const auto& q : out.seqs) {
-      if (cfg.prompt_as_decode) EXPECT_EQ(q.tokens.size(), 1u);
+      if (cfg.prompt_as_decode) {
+        EXPECT_EQ(q.tokens.size(), 1u);
+      }
       if (cfg.prefill_bucket > 0 && !q.decode) {
         EXPECT_EQ(int64_t(q.tokens.size()) + q.n_padding, cfg.prefill_bucket);
       } else {
