@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "core/format.h"
 #include "io/checkpoint.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_cache.h"
 #include "runtime/builtin.h"
 
 namespace deepinfer::app {

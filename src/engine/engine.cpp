@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/region_timer.h"
 #include "engine/parallel.h"
-#include "kv/kv_layout.h"
 
 namespace deepinfer {
 

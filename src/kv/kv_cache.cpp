@@ -1,7 +1,6 @@
 #include "kv/kv_cache.h"
 
 #include "core/error.h"
-#include "kv/kv_layout.h"
 
 namespace deepinfer {
 
@@ -71,7 +70,7 @@ int64_t* KvCache::engram_history(int32_t slot) {
   return history_.data() + int64_t(slot) * history_len_;
 }
 
-// --- footprint (kv_layout.h) ---
+// --- footprint ---
 
 KvFootprint kv_footprint(const ModelConfig& c) {
   KvFootprint f;

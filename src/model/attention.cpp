@@ -8,7 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_cache.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {

@@ -9,7 +9,7 @@
 #include "kernels/linear.h"
 #include "kernels/quant.h"
 #include "kernels/rope.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_cache.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {

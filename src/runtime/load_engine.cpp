@@ -8,7 +8,7 @@
 #include "core/format.h"
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_cache.h"
 #include "runtime/builtin.h"
 #include "tokenizer/engram_map.h"
 

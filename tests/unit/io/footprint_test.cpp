@@ -4,7 +4,7 @@
 
 #include "io/checkpoint.h"
 #include "io_test_util.h"
-#include "kv/kv_layout.h"
+#include "kv/kv_cache.h"
 
 namespace deepinfer {
 namespace {
