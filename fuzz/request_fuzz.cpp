@@ -19,13 +19,6 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
-// The response path names finish reasons through the engine; engine.cpp, which defines this,
-// would bring the whole engine into the target, so the names are repeated here.
-const char* deepinfer::finish_reason_name(FinishReason r) {
-  static const char* const names[] = {"none", "length", "stop", "abort", "error"};
-  return names[size_t(r)];
-}
-
 namespace {
 
 using deepinfer::server::ApiError;

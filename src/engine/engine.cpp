@@ -10,11 +10,6 @@
 
 namespace deepinfer {
 
-const char* finish_reason_name(FinishReason r) {
-  static const char* const names[] = {"none", "length", "stop", "abort", "error"};
-  return names[size_t(r)];
-}
-
 KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   // Blocks must hold whole compressed groups of every layer.
   int64_t lcm = 1;

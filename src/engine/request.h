@@ -45,7 +45,10 @@ struct Request {
 };
 
 enum class FinishReason { None, Length, Stop, Abort, Error };
-const char* finish_reason_name(FinishReason r);
+inline const char* finish_reason_name(FinishReason r) {
+  static const char* const names[] = {"none", "length", "stop", "abort", "error"};
+  return names[size_t(r)];
+}
 
 using TopLogprobs = std::vector<std::pair<int32_t, float>>;  // descending
 
