@@ -49,8 +49,8 @@ struct RankLayout {
   ModelParallel model;                    // the model's strategies over these groups
 };
 
-// Builds the layout over `world` (which must have cfg.world_size() ranks). `shared_host`: all
-// ranks on one host (decides --engram-sharding auto).
+// Builds the layout over `world` (which must have cfg.world_size() ranks); its backend decides
+// --engram-sharding auto.
 RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int n_experts);
 
 // The step message replica followers replay.
