@@ -1,11 +1,9 @@
 // A fixed pool of KV blocks: pure bookkeeping, no bytes. Allocation and release are O(1) through
-// a FIFO queue of free blocks: the least recently freed block is reused first.
+// an intrusive free list (a FIFO queue: allocation takes the head, release appends).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <vector>
 
 #include "core/error.h"
@@ -14,20 +12,23 @@ namespace deepinfer {
 
 class BlockPool {
  public:
-  explicit BlockPool(int32_t num_blocks) : used_(size_t(std::max(num_blocks, 0)), false) {
+  explicit BlockPool(int32_t num_blocks)
+      : used_(size_t(num_blocks), false), next_(size_t(num_blocks), -1) {
     DI_REQUIRE(num_blocks >= 0, "KV pool: number of blocks must be >= 0, got ", num_blocks);
-    for (int32_t b = 0; b < num_blocks; ++b) free_.push_back(b);
+    for (int32_t b = 0; b < num_blocks; ++b) push_free(b);
   }
 
   int32_t num_blocks() const { return int32_t(used_.size()); }
-  int32_t num_free() const { return int32_t(free_.size()); }
-  int32_t num_used() const { return num_blocks() - num_free(); }
+  int32_t num_free() const { return n_free_; }
+  int32_t num_used() const { return num_blocks() - n_free_; }
 
   // A free block, or -1 when none is left.
   int32_t allocate() {
-    if (free_.empty()) return -1;
-    const int32_t b = free_.front();
-    free_.pop_front();
+    const int32_t b = head_;
+    if (b < 0) return -1;
+    head_ = next_[size_t(b)];
+    if (head_ < 0) tail_ = -1;
+    --n_free_;
     used_[size_t(b)] = true;
     return b;
   }
@@ -37,12 +38,21 @@ class BlockPool {
     DI_CHECK(block >= 0 && block < num_blocks() && used_[size_t(block)], "release of block ",
              block);
     used_[size_t(block)] = false;
-    free_.push_back(block);
+    push_free(block);
   }
 
  private:
+  // Freed blocks go to the tail and allocation takes the head: least recently freed first.
+  void push_free(int32_t b) {
+    next_[size_t(b)] = -1;
+    (tail_ >= 0 ? next_[size_t(tail_)] : head_) = b;
+    tail_ = b;
+    ++n_free_;
+  }
+
   std::vector<bool> used_;
-  std::deque<int32_t> free_;  // freed blocks join the back, allocation takes the front
+  std::vector<int32_t> next_;
+  int32_t head_ = -1, tail_ = -1, n_free_ = 0;
 };
 
 }  // namespace deepinfer
