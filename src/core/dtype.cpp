@@ -82,8 +82,7 @@ float f16_to_f32(uint16_t h) {
   return f32_from_bits(sign | ((e + 112) << 23) | (m << 13));
 }
 
-// Shifts `m` right by `s` with round-to-nearest-even (s >= 1).
-static uint32_t shift_rne(uint32_t m, int s) {
+uint32_t shift_rne(uint32_t m, int s) {
   if (s >= 32) return 0;
   const uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
   return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);

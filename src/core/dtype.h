@@ -57,6 +57,10 @@ inline float round_bf16(float f) {
 // --- f16 ---
 float f16_to_f32(uint16_t h);
 
+// `m` shifted right by `s` (s >= 1) with round-to-nearest-even: the mantissa step of the narrowing
+// casts below.
+uint32_t shift_rne(uint32_t m, int s);
+
 // --- e4m3 (float8_e4m3fn) ---
 extern const std::array<float, 256> kE4m3Values;
 inline float e4m3_to_f32(uint8_t b) {

@@ -17,12 +17,6 @@ namespace {
 
 // The f16 encoder (RNE, IEEE overflow to infinity, gradual underflow): DeepInfer only decodes
 // f16, so the encoder lives here, for the round trip of every code.
-uint32_t shift_rne(uint32_t m, int s) {
-  if (s >= 32) return 0;
-  const uint32_t q = m >> s, rem = m & ((1u << s) - 1), half = 1u << (s - 1);
-  return q + ((rem > half || (rem == half && (q & 1))) ? 1 : 0);
-}
-
 uint16_t f32_to_f16(float f) {
   const uint32_t x = f32_bits(f);
   const uint16_t sign = uint16_t((x >> 16) & 0x8000);
