@@ -69,14 +69,21 @@ void compact(std::string& buf, size_t& used, size_t at_least) {
   }
 }
 
-// The Date header's value.
-std::string http_date() {
+// The Date header's value, formatted at most once a second (per thread: each transport's event
+// thread keeps its own, so that several transports in one process share nothing).
+const std::string& http_date() {
+  thread_local std::string text;
+  thread_local time_t at = 0;
   const time_t now = time(nullptr);
-  tm t{};
-  gmtime_r(&now, &t);
-  char buf[64];
-  strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
-  return buf;
+  if (now != at) {
+    at = now;
+    tm t{};
+    gmtime_r(&now, &t);
+    char buf[64];
+    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
+    text = buf;
+  }
+  return text;
 }
 
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
