@@ -58,8 +58,6 @@ void serve(ServeOptions& o) {
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
   resolve_api_key(o);
   o.so.limits.max_body_bytes = size_t(o.max_body_mib) << 20;
-  // Bodies a little over the limit are read to their end, so that the client sees the 413.
-  o.so.limits.max_discard_bytes = 4 * o.so.limits.max_body_bytes;
   DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
              ": data-parallel replicas are not served yet (use --cp and --ep, or one server per "
              "replica behind a load balancer)");

@@ -45,6 +45,13 @@ bool same_secret(const std::string& given, const std::string& key) {
   return diff == 0;
 }
 
+// The options the transport runs with: bodies a little over the limit are read to their end, so
+// that the client sees the 413.
+ServerOptions with_derived_limits(ServerOptions o) {
+  o.limits.max_discard_bytes = 4 * o.limits.max_body_bytes;
+  return o;
+}
+
 }  // namespace
 
 // One generation call being served. Event thread only.
@@ -95,7 +102,7 @@ class ApiServer::Workers {
 
 ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
     : info(std::move(info)),
-      options(std::move(options)),
+      options(with_derived_limits(std::move(options))),
       loop(engine, metrics),
       transport(
           this->options, [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },

@@ -34,6 +34,8 @@
 namespace deepinfer::server {
 
 // The transport's options (host, port, connection limits, timeouts, body limits) and the server's.
+// The server reads and drops bodies up to 4 x limits.max_body_bytes (limits.max_discard_bytes is
+// derived from it).
 struct ServerOptions : http::TransportOptions {
   std::string api_key;   // empty: no authentication
   int http_threads = 4;  // workers that parse and tokenize request bodies
