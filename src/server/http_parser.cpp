@@ -140,26 +140,23 @@ size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
   const size_t content = lf ? size_t(lf - data) : n;
   line_.append(data, content);
   *complete = lf != nullptr;
-  const size_t total = section_bytes_ + line_.size() + (lf ? 1 : 0);
-  if (phase_ == Phase::kRequestLine) {
-    if (!started_ && !line_.empty() && (line_.size() > 1 || line_[0] != '\r')) started_ = true;
-    if (line_.size() > limits_.max_request_line)
-      fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
-           "uri_too_long");
-    else if (started_ && total > limits_.max_header_bytes)
-      fail(431,
-           str_cat("The request header section is larger than ", limits_.max_header_bytes,
-                   " bytes."),
-           "header_too_large");
-  } else if ((phase_ == Phase::kHeaderLines || phase_ == Phase::kTrailers) &&
-             total > limits_.max_header_bytes) {
+  if (phase_ == Phase::kRequestLine && !started_ && !line_.empty() &&
+      (line_.size() > 1 || line_[0] != '\r'))
+    started_ = true;
+  // The request line (once a request has begun), the header lines and the trailer lines count
+  // against the header section's limit.
+  const bool in_section = phase_ == Phase::kHeaderLines || phase_ == Phase::kTrailers ||
+                          (phase_ == Phase::kRequestLine && started_);
+  if (phase_ == Phase::kRequestLine && line_.size() > limits_.max_request_line)
+    fail(414, str_cat("The request line is longer than ", limits_.max_request_line, " bytes."),
+         "uri_too_long");
+  else if (in_section && section_bytes_ + line_.size() + (lf ? 1 : 0) > limits_.max_header_bytes)
     fail(431,
          str_cat(phase_ == Phase::kTrailers ? "The trailer section" : "The header section",
                  " is larger than ", limits_.max_header_bytes, " bytes."),
          "header_too_large");
-  } else if (phase_ == Phase::kChunkSize && line_.size() > kMaxChunkSizeLine) {
+  else if (phase_ == Phase::kChunkSize && line_.size() > kMaxChunkSizeLine)
     fail(400, "A chunk size line is too long.", "invalid_chunked_body");
-  }
   return lf ? content + 1 : content;
 }
 
@@ -198,12 +195,10 @@ size_t HttpParser::feed(const char* data, size_t n) {
       }
       if (phase_ == Phase::kRequestLine)
         on_request_line(line);
-      else if (phase_ == Phase::kHeaderLines)
-        on_header_line(line);
       else if (phase_ == Phase::kChunkSize)
         on_chunk_size(line);
       else
-        on_trailer_line(line);
+        on_field_line(line);
       line_.clear();
     }
   }
@@ -261,24 +256,30 @@ void HttpParser::on_request_line(std::string_view line) {
   phase_ = Phase::kHeaderLines;
 }
 
-void HttpParser::on_header_line(std::string_view line) {
-  if (line.empty()) return on_headers_end();
+// A header field line, or a trailer field line (checked the same way, then dropped).
+void HttpParser::on_field_line(std::string_view line) {
+  const bool trailer = phase_ == Phase::kTrailers;
+  if (line.empty()) return trailer ? complete() : on_headers_end();
+  const char* section = trailer ? "trailer" : "header";
+  const char* code = trailer ? "invalid_chunked_body" : "invalid_header";
   if (is_ows(line[0]))
-    return fail(400, "Folded header lines (obs-fold) are not accepted.", "invalid_header");
+    return fail(400, str_cat("Folded ", section, " lines (obs-fold) are not accepted."), code);
   const size_t colon = line.find(':');
   if (colon == std::string_view::npos || !is_token(line.substr(0, colon)))
-    return fail(400, str_cat("Malformed header line '", quoted(line), "'."), "invalid_header");
+    return fail(400, str_cat("Malformed ", section, " line '", quoted(line), "'."), code);
   const std::string_view value = trim_ows(line.substr(colon + 1));
   if (!valid_field_value(value))
     return fail(400,
-                str_cat("The value of header '", quoted(line.substr(0, colon)),
+                str_cat("The value of ", section, " '", quoted(line.substr(0, colon)),
                         "' contains a control character."),
-                "invalid_header");
-  if (req_.headers.size() >= limits_.max_header_count)
-    return fail(431,
-                str_cat("The request has more than ", limits_.max_header_count, " header fields."),
-                "header_too_large");
-  req_.headers.emplace_back(line.substr(0, colon), value);
+                code);
+  const size_t count = trailer ? ++trailer_count_ : req_.headers.size() + 1;
+  if (count > limits_.max_header_count)
+    return fail(
+        431,
+        str_cat("The request has more than ", limits_.max_header_count, " ", section, " fields."),
+        "header_too_large");
+  if (!trailer) req_.headers.emplace_back(line.substr(0, colon), value);
 }
 
 void HttpParser::on_headers_end() {
@@ -369,19 +370,6 @@ void HttpParser::on_chunk_size(std::string_view line) {
     phase_ = Phase::kChunkData;
     remaining_ = size;
   }
-}
-
-void HttpParser::on_trailer_line(std::string_view line) {
-  if (line.empty()) return complete();
-  const size_t colon = line.find(':');
-  if (is_ows(line[0]) || colon == std::string_view::npos || !is_token(line.substr(0, colon)) ||
-      !valid_field_value(trim_ows(line.substr(colon + 1))))
-    return fail(400, str_cat("Malformed trailer line '", quoted(line), "'."),
-                "invalid_chunked_body");
-  if (++trailer_count_ > limits_.max_header_count)
-    return fail(431,
-                str_cat("The request has more than ", limits_.max_header_count, " trailer fields."),
-                "header_too_large");
 }
 
 void HttpParser::body_bytes(const char* data, size_t n) {

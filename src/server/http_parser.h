@@ -108,10 +108,9 @@ class HttpParser {
   size_t take_line(const char* data, size_t n, bool* complete);
   // Each moves to the next phase, or fails.
   void on_request_line(std::string_view line);
-  void on_header_line(std::string_view line);
+  void on_field_line(std::string_view line);  // a header or trailer line
   void on_headers_end();
   void on_chunk_size(std::string_view line);
-  void on_trailer_line(std::string_view line);
   void body_bytes(const char* data, size_t n);
 
   ParserLimits limits_;
