@@ -426,22 +426,32 @@ void Transport::accept_all() {
     }
     const int yes = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
-    if (active >= opt.max_connections && !evict_idle()) {
-      reject(fd);
-    } else if (Connection* c = add(fd, false)) {
-      c->idle_since = Clock::now();
-      update(*c);
+    // At the limit, the connection idle the longest makes room; when none can, this one is
+    // refused (answered 503 and closed), or closed at once when too many are being refused.
+    const bool rejected = active >= opt.max_connections && !evict_idle();
+    if (rejected && rejecting >= kMaxRejecting) {
+      ::close(fd);
+      continue;
     }
+    auto owned = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+    owned->events = EPOLLIN | EPOLLRDHUP;
+    if (!watch(EPOLL_CTL_ADD, fd, owned->events, owned->id)) continue;  // closed by ~Connection
+    Connection& c = *conns.emplace(owned->id, std::move(owned)).first->second;
+    c.rejected = rejected;
+    ++(rejected ? rejecting : active);
+    if (!rejected) {
+      c.idle_since = Clock::now();
+      update(c);
+      continue;
+    }
+    c.close_by = Clock::now() + seconds(kRejectSeconds);
+    fail(c,
+         {503,
+          str_cat("The server has reached its limit of ", opt.max_connections,
+                  " open connections; retry later."),
+          "too_many_connections"},
+         {{"Retry-After", "1"}});
   }
-}
-
-Connection* Transport::add(int fd, bool rejected) {
-  auto c = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
-  c->events = EPOLLIN | EPOLLRDHUP;
-  if (!watch(EPOLL_CTL_ADD, fd, c->events, c->id)) return nullptr;  // closed by ~Connection
-  c->rejected = rejected;
-  ++(rejected ? rejecting : active);
-  return conns.emplace(c->id, std::move(c)).first->second.get();
 }
 
 // Closes the connection idle the longest (no request begun, nothing to write); false if none is.
@@ -454,22 +464,6 @@ bool Transport::evict_idle() {
   if (!oldest) return false;
   close(*oldest);
   return true;
-}
-
-void Transport::reject(int fd) {
-  if (rejecting >= kMaxRejecting) {
-    ::close(fd);
-    return;
-  }
-  Connection* c = add(fd, true);
-  if (!c) return;
-  c->close_by = Clock::now() + seconds(kRejectSeconds);
-  fail(*c,
-       {503,
-        str_cat("The server has reached its limit of ", opt.max_connections,
-                " open connections; retry later."),
-        "too_many_connections"},
-       {{"Retry-After", "1"}});
 }
 
 void Transport::on_event(Connection& c, uint32_t ev) {

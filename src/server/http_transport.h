@@ -121,12 +121,10 @@ class Transport {
   friend class Exchange;
   using Clock = std::chrono::steady_clock;
 
+  // Takes the new connections: each is served, or refused when the server is full.
   void accept_all();
-  // A new connection, registered with epoll; null when it cannot be.
-  Connection* add(int fd, bool rejected);
   bool watch(int op, int fd, uint32_t events, uint64_t id);
   bool evict_idle();
-  void reject(int fd);
   void on_event(Connection& c, uint32_t ev);
   void read_some(Connection& c);
   void process(Connection& c);
