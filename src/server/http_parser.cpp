@@ -165,15 +165,15 @@ size_t HttpParser::feed(const char* data, size_t n) {
   state_ = State::kNeedMore;
   size_t used = 0;
   while (used < n && state_ == State::kNeedMore) {
-    if (phase_ == Phase::kBody || phase_ == Phase::kChunkData) {
+    if (phase_ == Phase::kBody) {
       const size_t k = size_t(std::min<uint64_t>(remaining_, n - used));
       body_bytes(data + used, k);
       used += k;
       remaining_ -= k;
-      if (remaining_ == 0 && phase_ == Phase::kBody)
-        complete();
-      else if (remaining_ == 0)
+      if (remaining_ == 0 && req_.chunked)
         phase_ = Phase::kChunkCr;
+      else if (remaining_ == 0)
+        complete();
     } else if (phase_ == Phase::kChunkCr || phase_ == Phase::kChunkLf) {
       const char c = data[used];
       if (c == '\n' || (c == '\r' && phase_ == Phase::kChunkCr)) {
@@ -367,7 +367,7 @@ void HttpParser::on_chunk_size(std::string_view line) {
     section_bytes_ = 0;
     trailer_count_ = 0;
   } else {
-    phase_ = Phase::kChunkData;
+    phase_ = Phase::kBody;
     remaining_ = size;
   }
 }

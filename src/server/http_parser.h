@@ -90,9 +90,8 @@ class HttpParser {
   enum class Phase {
     kRequestLine,
     kHeaderLines,
-    kBody,       // Content-Length bytes
+    kBody,       // body bytes: of the Content-Length body, or of the current chunk
     kChunkSize,  // a chunk-size line
-    kChunkData,  // chunk bytes
     kChunkCr,    // the CRLF after a chunk's data
     kChunkLf,
     kTrailers,
