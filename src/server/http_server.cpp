@@ -229,7 +229,11 @@ void ApiServer::generate(Endpoint ep, const std::shared_ptr<Exchange>& ex) {
   ctx->ex = ex;
   // A client that leaves, at any point before its response is complete, cancels the call.
   ex->on_hangup([this, w = std::weak_ptr<CallContext>(ctx)] {
-    if (auto c = w.lock()) disconnect(*c);
+    const std::shared_ptr<CallContext> c = w.lock();
+    if (!c || c->finished) return;
+    if (c->call) loop.cancel(c->call);
+    metrics.client_disconnected();
+    end_call(*c);
   });
   on_worker(ex, [this, ctx, ep](const std::string& body) -> std::function<void()> {
     return [this, ctx, ar = parse_api_request(ep, body, info)] { start_call(ctx, ar); };
@@ -324,13 +328,6 @@ void ApiServer::end_call(CallContext& c) {
   if (c.finished) return;
   c.finished = true;
   if (calls.erase(&c)) check_drained();  // the caller still holds the context
-}
-
-void ApiServer::disconnect(CallContext& c) {
-  if (c.finished) return;
-  if (c.call) loop.cancel(c.call);
-  metrics.client_disconnected();
-  end_call(c);
 }
 
 // --- lifecycle ---
