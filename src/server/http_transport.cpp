@@ -172,8 +172,6 @@ Transport::Transport(TransportOptions options, Handler handler, std::function<vo
     : opt(std::move(options)), handler(std::move(handler)), on_status(std::move(on_status)) {}
 
 Transport::~Transport() {
-  conns.clear();
-  dead.clear();
   for (int fd : {listen_fd, epoll_fd, wake_fd, spare_fd})
     if (fd >= 0) ::close(fd);
 }
@@ -607,17 +605,12 @@ bool Transport::flush(Connection& c) {
 void Transport::settle(Connection& c) {
   // Inside process() (a handler answered at once): its caller settles the connection after.
   if (c.closed() || c.processing) return;
-  if (c.peer_gone) {
-    if (c.current && !c.current->complete_) {
-      if (c.current->hangup_) return close(c);  // a call whose client left: ends now
-    } else if (c.parsing()) {
-      process(c);  // what came before the end of its input is still answered
-      if (c.closed()) return;
-      if (c.parsing()) c.phase = Phase::kClosing;
-    }
-  } else if (c.parsing() && c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
-    process(c);
+  if (c.peer_gone && c.current && !c.current->complete_) {
+    if (c.current->hangup_) return close(c);  // a call whose client left: ends now
+  } else if (c.parsing()) {
+    process(c);  // after the client's end of input, what came before it is still answered
     if (c.closed()) return;
+    if (c.peer_gone && c.parsing()) c.phase = Phase::kClosing;
   }
   if (ending && c.phase == Phase::kIdle && c.unparsed() == 0 && c.pending() == 0) return close(c);
   if (c.phase == Phase::kClosing && c.pending() == 0) {
