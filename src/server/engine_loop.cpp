@@ -300,6 +300,8 @@ void Metrics::http_response(int status) {
 }
 
 std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
+  // Read from /proc before taking mu_, which the engine thread takes for every token.
+  const int64_t resident_bytes = resident_memory_bytes();
   std::lock_guard lk(mu_);
   std::string out;
   auto metric = [&](const char* type, const char* name, const char* help, double v) {
@@ -338,7 +340,7 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);
   e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
-  gauge("process_resident_memory_bytes", "Resident memory in bytes.", resident_memory_bytes());
+  gauge("process_resident_memory_bytes", "Resident memory in bytes.", resident_bytes);
   return out;
 }
 
