@@ -160,8 +160,11 @@ void EngineLoop::run() {
       for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
     }
     for (Submission& s : subs) s.call->signal();
-    for (const auto& [id, live] : live_)
-      if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
+    // Most passes have nothing to cancel: the per-request scan runs only when one does.
+    if (cancel_all || stopping || !cancels.empty()) {
+      for (const auto& [id, live] : live_)
+        if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
+    }
     if (probe_ && !failed_) {
       const std::string dead = probe_();
       if (!dead.empty()) {
