@@ -288,7 +288,7 @@ void Metrics::token_generated(double seconds, bool first) {
 
 void Metrics::request_finished(FinishReason why, double seconds) {
   std::lock_guard lk(mu_);
-  ++finished_[finish_reason_name(why)];
+  ++finished_[size_t(why)];
   e2e_.observe(seconds);
 }
 
@@ -327,11 +327,10 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
           requests_admitted_);
   add_header(&out, "deepinfer_requests_finished_total", "counter",
              "Engine requests ended, by finish reason.");
-  for (const char* r : {"stop", "length", "abort", "error"}) {
-    const auto it = finished_.find(r);
-    out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", r, "\"} ",
-                   it == finished_.end() ? 0 : it->second, "\n");
-  }
+  for (const FinishReason r :
+       {FinishReason::Stop, FinishReason::Length, FinishReason::Abort, FinishReason::Error})
+    out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", finish_reason_name(r),
+                   "\"} ", finished_[size_t(r)], "\n");
   counter("deepinfer_client_disconnects_total", "Calls cancelled because the client went away.",
           disconnects_);
   add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
