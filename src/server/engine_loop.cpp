@@ -160,8 +160,11 @@ void EngineLoop::run() {
       for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
     }
     for (Submission& s : subs) s.call->signal();
-    for (const auto& [id, live] : live_)
-      if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
+    // Most passes have nothing to cancel: the per-request scan runs only when one does.
+    if (cancel_all || stopping || !cancels.empty()) {
+      for (const auto& [id, live] : live_)
+        if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
+    }
     if (probe_ && !failed_) {
       const std::string dead = probe_();
       if (!dead.empty()) {
@@ -285,7 +288,7 @@ void Metrics::token_generated(double seconds, bool first) {
 
 void Metrics::request_finished(FinishReason why, double seconds) {
   std::lock_guard lk(mu_);
-  ++finished_[finish_reason_name(why)];
+  ++finished_[size_t(why)];
   e2e_.observe(seconds);
 }
 
@@ -300,6 +303,8 @@ void Metrics::http_response(int status) {
 }
 
 std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
+  // Read from /proc before taking mu_, which the engine thread takes for every token.
+  const int64_t resident_bytes = resident_memory_bytes();
   std::lock_guard lk(mu_);
   std::string out;
   auto metric = [&](const char* type, const char* name, const char* help, double v) {
@@ -322,11 +327,10 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
           requests_admitted_);
   add_header(&out, "deepinfer_requests_finished_total", "counter",
              "Engine requests ended, by finish reason.");
-  for (const char* r : {"stop", "length", "abort", "error"}) {
-    const auto it = finished_.find(r);
-    out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", r, "\"} ",
-                   it == finished_.end() ? 0 : it->second, "\n");
-  }
+  for (const FinishReason r :
+       {FinishReason::Stop, FinishReason::Length, FinishReason::Abort, FinishReason::Error})
+    out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", finish_reason_name(r),
+                   "\"} ", finished_[size_t(r)], "\n");
   counter("deepinfer_client_disconnects_total", "Calls cancelled because the client went away.",
           disconnects_);
   add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
@@ -338,7 +342,7 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);
   e2e_.render("deepinfer_e2e_request_latency_seconds", "Submission to the end of a request.", &out);
-  gauge("process_resident_memory_bytes", "Resident memory in bytes.", resident_memory_bytes());
+  gauge("process_resident_memory_bytes", "Resident memory in bytes.", resident_bytes);
   return out;
 }
 

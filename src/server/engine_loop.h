@@ -12,6 +12,7 @@
 // gauges sampled by the engine thread after every step, rendered in the Prometheus text format.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -110,8 +111,8 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
-  std::map<std::string, int64_t> finished_;  // by finish reason
-  std::map<int, int64_t> http_;              // responses by status
+  std::array<int64_t, size_t(FinishReason::Error) + 1> finished_{};  // by FinishReason
+  std::map<int, int64_t> http_;                                      // responses by status
   int64_t disconnects_ = 0;
   Histogram ttft_, itl_, e2e_;
 };

@@ -253,13 +253,12 @@ std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& 
 // --- chat ---
 
 ChatRole parse_role(const Json& v, const std::string& name) {
+  // In the order of ChatRole.
+  static constexpr std::string_view kRoles[] = {"system", "user",      "assistant",
+                                                "tool",   "developer", "latest_reminder"};
   const std::string r = get_string(v, name);
-  if (r == "system") return ChatRole::kSystem;
-  if (r == "user") return ChatRole::kUser;
-  if (r == "assistant") return ChatRole::kAssistant;
-  if (r == "tool") return ChatRole::kTool;
-  if (r == "developer") return ChatRole::kDeveloper;
-  if (r == "latest_reminder") return ChatRole::kLatestReminder;
+  if (const auto it = std::ranges::find(kRoles, r); it != std::end(kRoles))
+    return ChatRole(it - std::begin(kRoles));
   throw_bad_value(name, str_cat("'", r,
                                 "' is not one of system, user, assistant, tool, developer, "
                                 "latest_reminder."));

@@ -123,7 +123,6 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
                                  TopLogprobs(ev.logprobs.begin(), top_end)});
   }
   if (!tokenizer_) return std::exchange(pending_, {});
-  ChoiceDelta d;
   text_ += detok_->push(ev.token);
   // Hold back from the first stop string found, or from a tail that may grow into one.
   size_t end = text_.size();
@@ -132,67 +131,56 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
     end = std::min(
         end, at != std::string::npos ? at : text_.size() - partial_marker_suffix(text_, {stop}));
   }
-  if (end > sent_) release(end, &d, false);
-  return d.has_output() ? with_pending(std::move(d)) : d;
+  if (end > sent_) release(end, false);
+  if (!pending_.has_output()) return {};
+  return std::exchange(pending_, {});
 }
 
 ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {
-  ChoiceDelta d;
   if (tokenizer_) {
     text_ += detok_->flush();
     size_t end = text_.size();
     if (!stop_text.empty()) end = std::min(end, text_.find(stop_text));
-    release(std::max(end, sent_), &d, true);
+    release(std::max(end, sent_), true);
   }
-  return with_pending(std::move(d));
-}
-
-ChoiceDelta ChoiceDecoder::with_pending(ChoiceDelta&& d) {
-  pending_.append(std::move(d));
   return std::exchange(pending_, {});
 }
 
-void ChoiceDecoder::release(size_t end, ChoiceDelta* d, bool final) {
+void ChoiceDecoder::release(size_t end, bool final) {
   const std::string text = text_.substr(sent_, end - sent_);
   sent_ = end;
   if (!parser_ || parser_failed_) {
-    d->content += text;
+    pending_.content += text;
     return;
   }
   routed_ += text;
+  // What goes out is what the parser's result grew by; so when a malformed tool-call block makes
+  // it throw, what it had accepted before failing still goes out as it would have.
   const ParsedCompletion& r = parser_->result();
-  // How much of the parser's result has gone out; a failure below resumes from there.
-  size_t reasoning_out = r.reasoning.size(), content_out = r.content.size();
-  size_t calls_out = r.tool_calls.size();
-  auto add_call = [&](ChatToolCall c) {
-    c.id = "call_" + random_hex64();
-    d->tool_calls.push_back(std::move(c));
-    ++num_tool_calls_;
-  };
-  auto take = [&](CompletionParser::Delta&& pd) {
-    d->reasoning += pd.reasoning;
-    d->content += pd.content;
-    for (ChatToolCall& c : pd.tool_calls) add_call(std::move(c));
-    reasoning_out = r.reasoning.size(), content_out = r.content.size();
-    calls_out = r.tool_calls.size();
-  };
+  const size_t reasoning_out = r.reasoning.size(), content_out = r.content.size();
+  const size_t calls_out = r.tool_calls.size();
   try {
-    take(parser_->feed(text));
-    if (final) take(parser_->finish());
+    parser_->feed(text);
+    if (final) parser_->finish();
   } catch (const Error&) {
-    // A malformed tool-call block: what the parser had accepted before failing goes out as it
-    // would have, and the raw text from the block's opener on becomes content.
     parser_failed_ = true;
-    d->reasoning += r.reasoning.substr(std::min(reasoning_out, r.reasoning.size()));
-    d->content += r.content.substr(std::min(content_out, r.content.size()));
-    for (size_t i = calls_out; i < r.tool_calls.size(); ++i) add_call(r.tool_calls[i]);
+  }
+  pending_.reasoning.append(r.reasoning, reasoning_out);
+  pending_.content.append(r.content, content_out);
+  for (size_t i = calls_out; i < r.tool_calls.size(); ++i) {
+    ChatToolCall& c = pending_.tool_calls.emplace_back(r.tool_calls[i]);
+    c.id = "call_" + random_hex64();
+    ++num_tool_calls_;
+  }
+  if (parser_failed_) {
+    // The raw text from the block's opener on becomes content.
     size_t from = 0;
     if (chat_.thinking) {
       const size_t think_end = routed_.find(chat_format::kThinkEnd);
       from = think_end == std::string::npos ? routed_.size() : think_end;
     }
     const size_t at = routed_.find(chat_format::kCallsStart, from);
-    if (at != std::string::npos) d->content += routed_.substr(at);
+    if (at != std::string::npos) pending_.content += routed_.substr(at);
   }
 }
 
@@ -203,31 +191,19 @@ const char* api_finish_reason(FinishReason why, bool has_tool_calls) {
   return why == FinishReason::None ? "stop" : finish_reason_name(why);  // the engine's names
 }
 
-struct ResponseBuilder::Choice {
-  Choice(const ApiRequest& r, const Tokenizer* tok)
-      : decoder(tok, r.params.stop, r.chat, r.logprobs, r.top_logprobs) {}
-  ChoiceDecoder decoder;
-  ChoiceDelta all;  // everything so far (non-streaming)
-  bool ended = false, started = false;
-  FinishReason finish = FinishReason::None;
-  int64_t calls_sent = 0;
-  int64_t text_offset = 0;  // completions logprobs
-};
-
 ResponseBuilder::ResponseBuilder(const ApiRequest& req, const ModelInfo& info, std::string id,
                                  int64_t created)
     : req_(req), info_(info), id_(std::move(id)), created_(created) {
   const size_t n = req_.prompts.size() * size_t(req_.n);
   for (size_t i = 0; i < n; ++i)
-    choices_.push_back(std::make_unique<Choice>(req_, info_.tokenizer));
+    choices_.emplace_back(ChoiceDecoder(info_.tokenizer, req_.params.stop, req_.chat, req_.logprobs,
+                                        req_.top_logprobs));
 }
-
-ResponseBuilder::~ResponseBuilder() = default;
 
 std::string ResponseBuilder::usage() const {
   int64_t p = 0, g = 0;
   for (const auto& prompt : req_.prompts) p += int64_t(prompt.size());
-  for (const auto& c : choices_) g += c->decoder.num_tokens();
+  for (const Choice& c : choices_) g += c.decoder.num_tokens();
   return ",\"usage\":" +
          dump_json({{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}});
 }
@@ -251,14 +227,14 @@ std::string ResponseBuilder::stream_start() {
                        {"delta", {{"role", "assistant"}, {"content", ""}}},
                        {"logprobs", nullptr},
                        {"finish_reason", nullptr}});
-    choices_[i]->started = true;
+    choices_[i].started = true;
   }
   return envelope(dump_json(choices), chunk_object(), prompt_ids() + null_usage());
 }
 
 std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, const char* finish,
                                          bool first) {
-  Choice& c = *choices_[size_t(index)];
+  Choice& c = choices_[size_t(index)];
   const Tokenizer* tok = info_.tokenizer;
   const bool chat = req_.endpoint == Endpoint::kChat;
   // A stream leaves out empty logprobs; a whole body has them whenever they were asked for.
@@ -270,8 +246,9 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
     if (!d.content.empty()) delta["content"] = d.content;
     if (!d.tool_calls.empty()) {
-      delta["tool_calls"] = tool_calls_json(d.tool_calls, c.calls_sent, true);
-      c.calls_sent += int64_t(d.tool_calls.size());
+      // Indexed from the calls that went out before these.
+      const int64_t first_index = c.decoder.num_tool_calls() - int64_t(d.tool_calls.size());
+      delta["tool_calls"] = tool_calls_json(d.tool_calls, first_index, true);
     }
     choice["delta"] = std::move(delta);
   } else if (chat) {
@@ -299,7 +276,7 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
 
 std::string ResponseBuilder::on_update(const CallUpdate& u) {
   if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return {};
-  Choice& c = *choices_[size_t(u.choice)];
+  Choice& c = choices_[size_t(u.choice)];
   if (c.ended) return {};
   ChoiceDelta d;
   const char* finish = nullptr;
@@ -309,7 +286,7 @@ std::string ResponseBuilder::on_update(const CallUpdate& u) {
     c.finish = u.finish;
     ++ended_;
     errors_ += u.finish == FinishReason::Error;
-    finish = api_finish_reason(u.finish, c.decoder.has_tool_calls());
+    finish = api_finish_reason(u.finish, c.decoder.num_tool_calls() > 0);
   } else {
     d = c.decoder.push(u.token);
   }
@@ -332,8 +309,8 @@ std::string ResponseBuilder::full_body() {
   const bool chat = req_.endpoint == Endpoint::kChat;
   std::string choices = "[";
   for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = *choices_[i];
-    const char* finish = api_finish_reason(c.finish, c.decoder.has_tool_calls());
+    const Choice& c = choices_[i];
+    const char* finish = api_finish_reason(c.finish, c.decoder.num_tool_calls() > 0);
     choices += (i ? "," : "") + choice_json(int32_t(i), c.all, finish, true);
   }
   return envelope(choices + "]", chat ? "chat.completion" : "text_completion",

@@ -63,13 +63,11 @@ class ChoiceDecoder {
   ChoiceDelta finish(const std::string& stop_text);
 
   int64_t num_tokens() const { return num_tokens_; }
-  bool has_tool_calls() const { return num_tool_calls_ > 0; }
+  int64_t num_tool_calls() const { return num_tool_calls_; }
 
  private:
-  // Sends text_[sent_, end) on: as content, or through the chat parser in chat mode.
-  void release(size_t end, ChoiceDelta* d, bool final);
-  // The ids and logprobs waiting, with `d` after them; nothing waits after.
-  ChoiceDelta with_pending(ChoiceDelta&& d);
+  // Adds text_[sent_, end) to pending_: as content, or through the chat parser in chat mode.
+  void release(size_t end, bool final);
 
   const Tokenizer* tokenizer_;
   std::vector<std::string> stops_;
@@ -79,10 +77,11 @@ class ChoiceDecoder {
   std::unique_ptr<IncrementalDetokenizer> detok_;
   std::unique_ptr<CompletionParser> parser_;
   bool parser_failed_ = false;
-  std::string text_;     // all stable text so far
-  size_t sent_ = 0;      // text_[0, sent_) has been released
-  std::string routed_;   // what went into the chat parser (to recover from a malformed block)
-  ChoiceDelta pending_;  // ids and logprobs waiting for text
+  std::string text_;    // all stable text so far
+  size_t sent_ = 0;     // text_[0, sent_) has been released
+  std::string routed_;  // what went into the chat parser (to recover from a malformed block)
+  // The delta being built: ids and logprobs wait in it until text goes out with them.
+  ChoiceDelta pending_;
   int64_t num_tokens_ = 0;
   int64_t num_tool_calls_ = 0;
 };
@@ -92,7 +91,6 @@ class ChoiceDecoder {
 class ResponseBuilder {
  public:
   ResponseBuilder(const ApiRequest& req, const ModelInfo& info, std::string id, int64_t created);
-  ~ResponseBuilder();
   ResponseBuilder(const ResponseBuilder&) = delete;
   ResponseBuilder& operator=(const ResponseBuilder&) = delete;
 
@@ -110,7 +108,14 @@ class ResponseBuilder {
   std::string full_body();
 
  private:
-  struct Choice;
+  struct Choice {
+    explicit Choice(ChoiceDecoder d) : decoder(std::move(d)) {}
+    ChoiceDecoder decoder;
+    ChoiceDelta all;  // everything so far (non-streaming)
+    bool ended = false, started = false;
+    FinishReason finish = FinishReason::None;
+    int64_t text_offset = 0;  // completions logprobs
+  };
   // Choice `index` as JSON text, with `d` (a stream's delta, or everything of a whole body) and
   // `finish`; `first`: its first chunk, or a whole body.
   std::string choice_json(int32_t index, const ChoiceDelta& d, const char* finish, bool first);
@@ -130,7 +135,7 @@ class ResponseBuilder {
   const ModelInfo& info_;
   std::string id_;
   int64_t created_;
-  std::vector<std::unique_ptr<Choice>> choices_;
+  std::vector<Choice> choices_;
   int64_t ended_ = 0, errors_ = 0;
 };
 
