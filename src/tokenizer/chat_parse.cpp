@@ -52,9 +52,11 @@ std::string excerpt(std::string_view s) {
 size_t partial_marker_suffix(std::string_view text,
                              std::initializer_list<std::string_view> markers) {
   size_t longest = 0;
-  for (const std::string_view marker : markers)
+  for (const std::string_view marker : markers) {
+    if (marker.empty()) continue;  // nothing can grow into an empty marker
     for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
       if (text.ends_with(marker.substr(0, n))) longest = n;
+  }
   return longest;
 }
 
