@@ -492,6 +492,10 @@ int32_t Tokenizer::vocab_size() const {
   return impl_->n_distinct;
 }
 
+int32_t Tokenizer::id_limit() const {
+  return int32_t(impl_->ids.size());
+}
+
 std::string_view Tokenizer::id_to_token(int32_t id) const {
   const TokenizerState::Entry* e = impl_->entry(id);
   if (!e) {

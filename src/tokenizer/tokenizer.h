@@ -50,6 +50,8 @@ class Tokenizer {
 
   // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
   int32_t vocab_size() const;
+  // One past the largest id that has a token: every known id is below it (ids may have gaps).
+  int32_t id_limit() const;
   // The token's string as stored in tokenizer.json (byte-level characters for BPE tokens);
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;

@@ -120,6 +120,18 @@ TEST(Tokenizer, AddedTokensLongestFirst) {
   EXPECT_EQ(token_id(*tok, "nope"), -1);
 }
 
+TEST(Tokenizer, AbsentTokenHasNoId) {
+  // "<q>" shares the id of "q", so vocab_size() counts one token more than there are ids.
+  json j = tiny_tokenizer(false);
+  j["added_tokens"].push_back({{"id", 'q'}, {"content", "<q>"}});
+  const auto tok = make(j);
+  EXPECT_EQ(tok->vocab_size(), 256 + 6 + 1 + 4);
+  EXPECT_EQ(tok->id_limit(), 303);
+  EXPECT_EQ(token_id(*tok, "<q>"), 'q');
+  EXPECT_EQ(token_id(*tok, "nope"), -1);
+  EXPECT_EQ(token_id(*make(tiny_tokenizer(false)), "nope"), -1);
+}
+
 TEST(Tokenizer, NormalizedAddedTokensMatchAfterTheNormalizer) {
   json j = tiny_tokenizer(false);
   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFKC"}}})}};
