@@ -481,13 +481,6 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
   return utf8::lossy(bytes);
 }
 
-std::vector<int32_t> Tokenizer::special_ids() const {
-  std::vector<int32_t> out;
-  for (size_t id = 0; id < impl_->ids.size(); ++id)
-    if (impl_->ids[id].special) out.push_back(int32_t(id));
-  return out;
-}
-
 int32_t Tokenizer::vocab_size() const {
   return impl_->n_distinct;
 }

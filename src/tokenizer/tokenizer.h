@@ -56,8 +56,6 @@ class Tokenizer {
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
-  // Every special added token, ascending.
-  std::vector<int32_t> special_ids() const;
   // The bytes `id` contributes to decode() before UTF-8 repair; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
   // The end of sequence from tokenizer_config.json; -1 when it is absent or names no known token.
