@@ -152,25 +152,27 @@ struct Edge {
   uint32_t to;
 };
 
-class NfaBuilder {
- public:
-  explicit NfaBuilder(size_t max_states) : max_states_(max_states) {}
+// The NFA: per state, byte edges and epsilon moves.
+struct Nfa {
+  std::vector<std::vector<Edge>> edges;
+  std::vector<std::vector<uint32_t>> eps;
+  size_t max_states = 0;
 
   uint32_t state() {
-    DI_REQUIRE(edges_.size() < max_states_, "the grammar needs more than ", max_states_,
+    DI_REQUIRE(edges.size() < max_states, "the grammar needs more than ", max_states,
                " automaton states (a schema too large, or bounds too wide)");
-    edges_.emplace_back();
-    eps_.emplace_back();
-    return uint32_t(edges_.size() - 1);
+    edges.emplace_back();
+    eps.emplace_back();
+    return uint32_t(edges.size() - 1);
   }
-  void epsilon(uint32_t a, uint32_t b) { eps_[a].push_back(b); }
+  void epsilon(uint32_t a, uint32_t b) { eps[a].push_back(b); }
 
   // Appends `e` after state `from`; returns the state where it ends.
   uint32_t emit(const ExprNode& e, uint32_t from) {
     switch (e.kind) {
       case ExprNode::kBytes: {
         const uint32_t to = state();
-        for (const auto& [lo, hi] : e.ranges) edges_[from].push_back({lo, hi, to});
+        for (const auto& [lo, hi] : e.ranges) edges[from].push_back({lo, hi, to});
         return to;
       }
       case ExprNode::kSeq: {
@@ -252,7 +254,7 @@ class NfaBuilder {
         epsilon(from, u[0]);
         for (size_t k = 0; k < m; ++k) {
           // Target of each byte from u[k]; runs of equal targets become one range.
-          std::vector<Edge>& out = edges_[u[k]];
+          std::vector<Edge>& out = edges[u[k]];
           for (int c = 0; c < 256; ++c) {
             size_t j = k;
             while (j && uint8_t(t[j]) != c) j = fail[j];
@@ -268,22 +270,13 @@ class NfaBuilder {
     }
     return from;
   }
-
-  std::vector<std::vector<Edge>> edges_;
-  std::vector<std::vector<uint32_t>> eps_;
-
- private:
-  size_t max_states_;
 };
 
 }  // namespace
 
 // The compiled automaton and its lazily built DFA.
-struct Grammar::Impl {
-  // The NFA: per state, byte edges and epsilon moves; `final_state` accepts.
-  std::vector<std::vector<Edge>> edges;
-  std::vector<std::vector<uint32_t>> eps;
-  uint32_t final_state = 0;
+struct Grammar::Impl : Nfa {
+  uint32_t final_state = 0;    // the NFA's accepting state
   std::vector<uint32_t> seen;  // dstate(): seen[s] == stamp once s is reached
   uint32_t stamp = 0;
 
@@ -411,13 +404,11 @@ std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
                                                 size_t max_states) {
   DI_REQUIRE(vocab, "Grammar::compile needs a vocabulary");
-  NfaBuilder b(max_states);
-  const uint32_t start = b.state();
   std::shared_ptr<Grammar> g(new Grammar());
   Impl& im = *g->impl_;
-  im.final_state = b.emit(*e, start);
-  im.edges = std::move(b.edges_);
-  im.eps = std::move(b.eps_);
+  im.max_states = max_states;
+  const uint32_t start = im.state();
+  im.final_state = im.emit(*e, start);
   im.seen.assign(im.edges.size(), 0);
   im.dstate({start});  // the start: DFA state 0
   g->vocab_ = std::move(vocab);
