@@ -136,7 +136,7 @@ Expr utf8_char(std::string_view excluded_ascii) {
   });
 }
 
-// --- compilation: Thompson NFA with epsilon moves, then epsilon-free ---
+// --- compilation: Thompson NFA with epsilon moves ---
 
 namespace {
 
@@ -150,28 +150,29 @@ bool none_set(const std::vector<uint64_t>& bits) {
 struct Edge {
   uint8_t lo, hi;
   uint32_t to;
-  auto operator<=>(const Edge&) const = default;
 };
 
-class NfaBuilder {
- public:
-  explicit NfaBuilder(size_t max_states) : max_states_(max_states) {}
+// The NFA: per state, byte edges and epsilon moves.
+struct Nfa {
+  std::vector<std::vector<Edge>> edges;
+  std::vector<std::vector<uint32_t>> eps;
+  size_t max_states = 0;
 
   uint32_t state() {
-    DI_REQUIRE(edges_.size() < max_states_, "the grammar needs more than ", max_states_,
+    DI_REQUIRE(edges.size() < max_states, "the grammar needs more than ", max_states,
                " automaton states (a schema too large, or bounds too wide)");
-    edges_.emplace_back();
-    eps_.emplace_back();
-    return uint32_t(edges_.size() - 1);
+    edges.emplace_back();
+    eps.emplace_back();
+    return uint32_t(edges.size() - 1);
   }
-  void epsilon(uint32_t a, uint32_t b) { eps_[a].push_back(b); }
+  void epsilon(uint32_t a, uint32_t b) { eps[a].push_back(b); }
 
   // Appends `e` after state `from`; returns the state where it ends.
   uint32_t emit(const ExprNode& e, uint32_t from) {
     switch (e.kind) {
       case ExprNode::kBytes: {
         const uint32_t to = state();
-        for (const auto& [lo, hi] : e.ranges) edges_[from].push_back({lo, hi, to});
+        for (const auto& [lo, hi] : e.ranges) edges[from].push_back({lo, hi, to});
         return to;
       }
       case ExprNode::kSeq: {
@@ -253,7 +254,7 @@ class NfaBuilder {
         epsilon(from, u[0]);
         for (size_t k = 0; k < m; ++k) {
           // Target of each byte from u[k]; runs of equal targets become one range.
-          std::vector<Edge>& out = edges_[u[k]];
+          std::vector<Edge>& out = edges[u[k]];
           for (int c = 0; c < 256; ++c) {
             size_t j = k;
             while (j && uint8_t(t[j]) != c) j = fail[j];
@@ -269,24 +270,18 @@ class NfaBuilder {
     }
     return from;
   }
-
-  std::vector<std::vector<Edge>> edges_;
-  std::vector<std::vector<uint32_t>> eps_;
-
- private:
-  size_t max_states_;
 };
 
 }  // namespace
 
 // The compiled automaton and its lazily built DFA.
-struct Grammar::Impl {
-  // Epsilon-free NFA: per state, byte edges (sorted by lo) and whether it accepts.
-  std::vector<std::vector<Edge>> edges;
-  std::vector<uint8_t> accepting;
+struct Grammar::Impl : Nfa {
+  uint32_t final_state = 0;    // the NFA's accepting state
+  std::vector<uint32_t> seen;  // dstate(): seen[s] == stamp once s is reached
+  uint32_t stamp = 0;
 
-  // DFA states: sets of NFA states, interned. Transitions per byte (-1: dead), filled when a
-  // state is first expanded.
+  // DFA states: epsilon-closed sets of NFA states, interned, keeping only the states that read
+  // a byte or accept. Transitions per byte (-1: dead), filled when a state is first expanded.
   struct DState {
     std::vector<uint32_t> nfa;
     std::vector<int32_t> next;  // [256] once expanded, empty before
@@ -309,13 +304,24 @@ struct Grammar::Impl {
   std::unordered_map<std::vector<uint32_t>, int32_t, VecHash> intern;
   std::vector<std::vector<uint64_t>> masks;
 
+  // The DFA state of the NFA states `set` (distinct) and all they reach by epsilon moves.
   int32_t dstate(std::vector<uint32_t> set) {
+    ++stamp;
+    for (uint32_t s : set) seen[s] = stamp;
+    for (size_t w = 0; w < set.size(); ++w)
+      for (uint32_t v : eps[set[w]])
+        if (seen[v] != stamp) {
+          seen[v] = stamp;
+          set.push_back(v);
+        }
+    std::erase_if(set, [this](uint32_t s) { return edges[s].empty() && s != final_state; });
+    std::sort(set.begin(), set.end());
     if (set.empty()) return -1;
     auto it = intern.find(set);
     if (it != intern.end()) return it->second;
     if (dstates.size() >= kMaxDStates) return -1;  // beyond the budget: treated as a dead end
     DState d;
-    for (uint32_t s : set) d.accept |= accepting[s] != 0;
+    d.accept = std::binary_search(set.begin(), set.end(), final_state);
     d.nfa = set;
     const int32_t id = int32_t(dstates.size());
     dstates.push_back(std::move(d));
@@ -398,49 +404,13 @@ std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
                                                 std::shared_ptr<const TokenVocab> vocab,
                                                 size_t max_states) {
   DI_REQUIRE(vocab, "Grammar::compile needs a vocabulary");
-  NfaBuilder b(max_states);
-  const uint32_t start = b.state();
-  const uint32_t final_state = b.emit(*e, start);
-  const size_t n = b.edges_.size();
-  // Epsilon closures, then only the states a byte edge (or the start) leads to.
-  std::vector<uint32_t> order;
-  std::vector<uint32_t> remap(n, UINT32_MAX);
-  std::vector<uint32_t> work;
-  std::vector<uint32_t> mark(n, UINT32_MAX);
   std::shared_ptr<Grammar> g(new Grammar());
   Impl& im = *g->impl_;
-  auto id_of = [&](uint32_t s) {
-    if (remap[s] == UINT32_MAX) {
-      remap[s] = uint32_t(order.size());
-      order.push_back(s);
-    }
-    return remap[s];
-  };
-  id_of(start);
-  for (size_t k = 0; k < order.size(); ++k) {
-    const uint32_t s = order[k];
-    // Closure of s.
-    work.assign(1, s);
-    mark[s] = uint32_t(k);
-    std::vector<Edge> edges;
-    bool accept = false;
-    for (size_t w = 0; w < work.size(); ++w) {
-      const uint32_t u = work[w];
-      accept |= u == final_state;
-      for (const Edge& ed : b.edges_[u]) edges.push_back(ed);
-      for (uint32_t v : b.eps_[u])
-        if (mark[v] != uint32_t(k)) {
-          mark[v] = uint32_t(k);
-          work.push_back(v);
-        }
-    }
-    for (Edge& ed : edges) ed.to = id_of(ed.to);
-    std::sort(edges.begin(), edges.end());
-    edges.erase(std::unique(edges.begin(), edges.end()), edges.end());
-    im.edges.push_back(std::move(edges));
-    im.accepting.push_back(accept);
-  }
-  im.dstate({0});  // the start: DFA state 0
+  im.max_states = max_states;
+  const uint32_t start = im.state();
+  im.final_state = im.emit(*e, start);
+  im.seen.assign(im.edges.size(), 0);
+  im.dstate({start});  // the start: DFA state 0
   g->vocab_ = std::move(vocab);
   return g;
 }

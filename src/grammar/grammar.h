@@ -2,9 +2,10 @@
 //
 //   Expr (regular expressions over bytes, with the shapes JSON needs: separated lists, object
 //   members in order, "anything up to a terminator")
-//     -> Grammar: an epsilon-free NFA over bytes, matched as a DFA built lazily; for each DFA
-//        state the allowed tokens are found once by one walk over the vocabulary's byte trie
-//        and kept, so a step costs a bitset copy once a state has been seen.
+//     -> Grammar: an NFA over bytes, matched as a DFA built lazily (a DFA state is an
+//        epsilon-closed set of NFA states); for each DFA state the allowed tokens are found once
+//        by one walk over the vocabulary's byte trie and kept, so a step costs a bitset copy
+//        once a state has been seen.
 //     -> Matcher: one sequence's position in the grammar; allowed() gives the token bitset to
 //        apply before sampling, accept(token) advances.
 //

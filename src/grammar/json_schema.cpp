@@ -434,9 +434,9 @@ class Compiler {
     return alt(std::move(parts));
   }
 
+  // check_keywords has refused what constrains an object or array beyond what is read here
+  // (minProperties, patternProperties, uniqueItems, contains, ...).
   Expr object(const Json& s, const std::string& path) {
-    for (const char* k : {"minProperties", "maxProperties", "patternProperties"})
-      if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const Json* props = field(s, "properties");
     if (props && !props->is_object()) fail(path + ".properties", "expected an object");
     std::set<std::string> required;
@@ -467,8 +467,6 @@ class Compiler {
   }
 
   Expr array(const Json& s, const std::string& path) {
-    for (const char* k : {"uniqueItems", "contains", "minContains", "maxContains"})
-      if (field(s, k)) fail(path + "." + k, "not supported for constrained output");
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
     // The further items: any value when "items" is absent, none when it is false.
     const Json* items = field(s, "items");

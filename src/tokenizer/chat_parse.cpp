@@ -52,9 +52,11 @@ std::string excerpt(std::string_view s) {
 size_t partial_marker_suffix(std::string_view text,
                              std::initializer_list<std::string_view> markers) {
   size_t longest = 0;
-  for (const std::string_view marker : markers)
+  for (const std::string_view marker : markers) {
+    if (marker.empty()) continue;  // nothing can grow into an empty marker
     for (size_t n = std::min(text.size(), marker.size() - 1); n > longest; --n)
       if (text.ends_with(marker.substr(0, n))) longest = n;
+  }
   return longest;
 }
 
@@ -222,9 +224,9 @@ ParsedCompletion parse_completion(std::string_view text, bool thinking) {
 
 std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
   std::vector<int32_t> out;
-  for (const int32_t id : tok.special_ids()) {
+  for (int32_t id = 0; id < tok.id_limit(); ++id) {
     const std::string_view text = tok.token_bytes(id);
-    if (text.empty()) continue;
+    if (!tok.is_special(id) || text.empty()) continue;
     for (const std::string_view marker :
          {cf::kThinkStart, cf::kThinkEnd, cf::kCallsStart, cf::kCallsOpen, cf::kCallsClose,
           cf::kInvokeOpen, cf::kInvokeClose, cf::kParamOpen, cf::kParamClose, cf::kEos})
@@ -233,7 +235,7 @@ std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
         break;
       }
   }
-  return out;  // special_ids() is ascending
+  return out;  // ascending
 }
 
 }  // namespace deepinfer

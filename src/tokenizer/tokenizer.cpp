@@ -42,8 +42,6 @@ struct TokenizerState {
 
   int32_t bos = -1, eos = -1;
 
-  // Encodes text that holds no added token: pre-tokenize, then BPE each piece.
-  void encode_plain(std::string_view text, std::vector<int32_t>& out) const;
   // The entry of a known id, else null.
   const Entry* entry(int32_t id) const {
     return id >= 0 && size_t(id) < ids.size() && ids[size_t(id)].known ? &ids[size_t(id)] : nullptr;
@@ -417,13 +415,6 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
 
 // --- encode ---
 
-void TokenizerState::encode_plain(std::string_view text, std::vector<int32_t>& out) const {
-  if (text.empty()) return;
-  Pieces pieces;
-  pre_tokenize(pre_tokenizer, text, pieces);
-  for (const std::string_view piece : pieces.items) bpe->encode_word(piece, out);
-}
-
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
   const TokenizerState& m = *impl_;
   std::vector<int32_t> out;
@@ -440,8 +431,10 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
     text = repaired;
   }
 
-  // Tokens marked non-normalized are matched on the raw text, the others on normalized text.
+  // Tokens marked non-normalized are matched on the raw text, the others on normalized text;
+  // the text between them is pre-tokenized, then each piece goes through BPE.
   std::vector<AddedTokenMatcher::Segment> raw_segments, segments;
+  Pieces pieces;
   m.raw_added.split(text, raw_segments);
   for (const auto& seg : raw_segments) {
     if (seg.id >= 0) {
@@ -457,10 +450,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
     }
     m.normalized_added.split(part, segments);
     for (const auto& s : segments) {
-      if (s.id >= 0)
+      if (s.id >= 0) {
         out.push_back(s.id);
-      else
-        m.encode_plain(part.substr(s.begin, s.end - s.begin), out);
+        continue;
+      }
+      pieces.items.clear();
+      pre_tokenize(m.pre_tokenizer, part.substr(s.begin, s.end - s.begin), pieces);
+      for (const std::string_view piece : pieces.items) m.bpe->encode_word(piece, out);
     }
   }
   return out;
@@ -481,15 +477,12 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
   return utf8::lossy(bytes);
 }
 
-std::vector<int32_t> Tokenizer::special_ids() const {
-  std::vector<int32_t> out;
-  for (size_t id = 0; id < impl_->ids.size(); ++id)
-    if (impl_->ids[id].special) out.push_back(int32_t(id));
-  return out;
-}
-
 int32_t Tokenizer::vocab_size() const {
   return impl_->n_distinct;
+}
+
+int32_t Tokenizer::id_limit() const {
+  return int32_t(impl_->ids.size());
 }
 
 std::string_view Tokenizer::id_to_token(int32_t id) const {

@@ -50,12 +50,12 @@ class Tokenizer {
 
   // Number of distinct tokens, added tokens included (the reference's len(tokenizer)).
   int32_t vocab_size() const;
+  // One past the largest id that has a token: every known id is below it (ids may have gaps).
+  int32_t id_limit() const;
   // The token's string as stored in tokenizer.json (byte-level characters for BPE tokens);
   // throws deepinfer::Error for an unknown id.
   std::string_view id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
-  // Every special added token, ascending.
-  std::vector<int32_t> special_ids() const;
   // The bytes `id` contributes to decode() before UTF-8 repair; empty for an unknown id.
   std::string_view token_bytes(int32_t id) const;
   // The end of sequence from tokenizer_config.json; -1 when it is absent or names no known token.

@@ -9,13 +9,10 @@
 namespace deepinfer {
 
 // The id whose token (as stored in tokenizer.json) is `token`, or -1: a scan of the known ids
-// (an unknown id contributes no bytes).
+// (an unknown id contributes no bytes) below the tokenizer's id limit.
 inline int32_t token_id(const Tokenizer& t, std::string_view token) {
-  for (int32_t id = 0, seen = 0; seen < t.vocab_size(); ++id) {
-    if (t.token_bytes(id).empty()) continue;
-    if (t.id_to_token(id) == token) return id;
-    ++seen;
-  }
+  for (int32_t id = 0; id < t.id_limit(); ++id)
+    if (!t.token_bytes(id).empty() && t.id_to_token(id) == token) return id;
   return -1;
 }
 

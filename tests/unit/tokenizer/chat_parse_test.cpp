@@ -127,6 +127,15 @@ TEST(CompletionParse, HoldsBackPossibleMarkers) {
   EXPECT_FALSE(p.result().ended);
 }
 
+TEST(CompletionParse, PartialMarkerSuffix) {
+  EXPECT_EQ(partial_marker_suffix("abc</th", {"</think>"}), 4u);
+  EXPECT_EQ(partial_marker_suffix("abc</think>", {"</think>"}), 0u);  // complete: not partial
+  EXPECT_EQ(partial_marker_suffix("ab\n", {"\n\n<x", "b\n\n"}), 2u);
+  // An empty marker holds nothing back (an empty stop string, say).
+  EXPECT_EQ(partial_marker_suffix("abc", {""}), 0u);
+  EXPECT_EQ(partial_marker_suffix("abc</th", {"", "</think>"}), 4u);
+}
+
 TEST(CompletionParse, ToolCallRoundTripsThroughTheEncoder) {
   // What encode_chat writes for an assistant tool call parses back to the same call.
   ChatMessage user;

@@ -120,6 +120,18 @@ TEST(Tokenizer, AddedTokensLongestFirst) {
   EXPECT_EQ(token_id(*tok, "nope"), -1);
 }
 
+TEST(Tokenizer, AbsentTokenHasNoId) {
+  // "<q>" shares the id of "q", so vocab_size() counts one token more than there are ids.
+  json j = tiny_tokenizer(false);
+  j["added_tokens"].push_back({{"id", 'q'}, {"content", "<q>"}});
+  const auto tok = make(j);
+  EXPECT_EQ(tok->vocab_size(), 256 + 6 + 1 + 4);
+  EXPECT_EQ(tok->id_limit(), 303);
+  EXPECT_EQ(token_id(*tok, "<q>"), 'q');
+  EXPECT_EQ(token_id(*tok, "nope"), -1);
+  EXPECT_EQ(token_id(*make(tiny_tokenizer(false)), "nope"), -1);
+}
+
 TEST(Tokenizer, NormalizedAddedTokensMatchAfterTheNormalizer) {
   json j = tiny_tokenizer(false);
   j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFKC"}}})}};
@@ -140,10 +152,22 @@ TEST(Tokenizer, InvalidUtf8IsRepairedBeforeEncoding) {
 TEST(Tokenizer, ConfigNamesBosAndEos) {
   const auto tok =
       make(tiny_tokenizer(false), R"({"bos_token": "<x>", "eos_token": {"content": "<x><y>"}})");
+  // The BOS id is what encode(add_bos) puts first.
+  EXPECT_EQ(tok->encode("", true), ids({300}));
   EXPECT_EQ(tok->eos_id(), 301);
   EXPECT_EQ(tok->encode("ab", true), ids({300, token_id(*tok, "ab")}));
+  // A vocabulary token may be named too.
+  const auto vocab_bos = make(tiny_tokenizer(false), R"({"bos_token": {"content": "ab"}})");
+  EXPECT_EQ(vocab_bos->encode("", true), ids({token_id(*tok, "ab")}));
+  EXPECT_EQ(vocab_bos->eos_id(), -1);
+  // No BOS: absent, or naming no known token.
   const auto none = make(tiny_tokenizer(false));
   EXPECT_THROW(none->encode("ab", true), Error);
+  EXPECT_EQ(none->eos_id(), -1);
+  const auto unknown =
+      make(tiny_tokenizer(false), R"({"bos_token": "<nope>", "eos_token": "<no>"})");
+  EXPECT_THROW(unknown->encode("", true), Error);
+  EXPECT_EQ(unknown->eos_id(), -1);
 }
 
 void expect_load_error(const json& j, const std::string& needle) {
