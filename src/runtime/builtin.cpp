@@ -40,7 +40,8 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
                " tokens do not fit preset ", preset, "'s vocab of ", c.vocab_size);
     c.engram_compressed_vocab_size = build_engram_token_map(*tok).compressed_vocab_size;
   }
-  // The Engram table rows follow from the compressed vocabulary (write_tiny_checkpoint validates).
+  // Each Engram table has the sum of its layer's hash primes as rows, as the reference sizes
+  // them; the primes depend on engram_vocab_size only, not on the compressed vocabulary.
   if (!c.engram_layer_ids.empty()) {
     const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
     c.engram_num_embeddings =
