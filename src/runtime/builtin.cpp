@@ -53,6 +53,8 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
   fs::remove_all(tmp);
   TinyWriteOptions opt = spec;
+  opt.label =
+      spec.random ? "random config " + std::to_string(spec.config_seed) : "preset " + preset;
   // Small presets get several shards so the index path is exercised (random configs, being
   // smaller, shards split inside layers); big ones 1 GiB shards.
   opt.max_shard_bytes = preset == "small"    ? (uint64_t(1) << 30)
