@@ -21,7 +21,6 @@ std::string join(const std::vector<int>& v) {  // [1,2,3]
 void inspect(const std::string& dir) {
   auto ck = Checkpoint::load(dir);
   const ModelConfig& c = ck->config();
-  const auto roles = layer_roles(c);
   std::printf("model: %s\n", dir.c_str());
   std::printf("  vocab %lld, dim %lld, %d layers (+%d DSpark), hc_mult %d\n",
               (long long)c.vocab_size, (long long)c.dim, c.n_layers, c.n_mtp_layers, c.hc_mult);

@@ -41,10 +41,8 @@ void add_make_tiny(CLI::App& app) {
     t.layout = parse_tiny_layout(o->layout);
     const uint64_t bytes = make_tiny_checkpoint(o->out, t);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const std::string what =
-        t.random ? "random config " + std::to_string(t.config_seed) : "preset " + t.preset;
     std::printf("wrote %s (seed %llu, %s layout) to %s: %.1f MiB of tensors in %.1f s\n",
-                what.c_str(), static_cast<unsigned long long>(t.seed), o->layout.c_str(),
+                t.label().c_str(), static_cast<unsigned long long>(t.seed), o->layout.c_str(),
                 o->out.c_str(), double(bytes) / (1 << 20), s);
   });
 }

@@ -175,12 +175,10 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   }
   const uint8_t* base = static_cast<const uint8_t*>(f->map_);
   static const uint8_t kEmpty[1] = {0};
-  SafetensorsHeader h = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
-  f->tensors_ = std::move(h.tensors);
-  f->metadata_ = std::move(h.metadata);
-  for (size_t i = 0; i < f->tensors_.size(); ++i) {
-    TensorInfo& t = f->tensors_[i];
-    t.data = base + h.data_start + t.offset;
+  f->header_ = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
+  for (size_t i = 0; i < f->header_.tensors.size(); ++i) {
+    TensorInfo& t = f->header_.tensors[i];
+    t.data = base + f->header_.data_start + t.offset;
     t.file = &f->path_;
     f->by_name_[t.name] = i;
   }
@@ -193,7 +191,7 @@ SafetensorsFile::~SafetensorsFile() {
 
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   auto it = by_name_.find(name);
-  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+  return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
 }
 
 // --- TensorStore ---

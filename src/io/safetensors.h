@@ -56,8 +56,8 @@ class SafetensorsFile {
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
-  const std::vector<TensorInfo>& tensors() const { return tensors_; }
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
   const TensorInfo* find(const std::string& name) const;  // nullptr if absent
 
  private:
@@ -65,8 +65,7 @@ class SafetensorsFile {
   std::string path_;
   void* map_ = nullptr;
   uint64_t size_ = 0;
-  std::vector<TensorInfo> tensors_;
-  std::map<std::string, std::string> metadata_;
+  SafetensorsHeader header_;  // its tensors with `data` and `file` set
   std::map<std::string, size_t> by_name_;
 };
 

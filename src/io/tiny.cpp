@@ -335,7 +335,7 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
 
 uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config,
                                const TinyWriteOptions& opt) {
-  config.validate("tiny config");
+  config.validate(opt.label);
   const std::vector<TensorSpec> schema = checkpoint_schema(config);
   // Each tensor's bytes (values and scales, kept in one shard) decide the shards up front.
   std::vector<uint64_t> sizes;

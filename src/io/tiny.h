@@ -41,6 +41,7 @@ enum class TinyLayout {
 TinyLayout parse_tiny_layout(const std::string& name);  // "release" | "runtime"
 
 struct TinyWriteOptions {
+  std::string label = "tiny config";  // where the config came from, named by validation errors
   uint64_t seed = 0;
   uint64_t max_shard_bytes = uint64_t(4) << 20;  // split into shards (exercises the index)
   TinyLayout layout = TinyLayout::Release;

@@ -25,7 +25,6 @@ std::string cache_dir() {
 }
 
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
-  const std::string preset = spec.random ? "random" : spec.preset;
   ModelConfig c =
       spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset);
   const std::string& tokenizer = spec.tokenizer;
@@ -37,10 +36,11 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
     DI_REQUIRE(fs::exists(tok_json), tokenizer, ": no tokenizer.json there");
     const auto tok = Tokenizer::load(tok_json.string());
     DI_REQUIRE(tok->vocab_size() <= c.vocab_size, tokenizer, ": ", tok->vocab_size(),
-               " tokens do not fit preset ", preset, "'s vocab of ", c.vocab_size);
+               " tokens do not fit ", spec.label(), "'s vocab of ", c.vocab_size);
     c.engram_compressed_vocab_size = build_engram_token_map(*tok).compressed_vocab_size;
   }
-  // The Engram table rows follow from the compressed vocabulary (write_tiny_checkpoint validates).
+  // Each Engram table has the sum of its layer's hash primes as rows, as the reference sizes
+  // them; the primes depend on engram_vocab_size only, not on the compressed vocabulary.
   if (!c.engram_layer_ids.empty()) {
     const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
     c.engram_num_embeddings =
@@ -52,11 +52,12 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
   const fs::path tmp = final_dir.string() + ".tmp" + std::to_string(::getpid());
   fs::remove_all(tmp);
   TinyWriteOptions opt = spec;
+  opt.label = spec.label();
   // Small presets get several shards so the index path is exercised (random configs, being
   // smaller, shards split inside layers); big ones 1 GiB shards.
-  opt.max_shard_bytes = preset == "small"    ? (uint64_t(1) << 30)
-                        : preset == "random" ? (uint64_t(96) << 10)
-                                             : (uint64_t(4) << 20);
+  opt.max_shard_bytes = spec.random              ? (uint64_t(96) << 10)
+                        : spec.preset == "small" ? (uint64_t(1) << 30)
+                                                 : (uint64_t(4) << 20);
   const uint64_t bytes = write_tiny_checkpoint(tmp.string(), c, opt);
   if (!tok_json.empty()) {
     fs::copy_file(tok_json, tmp / "tokenizer.json");

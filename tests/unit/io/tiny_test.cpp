@@ -116,11 +116,14 @@ TEST(MakeTiny, EveryPresetValidatesAndTheSmallOnesLoad) {
     EXPECT_EQ(ck->layers.size(), size_t(c.n_layers));
     EXPECT_TRUE(ck->layers[size_t(c.engram_layer_ids[0])].engram_table.present());
   }
-  // A preset without its Engram rows filled in is rejected before anything is written.
+  // A preset without its Engram rows filled in is rejected before anything is written, naming
+  // where the config came from.
   ScratchDir dir;
-  EXPECT_TRUE(
-      mentions(error_of([&] { write_tiny_checkpoint(dir / "x", tiny_preset_config("tiny"), {}); }),
-               {"engram_num_embeddings"}));
+  TinyWriteOptions labelled;
+  labelled.label = "preset tiny";
+  EXPECT_TRUE(mentions(
+      error_of([&] { write_tiny_checkpoint(dir / "x", tiny_preset_config("tiny"), labelled); }),
+      {"preset tiny", "engram_num_embeddings"}));
   EXPECT_FALSE(fs::exists(dir / "x/config.json"));
   // An output path under a regular file.
   write_text(dir / "file", "");
