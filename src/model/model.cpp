@@ -109,12 +109,7 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
-  for (int64_t i = 0; i < n; ++i) {
-    float* xi = x + i * d;
-    const float r = rms_inv(xi, d, float(c.norm_eps));
-    for (int64_t k = 0; k < d; ++k)
-      xi[k] = bf16_to_f32(w.bf16()[k]) * (xi[k] * r);  // two roundings
-  }
+  rmsnorm(x, n, d, w.bf16(), float(c.norm_eps));
   round(x, n * d);
 }
 
