@@ -70,9 +70,10 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   t_proj.resize(size_t(n * n_mix));
   float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
   if (p.exact) {
+    const float* fn = p.fn->weight().f32();  // [n_mix, MD]
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)
-        proj[r * n_mix + i] = dot_f64(p.fn->weight().f32() + i * MD, x + r * MD, MD);
+        proj[r * n_mix + i] = dot_f64(fn + i * MD, x + r * MD, MD);
   } else {
     linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
