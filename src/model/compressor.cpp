@@ -77,8 +77,8 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
         round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
       }
-      rope_angles(rope_compressed, j * r,
-                  cs.data());  // the group's first position, for key and latent
+      // The angles of the group's first position, for the index key and the latent.
+      rope_angles(rope_compressed, j * r, cs.data());
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
         project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
