@@ -134,7 +134,7 @@ void sparse_attention(const SparseAttnArgs& a) {
 }
 
 void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
-  const int64_t stride = 2 + a.Dh;
+  const int64_t stride = attention_partial_size(1, a.Dh);
   std::vector<double>& z = t_z;
   std::vector<float>& o = t_o;
   z.resize(size_t(a.nk));
@@ -181,7 +181,7 @@ void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t D
 
 void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
                               const float* sink, int64_t H, int64_t Dh, bool exact, float* out) {
-  const int64_t stride = 2 + Dh;
+  const int64_t stride = attention_partial_size(1, Dh);
   std::vector<double>& acc = t_acc;
   acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {

@@ -37,6 +37,11 @@ void sparse_attention_ref(const SparseAttnArgs& a);
 // bf16 numerics the partial follows the kernel's blocked online softmax in fp32 over the rank's
 // keys, and the merge runs in fp32.
 //
+// Doubles in the partial of `heads` heads of dimension `dim`: [heads, 2 + dim].
+inline int64_t attention_partial_size(int64_t heads, int64_t dim) {
+  return heads * (2 + dim);
+}
+
 // Uses a.q, a.keys, a.nk, a.H, a.Dh, a.scale, a.bf16_probs, a.exact (not a.sink, a.out).
 //   part: [H, 2 + Dh]
 void sparse_attention_partial(const SparseAttnArgs& a, double* part);

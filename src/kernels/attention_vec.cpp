@@ -159,12 +159,9 @@ bool all_bf16_of(const float* x, int64_t n) {
 // --- indexer scores ---
 
 inline float round_bf16_1(float f) {
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
+  const uint32_t u = __builtin_bit_cast(uint32_t, f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return f;
-  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
+  return __builtin_bit_cast(float, (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
 }
 
 // HV vectors of heads, KN keys [t, t + KN).

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace deepinfer {
 
 inline float f32(double x) {
@@ -41,6 +43,16 @@ inline float rms_inv(const float* x, int64_t n, float eps) {
   for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
   const float mean = f32(s / double(n));            // f32(mean(x²)) with the sum in double
   return f32(1.0 / std::sqrt(double(mean + eps)));  // the reference's rounding points
+}
+
+// RMSNorm (V41_SPEC.md §3.2) of the n rows of x [n, d], in place: y = w · (x · rms_inv(x)) with
+// fp32 results at each step; w: [d] bf16. The caller rounds y to the activation dtype.
+inline void rmsnorm(float* x, int64_t n, int64_t d, const uint16_t* w, float eps) {
+  for (int64_t i = 0; i < n; ++i) {
+    float* xi = x + i * d;
+    const float r = rms_inv(xi, d, eps);
+    for (int64_t k = 0; k < d; ++k) xi[k] = bf16_to_f32(w[k]) * (xi[k] * r);  // two roundings
+  }
 }
 
 }  // namespace deepinfer

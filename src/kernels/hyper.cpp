@@ -70,9 +70,10 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   t_proj.resize(size_t(n * n_mix));
   float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
   if (p.exact) {
+    const float* fn = p.fn->weight().f32();  // [n_mix, MD]
     for (int64_t r = 0; r < n; ++r)
       for (int64_t i = 0; i < n_mix; ++i)
-        proj[r * n_mix + i] = dot_f64(p.fn->weight().f32() + i * MD, x + r * MD, MD);
+        proj[r * n_mix + i] = dot_f64(fn + i * MD, x + r * MD, MD);
   } else {
     linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
@@ -83,42 +84,42 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
   });
 }
 
-// hc_pre and hc_post are elementwise over d (each element's sum runs over the copies in order,
-// in double), so vector code computes exactly what scalar code does; they are also built for
-// AVX-512 and AVX2, picked when the program loads.
-#define DEEPINFER_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+namespace {
 
+// out[d] = wy · y[d] (none without y) + Σ_c w[c · w_stride] · x_c[d] for d < D, over the copies
+// x_c = x + c·D in order, summed in double and rounded once. Elementwise over d, so vector code
+// computes exactly what scalar code does; also built for AVX-512 and AVX2, picked when the
+// program loads.
+#define DEEPINFER_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 DEEPINFER_VECTOR_CLONES
-void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out) {
+void mix_copies(const float* y, double wy, const float* x, const float* w, int64_t w_stride,
+                int64_t M, int64_t D, float* out) {
   for (int64_t d0 = 0; d0 < D; d0 += kChunk) {
     const int64_t n = std::min(kChunk, D - d0);
     double s[kChunk];
-    for (int64_t d = 0; d < n; ++d) s[d] = 0;
+    if (y)
+      for (int64_t d = 0; d < n; ++d) s[d] = wy * y[d0 + d];
+    else
+      for (int64_t d = 0; d < n; ++d) s[d] = 0;
     for (int64_t c = 0; c < M; ++c) {
-      const double p = pi[c];
+      const double wc = w[c * w_stride];
       const float* xc = x + c * D + d0;
-      for (int64_t d = 0; d < n; ++d) s[d] += p * xc[d];
+      for (int64_t d = 0; d < n; ++d) s[d] += wc * xc[d];
     }
     for (int64_t d = 0; d < n; ++d) out[d0 + d] = float(s[d]);
   }
 }
 
-DEEPINFER_VECTOR_CLONES
+}  // namespace
+
+void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out) {
+  mix_copies(nullptr, 0.0, x, pi, 1, M, D, out);
+}
+
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int64_t M,
              int64_t D, float* out) {
-  for (int64_t k = 0; k < M; ++k)
-    for (int64_t d0 = 0; d0 < D; d0 += kChunk) {
-      const int64_t n = std::min(kChunk, D - d0);
-      double s[kChunk];
-      const double pk = post[k];
-      for (int64_t d = 0; d < n; ++d) s[d] = pk * y[d0 + d];
-      for (int64_t j = 0; j < M; ++j) {
-        const double c = comb[j * M + k];
-        const float* xj = x + j * D + d0;
-        for (int64_t d = 0; d < n; ++d) s[d] += c * xj[d];
-      }
-      for (int64_t d = 0; d < n; ++d) out[k * D + d0 + d] = float(s[d]);
-    }
+  // Output copy k mixes the input copies with column k of comb.
+  for (int64_t k = 0; k < M; ++k) mix_copies(y, post[k], x, comb + k, M, M, D, out + k * D);
 }
 
 }  // namespace deepinfer

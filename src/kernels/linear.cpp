@@ -129,15 +129,14 @@ float weight_block(const Weight& w, int64_t r, int64_t b, float* out) {
   return 0;
 }
 
-// One output: Σ_b P_b · xs_b · ws_b in the canonical order.
-//   xv: [K] input values (codes when xs != nullptr), xs: [K/32] input scales or nullptr
-float dot_row(const Weight& w, int64_t r, const float* xv, const float* xs, bool exact) {
+// One output: Σ_b P_b · ws_b in the canonical order over the input values xv[K] (for QLin the
+// act_quant QDQ values, whose partials are exactly σx times those over the codes: isa.h's Job).
+float dot_row(const Weight& w, int64_t r, const float* xv, bool exact) {
   const int64_t nb = w.cols() / 32;
   float acc = 0, wb[32];
   double acc_d = 0;
   for (int64_t b = 0; b < nb; ++b) {
-    const float ws = weight_block(w, r, b, wb);
-    const float s = xs ? xs[b] * ws : ws;  // a power of two (or 1): exact
+    const float s = weight_block(w, r, b, wb);  // a power of two (or 1): exact
     if (exact) {
       double p = 0;
       for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
@@ -360,30 +359,25 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
 }  // namespace
 
 void linear_ref(const Weight& w, const LinearArgs& a) {
-  const bool quant = w.quant_input;
   const int64_t K = w.cols(), n_out = check_call(w, a);
-  // Quantized inputs: codes and scales per row, computed once.
-  std::vector<float> qv, qs;
+  // Quantized inputs: the act_quant QDQ of §3.4, once per row, in this thread's scratch.
   const float* xv = a.x;
   int64_t ldv = a.ldx;
-  if (quant) {
-    qv.resize(size_t(a.n * K));
-    qs.resize(size_t(a.n * K / 32));
-    std::vector<uint8_t> codes(static_cast<size_t>(K)), sc(static_cast<size_t>(K / 32));
+  if (w.quant_input) {
+    uint8_t* s = t_act.bytes(size_t(a.n * K * 4 + K + K / 32));
+    float* xq = reinterpret_cast<float*>(s);
+    uint8_t *codes = s + a.n * K * 4, *scales = codes + K;
     for (int64_t i = 0; i < a.n; ++i) {
-      act_quant(a.x + i * a.ldx, K, codes.data(), sc.data());
-      for (int64_t k = 0; k < K; ++k) qv[size_t(i * K + k)] = e4m3_to_f32(codes[size_t(k)]);
-      for (int64_t b = 0; b < K / 32; ++b)
-        qs[size_t(i * (K / 32) + b)] = e8m0_to_f32(sc[size_t(b)]);
+      act_quant(a.x + i * a.ldx, K, codes, scales);
+      fp8_dequant(codes, scales, K, xq + i * K);
     }
-    xv = qv.data();
+    xv = xq;
     ldv = K;
   }
   ThreadPool::global().parallel_for(n_out, 64, [&](int64_t o0, int64_t o1) {
     for (int64_t i = 0; i < a.n; ++i)
       for (int64_t o = o0; o < o1; ++o)
-        a.y[i * a.ldy + o] = dot_row(w, a.row0 + o, xv + i * ldv,
-                                     quant ? qs.data() + i * (K / 32) : nullptr, a.exact);
+        a.y[i * a.ldy + o] = dot_row(w, a.row0 + o, xv + i * ldv, a.exact);
   });
 }
 

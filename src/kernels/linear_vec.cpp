@@ -574,8 +574,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       float a = reduce_max(m);
       a = a < 1e-4f ? 1e-4f : a;
       const float t = a * (1.0f / 448.0f);
-      uint32_t tb;
-      std::memcpy(&tb, &t, 4);
+      const uint32_t tb = __builtin_bit_cast(uint32_t, t);
       const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
       const F sg = set1(e8m0(uint8_t(code))), vi = set1(e8m0(uint8_t(254 - code)));
 #pragma GCC unroll 4
@@ -627,11 +626,7 @@ bool avx512_dpbf16_is_canonical() {
     st ^= st << 17;
     return st;
   };
-  auto bits_f32 = [](uint32_t u) {
-    float v;
-    std::memcpy(&v, &u, 4);
-    return v;
-  };
+  auto bits_f32 = [](uint32_t u) { return __builtin_bit_cast(float, u); };
   auto widen = [&](uint16_t h) { return bits_f32(uint32_t(h) << 16); };
   for (int it = 0; it < 4096; ++it) {
     alignas(64) uint16_t a[32], b[32];

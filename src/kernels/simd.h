@@ -196,20 +196,14 @@ DI_VEC bool all_bf16(const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) acc = orv(acc, loadui(x + i));
   uint32_t low = all_zero(andv(acc, set1i(0xffff))) ? 0u : 1u;
-  for (; i < n; ++i) {
-    uint32_t u;
-    __builtin_memcpy(&u, x + i, 4);
-    low |= u & 0xffffu;
-  }
+  for (; i < n; ++i) low |= __builtin_bit_cast(uint32_t, x[i]) & 0xffffu;
   return low == 0;
 }
 
 // An e8m0 scale byte -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
 DI_VEC float e8m0(uint8_t b) {
   const uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
+  return __builtin_bit_cast(float, u);
 }
 
 // e8m0 scale bytes p[kLanes] -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.

@@ -100,8 +100,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);
       for (int64_t i = std::max<int64_t>(0, real - Wn); i < real; ++i)
-        std::copy(&kv_packed[size_t((r0 + i) * wrow)], &kv_packed[size_t((r0 + i + 1) * wrow)],
-                  st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
+        std::copy_n(&kv_packed[size_t((r0 + i) * wrow)], wrow,
+                    st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
     }
     cx.end_attention(W.attn_sink.f32(), exact, o.data());
     round(o.data(), N * H * Dh);

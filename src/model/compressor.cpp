@@ -45,8 +45,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
     for (int64_t j = j_begin; j < j_end; ++j) {
       const bool owned = owns_row(st, l, j);
       if (r == 1) {
-        std::copy(&k[size_t((r0 + j - s0) * Dh)], &k[size_t((r0 + j - s0 + 1) * Dh)],
-                  latent.begin());
+        std::copy_n(&k[size_t((r0 + j - s0) * Dh)], Dh, latent.begin());
       } else {
         // Rows of group j: positions j*r .. j*r + r - 1, from the carry when before this call.
         const float* kr[64];
@@ -77,8 +76,8 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         }
         round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
       }
-      rope_angles(rope_compressed, j * r,
-                  cs.data());  // the group's first position, for key and latent
+      // The angles of the group's first position, for the index key and the latent.
+      rope_angles(rope_compressed, j * r, cs.data());
       // Index key from the pre-RoPE latent (§6.1).
       if (role.key_owner) {
         project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
@@ -106,8 +105,8 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
     if (r > 1)
       for (int64_t p = std::max(j_end * r, s0); p < s0 + real; ++p) {
         float* dst = carry + (p % r) * 2 * Dh;
-        std::copy(&k[size_t((r0 + p - s0) * Dh)], &k[size_t((r0 + p - s0 + 1) * Dh)], dst);
-        std::copy(&g[size_t((r0 + p - s0) * Dh)], &g[size_t((r0 + p - s0 + 1) * Dh)], dst + Dh);
+        std::copy_n(&k[size_t((r0 + p - s0) * Dh)], Dh, dst);
+        std::copy_n(&g[size_t((r0 + p - s0) * Dh)], Dh, dst + Dh);
       }
     if (role.key_owner && (j_end > j_begin || sq.n_tokens > 1))
       st.kv->last_key_layer(sq.kv.slot) = l;

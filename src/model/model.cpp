@@ -109,12 +109,7 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
   round(x, n * d);
-  for (int64_t i = 0; i < n; ++i) {
-    float* xi = x + i * d;
-    const float r = rms_inv(xi, d, float(c.norm_eps));
-    for (int64_t k = 0; k < d; ++k)
-      xi[k] = bf16_to_f32(w.bf16()[k]) * (xi[k] * r);  // two roundings
-  }
+  rmsnorm(x, n, d, w.bf16(), float(c.norm_eps));
   round(x, n * d);
 }
 
@@ -277,11 +272,9 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   dump(st, -1, "final.h", u.data(), {N, D});
   ArenaVec<float> h(&arena);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
-    const ForwardSeq& q = batch.seqs[s];
-    for (int64_t i = q.logits_from; i < q.n_tokens - q.n_padding; ++i) {
-      const float* row = &u[size_t((st.row0[s] + i) * D)];
-      h.insert(h.end(), row, row + D);
-    }
+    // Rows [logits_from, real rows) of the sequence, which lie one after the other in u.
+    const float* rows = u.data() + st.row0[s] * D;
+    h.insert(h.end(), rows + batch.seqs[s].logits_from * D, rows + st.real_rows(s) * D);
   }
   const int64_t n_logits = int64_t(h.size()) / D;
   if (n_logits > 0) linear(head, h.data(), n_logits, logits, exact);

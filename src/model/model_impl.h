@@ -81,8 +81,7 @@ struct Model::Impl {
   // (inverse: back), then rounds x.
   void rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads, int64_t head_dim,
                  bool inverse = false);
-  // x [n, d] rounded, RMS-normed with `w` (V41_SPEC.md §3.2: y = w · (x · rsqrt(mean(x²) + eps))
-  // with fp32 results at each step) and rounded again.
+  // x [n, d] rounded, RMS-normed with `w` (kernels/elementwise.h) and rounded again.
   void round_norm(float* x, int64_t n, int64_t d, const Weight& w) const;
   // y [n, w.rows()] = w applied to x [n, w.cols()], rounded, or (with `norm`) round-normed.
   void project(const PreparedLinear& w, const float* x, int64_t n, float* y,

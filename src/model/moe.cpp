@@ -54,7 +54,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   // linears (one pass of the thread pool each when the rows are few, as in decode).
   struct ExpertJob {
     const PreparedExpert* ex;
-    const int64_t* rows;  // [n] rows of the source
+    const int64_t* rows;  // [n] rows of the source; null: rows 0 .. n-1
     int64_t n;
     const float* row_weights;  // null: weight 1
     float* dst;                // [n, D]
@@ -71,7 +71,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     for (const ExpertJob& jb : jobs) {
       float* x = &xg[size_t(at * D)];
       for (int64_t i = 0; i < jb.n; ++i)
-        std::copy(src + jb.rows[i] * D, src + (jb.rows[i] + 1) * D, x + i * D);
+        std::copy_n(src + (jb.rows ? jb.rows[i] : i) * D, D, x + i * D);
       calls.push_back({&jb.ex->w1, {x, jb.n, D, &g[size_t(at * F)], F, 0, -1, exact}});
       calls.push_back({&jb.ex->w3, {x, jb.n, D, &u[size_t(at * F)], F, 0, -1, exact}});
       at += jb.n;
@@ -128,7 +128,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     }
     run_experts(jobs, xs);
     for (int64_t i = 0; i < n_mine; ++i)
-      std::copy(&y[size_t(i * D)], &y[size_t((i + 1) * D)], &slots[slot[size_t(i)] * D]);
+      std::copy_n(&y[size_t(i * D)], D, &slots[slot[size_t(i)] * D]);
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
@@ -141,9 +141,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   ArenaVec<float> shared(size_t(N * D), &arena);
   {
     DI_REGION("moe.shared");
-    ArenaVec<int64_t> all(static_cast<size_t>(N), &arena);
-    for (int64_t i = 0; i < N; ++i) all[size_t(i)] = i;
-    const ExpertJob job{&P.shared, all.data(), N, nullptr, shared.data()};
+    const ExpertJob job{&P.shared, nullptr, N, nullptr, shared.data()};
     run_experts({&job, 1}, v);
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.

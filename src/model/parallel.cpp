@@ -96,7 +96,7 @@ class CpShard : public ContextShard {
     rows_ = rows;
     heads_ = heads;
     dim_ = dim;
-    psize_ = heads * (2 + dim);  // a partial: [H, 2 + Dh] (kernels/attention.h)
+    psize_ = attention_partial_size(heads, dim);
     partial_.resize(size_t(rows * psize_));
   }
   void attend(int64_t row, const SparseAttnArgs& a) override {
