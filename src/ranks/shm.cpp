@@ -331,13 +331,19 @@ bool has_exited(int pid, int pidfd) {
     return ::poll(&p, 1, 0) > 0;
   }
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream f(str_cat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(f, line)) return true;
+  // Polled while waiting, so it reads into a stack buffer and allocates nothing.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
   // The state follows the command name, which is in parentheses and may itself hold ") ".
-  const size_t at = line.rfind(") ");
-  return at != std::string::npos && at + 2 < line.size() &&
-         (line[at + 2] == 'Z' || line[at + 2] == 'X');
+  const char* end_of_name = std::strrchr(buf, ')');
+  return end_of_name && end_of_name[1] == ' ' && (end_of_name[2] == 'Z' || end_of_name[2] == 'X');
 }
 
 std::string rank_name(int rank, int pid) {
