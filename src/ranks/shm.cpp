@@ -362,22 +362,30 @@ class Liveness {
   // by all ranks (-1 at first) where the first rank seen dead is recorded, so that every rank
   // names the same cause.
   void watch(const std::vector<int>& pids, int self_rank, std::atomic<int32_t>* first_dead) {
-    leader_ = self_rank == 0;
     self_rank_ = self_rank;
     first_dead_ = first_dead;
     pids_ = pids;
-    reaped_.assign(pids.size(), false);  // the leader's own entry counts as reaped
-    reaped_[0] = true;
+    reaped_.assign(pids.size(), false);  // one's own entry counts as reaped
+    reaped_[size_t(self_rank)] = true;
     close_pidfds();
     pidfds_.assign(pids.size(), -1);
     for (size_t r = 0; r < pids.size(); ++r)
-      if (!leader_ && int(r) != self_rank && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
+      if (!leader() && !reaped_[r] && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
   }
 
   // The error message naming the first rank found dead, or empty while everyone is alive; once
   // one is found, the same message for good.
   const std::string& poll() {
-    if (error_.empty()) leader_ ? poll_children() : poll_peers();
+    // Reparenting is the quickest sign that the leader is gone.
+    if (error_.empty() && !leader() && pids_[0] > 0 && getppid() != pids_[0]) report(0, kUnknown);
+    for (size_t r = 0; r < pids_.size() && error_.empty(); ++r) {
+      if (reaped_[r] || pids_[r] <= 0) continue;
+      // The leader reaps its children and so learns their status; the others only see them go.
+      const int status = leader()                           ? reap(r)
+                         : has_exited(pids_[r], pidfds_[r]) ? kUnknown
+                                                            : kRunning;
+      if (status != kRunning) report(int(r), status);
+    }
     return error_;
   }
   // The same as an exception.
@@ -388,39 +396,36 @@ class Liveness {
   // The leader, after the shutdown message: waits up to `timeout_s` for every follower to exit
   // and throws if one exited with a non-zero status or had to be killed.
   void reap_children(double timeout_s) {
-    DI_CHECK(leader_);
+    DI_CHECK(leader());
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     std::string failure;
-    auto sleep = std::chrono::microseconds(100);
-    for (;;) {
-      bool all = true;
+    for (auto sleep = std::chrono::microseconds(100);;
+         sleep = std::min(sleep * 2, std::chrono::microseconds(20000))) {
       for (size_t r = 1; r < pids_.size(); ++r) {
         if (reaped_[r]) continue;
         const int status = reap(r);
-        all = all && status != kRunning;
         if (status > 0 && failure.empty())
           failure = str_cat(exited(int(r), status), " after the shutdown message");
       }
-      if (all) break;
+      const auto running = std::find(reaped_.begin(), reaped_.end(), false);
+      if (running == reaped_.end()) break;
       if (std::chrono::steady_clock::now() > deadline) {
-        for (size_t r = 1; r < pids_.size() && failure.empty(); ++r) {
-          if (!reaped_[r])
-            failure = str_cat(rank_name(int(r), pids_[r]), " did not exit within ", timeout_s,
-                              " s of the shutdown message and was killed");
-        }
+        const int r = int(running - reaped_.begin());
+        if (failure.empty())
+          failure = str_cat(rank_name(r, pids_[size_t(r)]), " did not exit within ", timeout_s,
+                            " s of the shutdown message and was killed");
         kill_children();
         break;
       }
       std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(20000));
     }
     DI_REQUIRE(failure.empty(), failure);
   }
 
   // The leader on an error path: SIGKILL and reap every follower still running.
   void kill_children() noexcept {
-    if (!leader_) return;
+    if (!leader()) return;
     for (size_t r = 1; r < pids_.size(); ++r)
       if (!reaped_[r]) kill(pids_[r], SIGKILL);
     for (size_t r = 1; r < pids_.size(); ++r) {
@@ -433,6 +438,8 @@ class Liveness {
   }
 
  private:
+  bool leader() const { return self_rank_ == 0; }
+
   // Leader: follower r's wait status once it has exited (reaping it), kUnknown when it was
   // reaped elsewhere, kRunning while it runs.
   static constexpr int kRunning = -2, kUnknown = -1;
@@ -450,23 +457,6 @@ class Liveness {
                    status >= 0 ? str_cat(" with ", describe_exit_status(status)) : "");
   }
 
-  void poll_children() {
-    for (size_t r = 1; r < pids_.size(); ++r) {
-      if (reaped_[r]) continue;
-      const int status = reap(r);
-      if (status != kRunning) return report(int(r), status);
-    }
-  }
-
-  void poll_peers() {
-    // Reparenting is the quickest sign that the leader is gone.
-    if (!pids_.empty() && pids_[0] > 0 && getppid() != pids_[0]) return report(0, kUnknown);
-    for (size_t r = 0; r < pids_.size(); ++r) {
-      if (int(r) != self_rank_ && pids_[r] > 0 && has_exited(pids_[r], pidfds_[r]))
-        return report(int(r), kUnknown);
-    }
-  }
-
   void report(int seen, int seen_status) {
     error_ = exited(seen, seen_status);
     // Ranks that notice a death stop too, so the rank seen here may only have followed another
@@ -476,7 +466,7 @@ class Liveness {
     if (cause == seen || cause < 0 || size_t(cause) >= pids_.size()) return;
     // Somebody saw it exit, so its status is there or about to be.
     int cause_status = kUnknown;
-    for (int i = 0; i < 200 && leader_ && !reaped_[size_t(cause)]; ++i) {
+    for (int i = 0; i < 200 && leader() && !reaped_[size_t(cause)]; ++i) {
       cause_status = reap(size_t(cause));
       if (cause_status == kRunning) std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
@@ -488,11 +478,10 @@ class Liveness {
       if (fd >= 0) close(fd);
   }
 
-  bool leader_ = false;
   int self_rank_ = 0;
   std::vector<int> pids_;     // [world_size], by rank
   std::vector<int> pidfds_;   // [world_size], -1 where none (follower only)
-  std::vector<bool> reaped_;  // [world_size] (leader only)
+  std::vector<bool> reaped_;  // [world_size]: the leader's children reaped, and one's own entry
   std::string error_;
   std::atomic<int32_t>* first_dead_ = nullptr;
 };
@@ -525,13 +514,14 @@ void notify(shm::Word& w) {
 }
 
 // Blocks until `ready()` holds; `w.value` changes whenever it may have become true. If a rank
-// has died and the condition still does not hold, throws its error.
+// has died and the condition still does not hold, throws its error. False if the condition still
+// does not hold at `deadline_us` (now_us()).
 template <typename Ready>
-void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
+bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_us = UINT64_MAX) {
   // A short spin catches ranks that arrive within microseconds of each other; yielding after
   // that lets a late rank run when there are more ranks than cores.
   for (int i = 0; i < 256; ++i) {
-    if (ready()) return;
+    if (ready()) return true;
     if (i >= 128) {
       sched_yield();
     } else {
@@ -543,14 +533,15 @@ void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
   uint64_t next_check = 0;
   for (;;) {
     const uint32_t seen = w.value.load(std::memory_order_seq_cst);
-    if (ready()) return;
+    if (ready()) return true;
     const uint64_t now = now_us();
+    if (now > deadline_us) return false;
     if (now >= next_check) {
       next_check = now + 5000;
       if (!alive.poll().empty()) {
         // A rank that exits right after the condition became true (a follower after the
         // shutdown message) is no failure of this wait.
-        if (ready()) return;
+        if (ready()) return true;
         alive.check();
       }
     }
@@ -765,14 +756,12 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
     h->pids[0] = int32_t(getpid());
     const std::vector<int> pids = spawn_followers(o.world_size, name);
     state->alive.watch(pids, 0, &h->first_dead);
-    const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
-    while (h->joined.value.load(std::memory_order_acquire) < followers) {
-      state->alive.check();
-      DI_REQUIRE(now_us() <= deadline, "only ", h->joined.value.load(), " of ", followers,
-                 " follower ranks joined within ", o.join_timeout_s, " s");
-      futex_sleep(h->joined, h->joined.value.load());
-    }
+    const bool joined = wait_until(
+        h->joined, [&] { return h->joined.value.load(std::memory_order_acquire) >= followers; },
+        state->alive, now_us() + uint64_t(o.join_timeout_s * 1e6));
+    DI_REQUIRE(joined, "only ", h->joined.value.load(), " of ", followers,
+               " follower ranks joined within ", o.join_timeout_s, " s");
     for (int r = 1; r < o.world_size; ++r) {
       DI_REQUIRE(h->pids[r] == pids[size_t(r)], "rank ", r, " of segment ", name,
                  " was joined by pid ", h->pids[r], ", not by pid ", pids[size_t(r)],
