@@ -16,6 +16,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "core/error.h"
@@ -28,9 +29,8 @@ CpBlockPools::CpBlockPools(int32_t cp, int32_t blocks_per_rank) {
 }
 
 int32_t CpBlockPools::num_used() const {
-  int32_t n = 0;
-  for (const auto& p : pools_) n += p.num_used();
-  return n;
+  return std::accumulate(pools_.begin(), pools_.end(), 0,
+                         [](int32_t n, const BlockPool& p) { return n + p.num_used(); });
 }
 
 int64_t CpBlockPools::reachable_blocks(size_t held) const {
@@ -61,9 +61,10 @@ std::string Scheduler::add(Request req) {
   if (total > cfg_.max_model_len)
     return str_cat("prompt (", n_prompt, " tokens) + max_tokens (", req.params.max_tokens,
                    ") = ", total, " exceeds max_model_len (", cfg_.max_model_len, ")");
+  // Block i goes to context-parallel rank i mod cp and every rank has as many: the whole pool
+  // is the limit.
   const int64_t blocks = (total + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  const int64_t per_rank = (blocks + pools_.cp() - 1) / pools_.cp();  // rank 0 holds the most
-  if (per_rank > pools_.blocks_per_rank())
+  if (blocks > blocks_total())
     return str_cat("prompt + max_tokens = ", total, " tokens needs ", blocks,
                    " KV blocks but the whole pool has ", blocks_total());
   DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
@@ -121,10 +122,8 @@ void Scheduler::admit(Sequence* s) {
 }
 
 bool Scheduler::wants_prefill() const {
-  if (!waiting_.empty()) return true;
-  for (const Sequence* s : running_)
-    if (s->num_pending() > 1) return true;
-  return false;
+  return !waiting_.empty() || std::any_of(running_.begin(), running_.end(),
+                                          [](const Sequence* s) { return s->num_pending() > 1; });
 }
 
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
