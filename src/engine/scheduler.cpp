@@ -94,7 +94,6 @@ void Scheduler::release(Sequence* s) {
   for (size_t i = 0; i < s->blocks.size(); ++i) pools_.pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
   s->blocks_sent = 0;
-  s->table_reset = true;
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -103,7 +102,6 @@ void Scheduler::release(Sequence* s) {
 void Scheduler::preempt(Sequence* s) {
   release(s);
   s->num_computed = 0;
-  s->status = SeqStatus::Waiting;
   ++stats_.preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), s));
   // Back into the waiting queue at its arrival position (it is older than later arrivals).
@@ -113,7 +111,6 @@ void Scheduler::preempt(Sequence* s) {
 }
 
 void Scheduler::admit(Sequence* s) {
-  s->status = SeqStatus::Running;
   s->slot = free_slots_.back();
   free_slots_.pop_back();
   auto it = std::find_if(running_.begin(), running_.end(),
@@ -159,7 +156,7 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
     order_ = running_;  // preemption changes running_ while we walk it
     for (Sequence* s : order_) {
-      if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
+      if (!s->running() || (s->num_pending() == 1) != (phase == 0)) continue;
       int64_t n = chunk_of(s);
       if (n == 0 || rows_of(s, n) > rows) continue;
       // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
@@ -200,9 +197,9 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     q.start_pos = s->num_computed;
     q.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
     q.n_padding = rows_of(s, n) - n;
-    q.reset_blocks = s->table_reset;
+    // A scheduled sequence holds a block, so nothing announced means a table not yet started.
+    q.reset_blocks = s->blocks_sent == 0;
     q.new_blocks.assign(s->blocks.begin() + long(s->blocks_sent), s->blocks.end());
-    s->table_reset = false;
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
     q.decode = s->num_pending() == 1;
@@ -227,15 +224,13 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
 }
 
 void Scheduler::finish(Sequence* s, FinishReason why) {
-  if (s->status == SeqStatus::Finished) return;
-  if (s->status == SeqStatus::Running) {
+  if (s->finish != FinishReason::None) return;  // finished already
+  if (s->running()) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
     release(s);
-  } else {
+  } else {  // a waiting sequence holds no blocks
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
-    if (!s->blocks.empty() || s->slot >= 0) release(s);
   }
-  s->status = SeqStatus::Finished;
   s->finish = why;
   auto it = seqs_.find(s->req.id);
   finished_.push_back(std::move(it->second));
