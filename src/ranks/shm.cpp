@@ -553,8 +553,8 @@ bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_
 struct ShmState {
   std::unique_ptr<shm::Segment> segment;
   Liveness alive;
-  int world_rank = 0;
-  int world_size = 0;
+
+  int world_size() const { return int(segment->header()->world_size); }
 };
 
 // A collective runs in rounds. In a round every member writes up to one slot of data into its
@@ -577,7 +577,7 @@ class ShmGroup final : public Group {
         rank_(rank),
         size_(size),
         parts_(size_t(size)) {
-    DI_CHECK(size >= 2 && size <= state_->world_size && rank >= 0 && rank < size);
+    DI_CHECK(size >= 2 && size <= state_->world_size() && rank >= 0 && rank < size);
   }
 
   int rank() const override { return rank_; }
@@ -709,16 +709,18 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
 
 class ShmWorld final : public World {
  public:
-  ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
-      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, s->world_rank, s->world_size),
+  // World rank `rank` of the ranks in `s`.
+  ShmWorld(const std::shared_ptr<ShmState>& s, int rank, const WorldOptions& options)
+      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, rank, s->world_size()),
               // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
               std::make_unique<StepChannel>(std::make_unique<ShmGroup>(
-                  s, s->segment->header()->max_groups, s->world_rank, s->world_size))),
+                  s, s->segment->header()->max_groups, rank, s->world_size()))),
         state_(s),
         exit_timeout_s_(options.exit_timeout_s) {}
 
+  // The leader's error path (on followers this does nothing).
   ~ShmWorld() override {
-    if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
+    if (!finished_) state_->alive.kill_children();
   }
 
   std::string dead_rank() override { return state_->alive.poll(); }
@@ -727,7 +729,7 @@ class ShmWorld final : public World {
     if (finished_) return;
     channel_->finish();
     finished_ = true;
-    if (state_->world_rank == 0) state_->alive.reap_children(exit_timeout_s_);
+    if (is_leader()) state_->alive.reap_children(exit_timeout_s_);
   }
 
  private:
@@ -740,7 +742,6 @@ class ShmWorld final : public World {
 
 std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   auto state = std::make_shared<ShmState>();
-  state->world_size = o.world_size;
   remove_stale_segments();
   std::string name = new_segment_name();
   // A name left by an earlier process with this pid is skipped; the next number is free.
@@ -777,15 +778,13 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   disarm_signal_cleanup();
   h->started.value.store(1, std::memory_order_release);
   notify(h->started);
-  return std::make_unique<ShmWorld>(state, o);
+  return std::make_unique<ShmWorld>(state, 0, o);
 }
 
 std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, int world_size,
                                          const std::string& shm_name) {
   auto state = std::make_shared<ShmState>();
   state->segment = shm::Segment::attach(shm_name, world_size);
-  state->world_rank = rank;
-  state->world_size = world_size;
   shm::Header* h = state->segment->header();
   const int leader = h->pids[0];
   DI_REQUIRE(getppid() == leader, kEnvLocalRank, "=", rank, " is set but this process (pid ",
@@ -801,7 +800,7 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
   state->alive.watch(std::vector<int>(h->pids, h->pids + world_size), rank, &h->first_dead);
-  return std::make_unique<ShmWorld>(state, options);
+  return std::make_unique<ShmWorld>(state, rank, options);
 }
 
 }  // namespace deepinfer::ranks
