@@ -314,6 +314,13 @@ void arm_signal_cleanup(const std::string& shm_name) {
 // its siblings' parent and watches every other rank through pidfds (readable once a process has
 // exited, reaped or not, and immune to pid reuse).
 
+// Microseconds on the monotonic clock.
+uint64_t now_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
 int open_pidfd(int pid) {
 #ifdef SYS_pidfd_open
   const long fd = syscall(SYS_pidfd_open, pid, 0);
@@ -397,8 +404,7 @@ class Liveness {
   // and throws if one exited with a non-zero status or had to be killed.
   void reap_children(double timeout_s) {
     DI_CHECK(leader());
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const uint64_t deadline = now_us() + uint64_t(timeout_s * 1e6);
     std::string failure;
     for (auto sleep = std::chrono::microseconds(100);;
          sleep = std::min(sleep * 2, std::chrono::microseconds(20000))) {
@@ -410,7 +416,7 @@ class Liveness {
       }
       const auto running = std::find(reaped_.begin(), reaped_.end(), false);
       if (running == reaped_.end()) break;
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (now_us() > deadline) {
         const int r = int(running - reaped_.begin());
         if (failure.empty())
           failure = str_cat(rank_name(r, pids_[size_t(r)]), " did not exit within ", timeout_s,
@@ -490,12 +496,6 @@ class Liveness {
 // A wait spins briefly and then sleeps on a futex (shared, not private: the word lives in
 // memory mapped by several processes), waking every few milliseconds to check that the other
 // ranks are alive.
-
-uint64_t now_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
-}
 
 // Returns after a wake, a change of the value from `seen`, or 5 ms.
 void futex_sleep(shm::Word& w, uint32_t seen) {
