@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 namespace deepinfer {
 
@@ -12,9 +13,10 @@ struct Table {
   std::vector<RegionStat> rows;
   std::string title;
 };
-Table& table() {
+// The table, locked until the lock returned with it goes.
+std::pair<Table&, std::unique_lock<std::mutex>> locked_table() {
   static Table* t = new Table();  // never destroyed: regions may close during exit
-  return *t;
+  return {*t, std::unique_lock(t->mu)};
 }
 bool install() {
   const char* s = std::getenv("DEEPINFER_REGION_TIMING");
@@ -31,8 +33,7 @@ void RegionTimer::set_enabled(bool on) {
 }
 
 void RegionTimer::add(const char* name, double ms) {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  auto [t, lock] = locked_table();
   for (auto& r : t.rows)
     if (r.name == name) {
       ++r.calls;
@@ -43,26 +44,22 @@ void RegionTimer::add(const char* name, double ms) {
 }
 
 std::vector<RegionStat> RegionTimer::snapshot() {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  auto [t, lock] = locked_table();
   return t.rows;
 }
 
 void RegionTimer::reset() {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  auto [t, lock] = locked_table();
   t.rows.clear();
 }
 
 void RegionTimer::set_title(const std::string& title) {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  auto [t, lock] = locked_table();
   t.title = title;
 }
 
 void RegionTimer::print(std::FILE* out) {
-  Table& t = table();
-  std::lock_guard<std::mutex> lock(t.mu);
+  auto [t, lock] = locked_table();
   if (t.rows.empty()) return;
   if (!t.title.empty()) std::fprintf(out, "%s\n", t.title.c_str());
   std::fprintf(out, "%-32s %10s %12s %12s\n", "region", "calls", "total ms", "mean us");

@@ -26,9 +26,8 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   } else {
     // From the memory budget, but no more than max_num_seqs sequences of max_model_len need.
     const uint64_t per_seq = uint64_t((sc.max_model_len + sc.block_tokens - 1) / sc.block_tokens);
-    uint64_t n =
-        block_bytes ? cfg->kv_cache_memory / block_bytes : per_seq * uint64_t(sc.max_num_seqs);
-    n = std::min<uint64_t>(n, per_seq * uint64_t(sc.max_num_seqs));
+    const uint64_t most = per_seq * uint64_t(sc.max_num_seqs);
+    const uint64_t n = block_bytes ? std::min(cfg->kv_cache_memory / block_bytes, most) : most;
     DI_REQUIRE(n >= 1, "--kv-cache-memory ", cfg->kv_cache_memory, " bytes holds no KV block (",
                block_bytes, " bytes each)");
     ko.num_blocks = int32_t(std::min<uint64_t>(n, uint64_t(INT32_MAX)));

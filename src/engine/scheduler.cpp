@@ -16,6 +16,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "core/error.h"
@@ -28,9 +29,8 @@ CpBlockPools::CpBlockPools(int32_t cp, int32_t blocks_per_rank) {
 }
 
 int32_t CpBlockPools::num_used() const {
-  int32_t n = 0;
-  for (const auto& p : pools_) n += p.num_used();
-  return n;
+  return std::accumulate(pools_.begin(), pools_.end(), 0,
+                         [](int32_t n, const BlockPool& p) { return n + p.num_used(); });
 }
 
 int64_t CpBlockPools::reachable_blocks(size_t held) const {
@@ -61,9 +61,10 @@ std::string Scheduler::add(Request req) {
   if (total > cfg_.max_model_len)
     return str_cat("prompt (", n_prompt, " tokens) + max_tokens (", req.params.max_tokens,
                    ") = ", total, " exceeds max_model_len (", cfg_.max_model_len, ")");
+  // Block i goes to context-parallel rank i mod cp and every rank has as many: the whole pool
+  // is the limit.
   const int64_t blocks = (total + cfg_.block_tokens - 1) / cfg_.block_tokens;
-  const int64_t per_rank = (blocks + pools_.cp() - 1) / pools_.cp();  // rank 0 holds the most
-  if (per_rank > pools_.blocks_per_rank())
+  if (blocks > blocks_total())
     return str_cat("prompt + max_tokens = ", total, " tokens needs ", blocks,
                    " KV blocks but the whole pool has ", blocks_total());
   DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
@@ -93,7 +94,6 @@ void Scheduler::release(Sequence* s) {
   for (size_t i = 0; i < s->blocks.size(); ++i) pools_.pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
   s->blocks_sent = 0;
-  s->table_reset = true;
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -102,7 +102,6 @@ void Scheduler::release(Sequence* s) {
 void Scheduler::preempt(Sequence* s) {
   release(s);
   s->num_computed = 0;
-  s->status = SeqStatus::Waiting;
   ++stats_.preemptions;
   running_.erase(std::find(running_.begin(), running_.end(), s));
   // Back into the waiting queue at its arrival position (it is older than later arrivals).
@@ -112,7 +111,6 @@ void Scheduler::preempt(Sequence* s) {
 }
 
 void Scheduler::admit(Sequence* s) {
-  s->status = SeqStatus::Running;
   s->slot = free_slots_.back();
   free_slots_.pop_back();
   auto it = std::find_if(running_.begin(), running_.end(),
@@ -121,10 +119,8 @@ void Scheduler::admit(Sequence* s) {
 }
 
 bool Scheduler::wants_prefill() const {
-  if (!waiting_.empty()) return true;
-  for (const Sequence* s : running_)
-    if (s->num_pending() > 1) return true;
-  return false;
+  return !waiting_.empty() || std::any_of(running_.begin(), running_.end(),
+                                          [](const Sequence* s) { return s->num_pending() > 1; });
 }
 
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
@@ -160,7 +156,7 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
     order_ = running_;  // preemption changes running_ while we walk it
     for (Sequence* s : order_) {
-      if (s->status != SeqStatus::Running || (s->num_pending() == 1) != (phase == 0)) continue;
+      if (!s->running() || (s->num_pending() == 1) != (phase == 0)) continue;
       int64_t n = chunk_of(s);
       if (n == 0 || rows_of(s, n) > rows) continue;
       // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
@@ -201,9 +197,9 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     q.start_pos = s->num_computed;
     q.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
     q.n_padding = rows_of(s, n) - n;
-    q.reset_blocks = s->table_reset;
+    // A scheduled sequence holds a block, so nothing announced means a table not yet started.
+    q.reset_blocks = s->blocks_sent == 0;
     q.new_blocks.assign(s->blocks.begin() + long(s->blocks_sent), s->blocks.end());
-    s->table_reset = false;
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
     q.decode = s->num_pending() == 1;
@@ -228,15 +224,13 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
 }
 
 void Scheduler::finish(Sequence* s, FinishReason why) {
-  if (s->status == SeqStatus::Finished) return;
-  if (s->status == SeqStatus::Running) {
+  if (s->finish != FinishReason::None) return;  // finished already
+  if (s->running()) {
     running_.erase(std::find(running_.begin(), running_.end(), s));
     release(s);
-  } else {
+  } else {  // a waiting sequence holds no blocks
     waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
-    if (!s->blocks.empty() || s->slot >= 0) release(s);
   }
-  s->status = SeqStatus::Finished;
   s->finish = why;
   auto it = seqs_.find(s->req.id);
   finished_.push_back(std::move(it->second));

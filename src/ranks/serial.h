@@ -36,10 +36,8 @@ class Writer {
   }
   void put_string(std::string_view s) { put_vector(s); }
   void put_bytes(const void* p, size_t n) {
-    if (n == 0) return;
-    const size_t at = buf_.size();
-    buf_.resize(at + n);
-    std::memcpy(buf_.data() + at, p, n);
+    const auto* bytes = static_cast<const uint8_t*>(p);
+    buf_.insert(buf_.end(), bytes, bytes + n);
   }
 
   const std::vector<uint8_t>& bytes() const { return buf_; }

@@ -314,6 +314,13 @@ void arm_signal_cleanup(const std::string& shm_name) {
 // its siblings' parent and watches every other rank through pidfds (readable once a process has
 // exited, reaped or not, and immune to pid reuse).
 
+// Microseconds on the monotonic clock.
+uint64_t now_us() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+}
+
 int open_pidfd(int pid) {
 #ifdef SYS_pidfd_open
   const long fd = syscall(SYS_pidfd_open, pid, 0);
@@ -331,13 +338,19 @@ bool has_exited(int pid, int pidfd) {
     return ::poll(&p, 1, 0) > 0;
   }
   if (kill(pid, 0) != 0 && errno == ESRCH) return true;
-  std::ifstream f(str_cat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(f, line)) return true;
+  // Polled while waiting, so it reads into a stack buffer and allocates nothing.
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return true;
+  char buf[512];
+  const ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return true;
+  buf[n] = '\0';
   // The state follows the command name, which is in parentheses and may itself hold ") ".
-  const size_t at = line.rfind(") ");
-  return at != std::string::npos && at + 2 < line.size() &&
-         (line[at + 2] == 'Z' || line[at + 2] == 'X');
+  const char* end_of_name = std::strrchr(buf, ')');
+  return end_of_name && end_of_name[1] == ' ' && (end_of_name[2] == 'Z' || end_of_name[2] == 'X');
 }
 
 std::string rank_name(int rank, int pid) {
@@ -356,22 +369,30 @@ class Liveness {
   // by all ranks (-1 at first) where the first rank seen dead is recorded, so that every rank
   // names the same cause.
   void watch(const std::vector<int>& pids, int self_rank, std::atomic<int32_t>* first_dead) {
-    leader_ = self_rank == 0;
     self_rank_ = self_rank;
     first_dead_ = first_dead;
     pids_ = pids;
-    reaped_.assign(pids.size(), false);  // the leader's own entry counts as reaped
-    reaped_[0] = true;
+    reaped_.assign(pids.size(), false);  // one's own entry counts as reaped
+    reaped_[size_t(self_rank)] = true;
     close_pidfds();
     pidfds_.assign(pids.size(), -1);
     for (size_t r = 0; r < pids.size(); ++r)
-      if (!leader_ && int(r) != self_rank && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
+      if (!leader() && !reaped_[r] && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
   }
 
   // The error message naming the first rank found dead, or empty while everyone is alive; once
   // one is found, the same message for good.
   const std::string& poll() {
-    if (error_.empty()) leader_ ? poll_children() : poll_peers();
+    // Reparenting is the quickest sign that the leader is gone.
+    if (error_.empty() && !leader() && pids_[0] > 0 && getppid() != pids_[0]) report(0, kUnknown);
+    for (size_t r = 0; r < pids_.size() && error_.empty(); ++r) {
+      if (reaped_[r] || pids_[r] <= 0) continue;
+      // The leader reaps its children and so learns their status; the others only see them go.
+      const int status = leader()                           ? reap(r)
+                         : has_exited(pids_[r], pidfds_[r]) ? kUnknown
+                                                            : kRunning;
+      if (status != kRunning) report(int(r), status);
+    }
     return error_;
   }
   // The same as an exception.
@@ -382,39 +403,35 @@ class Liveness {
   // The leader, after the shutdown message: waits up to `timeout_s` for every follower to exit
   // and throws if one exited with a non-zero status or had to be killed.
   void reap_children(double timeout_s) {
-    DI_CHECK(leader_);
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    DI_CHECK(leader());
+    const uint64_t deadline = now_us() + uint64_t(timeout_s * 1e6);
     std::string failure;
-    auto sleep = std::chrono::microseconds(100);
-    for (;;) {
-      bool all = true;
+    for (auto sleep = std::chrono::microseconds(100);;
+         sleep = std::min(sleep * 2, std::chrono::microseconds(20000))) {
       for (size_t r = 1; r < pids_.size(); ++r) {
         if (reaped_[r]) continue;
         const int status = reap(r);
-        all = all && status != kRunning;
         if (status > 0 && failure.empty())
           failure = str_cat(exited(int(r), status), " after the shutdown message");
       }
-      if (all) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        for (size_t r = 1; r < pids_.size() && failure.empty(); ++r) {
-          if (!reaped_[r])
-            failure = str_cat(rank_name(int(r), pids_[r]), " did not exit within ", timeout_s,
-                              " s of the shutdown message and was killed");
-        }
+      const auto running = std::find(reaped_.begin(), reaped_.end(), false);
+      if (running == reaped_.end()) break;
+      if (now_us() > deadline) {
+        const int r = int(running - reaped_.begin());
+        if (failure.empty())
+          failure = str_cat(rank_name(r, pids_[size_t(r)]), " did not exit within ", timeout_s,
+                            " s of the shutdown message and was killed");
         kill_children();
         break;
       }
       std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(20000));
     }
     DI_REQUIRE(failure.empty(), failure);
   }
 
   // The leader on an error path: SIGKILL and reap every follower still running.
   void kill_children() noexcept {
-    if (!leader_) return;
+    if (!leader()) return;
     for (size_t r = 1; r < pids_.size(); ++r)
       if (!reaped_[r]) kill(pids_[r], SIGKILL);
     for (size_t r = 1; r < pids_.size(); ++r) {
@@ -427,6 +444,8 @@ class Liveness {
   }
 
  private:
+  bool leader() const { return self_rank_ == 0; }
+
   // Leader: follower r's wait status once it has exited (reaping it), kUnknown when it was
   // reaped elsewhere, kRunning while it runs.
   static constexpr int kRunning = -2, kUnknown = -1;
@@ -444,23 +463,6 @@ class Liveness {
                    status >= 0 ? str_cat(" with ", describe_exit_status(status)) : "");
   }
 
-  void poll_children() {
-    for (size_t r = 1; r < pids_.size(); ++r) {
-      if (reaped_[r]) continue;
-      const int status = reap(r);
-      if (status != kRunning) return report(int(r), status);
-    }
-  }
-
-  void poll_peers() {
-    // Reparenting is the quickest sign that the leader is gone.
-    if (!pids_.empty() && pids_[0] > 0 && getppid() != pids_[0]) return report(0, kUnknown);
-    for (size_t r = 0; r < pids_.size(); ++r) {
-      if (int(r) != self_rank_ && pids_[r] > 0 && has_exited(pids_[r], pidfds_[r]))
-        return report(int(r), kUnknown);
-    }
-  }
-
   void report(int seen, int seen_status) {
     error_ = exited(seen, seen_status);
     // Ranks that notice a death stop too, so the rank seen here may only have followed another
@@ -470,7 +472,7 @@ class Liveness {
     if (cause == seen || cause < 0 || size_t(cause) >= pids_.size()) return;
     // Somebody saw it exit, so its status is there or about to be.
     int cause_status = kUnknown;
-    for (int i = 0; i < 200 && leader_ && !reaped_[size_t(cause)]; ++i) {
+    for (int i = 0; i < 200 && leader() && !reaped_[size_t(cause)]; ++i) {
       cause_status = reap(size_t(cause));
       if (cause_status == kRunning) std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
@@ -482,11 +484,10 @@ class Liveness {
       if (fd >= 0) close(fd);
   }
 
-  bool leader_ = false;
   int self_rank_ = 0;
   std::vector<int> pids_;     // [world_size], by rank
   std::vector<int> pidfds_;   // [world_size], -1 where none (follower only)
-  std::vector<bool> reaped_;  // [world_size] (leader only)
+  std::vector<bool> reaped_;  // [world_size]: the leader's children reaped, and one's own entry
   std::string error_;
   std::atomic<int32_t>* first_dead_ = nullptr;
 };
@@ -495,12 +496,6 @@ class Liveness {
 // A wait spins briefly and then sleeps on a futex (shared, not private: the word lives in
 // memory mapped by several processes), waking every few milliseconds to check that the other
 // ranks are alive.
-
-uint64_t now_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
-}
 
 // Returns after a wake, a change of the value from `seen`, or 5 ms.
 void futex_sleep(shm::Word& w, uint32_t seen) {
@@ -519,13 +514,14 @@ void notify(shm::Word& w) {
 }
 
 // Blocks until `ready()` holds; `w.value` changes whenever it may have become true. If a rank
-// has died and the condition still does not hold, throws its error.
+// has died and the condition still does not hold, throws its error. False if the condition still
+// does not hold at `deadline_us` (now_us()).
 template <typename Ready>
-void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
+bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_us = UINT64_MAX) {
   // A short spin catches ranks that arrive within microseconds of each other; yielding after
   // that lets a late rank run when there are more ranks than cores.
   for (int i = 0; i < 256; ++i) {
-    if (ready()) return;
+    if (ready()) return true;
     if (i >= 128) {
       sched_yield();
     } else {
@@ -537,14 +533,15 @@ void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
   uint64_t next_check = 0;
   for (;;) {
     const uint32_t seen = w.value.load(std::memory_order_seq_cst);
-    if (ready()) return;
+    if (ready()) return true;
     const uint64_t now = now_us();
+    if (now > deadline_us) return false;
     if (now >= next_check) {
       next_check = now + 5000;
       if (!alive.poll().empty()) {
         // A rank that exits right after the condition became true (a follower after the
         // shutdown message) is no failure of this wait.
-        if (ready()) return;
+        if (ready()) return true;
         alive.check();
       }
     }
@@ -556,8 +553,8 @@ void wait_until(shm::Word& w, Ready&& ready, Liveness& alive) {
 struct ShmState {
   std::unique_ptr<shm::Segment> segment;
   Liveness alive;
-  int world_rank = 0;
-  int world_size = 0;
+
+  int world_size() const { return int(segment->header()->world_size); }
 };
 
 // A collective runs in rounds. In a round every member writes up to one slot of data into its
@@ -580,7 +577,7 @@ class ShmGroup final : public Group {
         rank_(rank),
         size_(size),
         parts_(size_t(size)) {
-    DI_CHECK(size >= 2 && size <= state_->world_size && rank >= 0 && rank < size);
+    DI_CHECK(size >= 2 && size <= state_->world_size() && rank >= 0 && rank < size);
   }
 
   int rank() const override { return rank_; }
@@ -712,16 +709,18 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
 
 class ShmWorld final : public World {
  public:
-  ShmWorld(const std::shared_ptr<ShmState>& s, const WorldOptions& options)
-      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, s->world_rank, s->world_size),
+  // World rank `rank` of the ranks in `s`.
+  ShmWorld(const std::shared_ptr<ShmState>& s, int rank, const WorldOptions& options)
+      : World(Backend::kShm, std::make_unique<ShmGroup>(s, 0, rank, s->world_size()),
               // Broadcasts from rank 0 only, so the channel's area has rank 0's slots only.
               std::make_unique<StepChannel>(std::make_unique<ShmGroup>(
-                  s, s->segment->header()->max_groups, s->world_rank, s->world_size))),
+                  s, s->segment->header()->max_groups, rank, s->world_size()))),
         state_(s),
         exit_timeout_s_(options.exit_timeout_s) {}
 
+  // The leader's error path (on followers this does nothing).
   ~ShmWorld() override {
-    if (state_->world_rank == 0 && !finished_) state_->alive.kill_children();
+    if (!finished_) state_->alive.kill_children();
   }
 
   std::string dead_rank() override { return state_->alive.poll(); }
@@ -730,7 +729,7 @@ class ShmWorld final : public World {
     if (finished_) return;
     channel_->finish();
     finished_ = true;
-    if (state_->world_rank == 0) state_->alive.reap_children(exit_timeout_s_);
+    if (is_leader()) state_->alive.reap_children(exit_timeout_s_);
   }
 
  private:
@@ -743,7 +742,6 @@ class ShmWorld final : public World {
 
 std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   auto state = std::make_shared<ShmState>();
-  state->world_size = o.world_size;
   remove_stale_segments();
   std::string name = new_segment_name();
   // A name left by an earlier process with this pid is skipped; the next number is free.
@@ -759,14 +757,12 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
     h->pids[0] = int32_t(getpid());
     const std::vector<int> pids = spawn_followers(o.world_size, name);
     state->alive.watch(pids, 0, &h->first_dead);
-    const uint64_t deadline = now_us() + uint64_t(o.join_timeout_s * 1e6);
     const uint32_t followers = uint32_t(o.world_size - 1);
-    while (h->joined.value.load(std::memory_order_acquire) < followers) {
-      state->alive.check();
-      DI_REQUIRE(now_us() <= deadline, "only ", h->joined.value.load(), " of ", followers,
-                 " follower ranks joined within ", o.join_timeout_s, " s");
-      futex_sleep(h->joined, h->joined.value.load());
-    }
+    const bool joined = wait_until(
+        h->joined, [&] { return h->joined.value.load(std::memory_order_acquire) >= followers; },
+        state->alive, now_us() + uint64_t(o.join_timeout_s * 1e6));
+    DI_REQUIRE(joined, "only ", h->joined.value.load(), " of ", followers,
+               " follower ranks joined within ", o.join_timeout_s, " s");
     for (int r = 1; r < o.world_size; ++r) {
       DI_REQUIRE(h->pids[r] == pids[size_t(r)], "rank ", r, " of segment ", name,
                  " was joined by pid ", h->pids[r], ", not by pid ", pids[size_t(r)],
@@ -782,15 +778,13 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
   disarm_signal_cleanup();
   h->started.value.store(1, std::memory_order_release);
   notify(h->started);
-  return std::make_unique<ShmWorld>(state, o);
+  return std::make_unique<ShmWorld>(state, 0, o);
 }
 
 std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, int world_size,
                                          const std::string& shm_name) {
   auto state = std::make_shared<ShmState>();
   state->segment = shm::Segment::attach(shm_name, world_size);
-  state->world_rank = rank;
-  state->world_size = world_size;
   shm::Header* h = state->segment->header();
   const int leader = h->pids[0];
   DI_REQUIRE(getppid() == leader, kEnvLocalRank, "=", rank, " is set but this process (pid ",
@@ -806,7 +800,7 @@ std::unique_ptr<World> make_shm_follower(const WorldOptions& options, int rank, 
       h->started, [&] { return h->started.value.load(std::memory_order_acquire) != 0; },
       state->alive);
   state->alive.watch(std::vector<int>(h->pids, h->pids + world_size), rank, &h->first_dead);
-  return std::make_unique<ShmWorld>(state, options);
+  return std::make_unique<ShmWorld>(state, rank, options);
 }
 
 }  // namespace deepinfer::ranks
