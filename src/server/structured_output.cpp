@@ -17,7 +17,7 @@ std::shared_ptr<const TokenVocab> make_grammar_vocab(const Tokenizer& tok, int64
                                                      int32_t eos_id) {
   const std::vector<int32_t> markers = chat_marker_tokens(tok);
   std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
-  for (int32_t id = 0; id < int32_t(vocab_size) && id < tok.vocab_size(); ++id) {
+  for (int32_t id = 0; id < int32_t(vocab_size) && id < tok.id_limit(); ++id) {
     if (tok.is_special(id) && !std::binary_search(markers.begin(), markers.end(), id)) continue;
     bytes[size_t(id)] = std::string(tok.token_bytes(id));
   }

@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include "server/openai_response.h"
+#include "server/structured_output.h"
 #include "server_test_util.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer::server {
 namespace {
@@ -172,6 +175,34 @@ TEST(OpenAiResponse, FinishReasonNames) {
   EXPECT_STREQ(api_finish_reason(FinishReason::Stop, true), "tool_calls");
   EXPECT_STREQ(api_finish_reason(FinishReason::Length, true), "length");
   EXPECT_STREQ(api_finish_reason(FinishReason::Abort, false), "abort");
+}
+
+TEST(StructuredOutput, GrammarVocabCoversIdsPastTheTokenCount) {
+  // Ids 0..255 are the bytes, then a gap: the added token "zz" has id 300, so the tokenizer
+  // counts 257 tokens while its ids reach 300.
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0, shifted = 0; b < 256; ++b) {
+    // ByteLevel's byte characters: printable Latin-1 stays, the rest map from U+0100 upward.
+    const bool kept = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int cp = kept ? b : 0x100 + shifted++;
+    std::string ch;
+    utf8::append(ch, char32_t(cp));
+    vocab[ch] = b;
+  }
+  const nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 300}, {"content", "zz"}, {"special", false}, {"normalized", false}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  const auto tok = Tokenizer::from_json(j.dump(), "", "gap.json");
+  ASSERT_LT(tok->vocab_size(), 301);
+  const auto v = make_grammar_vocab(*tok, 301, 0);
+  EXPECT_EQ(v->bytes(300), "zz");
+  EXPECT_EQ(v->bytes('a'), "a");
+  EXPECT_EQ(v->bytes(299), "");
 }
 
 }  // namespace
