@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <unordered_map>
 
 #include "kernels/reduce.h"
 
@@ -64,19 +63,25 @@ int32_t Sampler::choose(const SampleInput& in) {
   work_.assign(raw, raw + V);
   float* l = work_.data();
   const auto& toks = *in.tokens;
-  // Penalties: repetition over prompt and output, presence/frequency over output.
+  // Penalties: repetition over prompt and output, presence/frequency over output. `count_` is
+  // all zero between calls: only the entries of this history's tokens are touched, then reset.
   if (p.repetition_penalty != 1.0f) {
-    std::vector<uint8_t> seen(size_t(V), 0);
+    count_.resize(size_t(V));
     for (int32_t t : toks)
-      if (!seen[size_t(t)]) {
-        seen[size_t(t)] = 1;
+      if (!count_[size_t(t)]++)
         l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
-      }
+    for (int32_t t : toks) count_[size_t(t)] = 0;
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::unordered_map<int32_t, int32_t> count;
-    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count[toks[i]];
-    for (const auto& [t, n] : count) l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
+    count_.resize(size_t(V));
+    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count_[size_t(toks[i])];
+    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) {
+      const int32_t t = toks[i];
+      if (const int32_t n = count_[size_t(t)]) {
+        l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
+        count_[size_t(t)] = 0;
+      }
+    }
   }
   if (in.allowed) {
     const uint64_t* a = in.allowed;

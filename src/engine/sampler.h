@@ -34,6 +34,7 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> ids_;
   std::vector<double> prob_;
+  std::vector<int32_t> count_;  // per-token counts of one history, zero between calls
 };
 
 }  // namespace deepinfer

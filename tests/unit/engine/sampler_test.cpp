@@ -126,7 +126,7 @@ TEST(Sampler, TheAllowedMaskRestrictsTheChoiceOnly) {
 TEST(Sampler, PenaltiesMoveTheArgmax) {
   Fixture f;
   f.logits = {1.0f, 0.9f, 0.0f, 0.0f};
-  f.tokens = {5, 5, 0, 0};  // prompt of 3 (5, 5, 0), then one generated 0
+  f.tokens = {3, 3, 0, 0};  // prompt of 3 (3, 3, 0), then one generated 0
   f.p.temperature = 0;
   EXPECT_EQ(f.draw(0), 0);
   f.p.frequency_penalty = 0.2f;  // token 0 appeared once in the output
@@ -135,6 +135,29 @@ TEST(Sampler, PenaltiesMoveTheArgmax) {
   f.p.temperature = 0;
   f.p.repetition_penalty = 1.2f;  // 1.0 / 1.2 < 0.9
   EXPECT_EQ(f.draw(0), 1);
+}
+
+// The penalties' per-token counts are kept between calls: one call's history must not leak into
+// the next one's logits.
+TEST(Sampler, PenaltiesSeeOnlyTheirOwnHistory) {
+  const std::vector<float> logits = {1.0f, 0.9f, 0.8f, 0.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  p.frequency_penalty = 0.05f;
+  p.presence_penalty = 0.01f;
+  const std::vector<int32_t> a = {2, 0, 1, 0, 0, 1}, b = {1, 2, 0};
+  Sampler reused(4);
+  TopLogprobs top_a, top_b, fresh_b;
+  p.logprobs = 4;
+  EXPECT_EQ(reused.sample({logits.data(), &p, &a, 3, 0}, &top_a), 2);
+  // b: 0.5 - 0.06, 0.9 / 2, 0.8 / 2 - 0.06, 0.0: token 1.
+  EXPECT_EQ(reused.sample({logits.data(), &p, &b, 1, 0}, &top_b), 1);
+  Sampler fresh(4);
+  EXPECT_EQ(fresh.sample({logits.data(), &p, &b, 1, 0}, &fresh_b), 1);
+  EXPECT_EQ(top_b, fresh_b);
+  // And the same history twice gives the same choice.
+  EXPECT_EQ(reused.sample({logits.data(), &p, &a, 3, 0}, &top_b), 2);
 }
 
 }  // namespace
