@@ -64,29 +64,31 @@ class MpiGroup final : public Group {
 
   void all_reduce(float* data, size_t n) override {
     const size_t share = (n + size_t(size_) - 1) / size_t(size_);
-    std::vector<float> padded(share * size_t(size_)), mine(share);
-    std::copy(data, data + n, padded.begin());
-    reduce_scatter(padded.data(), share, mine.data());
-    all_gather(mine.data(), share * sizeof(float), padded.data());
-    std::copy(padded.begin(), padded.begin() + ptrdiff_t(n), data);
+    padded_.resize(share * size_t(size_));
+    mine_.resize(share);
+    std::copy(data, data + n, padded_.begin());
+    std::fill(padded_.begin() + ptrdiff_t(n), padded_.end(), 0.0f);
+    reduce_scatter(padded_.data(), share, mine_.data());
+    all_gather(mine_.data(), share * sizeof(float), padded_.data());
+    std::copy(padded_.begin(), padded_.begin() + ptrdiff_t(n), data);
   }
 
   void reduce_scatter(const float* in, size_t n_per_rank, float* out) override {
     const size_t chunk = std::max<size_t>(1, kSumChunk / size_t(size_));
     // [size_, len]: slice `off` of every destination's part, and of my part from every rank
-    std::vector<float> send, recv;
-    std::vector<const float*> parts(static_cast<size_t>(size_));
+    parts_.resize(size_t(size_));
     for (size_t off = 0; off < n_per_rank; off += chunk) {
       const size_t len = std::min(chunk, n_per_rank - off);
-      send.resize(size_t(size_) * len);
-      recv.resize(send.size());
+      send_.resize(size_t(size_) * len);
+      recv_.resize(send_.size());
       for (size_t d = 0; d < size_t(size_); ++d) {
-        std::memcpy(send.data() + d * len, in + d * n_per_rank + off, len * sizeof(float));
-        parts[d] = recv.data() + d * len;
+        std::memcpy(send_.data() + d * len, in + d * n_per_rank + off, len * sizeof(float));
+        parts_[d] = recv_.data() + d * len;
       }
-      check(MPI_Alltoall(send.data(), int(len), MPI_FLOAT, recv.data(), int(len), MPI_FLOAT, comm_),
-            "MPI_Alltoall");
-      sum_in_rank_order(parts.data(), size_, len, out + off);
+      check(
+          MPI_Alltoall(send_.data(), int(len), MPI_FLOAT, recv_.data(), int(len), MPI_FLOAT, comm_),
+          "MPI_Alltoall");
+      sum_in_rank_order(parts_.data(), size_, len, out + off);
     }
   }
 
@@ -124,6 +126,9 @@ class MpiGroup final : public Group {
  private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  // Scratch of the sums, kept across calls (they run every step).
+  std::vector<float> padded_, mine_, send_, recv_;
+  std::vector<const float*> parts_;
 };
 
 // Followers wait for the header with a non-blocking broadcast they poll and sleep on, instead of
