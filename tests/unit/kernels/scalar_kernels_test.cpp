@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/hyper.h"
@@ -111,6 +112,38 @@ TEST(Hyper, SinkhornEndsOnColumnNormalisation) {
     for (int j = 0; j < 4; ++j) col += c[j * 4 + k], row += c[k * 4 + j];
     EXPECT_NEAR(col, 1.0f, 1e-5);
     EXPECT_NEAR(row, 1.0f, 1e-3);  // only approximately
+  }
+}
+
+// hc_pre and hc_post run vectorised over D; each output is a sum in double over the copies in
+// order, rounded once, so they must equal the plain loop bit for bit at every width and tail.
+TEST(Hyper, MixesEqualThePlainSumsInDouble) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto fill = [&](std::vector<float>& v) {
+    for (float& f : v) f = nd(rng);
+  };
+  for (const int64_t M : {1, 4}) {
+    for (const int64_t D : {1, 7, 8, 17, 63, 64, 100, 1000, 4100}) {
+      std::vector<float> x(static_cast<size_t>(M * D)), y(static_cast<size_t>(D)),
+          pi(static_cast<size_t>(M)), post(static_cast<size_t>(M)),
+          comb(static_cast<size_t>(M * M)), out(static_cast<size_t>(M * D));
+      fill(x), fill(y), fill(pi), fill(post), fill(comb);
+      hc_pre(x.data(), pi.data(), M, D, out.data());
+      for (int64_t d = 0; d < D; ++d) {
+        double s = 0;
+        for (int64_t c = 0; c < M; ++c) s += double(pi[size_t(c)]) * x[size_t(c * D + d)];
+        ASSERT_EQ(out[size_t(d)], float(s)) << "pre M=" << M << " D=" << D << " d=" << d;
+      }
+      hc_post(y.data(), x.data(), post.data(), comb.data(), M, D, out.data());
+      for (int64_t k = 0; k < M; ++k)
+        for (int64_t d = 0; d < D; ++d) {
+          double s = double(post[size_t(k)]) * y[size_t(d)];
+          for (int64_t j = 0; j < M; ++j)
+            s += double(comb[size_t(j * M + k)]) * x[size_t(j * D + d)];
+          ASSERT_EQ(out[size_t(k * D + d)], float(s)) << "post M=" << M << " D=" << D;
+        }
+    }
   }
 }
 
