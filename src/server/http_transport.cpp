@@ -203,7 +203,7 @@ void Exchange::send_head(int status, std::string_view content_type, const Header
   std::string h = str_cat("HTTP/1.1 ", status, " ", reason(status), "\r\n");
   if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
   for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
-  h += "Date: " + http_date() + "\r\n";
+  h.append("Date: ").append(http_date()).append("\r\n");
   if (keep_alive_)
     h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(t.opt.idle_timeout_s),
                  "\r\n");
