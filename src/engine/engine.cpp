@@ -64,6 +64,12 @@ std::string check_sampling_params(const SamplingParams& p) {
 }
 
 std::string Engine::add_request(Request req) {
+  if (std::string e = check_request(req); !e.empty()) return e;
+  if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
+  return scheduler_->add(std::move(req));
+}
+
+std::string Engine::check_request(const Request& req) const {
   const int64_t V = model_.config().vocab_size;
   const SamplingParams& p = req.params;
   if (req.prompt_ids.empty()) return "prompt is empty";
@@ -80,8 +86,7 @@ std::string Engine::add_request(Request req) {
   if (p.grammar && p.grammar->vocab().size() != V)
     return str_cat("the output grammar was compiled for a vocabulary of ",
                    p.grammar->vocab().size(), " tokens; the model has ", V);
-  if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  return scheduler_->add(std::move(req));
+  return scheduler_->check(req);
 }
 
 void Engine::check_stop(Sequence* s) {

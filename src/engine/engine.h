@@ -62,6 +62,8 @@ class Engine {
   // Validates and queues a request; returns "" or a message saying what is wrong with it (the
   // request is then not queued). Ids must be unique among unfinished requests.
   std::string add_request(Request req);
+  // What add_request would say of `req`, without queueing it.
+  std::string check_request(const Request& req) const;
   std::vector<TokenEvent> step();
   std::vector<RequestOutput> take_finished();
   // Ranks that step together keep stepping (empty steps) while any of them has work.

@@ -55,7 +55,7 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp)
   for (int32_t s = cfg.max_num_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
 }
 
-std::string Scheduler::add(Request req) {
+std::string Scheduler::check(const Request& req) const {
   const int64_t n_prompt = int64_t(req.prompt_ids.size());
   const int64_t total = n_prompt + req.params.max_tokens;
   if (total > cfg_.max_model_len)
@@ -67,6 +67,12 @@ std::string Scheduler::add(Request req) {
   if (blocks > blocks_total())
     return str_cat("prompt + max_tokens = ", total, " tokens needs ", blocks,
                    " KV blocks but the whole pool has ", blocks_total());
+  return {};
+}
+
+std::string Scheduler::add(Request req) {
+  if (std::string e = check(req); !e.empty()) return e;
+  const int64_t n_prompt = int64_t(req.prompt_ids.size());
   DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
   auto s = std::make_unique<Sequence>();
   s->arrival = next_arrival_++;

@@ -103,6 +103,8 @@ class Scheduler {
   // Queues a request (with a grammar, its sequence gets a matcher); returns "" or the reason it
   // can never run (too long for the model or pool).
   std::string add(Request req);
+  // The reason add() would refuse `req`, without queueing it ("" when it would not).
+  std::string check(const Request& req) const;
   // With allow_prefill false only decode rows run (data-parallel ranks that voted against a
   // prefill step).
   // `out` is overwritten; reusing one object from step to step keeps its buffers.

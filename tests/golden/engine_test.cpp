@@ -214,7 +214,13 @@ TEST(Engine, BadRequestsAreRejectedAndOthersComplete) {
   EXPECT_NE(e.add_request(too_long).find("max_model_len"), std::string::npos);
   EXPECT_NE(e.add_request(badp).find("top_p"), std::string::npos);
   EXPECT_NE(e.add_request(stop_text).find("tokenizer"), std::string::npos);
+  // check_request says the same without queueing anything.
+  for (const Request* r : {&empty, &oov, &negative, &too_long, &badp, &stop_text})
+    EXPECT_EQ(e.check_request(*r), e.add_request(*r)) << "request " << r->id;
+  EXPECT_EQ(e.check_request(ok), "");
+  EXPECT_FALSE(e.has_unfinished());
   EXPECT_EQ(e.add_request(ok), "");
+  EXPECT_NE(e.check_request(ok).find("in use"), std::string::npos);
   while (e.has_unfinished()) e.step();
   const auto done = e.take_finished();
   ASSERT_EQ(done.size(), 1u);
