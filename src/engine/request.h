@@ -36,6 +36,9 @@ struct SamplingParams {
   // are sampled, and the request stops once the grammar is complete and nothing can follow.
   // Compiled for this model's vocabulary; shared, immutable.
   std::shared_ptr<const grammar::Grammar> grammar;
+  // What `grammar` was compiled from, as bytes another process can compile it from again (the
+  // server's encoded output shape); empty without a grammar.
+  std::string grammar_source;
 };
 
 struct Request {

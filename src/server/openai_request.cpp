@@ -454,6 +454,7 @@ void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* 
                    "no_tokenizer");
   try {
     p->grammar = info.grammars->get(shape);
+    p->grammar_source = encode_output_shape(shape);
   } catch (const Error& e) {
     throw ApiError(400, str_cat("The output format cannot be enforced: ", e.what()),
                    shape.kind == OutputShape::Kind::kToolCalls ? "tools"

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "grammar/json_schema.h"
+#include "ranks/serial.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
@@ -70,6 +71,42 @@ Expr output_shape_expr(const OutputShape& s) {
   return body;
 }
 
+std::string encode_output_shape(const OutputShape& s) {
+  ranks::Writer w;
+  w.put<uint8_t>(uint8_t(s.kind));
+  w.put<uint8_t>(s.parallel_tool_calls);
+  w.put<uint8_t>(s.after_thinking);
+  w.put_string(s.schema_json);
+  w.put<uint64_t>(s.tools.size());
+  for (const ToolSpec& t : s.tools) {
+    w.put_string(t.name);
+    w.put_string(t.parameters_json);
+  }
+  const std::vector<uint8_t>& b = w.bytes();
+  return std::string(b.begin(), b.end());
+}
+
+OutputShape decode_output_shape(std::string_view bytes) {
+  ranks::Reader r({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "output shape");
+  OutputShape s;
+  const auto kind = r.get<uint8_t>();
+  DI_REQUIRE(kind <= uint8_t(OutputShape::Kind::kToolCalls), "output shape: kind ", int(kind),
+             " is unknown");
+  s.kind = OutputShape::Kind(kind);
+  s.parallel_tool_calls = r.get<uint8_t>() != 0;
+  s.after_thinking = r.get<uint8_t>() != 0;
+  s.schema_json = r.get_string();
+  const auto n = r.get<uint64_t>();
+  DI_REQUIRE(n <= r.remaining() / 16, "output shape: ", n, " tools in ", r.remaining(), " bytes");
+  for (uint64_t i = 0; i < n; ++i) {
+    ToolSpec& t = s.tools.emplace_back();
+    t.name = r.get_string();
+    t.parameters_json = r.get_string();
+  }
+  r.expect_end();
+  return s;
+}
+
 std::shared_ptr<const Grammar> GrammarCache::find(const std::string& key) {
   const auto it =
       std::find_if(lru_.begin(), lru_.end(), [&](const auto& e) { return e.first == key; });
@@ -80,9 +117,7 @@ std::shared_ptr<const Grammar> GrammarCache::find(const std::string& key) {
 
 std::shared_ptr<const Grammar> GrammarCache::get(const OutputShape& s) {
   if (s.kind == OutputShape::Kind::kFree) return nullptr;
-  std::string key = str_cat(int(s.kind), s.after_thinking ? "T" : "F",
-                            s.parallel_tool_calls ? "P" : "1", "\n", s.schema_json);
-  for (const ToolSpec& t : s.tools) key += str_cat("\n", t.name, "\n", t.parameters_json);
+  std::string key = encode_output_shape(s);
   {
     std::lock_guard lk(mu_);
     if (auto g = find(key)) return g;

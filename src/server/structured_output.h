@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -40,6 +41,12 @@ struct OutputShape {
   // Chat in thinking mode: free reasoning up to "</think>" comes first.
   bool after_thinking = false;
 };
+
+// A shape as bytes and back: the key of GrammarCache, and the form in which a request's grammar
+// travels to another rank, which compiles it there (SamplingParams::grammar_source). Decoding
+// malformed bytes throws deepinfer::Error.
+std::string encode_output_shape(const OutputShape& shape);
+OutputShape decode_output_shape(std::string_view bytes);
 
 // Compiled grammars by their source, the most recently used kept, so that the token masks one
 // request computed serve the next one with the same schema. Thread-safe.

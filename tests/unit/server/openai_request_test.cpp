@@ -353,6 +353,10 @@ TEST(OpenAiRequest, ResponseFormatAndBigNumbersRenderLikeTheEncoder) {
                                              info);
   EXPECT_TRUE(matches(think.params.grammar, "Let me see.</think>{}"));
   EXPECT_FALSE(matches(think.params.grammar, "{}"));
+  // Its source compiles to the same grammar elsewhere (another data-parallel replica).
+  EXPECT_EQ(info.grammars->get(decode_output_shape(think.params.grammar_source)),
+            think.params.grammar);
+  EXPECT_TRUE(decode_output_shape(think.params.grammar_source).after_thinking);
   const ApiRequest comp =
       parse_api_request(Endpoint::kCompletions,
                         R"({"prompt": "x", "response_format": {"type": "json_object"}})", info);

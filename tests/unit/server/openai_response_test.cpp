@@ -205,5 +205,40 @@ TEST(StructuredOutput, GrammarVocabCoversIdsPastTheTokenCount) {
   EXPECT_EQ(v->bytes(299), "");
 }
 
+TEST(StructuredOutput, ShapesTravelAsBytes) {
+  OutputShape tools;
+  tools.kind = OutputShape::Kind::kToolCalls;
+  tools.parallel_tool_calls = false;
+  tools.after_thinking = true;
+  tools.tools = {{"get_weather", R"({"type":"object","properties":{"city":{"type":"string"}}})"},
+                 {"noop", ""}};
+  OutputShape schema;
+  schema.kind = OutputShape::Kind::kJsonSchema;
+  schema.schema_json = R"({"type":"integer"})";
+  for (const OutputShape& s : {tools, schema, OutputShape{}}) {
+    const std::string bytes = encode_output_shape(s);
+    const OutputShape back = decode_output_shape(bytes);
+    EXPECT_EQ(back.kind, s.kind);
+    EXPECT_EQ(back.parallel_tool_calls, s.parallel_tool_calls);
+    EXPECT_EQ(back.after_thinking, s.after_thinking);
+    EXPECT_EQ(back.schema_json, s.schema_json);
+    ASSERT_EQ(back.tools.size(), s.tools.size());
+    for (size_t i = 0; i < s.tools.size(); ++i) {
+      EXPECT_EQ(back.tools[i].name, s.tools[i].name);
+      EXPECT_EQ(back.tools[i].parameters_json, s.tools[i].parameters_json);
+    }
+    EXPECT_EQ(encode_output_shape(back), bytes);
+    // Every cut of the bytes is refused with an error, never read past.
+    for (size_t n = 0; n < bytes.size(); ++n)
+      EXPECT_THROW(decode_output_shape(std::string_view(bytes).substr(0, n)), Error) << n;
+  }
+  std::string bad = encode_output_shape(schema);
+  bad[0] = 9;
+  EXPECT_THROW(decode_output_shape(bad), Error);
+  // The same shape from another process compiles to a grammar that accepts the same output.
+  GrammarCache& cache = *test::model_info(test::deepseek_tokenizer()).grammars;
+  EXPECT_EQ(cache.get(decode_output_shape(encode_output_shape(schema))), cache.get(schema));
+}
+
 }  // namespace
 }  // namespace deepinfer::server
