@@ -58,18 +58,29 @@ void serve(ServeOptions& o) {
   DI_REQUIRE(o.max_body_mib >= 1, "--max-body-mib must be >= 1");
   resolve_api_key(o);
   o.so.limits.max_body_bytes = size_t(o.max_body_mib) << 20;
-  DI_REQUIRE(o.eo.parallel.dp == 1, "serve: --dp ", o.eo.parallel.dp,
-             ": data-parallel replicas are not served yet (use --cp and --ep, or one server per "
-             "replica behind a load balancer)");
   LoadedEngine le = load_engine(o.eo);
-  if (le.is_follower()) {
-    // A context/expert-parallel rank: replays the leader's steps until the server stops. The
-    // leader handles SIGINT/SIGTERM (a terminal or a service manager signals every process) and
-    // ends the run; a follower whose leader dies notices and exits.
+  const int64_t vocab = le.checkpoint->config().vocab_size;
+  const int32_t eos = le.checkpoint->config().eos_token_id;
+  if (le.world->rank() != 0) {
+    // A context/expert-parallel rank replays the leader's steps, a data-parallel replica serves
+    // the requests the leader sends it, until the server stops. The leader handles
+    // SIGINT/SIGTERM (a terminal or a service manager signals every process) and ends the run;
+    // a rank whose leader dies notices and exits.
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
-    return le.run_follower();
+    if (le.is_follower()) return le.run_follower();
+    std::unique_ptr<server::GrammarCache> grammars;
+    GrammarResolver resolve;
+    if (le.tokenizer) {
+      grammars = std::make_unique<server::GrammarCache>(
+          server::make_grammar_vocab(*le.tokenizer, vocab, eos));
+      resolve = [&grammars](std::string_view source) {
+        return grammars->get(server::decode_output_shape(source));
+      };
+    }
+    serve_replica(*le.engine, *le.layout.dp, resolve);
+    return le.finish();
   }
 
   server::ModelInfo info;
@@ -79,18 +90,19 @@ void serve(ServeOptions& o) {
   if (name.empty()) name = given;  // a path ending in '/'
   info.names = {name, given};
   info.tokenizer = le.tokenizer.get();
-  info.vocab_size = le.checkpoint->config().vocab_size;
+  info.vocab_size = vocab;
   info.max_model_len = o.eo.engine.sched.max_model_len;
   info.created = int64_t(std::time(nullptr));
   // Structured outputs: the vocabulary as grammar bytes, built once (a trie of every token).
   std::unique_ptr<server::GrammarCache> grammars;
   if (le.tokenizer) {
-    grammars = std::make_unique<server::GrammarCache>(server::make_grammar_vocab(
-        *le.tokenizer, info.vocab_size, le.checkpoint->config().eos_token_id));
+    grammars = std::make_unique<server::GrammarCache>(
+        server::make_grammar_vocab(*le.tokenizer, vocab, eos));
     info.grammars = grammars.get();
   }
 
-  server::ApiServer srv(*le.engine, info, o.so);
+  server::ApiServer srv(*le.engine, info, o.so,
+                        le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);
   if (le.world->size() > 1) srv.set_health_probe([&le] { return le.world->dead_rank(); });
   const int port = srv.bind();
   // An IPv6 address goes in brackets in a URL.

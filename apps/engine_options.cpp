@@ -36,17 +36,15 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
   env_option(cmd, "--prompt-as-decode", s.prompt_as_decode,
              "Lay prompt chunks out as decode rows (one row per sequence per step)");
   ParallelConfig& pc = o->parallel;
-  env_option(cmd, "--dp", pc.dp, "Data-parallel ranks (each schedules its own requests)")
-      ->capture_default_str()
-      ->group(hidden_in_serve);
+  env_option(cmd, "--dp", pc.dp, "Data-parallel replicas (each schedules its own requests)")
+      ->capture_default_str();
   env_option(cmd, "--cp", pc.cp, "Context-parallel ranks (split each sequence's compressed KV)")
       ->capture_default_str();
   env_option(cmd, "--ep", pc.ep, "Expert-parallel ranks (split the routed experts)")
       ->capture_default_str();
   env_option(cmd, "--prefill-attempt-interval", pc.prefill_attempt_interval,
              "Data parallelism: vote on prefilling every this many steps")
-      ->capture_default_str()
-      ->group(hidden_in_serve);
+      ->capture_default_str();
   env_option(cmd, "--engram-sharding", pc.engram_sharding,
              "Engram tables: shard rows over ranks sharing tokens (on), read a shared "
              "mapping (off), or shard only across hosts (auto)")

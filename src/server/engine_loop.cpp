@@ -72,7 +72,8 @@ void Call::push(CallUpdate u) {
 
 // --- EngineLoop ---
 
-EngineLoop::EngineLoop(Engine& engine, Metrics& metrics) : engine_(engine), metrics_(metrics) {
+EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, ranks::Group* replicas)
+    : engine_(engine, replicas), metrics_(metrics) {
   publish_gauges();
 }
 
@@ -129,6 +130,8 @@ void EngineLoop::fail(const std::string& why) {
   failed_ = true;
   for (const auto& [id, live] : live_) engine_.abort(id);
   finish_outputs(FinishReason::Error);
+  // Requests on a replica that can no longer report end here.
+  while (!live_.empty()) end(live_.begin(), FinishReason::Error, {});
   if (on_failure_) on_failure_();
 }
 
@@ -185,6 +188,14 @@ void EngineLoop::run() {
     publish_gauges();
     if (stopping && live_.empty() && (failed_ || !engine_.has_unfinished())) break;
   }
+  // The other replicas wait in the next exchange; a failed run has no exchange left.
+  if (!failed_) {
+    try {
+      engine_.shutdown();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "deepinfer: ending the replicas failed: %s\n", e.what());
+    }
+  }
 }
 
 // Adds a call's requests to the engine, all or none.
@@ -225,27 +236,28 @@ void EngineLoop::route(std::vector<TokenEvent> events) {
 }
 
 void EngineLoop::finish_outputs(FinishReason override_reason) {
-  const auto now = std::chrono::steady_clock::now();
   for (RequestOutput& out : engine_.take_finished()) {
     auto it = live_.find(out.id);
     if (it == live_.end()) continue;
-    const FinishReason why = override_reason != FinishReason::None ? override_reason : out.finish;
-    metrics_.request_finished(why, seconds_between(it->second.arrival, now));
-    it->second.call->push({it->second.choice, true, {}, why, std::move(out.stop_text)});
-    live_.erase(it);
+    end(it, override_reason != FinishReason::None ? override_reason : out.finish,
+        std::move(out.stop_text));
   }
 }
 
+void EngineLoop::end(std::unordered_map<RequestId, Live>::iterator it, FinishReason why,
+                     std::string stop_text) {
+  const auto now = std::chrono::steady_clock::now();
+  metrics_.request_finished(why, seconds_between(it->second.arrival, now));
+  it->second.call->push({it->second.choice, true, {}, why, std::move(stop_text)});
+  live_.erase(it);
+}
+
 void EngineLoop::publish_gauges() {
-  const EngineStats st = engine_.stats();
-  const EngineGauges g{int64_t(engine_.num_running()),
-                       int64_t(engine_.num_waiting()),
-                       engine_.kv_blocks_used(),
-                       engine_.num_kv_blocks(),
-                       st.steps,
-                       st.preemptions};
+  EngineGauges g;
+  static_cast<EngineLoad&>(g) = engine_.total();
+  if (engine_.size() > 1) g.replicas = engine_.loads();
   std::lock_guard lk(gauges_mu_);
-  gauges_ = g;
+  gauges_ = std::move(g);
 }
 
 // --- metrics ---
@@ -336,6 +348,22 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
   for (const auto& [status, n] : http_)
     out += str_cat("deepinfer_http_responses_total{status=\"", status, "\"} ", n, "\n");
+  if (!g.replicas.empty()) {
+    // Data parallelism: the same per replica, labelled by its dp rank.
+    auto per_replica = [&](const char* type, const char* name, const char* help, auto field) {
+      add_header(&out, name, type, help);
+      for (size_t r = 0; r < g.replicas.size(); ++r)
+        out += str_cat(name, "{replica=\"", r, "\"} ", num(double(g.replicas[r].*field)), "\n");
+    };
+    per_replica("gauge", "deepinfer_replica_num_requests_running",
+                "Requests in a replica's running set.", &EngineLoad::running);
+    per_replica("gauge", "deepinfer_replica_num_requests_waiting",
+                "Requests waiting for admission to a replica.", &EngineLoad::waiting);
+    per_replica("gauge", "deepinfer_replica_kv_blocks_used", "A replica's KV pool blocks in use.",
+                &EngineLoad::kv_blocks_used);
+    per_replica("counter", "deepinfer_replica_generation_tokens_total",
+                "Tokens a replica generated.", &EngineLoad::generated_tokens);
+  }
   counter("deepinfer_engine_steps_total", "Engine steps run.", g.steps);
   counter("deepinfer_preemptions_total", "Sequences preempted.", g.preemptions);
   ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/replicas.h"
 
 namespace deepinfer::server {
 
@@ -71,10 +72,9 @@ class Call {
   std::function<void()> notify_;
 };
 
-struct EngineGauges {
-  int64_t running = 0, waiting = 0;
-  int32_t kv_blocks_used = 0, kv_blocks_total = 0;
-  int64_t steps = 0, preemptions = 0;
+// Over all data-parallel replicas, and per replica when there are several.
+struct EngineGauges : EngineLoad {
+  std::vector<EngineLoad> replicas;
 };
 
 // --- metrics ---
@@ -121,7 +121,9 @@ class Metrics {
 
 class EngineLoop {
  public:
-  EngineLoop(Engine& engine, Metrics& metrics);
+  // With `replicas` (the data-parallel group, whose other ranks run serve_replica) requests are
+  // spread over the replicas, and stop() ends their loops.
+  EngineLoop(Engine& engine, Metrics& metrics, ranks::Group* replicas = nullptr);
   ~EngineLoop();
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
@@ -168,9 +170,12 @@ class EngineLoop {
   void admit(Submission& s);
   void route(std::vector<TokenEvent> events);
   void finish_outputs(FinishReason override_reason);
+  // Tells the request's call that it ended, and forgets it.
+  void end(std::unordered_map<RequestId, Live>::iterator it, FinishReason why,
+           std::string stop_text);
   void publish_gauges();
 
-  Engine& engine_;
+  Replicas engine_;
   Metrics& metrics_;
   std::thread thread_;
   std::atomic<uint64_t> next_id_{1};

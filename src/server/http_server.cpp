@@ -100,10 +100,10 @@ class ApiServer::Workers {
   std::vector<std::jthread> threads_;  // last: stopped and joined first
 };
 
-ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options)
+ApiServer::ApiServer(Engine& engine, ModelInfo info, ServerOptions options, ranks::Group* replicas)
     : info(std::move(info)),
       options(with_derived_limits(std::move(options))),
-      loop(engine, metrics),
+      loop(engine, metrics, replicas),
       transport(
           this->options, [this](std::shared_ptr<Exchange> ex) { on_request(std::move(ex)); },
           [this](int status) { metrics.http_response(status); }),

@@ -44,7 +44,10 @@ struct ServerOptions : http::TransportOptions {
 
 class ApiServer {
  public:
-  ApiServer(Engine& engine, ModelInfo info, ServerOptions options);
+  // `replicas`: the data-parallel group when `engine` is the first of several replicas (the
+  // others run serve_replica); requests then go to the least loaded one.
+  ApiServer(Engine& engine, ModelInfo info, ServerOptions options,
+            ranks::Group* replicas = nullptr);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
   ApiServer& operator=(const ApiServer&) = delete;
