@@ -123,11 +123,13 @@ expect_error "unknown command 'frobnicate' (expected one of: make-tiny" "$BIN" f
 expect_error "\-\-max-num-seqs 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
   --max-num-seqs 0
 expect_error "\-\-num-prompts: Value 0 not in range" "$BIN" generate --model "$WORK/tiny" --num-prompts 0
-# serve's help lists only what serve accepts (no data parallelism, no debugging options).
+# serve's help lists what serve accepts (data parallelism included) and no debugging options.
 "$BIN" serve --help > "$WORK/serve_help.txt"
-grep -q -- "--port" "$WORK/serve_help.txt" || fail "serve --help"
-if grep -q -- "--dp\|--dump-dir\|--demo-decode-defect" "$WORK/serve_help.txt"; then
-  fail "serve --help lists options serve refuses or debugging options"
+for opt in --port --dp --ep --cp --prefill-attempt-interval; do
+  grep -q -- "$opt" "$WORK/serve_help.txt" || fail "serve --help lacks $opt"
+done
+if grep -q -- "--dump-dir\|--demo-decode-defect" "$WORK/serve_help.txt"; then
+  fail "serve --help lists debugging options"
 fi
 # A one-token prompt is a prompt token in the summary.
 "$BIN" generate --model "$WORK/tiny" --prompt-ids 5 --max-tokens 2 2>"$WORK/err" >/dev/null

@@ -20,7 +20,7 @@ set_tests_properties(server_tokenizer_model PROPERTIES
 
 # deepinfer_server_test(name SCRIPT file [TOKENIZER]): one node test script as a ctest entry.
 function(deepinfer_server_test name)
-  cmake_parse_arguments(ARG "TOKENIZER" "SCRIPT;TIMEOUT" "" ${ARGN})
+  cmake_parse_arguments(ARG "TOKENIZER" "SCRIPT;TIMEOUT;SERVE_ARGS" "" ${ARGN})
   set(cmd ${DEEPINFER_NODE} ${server_scripts}/${ARG_SCRIPT} --deepinfer $<TARGET_FILE:deepinfer>)
   if(ARG_TOKENIZER)
     list(APPEND cmd --tok-model ${server_tok_model})
@@ -30,6 +30,9 @@ function(deepinfer_server_test name)
     set(ARG_TIMEOUT 300)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "e2e;server" TIMEOUT ${ARG_TIMEOUT})
+  if(ARG_SERVE_ARGS)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT "DEEPINFER_TEST_SERVE_ARGS=${ARG_SERVE_ARGS}")
+  endif()
   if(ARG_TOKENIZER)
     set_tests_properties(${name} PROPERTIES FIXTURES_REQUIRED server_tok_model)
   endif()
@@ -44,3 +47,13 @@ deepinfer_server_test(server_load SCRIPT load.test.mjs TIMEOUT 600)
 deepinfer_server_test(server_ranks SCRIPT ranks.test.mjs)
 deepinfer_server_test(server_structured SCRIPT structured.test.mjs TOKENIZER)
 deepinfer_server_test(server_http SCRIPT http.test.mjs TOKENIZER)
+
+# The same suites over two data-parallel replicas sharing the experts: every answer must be the
+# one a single rank gives (several compare with the offline runner on one rank).
+foreach(suite openai_client sse_curl structured http errors disconnect shutdown)
+  set(tok)
+  if(suite MATCHES "openai_client|sse_curl|structured|http")
+    set(tok TOKENIZER)
+  endif()
+  deepinfer_server_test(server_dp_${suite} SCRIPT ${suite}.test.mjs ${tok} SERVE_ARGS "--dp 2 --ep 2")
+endforeach()

@@ -4,13 +4,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { cliArgs, idle, metrics, startServer, waitMetrics } from './lib.mjs';
+import { cliArgs, idle, metrics, replicas, startServer, waitMetrics } from './lib.mjs';
 
 const args = cliArgs();
 let server;
 
 before(async () => {
-  // Two sequences at a time, so a third request waits.
+  // Two sequences at a time per replica, so one more request waits.
   server = await startServer(args.deepinfer, ['--max-num-seqs', '2']);
 });
 
@@ -73,18 +73,19 @@ describe('disconnect', () => {
 
   it('a queued request is dropped when its client goes away', async () => {
     const before = await disconnects();
-    const a = await openStream(1);
-    const b = await openStream(1);
+    // Every replica's slots taken, then one more.
+    const slots = 2 * replicas();
+    const taken = [];
+    for (let i = 0; i < slots; ++i) taken.push(await openStream(1));
     const queued = await openStream(0);
     await waitMetrics(server.url, (m) => m.deepinfer_num_requests_waiting === 1);
     queued.close();
     const m = await waitMetrics(server.url, (x) => x.deepinfer_num_requests_waiting === 0, 5000);
-    assert.equal(m.deepinfer_num_requests_running, 2, 'the others keep running');
+    assert.equal(m.deepinfer_num_requests_running, slots, 'the others keep running');
     assert.equal(m.deepinfer_client_disconnects_total, before + 1);
-    a.close();
-    b.close();
+    for (const s of taken) s.close();
     const done = await waitMetrics(server.url, idle, 5000);
-    assert.equal(done.deepinfer_client_disconnects_total, before + 3);
+    assert.equal(done.deepinfer_client_disconnects_total, before + 1 + slots);
     // The server still serves.
     const r = await fetch(`${server.url}/v1/completions`, {
       method: 'POST', body: JSON.stringify({ prompt: [1, 2], max_tokens: 3 }),

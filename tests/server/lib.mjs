@@ -23,9 +23,19 @@ process.on('exit', () => {
 });
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) process.on(sig, () => process.exit(128));
 
+// Arguments every server of a test script gets besides its own: DEEPINFER_TEST_SERVE_ARGS (the
+// same suite then runs over data-parallel replicas, say).
+const extraServeArgs = (process.env.DEEPINFER_TEST_SERVE_ARGS ?? '').split(/\s+/).filter(Boolean);
+
+// How many data-parallel replicas the servers of this run have (each with its own sequence slots).
+export function replicas() {
+  const i = extraServeArgs.indexOf('--dp');
+  return i >= 0 ? Number(extraServeArgs[i + 1]) : 1;
+}
+
 // Starts `deepinfer serve --port 0 ...args` and resolves once it listens.
 export async function startServer(bin, args = [], { env = {} } = {}) {
-  const proc = spawn(bin, ['serve', '--port', '0', ...args], {
+  const proc = spawn(bin, ['serve', '--port', '0', ...args, ...extraServeArgs], {
     stdio: ['ignore', 'inherit', 'pipe'],
     env: { ...process.env, ...env },
   });

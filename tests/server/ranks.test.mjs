@@ -2,9 +2,9 @@
 // its steps. Concurrent requests (streaming and not) return the single-rank offline runner's
 // tokens (fp32 numerics, where ranks are bit-identical to one rank), a follower ignores the
 // SIGTERM a service manager sends to every process, and SIGTERM to the leader ends both.
-// Data-parallel serving is refused with a clear error.
+// `serve --dp 2 --ep 2`: two replicas, each scheduling its own requests, give the same tokens,
+// and the death of a replica fails its calls as the death of a follower does.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -39,8 +39,8 @@ after(() => {
 const children = (pid) => readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
   .trim().split(/\s+/).filter(Boolean).map(Number);
 
-async function complete(req, stream) {
-  const res = await fetch(`${server.url}/v1/completions`, {
+async function complete(req, stream, url = server.url) {
+  const res = await fetch(`${url}/v1/completions`, {
     method: 'POST', body: JSON.stringify({ ...req, stream }),
   });
   assert.equal(res.status, 200);
@@ -121,9 +121,58 @@ describe('serve with context and expert parallel ranks', () => {
     }
   });
 
-  it('data-parallel serving is refused with a clear error', () => {
-    const r = spawnSync(args.deepinfer, ['serve', '--port', '0', '--dp', '2'], { encoding: 'utf8' });
-    assert.notEqual(r.status, 0);
-    assert.match(r.stderr, /--dp 2: data-parallel replicas are not served/);
+});
+
+describe('serve with data-parallel replicas', () => {
+  let dp;
+  before(async () => {
+    dp = await startServer(args.deepinfer, ['--dp', '2', '--ep', '2', '--dtype', 'fp32',
+                                            '--max-num-seqs', '4']);
+  });
+  after(() => dp?.proc.kill('SIGKILL'));
+
+  it('concurrent requests give the single-rank tokens, and both replicas serve', async () => {
+    const got = await Promise.all(requests.map((r, i) => complete(r, i % 2 === 1, dp.url)));
+    got.forEach((ids, i) => assert.deepEqual(ids, expected[i].output_ids, `request ${i}`));
+    const m = await waitMetrics(dp.url, idle);
+    for (const r of [0, 1])
+      assert.ok(m[`deepinfer_replica_generation_tokens_total{replica="${r}"}`] > 0, `replica ${r}`);
+    assert.equal(m['deepinfer_replica_generation_tokens_total{replica="0"}'] +
+                 m['deepinfer_replica_generation_tokens_total{replica="1"}'],
+                 m.deepinfer_generation_tokens_total);
+  });
+
+  it('SIGTERM to the leader ends both replicas', async () => {
+    const [replica] = children(dp.proc.pid);
+    process.kill(replica, 'SIGTERM');
+    await new Promise((r) => setTimeout(r, 300));
+    assert.deepEqual(await complete(requests[5], false, dp.url), expected[5].output_ids);
+    const { code } = await dp.stop();
+    assert.equal(code, 0, dp.log());
+    assert.ok(!existsSync(`/proc/${replica}/status`) ||
+              /State:\s+Z/.test(readFileSync(`/proc/${replica}/status`, 'utf8')),
+              'the replica exited');
+  });
+
+  it('a dead replica fails the calls in flight with 503s and stops the server non-zero', async () => {
+    const srv = await startServer(args.deepinfer, ['--dp', '2', '--max-num-seqs', '4']);
+    try {
+      const [replica] = children(srv.proc.pid);
+      const long = { prompt: [5, 6, 7], max_tokens: 3000, temperature: 0, ignore_eos: true };
+      const calls = [0, 1, 2, 3].map(() => fetch(`${srv.url}/v1/completions`,
+                                                 { method: 'POST', body: JSON.stringify(long) }));
+      await waitMetrics(srv.url, (m) => m['deepinfer_replica_num_requests_running{replica="1"}'] > 0 &&
+                        m['deepinfer_replica_generation_tokens_total{replica="1"}'] > 0);
+      process.kill(replica, 'SIGKILL');
+      for (const c of calls) {
+        const res = await c;
+        assert.equal(res.status, 503);
+        assert.equal((await res.json()).error.code, 'engine_failed');
+      }
+      const { code } = await srv.exited;
+      assert.notEqual(code, 0, srv.log());
+    } finally {
+      srv.proc.kill('SIGKILL');
+    }
   });
 });

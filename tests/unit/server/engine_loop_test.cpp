@@ -147,6 +147,29 @@ TEST(EngineLoop, ConcurrentCallsMatchADirectRun) {
       << m;
 }
 
+TEST(Metrics, DataParallelReplicasGetOneLineEach) {
+  Metrics metrics;
+  EngineGauges g;
+  g.running = 3;
+  g.replicas.resize(2);
+  g.replicas[0].running = 1;
+  g.replicas[1].running = 2;
+  g.replicas[1].waiting = 4;
+  g.replicas[1].kv_blocks_used = 7;
+  g.replicas[0].generated_tokens = 11;
+  const std::string m = metrics.render(g, 0);
+  for (const char* line : {"deepinfer_num_requests_running 3\n",
+                           "deepinfer_replica_num_requests_running{replica=\"0\"} 1\n",
+                           "deepinfer_replica_num_requests_running{replica=\"1\"} 2\n",
+                           "deepinfer_replica_num_requests_waiting{replica=\"1\"} 4\n",
+                           "deepinfer_replica_kv_blocks_used{replica=\"1\"} 7\n",
+                           "deepinfer_replica_generation_tokens_total{replica=\"0\"} 11\n",
+                           "# TYPE deepinfer_replica_generation_tokens_total counter\n"})
+    EXPECT_NE(m.find(line), std::string::npos) << line << m;
+  // One replica: no per-replica lines.
+  EXPECT_EQ(metrics.render(EngineGauges{}, 0).find("replica"), std::string::npos);
+}
+
 TEST(EngineLoop, ChoicesOfOneCallRunSideBySide) {
   auto engine = make_engine();
   Metrics metrics;
