@@ -13,7 +13,7 @@
 
 #include "commands.h"
 #include "core/error.h"
-#include "ranks/serial.h"
+#include "engine/replicas.h"
 #include "server/json_fields.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat.h"
@@ -170,9 +170,6 @@ void generate(GenerateOptions& o) {
   }
   LoadedEngine le = load_engine(o.eo);
   if (le.is_follower()) return le.run_follower();
-  Engine& engine = *le.engine;
-  // Data parallelism: every replica reads the same inputs and serves every dp-th request.
-  const int dp = le.layout.cfg.dp, dp_rank = le.layout.dp_rank;
   const Tokenizer* tok = le.tokenizer.get();
   const std::vector<int32_t> chat_markers =
       tok && o.chat ? chat_marker_tokens(*tok) : std::vector<int32_t>{};
@@ -187,12 +184,22 @@ void generate(GenerateOptions& o) {
           server::make_grammar_vocab(*tok, vocab, le.checkpoint->config().eos_token_id));
     return grammars.get();
   };
+  if (le.world->rank() != 0) {
+    // Another data-parallel replica: runs the requests the first one sends it.
+    GrammarResolver resolve = [&](std::string_view source) {
+      DI_REQUIRE(grammar_cache(), "output grammars need a tokenizer");
+      return grammar_cache()->get(server::decode_output_shape(source));
+    };
+    serve_replica(*le.engine, *le.layout.dp, resolve);
+    return le.finish();
+  }
+  // Requests go to the least loaded data-parallel replica (this one when there is one).
+  Replicas engine(*le.engine, le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);
   std::vector<Input> inputs = read_inputs(o, tok, vocab, grammar_cache);
   const size_t n = inputs.size();
   std::vector<json> results(n);
   for (size_t i = 0; i < n; ++i) {
     inputs[i].req.id = i;
-    if (int(i % size_t(dp)) != dp_rank) continue;
     if (inputs[i].error.empty()) inputs[i].error = engine.add_request(inputs[i].req);
     if (!inputs[i].error.empty()) {
       results[i] = {{"index", i}, {"error", inputs[i].error}};
@@ -226,31 +233,17 @@ void generate(GenerateOptions& o) {
     }
     if (bar) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      progress(done, n, engine.stats().generated_tokens, s);
+      progress(done, n, engine.total().stats.generated_tokens, s);
     }
   }
   if (bar) std::fprintf(stderr, "\n");
-  if (dp > 1) {
-    // The replicas' results meet on rank 0.
-    ranks::Writer w;
-    for (size_t i = 0; i < n; ++i)
-      if (int(i % size_t(dp)) == dp_rank) w.put_string(results[i].dump());
-    const auto parts = le.layout.dp->all_gather_v(w.bytes());
-    for (int r = 0; r < dp; ++r) {
-      ranks::Reader rd(parts[size_t(r)], "generate results");
-      for (size_t i = size_t(r); i < n; i += size_t(dp)) results[i] = json::parse(rd.get_string());
-    }
-  }
-  if (le.world->rank() != 0) {
-    le.finish();
-    return;
-  }
+  engine.shutdown();
   std::FILE* out = o.output.empty() ? stdout : std::fopen(o.output.c_str(), "w");
   DI_REQUIRE(out, o.output, ": cannot create");
   for (const auto& j : results) std::fprintf(out, "%s\n", j.dump().c_str());
   if (out != stdout) std::fclose(out);
 
-  const EngineStats st = engine.stats();
+  const EngineStats st = engine.total().stats;
   const auto errors = size_t(std::count_if(results.begin(), results.end(),
                                            [](const json& r) { return r.contains("error"); }));
   std::fprintf(stderr,

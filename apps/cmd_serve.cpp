@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "engine/replicas.h"
 #include "server/http_server.h"
 #include "server/structured_output.h"
 

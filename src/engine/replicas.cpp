@@ -126,14 +126,7 @@ void put_report(ranks::Writer& w, const EngineLoad& load, const std::vector<Toke
 }  // namespace
 
 EngineLoad engine_load(const Engine& e) {
-  const EngineStats st = e.stats();
-  return {int64_t(e.num_running()),
-          int64_t(e.num_waiting()),
-          e.kv_blocks_used(),
-          e.num_kv_blocks(),
-          st.steps,
-          st.preemptions,
-          st.generated_tokens};
+  return {int64_t(e.num_running()), int64_t(e.num_waiting()), e.kv_blocks_used(), e.stats()};
 }
 
 Replicas::Replicas(Engine& local, ranks::Group* dp) : local_(local), dp_(dp) {
@@ -251,9 +244,14 @@ EngineLoad Replicas::total() const {
     t.running += l.running;
     t.waiting += l.waiting;
     t.kv_blocks_used += l.kv_blocks_used;
-    t.kv_blocks_total += l.kv_blocks_total;
-    t.preemptions += l.preemptions;
-    t.generated_tokens += l.generated_tokens;
+    EngineStats& s = t.stats;
+    s.prompt_tokens += l.stats.prompt_tokens;
+    s.generated_tokens += l.stats.generated_tokens;
+    s.prefill_seconds = std::max(s.prefill_seconds, l.stats.prefill_seconds);
+    s.decode_seconds = std::max(s.decode_seconds, l.stats.decode_seconds);
+    s.kv_blocks_total += l.stats.kv_blocks_total;
+    s.kv_blocks_peak += l.stats.kv_blocks_peak;
+    s.preemptions += l.stats.preemptions;
   }
   return t;
 }

@@ -28,8 +28,8 @@ namespace deepinfer {
 // A replica's state, as load balancing and metrics see it.
 struct EngineLoad {
   int64_t running = 0, waiting = 0;
-  int32_t kv_blocks_used = 0, kv_blocks_total = 0;
-  int64_t steps = 0, preemptions = 0, generated_tokens = 0;
+  int32_t kv_blocks_used = 0;
+  EngineStats stats;
 };
 EngineLoad engine_load(const Engine& e);
 
@@ -54,7 +54,8 @@ class Replicas {
   int size() const { return int(remote_loads_.size()) + 1; }
   // Per replica, the others' as of their latest report.
   std::vector<EngineLoad> loads() const;
-  // Over all replicas (steps: this replica's).
+  // Over all replicas: counts summed (the KV peak too: a sum of the replicas' peaks), steps
+  // this replica's, seconds the longest replica's.
   EngineLoad total() const;
   // Ends the other replicas' serve_replica loops (after the last step; idempotent).
   void shutdown();

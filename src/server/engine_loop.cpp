@@ -330,9 +330,9 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
         g.waiting);
   gauge("deepinfer_http_requests_in_flight", "Generation calls being served.", in_flight);
   gauge("deepinfer_kv_blocks_used", "KV pool blocks in use.", g.kv_blocks_used);
-  gauge("deepinfer_kv_blocks_total", "KV pool blocks in all.", g.kv_blocks_total);
+  gauge("deepinfer_kv_blocks_total", "KV pool blocks in all.", g.stats.kv_blocks_total);
   gauge("deepinfer_kv_cache_usage_ratio", "Fraction of the KV pool in use.",
-        g.kv_blocks_total ? double(g.kv_blocks_used) / g.kv_blocks_total : 0.0);
+        g.stats.kv_blocks_total ? double(g.kv_blocks_used) / g.stats.kv_blocks_total : 0.0);
   counter("deepinfer_prompt_tokens_total", "Prompt tokens of admitted requests.", prompt_tokens_);
   counter("deepinfer_generation_tokens_total", "Generated tokens.", generation_tokens_);
   counter("deepinfer_requests_admitted_total", "Engine requests admitted (one per choice).",
@@ -353,19 +353,22 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
     auto per_replica = [&](const char* type, const char* name, const char* help, auto field) {
       add_header(&out, name, type, help);
       for (size_t r = 0; r < g.replicas.size(); ++r)
-        out += str_cat(name, "{replica=\"", r, "\"} ", num(double(g.replicas[r].*field)), "\n");
+        out += str_cat(name, "{replica=\"", r, "\"} ", num(double(field(g.replicas[r]))), "\n");
     };
     per_replica("gauge", "deepinfer_replica_num_requests_running",
-                "Requests in a replica's running set.", &EngineLoad::running);
+                "Requests in a replica's running set.",
+                [](const EngineLoad& l) { return l.running; });
     per_replica("gauge", "deepinfer_replica_num_requests_waiting",
-                "Requests waiting for admission to a replica.", &EngineLoad::waiting);
+                "Requests waiting for admission to a replica.",
+                [](const EngineLoad& l) { return l.waiting; });
     per_replica("gauge", "deepinfer_replica_kv_blocks_used", "A replica's KV pool blocks in use.",
-                &EngineLoad::kv_blocks_used);
+                [](const EngineLoad& l) { return l.kv_blocks_used; });
     per_replica("counter", "deepinfer_replica_generation_tokens_total",
-                "Tokens a replica generated.", &EngineLoad::generated_tokens);
+                "Tokens a replica generated.",
+                [](const EngineLoad& l) { return l.stats.generated_tokens; });
   }
-  counter("deepinfer_engine_steps_total", "Engine steps run.", g.steps);
-  counter("deepinfer_preemptions_total", "Sequences preempted.", g.preemptions);
+  counter("deepinfer_engine_steps_total", "Engine steps run.", g.stats.steps);
+  counter("deepinfer_preemptions_total", "Sequences preempted.", g.stats.preemptions);
   ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);

@@ -41,3 +41,36 @@ for preset in tiny tiny-c; do
     echo "ok: $preset $BACKEND $c"
   done
 done
+
+# Data-parallel replicas receive every sampling field of a request: seeded sampling with
+# penalties, stop ids, logprobs, and a request the front refuses, against one rank.
+MODEL=$WORK/tiny
+cat > "$WORK/fields.jsonl" <<'JSONL'
+{"prompt_ids": [5, 6, 7, 8], "max_tokens": 9, "temperature": 0.8, "top_p": 0.9, "seed": 11, "logprobs": 3}
+{"prompt_ids": [9, 10], "max_tokens": 7, "temperature": 1.2, "top_k": 40, "min_p": 0.05, "seed": 3, "repetition_penalty": 1.3, "presence_penalty": 0.5, "frequency_penalty": 0.25}
+{"prompt_ids": [11, 12, 13], "max_tokens": 30, "temperature": 0, "stop_token_ids": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]}
+{"prompt_ids": [14], "max_tokens": 0}
+{"prompt_ids": [15, 16, 17, 18, 19], "max_tokens": 6, "temperature": 0.5, "seed": 99, "ignore_eos": true, "logprobs": 1}
+JSONL
+"$BIN" generate --model "$MODEL" --dtype fp32 --prompts "$WORK/fields.jsonl" \
+  --output "$WORK/single.jsonl" 2>/dev/null || true
+for c in "--dp 2" "--dp 2 --ep 2"; do
+  rm -f "$WORK/ranks.jsonl"
+  if [ "$BACKEND" = shm ]; then
+    # shellcheck disable=SC2086
+    "$BIN" generate --model "$MODEL" --dtype fp32 --prompts "$WORK/fields.jsonl" $c \
+      --output "$WORK/ranks.jsonl" 2>"$WORK/err" || true
+  else
+    # shellcheck disable=SC2086
+    mpirun -np 2 --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
+      --model "$MODEL" --dtype fp32 --prompts "$WORK/fields.jsonl" $c \
+      --output "$WORK/ranks.jsonl" 2>"$WORK/err" || true
+  fi
+  if [ "$(wc -l < "$WORK/single.jsonl")" -ne 5 ] || ! cmp -s "$WORK/single.jsonl" "$WORK/ranks.jsonl"; then
+    echo "FAIL: sampling fields over $BACKEND $c differ from the single rank"
+    cat "$WORK/err"
+    diff "$WORK/single.jsonl" "$WORK/ranks.jsonl" || true
+    exit 1
+  fi
+  echo "ok: sampling fields $BACKEND $c"
+done

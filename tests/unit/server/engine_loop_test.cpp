@@ -156,7 +156,7 @@ TEST(Metrics, DataParallelReplicasGetOneLineEach) {
   g.replicas[1].running = 2;
   g.replicas[1].waiting = 4;
   g.replicas[1].kv_blocks_used = 7;
-  g.replicas[0].generated_tokens = 11;
+  g.replicas[0].stats.generated_tokens = 11;
   const std::string m = metrics.render(g, 0);
   for (const char* line : {"deepinfer_num_requests_running 3\n",
                            "deepinfer_replica_num_requests_running{replica=\"0\"} 1\n",
