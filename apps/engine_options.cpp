@@ -4,8 +4,8 @@ namespace deepinfer::app {
 
 void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
   SchedulerConfig& s = o->engine.sched;
-  // The server does not take data-parallel replicas yet, and debugging options stay out of its
-  // help (they still parse, so a refusal can name them).
+  // Debugging options stay out of the server's help (they still parse, so a refusal can name
+  // them).
   const std::string hidden_in_serve = serving ? "" : "Options";
   env_option(cmd, "--model", o->model, "Checkpoint directory (default: the built-in tiny model)");
   env_option(cmd, "--dtype", o->dtype, "Activation numerics: bf16 (official) or fp32")
@@ -35,6 +35,13 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
              "Pad every prompt chunk to this many rows (0: off)");
   env_option(cmd, "--prompt-as-decode", s.prompt_as_decode,
              "Lay prompt chunks out as decode rows (one row per sequence per step)");
+  cmd->add_flag("--no-prefix-caching{false}", o->engine.prefix_caching,
+                "Compute every prompt in full (default: reuse cached KV of shared prefixes)")
+      ->envname("DEEPINFER_NO_PREFIX_CACHING");
+  env_option(cmd, "--prefix-cache-memory", o->prefix_cache_mib,
+             "MiB of slot-state snapshots prefix caching resumes from (0: a quarter of "
+             "--kv-cache-memory)")
+      ->capture_default_str();
   ParallelConfig& pc = o->parallel;
   env_option(cmd, "--dp", pc.dp, "Data-parallel replicas (each schedules its own requests)")
       ->capture_default_str();

@@ -34,6 +34,14 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   }
   ko.block_tokens = sc.block_tokens;
   ko.max_seqs = sc.max_num_seqs;
+  if (cfg->prefix_caching) {
+    // Snapshots from their budget, one at least, and no more than there are blocks to resume.
+    const uint64_t budget =
+        cfg->prefix_cache_memory ? cfg->prefix_cache_memory : cfg->kv_cache_memory / 4;
+    const uint64_t snap_bytes = uint64_t(std::max<int64_t>(1, kv_footprint(c).snapshot_bytes()));
+    ko.num_snapshots =
+        int32_t(std::clamp<uint64_t>(budget / snap_bytes, 1, uint64_t(ko.num_blocks)));
+  }
   return ko;
 }
 
@@ -43,7 +51,9 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
   const KvCacheOptions ko = size_kv_pool(c, &cfg_);
   stats_.kv_blocks_total = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
-  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, ko.num_blocks, layout ? layout->cfg.cp : 1);
+  stats_.prefix_snapshots = ko.num_snapshots;
+  scheduler_ = std::make_unique<Scheduler>(cfg_.sched, ko.num_blocks, layout ? layout->cfg.cp : 1,
+                                           ko.num_snapshots);
   runner_ = std::make_unique<ModelRunner>(model_, *kv_, true, layout);
 }
 
@@ -200,7 +210,11 @@ std::vector<RequestOutput> Engine::take_finished() {
 EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.kv_blocks_peak = scheduler_->stats().peak_blocks_used;
-  s.preemptions = scheduler_->stats().preemptions;
+  const SchedulerStats& ss = scheduler_->stats();
+  s.preemptions = ss.preemptions;
+  s.prefix_queries = ss.prefix_queries;
+  s.prefix_hits = ss.prefix_hits;
+  s.prefix_hit_tokens = ss.prefix_hit_tokens;
   return s;
 }
 

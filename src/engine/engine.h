@@ -25,6 +25,10 @@ struct EngineConfig {
   int32_t num_kv_blocks = 0;  // 0: size the pool from kv_cache_memory
   uint64_t kv_cache_memory = uint64_t(512) << 20;
   uint64_t seed = 0;  // seeds requests that bring none
+  // Prefix caching (engine/prefix_cache.h), with slot-state snapshots in this much memory (0: a
+  // quarter of kv_cache_memory).
+  bool prefix_caching = true;
+  uint64_t prefix_cache_memory = 0;
 };
 
 // Decodes generated ids to text (for stop strings); empty when there is no tokenizer.
@@ -38,6 +42,8 @@ struct EngineStats {
   double decode_seconds = 0;   // steps with decode rows only
   int32_t kv_blocks_total = 0, kv_blocks_peak = 0;
   int64_t preemptions = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+  int32_t prefix_snapshots = 0;  // snapshot buffers (0: prefix caching off)
 };
 
 // What is wrong with sampling parameters on their own (any model): "" or a message naming the

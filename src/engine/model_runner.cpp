@@ -44,7 +44,10 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
     for (uint64_t id : out.released) tables_.erase(id);
     batch_.tokens.clear();
     batch_.seqs.clear();
+    batch_.saves.clear();
     for (const SchedSeq& q : out.seqs) {
+      for (const SchedSeq::Save& v : q.saves)
+        if (v.snap >= 0) batch_.saves.push_back({int32_t(batch_.seqs.size()), v.boundary, v.snap});
       std::vector<int32_t>& table = tables_[q.seq_id];
       if (q.reset_blocks) table.clear();
       table.insert(table.end(), q.new_blocks.begin(), q.new_blocks.end());
@@ -53,7 +56,8 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
                              .n_tokens = real + q.n_padding,
                              .n_padding = q.n_padding,
                              .kv = {q.slot, table.data(), int64_t(table.size())},
-                             .logits_from = q.sample && want_logits_ ? real - 1 : real});
+                             .logits_from = q.sample && want_logits_ ? real - 1 : real,
+                             .restore = q.restore});
       batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());

@@ -69,6 +69,8 @@ std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
     w.put_vector(q.new_blocks);
     w.put<uint8_t>(q.sample);
     w.put<uint8_t>(q.decode);
+    w.put<int32_t>(q.restore);
+    w.put_vector(q.saves);
   }
   w.put_vector(out.released);
   return w.take();
@@ -90,6 +92,8 @@ SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
     q.new_blocks = r.get_vector<int32_t>();
     q.sample = r.get<uint8_t>();
     q.decode = r.get<uint8_t>();
+    q.restore = r.get<int32_t>();
+    q.saves = r.get_vector<SchedSeq::Save>();
     out.seqs.push_back(std::move(q));
   }
   out.released = r.get_vector<uint64_t>();

@@ -44,8 +44,9 @@ int64_t CpBlockPools::reachable_blocks(size_t held) const {
   return n;
 }
 
-Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp)
-    : cfg_(cfg), pools_(cp, num_blocks) {
+Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp,
+                     int32_t num_snapshots)
+    : cfg_(cfg), pools_(cp, num_blocks), cache_(cfg.block_tokens, cp, num_blocks, num_snapshots) {
   DI_REQUIRE(cfg.max_num_seqs >= 1, "max_num_seqs must be >= 1");
   DI_REQUIRE(cfg.max_num_batched_tokens >= 1 && cfg.max_num_prefill_tokens >= 1,
              "max_num_batched_tokens and max_num_prefill_tokens must be >= 1");
@@ -91,15 +92,21 @@ int64_t Scheduler::room(const Sequence* s) const {
 
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
   DI_CHECK(room(s) >= tokens, "growing without free blocks");
-  while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens)
-    s->blocks.push_back(pools_.pool_of(s->blocks.size()).allocate());
+  while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens) {
+    const size_t i = s->blocks.size();
+    s->blocks.push_back(pools_.pool_of(i).allocate());
+    cache_.evict(int32_t(i % size_t(pools_.cp())), s->blocks.back());  // what it held is gone
+  }
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
 }
 
 void Scheduler::release(Sequence* s) {
-  for (size_t i = 0; i < s->blocks.size(); ++i) pools_.pool_of(i).release(s->blocks[i]);
+  // Last block first: a cached prefix loses its end before its start.
+  for (size_t i = s->blocks.size(); i-- > 0;) pools_.pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
   s->blocks_sent = 0;
+  s->blocks_cached = 0;
+  s->restore = -1;
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -122,6 +129,44 @@ void Scheduler::admit(Sequence* s) {
   auto it = std::find_if(running_.begin(), running_.end(),
                          [&](Sequence* r) { return r->arrival > s->arrival; });
   running_.insert(it, s);
+}
+
+bool Scheduler::take_hit(Sequence* s) {
+  if (!cache_.enabled() || s->num_computed > 0) return false;
+  cache_.extend_hashes(s->tokens, &s->block_hashes);
+  // At least the last token is computed: its logits pick the next one.
+  const int64_t max_blocks = (int64_t(s->tokens.size()) - 1) / cfg_.block_tokens;
+  PrefixCache::Hit hit = cache_.lookup(s->tokens, s->block_hashes, max_blocks);
+  if (hit.blocks.empty()) return false;
+  for (size_t i = 0; i < hit.blocks.size(); ++i) pools_.pool_of(i).ref(hit.blocks[i]);
+  s->blocks = std::move(hit.blocks);
+  s->blocks_cached = s->blocks.size();
+  s->num_computed = int64_t(s->blocks.size()) * cfg_.block_tokens;
+  s->restore = hit.snapshot;
+  return true;
+}
+
+void Scheduler::drop_hit(Sequence* s) {
+  for (size_t i = s->blocks.size(); i-- > 0;) pools_.pool_of(i).release(s->blocks[i]);
+  s->blocks.clear();
+  s->blocks_cached = 0;
+  s->num_computed = 0;
+  s->restore = -1;
+}
+
+void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {
+  if (!cache_.enabled()) return;
+  const int64_t B = cfg_.block_tokens, end = s->num_computed + int64_t(q.tokens.size());
+  cache_.extend_hashes(std::span<const int32_t>(s->tokens.data(), size_t(end)), &s->block_hashes);
+  for (size_t i = s->blocks_cached; int64_t(i + 1) * B <= end; ++i) {
+    const int32_t snap = cache_.take_snapshot();
+    // A snapshot taken twice in one step keeps the later block's state.
+    for (Pending& p : pending_)
+      if (p.snap == snap) p.snap = out.seqs[p.q].saves[p.saves].snap = -1;
+    pending_.push_back({s, i, snap, q_index, q.saves.size()});
+    q.saves.push_back({int64_t(i + 1) * B, snap});
+    s->blocks_cached = i + 1;
+  }
 }
 
 bool Scheduler::wants_prefill() const {
@@ -186,15 +231,25 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   while (allow_prefill && !waiting_.empty() && int32_t(running_.size()) < cfg_.max_num_seqs &&
          stats_.preemptions == preemptions_before) {
     Sequence* s = waiting_.front();
+    const bool hit = take_hit(s);
     int64_t n = chunk_of(s);
     if (n > 1) n = std::clamp<int64_t>(room(s) - s->num_computed, 0, n);  // what the blocks fit
-    if (n == 0 || rows_of(s, n) > rows || room(s) < s->num_computed + n) break;
+    if (n == 0 || rows_of(s, n) > rows || room(s) < s->num_computed + n) {
+      if (hit) drop_hit(s);
+      break;
+    }
+    if (cache_.enabled()) {
+      ++stats_.prefix_queries;
+      stats_.prefix_hits += hit;
+      stats_.prefix_hit_tokens += s->num_computed;
+    }
     waiting_.pop_front();
     admit(s);
     grow_blocks(s, s->num_computed + n);
     take(s, n);
   }
   out.seqs.resize(picked.size());  // the entries keep their buffers from earlier steps
+  pending_.clear();
   for (size_t i = 0; i < picked.size(); ++i) {
     auto [s, n] = picked[i];
     SchedSeq& q = out.seqs[i];
@@ -209,6 +264,9 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     s->blocks_sent = s->blocks.size();
     q.sample = s->num_computed + n == int64_t(s->tokens.size());
     q.decode = s->num_pending() == 1;
+    q.restore = std::exchange(s->restore, -1);
+    q.saves.clear();
+    plan_saves(s, q, i, out);
   }
   out.released.clear();
   out.released.swap(released_);
@@ -226,6 +284,10 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
     sampled_seqs_.push_back(s);
   }
   DI_CHECK(sampled_seqs_.size() == sampled.size(), "more sampled tokens than sampling sequences");
+  // The blocks this step completed, and their snapshots, are now there to be found.
+  for (const Pending& p : pending_)
+    cache_.publish(p.seq->block_hashes, p.index, p.seq->tokens, p.seq->blocks[p.index], p.snap);
+  pending_.clear();
   return sampled_seqs_;
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/prefix_cache.h"
 #include "engine/request.h"
 #include "grammar/grammar.h"
 #include "kv/block_pool.h"
@@ -36,6 +37,11 @@ struct Sequence {
   FinishReason finish = FinishReason::None;
   std::string stop_text;
   std::unique_ptr<grammar::Matcher> matcher;  // with a grammar: where the output stands in it
+  // Prefix caching: chain hashes of its full blocks, how many leading blocks are in the cache
+  // (taken from it, or entered once computed), and the snapshot its next step starts from.
+  std::vector<uint64_t> block_hashes;
+  size_t blocks_cached = 0;
+  int32_t restore = -1;
 
   bool running() const { return slot >= 0; }
 
@@ -64,6 +70,14 @@ struct SchedSeq {
   std::vector<int32_t> new_blocks;  // appended to the block table
   bool sample = false;              // the last real row's logits pick the next token
   bool decode = false;              // the sequence's only pending token (else a prompt chunk)
+  // Prefix caching: the slot state to start from (a cache hit; -1: none), and the snapshots to
+  // take at the block boundaries this step's rows complete.
+  int32_t restore = -1;
+  struct Save {
+    int64_t boundary = 0;
+    int32_t snap = 0, unused = 0;
+  };
+  std::vector<Save> saves;
 };
 
 struct SchedOutput {
@@ -92,13 +106,18 @@ class CpBlockPools {
 struct SchedulerStats {
   int64_t preemptions = 0;
   int32_t peak_blocks_used = 0;
+  // Prefix caching: admissions that looked the prompt up, those that found a cached prefix, and
+  // the tokens they did not compute.
+  int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
 };
 
 class Scheduler {
  public:
   // `num_blocks` per context-parallel rank, `cp` ranks.
-  // One sequence slot per running sequence (max_num_seqs).
-  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp = 1);
+  // One sequence slot per running sequence (max_num_seqs). `num_snapshots` > 0: prefix caching
+  // with that many slot-state snapshots (engine/prefix_cache.h).
+  Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp = 1,
+            int32_t num_snapshots = 0);
 
   // Queues a request (with a grammar, its sequence gets a matcher); returns "" or the reason it
   // can never run (too long for the model or pool).
@@ -137,9 +156,24 @@ class Scheduler {
   void release(Sequence* s);
   void preempt(Sequence* s);
   void admit(Sequence* s);
+  // Prefix caching: a waiting sequence takes the cached blocks its tokens start with (false:
+  // none); drop_hit gives them back when it is not admitted after all.
+  bool take_hit(Sequence* s);
+  void drop_hit(Sequence* s);
+  // The snapshots and cache entries of the blocks that `q`'s rows of `s` complete.
+  void plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out);
 
   SchedulerConfig cfg_;
   CpBlockPools pools_;
+  PrefixCache cache_;
+  // Blocks completed by the step being scheduled, entered in the cache once it ran.
+  struct Pending {
+    Sequence* seq;
+    size_t index;     // block index in the sequence
+    int32_t snap;     // -1: its snapshot went to a later block of the same step
+    size_t q, saves;  // its save: out.seqs[q].saves[saves]
+  };
+  std::vector<Pending> pending_;
   std::vector<int32_t> free_slots_;
   uint64_t next_arrival_ = 0;
   std::unordered_map<RequestId, std::unique_ptr<Sequence>> seqs_;

@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -8,17 +10,21 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
     : block_tokens_(opt.block_tokens),
       num_blocks_(opt.num_blocks),
       max_seqs_(opt.max_seqs),
+      num_snapshots_(opt.num_snapshots),
       window_(c.window_size),
       window_row_bytes_(window_kv_row_bytes(c.head_dim)),
       history_len_(c.engram_layer_ids.empty() ? 0 : c.engram_max_ngram_size - 1) {
-  DI_REQUIRE(opt.num_blocks >= 0 && opt.max_seqs >= 1 && opt.block_tokens >= 1,
-             "KV cache: need num_blocks >= 0, max_seqs >= 1 and block_tokens >= 1");
+  DI_REQUIRE(
+      opt.num_blocks >= 0 && opt.max_seqs >= 1 && opt.block_tokens >= 1 && opt.num_snapshots >= 0,
+      "KV cache: need num_blocks >= 0, max_seqs >= 1, block_tokens >= 1 and "
+      "num_snapshots >= 0");
   const auto roles = layer_roles(c);
   layers_.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& r = roles[size_t(l)];
     LayerRegion& L = layers_[size_t(l)];
     L.window.assign(size_t(max_seqs_ * window_ * window_row_bytes_), 0);
+    L.snapshot_window.assign(size_t(num_snapshots_ * window_ * window_row_bytes_), 0);
     if (!r.kv_source) continue;
     DI_REQUIRE(block_tokens_ % r.ratio == 0, "KV cache: block size ", block_tokens_,
                " tokens is not a multiple of layer ", l, "'s compress ratio ", r.ratio);
@@ -30,13 +36,15 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
     if (r.ratio > 1) L.carry.assign(size_t(max_seqs_ * r.ratio * 2 * c.head_dim), 0.0f);
   }
   history_.assign(size_t(max_seqs_ * history_len_), 0);
+  snapshot_history_.assign(size_t(num_snapshots_ * history_len_), 0);
   last_key_layer_.assign(size_t(max_seqs_), -1);
 }
 
 uint64_t KvCache::bytes() const {
-  uint64_t n = history_.size() * 8;
+  uint64_t n = (history_.size() + snapshot_history_.size()) * 8;
   for (const auto& L : layers_)
-    n += L.paged[0].size() + L.paged[1].size() + L.window.size() + L.carry.size() * 4;
+    n += L.paged[0].size() + L.paged[1].size() + L.window.size() + L.snapshot_window.size() +
+         L.carry.size() * 4;
   return n;
 }
 
@@ -68,6 +76,26 @@ float* KvCache::carry(int layer, int32_t slot) {
 int64_t* KvCache::engram_history(int32_t slot) {
   DI_CHECK(slot >= 0 && slot < max_seqs_);
   return history_.data() + int64_t(slot) * history_len_;
+}
+
+uint8_t* KvCache::snapshot_window(int layer, int32_t snap, int64_t index) {
+  DI_CHECK(snap >= 0 && snap < num_snapshots_ && index >= 0 && index < window_);
+  return layers_[size_t(layer)].snapshot_window.data() +
+         (int64_t(snap) * window_ + index) * window_row_bytes_;
+}
+
+int64_t* KvCache::snapshot_history(int32_t snap) {
+  DI_CHECK(snap >= 0 && snap < num_snapshots_);
+  return snapshot_history_.data() + int64_t(snap) * history_len_;
+}
+
+void KvCache::restore_snapshot(int32_t snap, int32_t slot) {
+  DI_CHECK(snap >= 0 && snap < num_snapshots_ && slot >= 0 && slot < max_seqs_);
+  const size_t ring = size_t(window_ * window_row_bytes_);
+  for (LayerRegion& L : layers_)
+    std::copy_n(L.snapshot_window.data() + size_t(snap) * ring, ring,
+                L.window.data() + size_t(slot) * ring);
+  std::copy_n(snapshot_history(snap), history_len_, engram_history(slot));
 }
 
 // --- footprint ---

@@ -46,6 +46,9 @@ struct KvFootprint {
   int64_t carry_bytes = 0;   // compressor partial groups (fp32 k and g rows, r > 1)
   int64_t engram_history_bytes = 0;
   int64_t fixed_bytes_per_seq() const { return window_bytes + carry_bytes + engram_history_bytes; }
+  // A prefix-cache snapshot: the rings and the history at a block boundary (the compressor carry
+  // is empty there, blocks being whole compressed groups).
+  int64_t snapshot_bytes() const { return window_bytes + engram_history_bytes; }
 };
 
 KvFootprint kv_footprint(const ModelConfig& c);
@@ -57,6 +60,7 @@ struct KvCacheOptions {
   int32_t num_blocks = 0;
   int64_t block_tokens = 64;  // must be a multiple of every compress ratio
   int32_t max_seqs = 1;
+  int32_t num_snapshots = 0;  // prefix-cache snapshots of slot state
 };
 
 // A sequence's view: its slot and its block table.
@@ -87,6 +91,13 @@ class KvCache {
   // The layer whose index keys the reference's decode path would score next (§6.8 switch).
   int32_t& last_key_layer(int32_t slot) { return last_key_layer_[size_t(slot)]; }
 
+  // Prefix caching: snapshot `snap` of a slot's state at a block boundary, laid out as the slot
+  // (ring entry `index` of `layer`, the Engram history), and its copy back into a slot.
+  int32_t num_snapshots() const { return num_snapshots_; }
+  uint8_t* snapshot_window(int layer, int32_t snap, int64_t index);
+  int64_t* snapshot_history(int32_t snap);
+  void restore_snapshot(int32_t snap, int32_t slot);
+
   // Tokens of context a sequence with `n_blocks` blocks can hold (at every layer).
   int64_t capacity_tokens(int64_t n_blocks) const { return n_blocks * block_tokens_; }
 
@@ -95,17 +106,19 @@ class KvCache {
     // [0] compressed KV, [1] index keys: [num_blocks, block_tokens / r, row bytes]
     std::vector<uint8_t> paged[2];
     int64_t row_bytes[2] = {0, 0}, rows_per_block = 0;
-    std::vector<uint8_t> window;  // [max_seqs, W, row bytes]
-    std::vector<float> carry;     // [max_seqs, r, 2, Dh]
+    std::vector<uint8_t> window;           // [max_seqs, W, row bytes]
+    std::vector<uint8_t> snapshot_window;  // [num_snapshots, W, row bytes]
+    std::vector<float> carry;              // [max_seqs, r, 2, Dh]
   };
   // Row `row` of a sequence in cache `which` (0: compressed KV, 1: index keys) of `layer`.
   uint8_t* paged_row(int layer, int which, const SeqKv& s, int64_t row);
 
   int64_t block_tokens_;
-  int32_t num_blocks_, max_seqs_;
+  int32_t num_blocks_, max_seqs_, num_snapshots_;
   int64_t window_, window_row_bytes_, history_len_;
   std::vector<LayerRegion> layers_;
-  std::vector<int64_t> history_;  // [max_seqs, Ng - 1]
+  std::vector<int64_t> history_;           // [max_seqs, Ng - 1]
+  std::vector<int64_t> snapshot_history_;  // [num_snapshots, Ng - 1]
   std::vector<int32_t> last_key_layer_;
 };
 

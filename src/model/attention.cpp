@@ -97,8 +97,17 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         cx.attend(row, {&q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
                         bf16, exact, &o[size_t(row * H * Dh)]});
       }
-      // Ring update after every query of the chunk has read it (§12.2): real rows only.
       const int64_t real = st.real_rows(s);
+      // Snapshots (prefix caching), before the ring moves on: entries of positions before the
+      // chunk from the ring, the chunk's own from its rows, each at its ring index.
+      for (const WindowSave& w : st.batch->saves) {
+        if (size_t(w.seq) != s) continue;
+        for (int64_t p = std::max<int64_t>(0, w.boundary - Wn); p < w.boundary; ++p)
+          std::copy_n(p >= s0 ? &kv_packed[size_t((r0 + p - s0) * wrow)]
+                              : st.kv->window_slot(l, sq.kv.slot, p % Wn),
+                      wrow, st.kv->snapshot_window(l, w.snap, p % Wn));
+      }
+      // Ring update after every query of the chunk has read it (§12.2): real rows only.
       for (int64_t i = std::max<int64_t>(0, real - Wn); i < real; ++i)
         std::copy_n(&kv_packed[size_t((r0 + i) * wrow)], wrow,
                     st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));

@@ -140,6 +140,13 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
     st.row0.push_back(int64_t(st.pos.size()));
     for (int64_t i = 0; i < q.n_tokens; ++i) st.pos.push_back(q.start_pos + i);
     if (q.start_pos == 0) kv.last_key_layer(q.kv.slot) = -1;
+    if (q.restore >= 0) kv.restore_snapshot(q.restore, q.kv.slot);
+  }
+  for (const WindowSave& w : batch.saves) {
+    DI_CHECK(w.seq >= 0 && size_t(w.seq) < batch.seqs.size(), "snapshot of sequence ", w.seq);
+    const ForwardSeq& q = batch.seqs[size_t(w.seq)];
+    DI_CHECK(w.boundary > q.start_pos && w.boundary <= q.start_pos + q.n_tokens - q.n_padding,
+             "snapshot at ", w.boundary, " outside the sequence's rows");
   }
   DI_CHECK(int64_t(st.pos.size()) == st.N, "rows of the sequences (", st.pos.size(),
            ") != tokens (", st.N, ")");
@@ -172,6 +179,15 @@ void Model::Impl::engram_ids(Step& st) {
         engram, chunk, std::span<const int64_t>(hist, size_t(n_hist)), q.start_pos, pad,
         std::span<int64_t>(st.engram_ids.data() + r0 * LE * NC, size_t(q.n_tokens * LE * NC)));
     const int64_t real = q.n_tokens - q.n_padding;
+    // Snapshots: the history after position b - 1 holds the ids of [b - n, b), n = min(b,
+    // hist_max), oldest first: from the old history before start_pos, then from the chunk.
+    for (const WindowSave& w : st.batch->saves) {
+      if (size_t(w.seq) != s) continue;
+      int64_t* dst = st.kv->snapshot_history(w.snap);
+      for (int64_t p = w.boundary - std::min(w.boundary, hist_max), k = 0; p < w.boundary; ++p)
+        dst[k++] =
+            p >= q.start_pos ? chunk[size_t(p - q.start_pos)] : hist[n_hist - (q.start_pos - p)];
+    }
     engram_update_history(engram, std::span<int64_t>(hist, size_t(hist_max)), n_hist,
                           std::span<const int64_t>(chunk.data(), size_t(real)));
   }

@@ -37,11 +37,24 @@ struct ForwardSeq {
   // Logits are produced for rows [logits_from, n_tokens - n_padding) of this sequence
   // (n_tokens - n_padding for none, n_tokens - n_padding - 1 for the last real token).
   int64_t logits_from = 0;
+  // Prefix caching: before the step, the slot's rings and Engram history come from this KV-cache
+  // snapshot (taken at start_pos); -1: none.
+  int32_t restore = -1;
+};
+
+// Prefix caching: snapshot `snap` takes the rings and Engram history of sequence `seq` (an index
+// into ForwardBatch::seqs) as they stand after position `boundary` - 1, which the sequence's
+// rows of this step cover (start_pos < boundary <= start_pos + real rows).
+struct WindowSave {
+  int32_t seq = 0;
+  int64_t boundary = 0;
+  int32_t snap = 0;
 };
 
 struct ForwardBatch {
-  std::vector<int32_t> tokens;   // [total rows]
-  std::vector<ForwardSeq> seqs;  // in the order their rows appear in `tokens`
+  std::vector<int32_t> tokens;    // [total rows]
+  std::vector<ForwardSeq> seqs;   // in the order their rows appear in `tokens`
+  std::vector<WindowSave> saves;  // taken in this order (a later one may reuse a snapshot)
 
   int64_t n_rows() const { return int64_t(tokens.size()); }
   int64_t n_logit_rows() const {

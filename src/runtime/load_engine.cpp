@@ -32,6 +32,8 @@ void check_engine_limits(const EngineOptions& o) {
   need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
        ">= 0 (0: from --kv-cache-memory)");
   need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
+  need(o.prefix_cache_mib >= 0, "--prefix-cache-memory", o.prefix_cache_mib,
+       ">= 0 (MiB; 0: a quarter of --kv-cache-memory)");
   need(o.threads >= 0, "--threads", o.threads, ">= 0 (0: all cores)");
 }
 }  // namespace
@@ -81,6 +83,9 @@ LoadedEngine load_engine(const EngineOptions& o) {
   }
   EngineConfig ec = o.engine;
   ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
+  ec.prefix_cache_memory = uint64_t(o.prefix_cache_mib) << 20;
+  // The demo's decode defect reads state a resumed sequence would not have.
+  ec.prefix_caching = ec.prefix_caching && !o.demo_decode_defect;
   TextDecoder decoder;
   if (const Tokenizer* tok = le.tokenizer.get())
     decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };

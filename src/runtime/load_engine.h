@@ -23,6 +23,7 @@ struct EngineOptions {
   int threads = 0;
   EngineConfig engine;
   int64_t kv_cache_mib = 512;
+  int64_t prefix_cache_mib = 0;  // 0: a quarter of kv_cache_mib
   std::string dump_dir;
   ParallelConfig parallel;
 };

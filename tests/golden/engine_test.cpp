@@ -89,6 +89,88 @@ TEST(Engine, OutputsIdenticalAcrossSchedulingModes) {
   }
 }
 
+// Prefix caching: requests that share prefixes with earlier ones (ending mid-block, mid
+// compression group, inside the window, at block ends, the whole prompt, an earlier request's
+// prompt and output) give exactly the cold run's tokens and logprobs in fp32, one at a time,
+// side by side with chunked prefill, and under a pool and a snapshot budget so small that
+// blocks and snapshots are evicted and sequences preempted.
+TEST(Engine, PrefixCacheHitsAreBitIdenticalToColdRuns) {
+  for (const char* preset : {"tiny", "tiny-c"}) {
+    SCOPED_TRACE(preset);
+    LoadedModel m = load_model(preset, Numerics::Fp32);
+    const int64_t V = m.model->config().vocab_size;
+    std::mt19937_64 rng(7);
+    auto random_tokens = [&](int64_t n) {
+      std::vector<int32_t> t;
+      for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(rng() % uint64_t(V)));
+      return t;
+    };
+    const std::vector<int32_t> base = random_tokens(70);
+    std::vector<Request> reqs;
+    auto add = [&](std::vector<int32_t> prompt) {
+      Request r;
+      r.id = RequestId(reqs.size());
+      r.prompt_ids = std::move(prompt);
+      r.params.max_tokens = 6;
+      r.params.temperature = 0;
+      r.params.logprobs = 2;
+      reqs.push_back(std::move(r));
+    };
+    add(base);
+    add(base);  // the whole prompt cached: its last block is computed again
+    // Blocks of 8 tokens, windows of 8 (tiny) and 16 (tiny-c), compression groups of 2 and 4.
+    for (int64_t shared : {64, 63, 57, 50, 49, 33, 31, 17, 16, 15, 9, 8, 7, 3}) {
+      std::vector<int32_t> p(base.begin(), base.begin() + shared);
+      const std::vector<int32_t> tail = random_tokens(1 + int64_t(rng() % 9));
+      p.insert(p.end(), tail.begin(), tail.end());
+      add(std::move(p));
+    }
+    EngineConfig cold = config(4, 64, 0, false);
+    cold.sched.block_tokens = 8;
+    cold.prefix_caching = false;
+    std::map<RequestId, Result> want = run(*m.model, cold, reqs);
+    // A next turn: the first request's prompt and output, then more.
+    std::vector<int32_t> turn = base;
+    turn.insert(turn.end(), want[0].ids.begin(), want[0].ids.end());
+    const std::vector<int32_t> more = random_tokens(5);
+    turn.insert(turn.end(), more.begin(), more.end());
+    add(turn);
+    want = run(*m.model, cold, reqs);
+
+    struct Mode {
+      const char* name;
+      int32_t seqs;
+      int64_t prompt_rows;
+      int32_t blocks;
+      uint64_t snapshot_memory;
+    };
+    for (const Mode& mode :
+         {Mode{"one at a time", 1, 64, 0, 0}, Mode{"side by side", 3, 5, 0, 0},
+          Mode{"small pool", 3, 64, 13, 0}, Mode{"two snapshots", 1, 64, 0, 1}}) {
+      SCOPED_TRACE(mode.name);
+      EngineConfig hot = config(mode.seqs, mode.prompt_rows, 0, false);
+      hot.sched.block_tokens = 8;
+      hot.num_kv_blocks = mode.blocks;
+      if (mode.snapshot_memory)  // room for two snapshots
+        hot.prefix_cache_memory = uint64_t(2 * kv_footprint(m.model->config()).snapshot_bytes());
+      Engine e(*m.model, hot);
+      for (const auto& r : reqs) ASSERT_EQ(e.add_request(r), "") << "request " << r.id;
+      std::map<RequestId, Result> got;
+      while (e.has_unfinished()) {
+        e.step();
+        for (auto& o : e.take_finished()) got[o.id] = {o.output_ids, o.logprobs, o.finish};
+      }
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [id, r] : want) EXPECT_TRUE(got[id] == r) << "request " << id;
+      const EngineStats st = e.stats();
+      EXPECT_GT(st.prefix_hits, 0);
+      EXPECT_GT(st.prefix_hit_tokens, 8 * st.prefix_hits - 1);
+      EXPECT_EQ(e.kv_blocks_used(), 0);
+      if (mode.blocks) EXPECT_GT(st.preemptions, 0);
+    }
+  }
+}
+
 TEST(Engine, PreemptionUnderASmallPoolLosesNothing) {
   LoadedModel m = load_model("tiny", Numerics::Bf16);
   const auto reqs = mixed_requests(200, m.model->config().vocab_size, 9, 0.0f);
