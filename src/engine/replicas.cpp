@@ -252,6 +252,10 @@ EngineLoad Replicas::total() const {
     s.kv_blocks_total += l.stats.kv_blocks_total;
     s.kv_blocks_peak += l.stats.kv_blocks_peak;
     s.preemptions += l.stats.preemptions;
+    s.prefix_queries += l.stats.prefix_queries;
+    s.prefix_hits += l.stats.prefix_hits;
+    s.prefix_hit_tokens += l.stats.prefix_hit_tokens;
+    s.prefix_snapshots += l.stats.prefix_snapshots;
   }
   return t;
 }

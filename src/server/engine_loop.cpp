@@ -369,6 +369,13 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   }
   counter("deepinfer_engine_steps_total", "Engine steps run.", g.stats.steps);
   counter("deepinfer_preemptions_total", "Sequences preempted.", g.stats.preemptions);
+  counter("deepinfer_prefix_cache_queries_total",
+          "Admissions that looked their prompt up in the prefix cache.", g.stats.prefix_queries);
+  counter("deepinfer_prefix_cache_hits_total", "Admissions that resumed from a cached prefix.",
+          g.stats.prefix_hits);
+  counter("deepinfer_prefix_cache_hit_tokens_total",
+          "Prompt tokens taken from the prefix cache instead of computed.",
+          g.stats.prefix_hit_tokens);
   ttft_.render("deepinfer_time_to_first_token_seconds", "Submission to first token.", &out);
   itl_.render("deepinfer_inter_token_latency_seconds", "Between consecutive tokens of a request.",
               &out);

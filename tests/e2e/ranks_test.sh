@@ -74,3 +74,44 @@ for c in "--dp 2" "--dp 2 --ep 2"; do
   fi
   echo "ok: sampling fields $BACKEND $c"
 done
+
+# Prefix caching over ranks: prompts sharing prefixes (one sequence at a time, so later ones hit
+# what earlier ones left) give the single rank's tokens computed without the cache; with context
+# parallelism the cached blocks and snapshots are spread over the ranks.
+python3 - "$WORK/shared.jsonl" <<'PY'
+import json, random, sys
+random.seed(5)
+base = [random.randrange(3, 129000) for _ in range(90)]
+lines = [base] + [base[:k] + [random.randrange(3, 129000) for _ in range(1 + k % 7)]
+                  for k in (90, 81, 64, 47, 33, 16, 9)]
+with open(sys.argv[1], "w") as f:
+    for p in lines:
+        f.write(json.dumps({"prompt_ids": p, "max_tokens": 5, "temperature": 0, "logprobs": 2}) + "\n")
+PY
+SHARED=(--model "$WORK/tiny" --dtype fp32 --block-size 8 --max-num-seqs 1 --prompts "$WORK/shared.jsonl")
+"$BIN" generate "${SHARED[@]}" --no-prefix-caching --output "$WORK/single.jsonl" 2>/dev/null
+if [ "$BACKEND" = shm ]; then
+  configs=("1:" "2:--cp 2" "2:--cp 2 --ep 2" "2:--dp 2 --ep 2")
+else
+  configs=("2:--cp 2" "2:--dp 2 --ep 2")
+fi
+for c in "${configs[@]}"; do
+  rm -f "$WORK/ranks.jsonl"
+  if [ "$BACKEND" = shm ]; then
+    # shellcheck disable=SC2086
+    "$BIN" generate "${SHARED[@]}" ${c#*:} --output "$WORK/ranks.jsonl" 2>"$WORK/err"
+  else
+    # shellcheck disable=SC2086
+    mpirun -np "${c%%:*}" --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
+      "${SHARED[@]}" ${c#*:} --output "$WORK/ranks.jsonl" 2>"$WORK/err"
+  fi
+  if ! cmp -s "$WORK/single.jsonl" "$WORK/ranks.jsonl"; then
+    echo "FAIL: prefix caching over $BACKEND '${c#*:}' differs from the cold single rank"
+    cat "$WORK/err"
+    exit 1
+  fi
+  case "$c" in *--dp*) ;; *)
+    grep -Eq "prefix cache [1-9][0-9]* hits" "$WORK/err" || { cat "$WORK/err"; echo "FAIL: no hits ($c)"; exit 1; } ;;
+  esac
+  echo "ok: prefix caching $BACKEND ${c#*:}"
+done

@@ -47,10 +47,11 @@ deepinfer_server_test(server_load SCRIPT load.test.mjs TIMEOUT 600)
 deepinfer_server_test(server_ranks SCRIPT ranks.test.mjs)
 deepinfer_server_test(server_structured SCRIPT structured.test.mjs TOKENIZER)
 deepinfer_server_test(server_http SCRIPT http.test.mjs TOKENIZER)
+deepinfer_server_test(server_prefix_cache SCRIPT prefix_cache.test.mjs)
 
 # The same suites over two data-parallel replicas sharing the experts: every answer must be the
 # one a single rank gives (several compare with the offline runner on one rank).
-foreach(suite openai_client sse_curl structured http errors disconnect shutdown)
+foreach(suite openai_client sse_curl structured http errors disconnect shutdown prefix_cache)
   set(tok)
   if(suite MATCHES "openai_client|sse_curl|structured|http")
     set(tok TOKENIZER)
