@@ -49,5 +49,27 @@ TEST(BlockPool, RandomWorkloadKeepsExactAccounting) {
   EXPECT_EQ(pool.num_free(), 64);
 }
 
+TEST(BlockPool, SharedBlocksFreeWithTheirLastHolderAndLeaveInReleaseOrder) {
+  BlockPool pool(4);
+  const int32_t a = pool.allocate(), b = pool.allocate();
+  EXPECT_EQ(pool.num_free(), 2);
+  pool.ref(a);  // a second holder
+  pool.release(a);
+  EXPECT_EQ(pool.refs(a), 1);
+  EXPECT_EQ(pool.num_free(), 2);
+  pool.release(b);
+  pool.release(a);
+  EXPECT_EQ(pool.num_free(), 4);
+  // A free block taken back out of the middle of the queue (a prefix-cache hit).
+  pool.ref(b);
+  EXPECT_EQ(pool.num_free(), 3);
+  // The rest go least recently released first: the never-used blocks, then a.
+  const int32_t c = pool.allocate(), d = pool.allocate();
+  EXPECT_EQ(std::set<int32_t>({c, d}), (std::set<int32_t>{2, 3}));
+  EXPECT_EQ(pool.allocate(), a);
+  EXPECT_EQ(pool.allocate(), -1);
+  EXPECT_ANY_THROW(pool.ref(7));
+}
+
 }  // namespace
 }  // namespace deepinfer
