@@ -13,6 +13,7 @@
 #include "bench/bench_decode.h"
 #include "bench/bench_grammar.h"
 #include "bench/bench_linear.h"
+#include "bench/bench_prefix.h"
 #include "bench/bench_util.h"
 
 namespace deepinfer::bench {
@@ -166,6 +167,27 @@ void add_command(CLI::App& app) {
       DI_REQUIRE(opt->walks >= 1 && opt->max_steps >= 1, "--walks and --max-steps must be >= 1");
       Reporter rep(f->json);
       bench_grammar(rep, *opt);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
+    auto opt = std::make_shared<PrefixBenchOptions>();
+    CLI::App* cmd = bench->add_subcommand(
+        "prefix-cache", "Time to first token from a cached prefix vs the same request cold");
+    add_common(cmd, *f);
+    cmd->add_option("--model", opt->model_dir, "Checkpoint directory")->required();
+    cmd->add_option("--prefix", opt->prefix, "Tokens shared with the earlier request")
+        ->capture_default_str();
+    cmd->add_option("--suffix", opt->suffix, "Tokens after the prefix")->capture_default_str();
+    cmd->add_option("--pairs", opt->pairs,
+                    "Alternated (cold, cached) pairs; the median ratio is reported")
+        ->capture_default_str();
+    cmd->callback([f, opt] {
+      apply(*f);
+      DI_REQUIRE(opt->prefix >= 1 && opt->suffix >= 1 && opt->pairs >= 1,
+                 "--prefix, --suffix and --pairs must be >= 1");
+      Reporter rep(f->json);
+      bench_prefix(rep, *opt);
     });
   }
   {

@@ -17,6 +17,8 @@ export DEEPINFER_NUM_THREADS=2
 "$BIN" bench decode --model "$WORK/tiny" --batches 1,4 --steps 2 --pairs 3 --prompt 16 --prefill 32 --json \
   > "$WORK/decode.jsonl" 2>"$WORK/decode.err" || { cat "$WORK/decode.err"; fail "bench decode"; }
 "$BIN" bench pool --calls 50 --json > "$WORK/pool.jsonl" || fail "bench pool"
+"$BIN" bench prefix-cache --model "$WORK/tiny" --prefix 130 --suffix 5 --pairs 2 --json \
+  > "$WORK/prefix.jsonl" 2>"$WORK/prefix.err" || { cat "$WORK/prefix.err"; fail "bench prefix-cache"; }
 
 python3 - "$WORK" <<'PY' || fail "bench output"
 import json, sys, os
@@ -54,6 +56,11 @@ pre = [r for r in dec if r["bench"] == "prefill"]
 assert len(pre) == 1 and pre[0]["tokens"] == 32 and pre[0]["gflops"] > 0, dec
 if "flop_limit_gflops" in pre[0]:
     paired(pre[0], "gflops", "flop_limit_gflops", 3)
+pre = rows("prefix.jsonl")
+assert len(pre) == 1 and pre[0]["bench"] == "prefix_cache", pre
+paired(pre[0], "cold_ttft_s", "cached_ttft_s", 2)
+# Blocks of 64: the cached request resumes after the prefix's two whole blocks.
+assert pre[0]["hit_tokens_per_request"] == 128, pre
 pool = rows("pool.jsonl")
 assert len(pool) == 1 and pool[0]["us_per_parallel_for"] > 0, pool
 PY
@@ -68,5 +75,6 @@ expect_error "not a multiple of 32" "$BIN" bench linear --shapes 100:64
 expect_error "expected at least 1" "$BIN" bench linear --pairs 0
 expect_error "must be positive" "$BIN" bench decode --model "$WORK/tiny" --pairs 0
 expect_error "expected at least 64" "$BIN" bench bandwidth --mib 0
+expect_error "must be >= 1" "$BIN" bench prefix-cache --model "$WORK/tiny" --suffix 0
 expect_error "does not exist" "$BIN" bench decode --model "$WORK/nowhere"
 echo "bench e2e: ok"
