@@ -250,14 +250,16 @@ void generate(GenerateOptions& o) {
                "deepinfer: %zu requests (%zu rejected); prompt tokens %lld, generated %lld; "
                "prefill %.1f tok/s, decode %.1f tok/s; %lld steps; KV pool peak %d/%d blocks "
                "(%.0f%%), %lld preemptions; prefix cache %lld hits of %lld queries, %lld "
-               "tokens\n",
+               "tokens; speculative %lld drafted, %lld accepted, mean acceptance length %.2f\n",
                n, errors, (long long)st.prompt_tokens, (long long)st.generated_tokens,
                st.prefill_seconds > 0 ? double(st.prompt_tokens) / st.prefill_seconds : 0.0,
                st.decode_seconds > 0 ? double(st.generated_tokens) / st.decode_seconds : 0.0,
                (long long)st.steps, st.kv_blocks_peak, st.kv_blocks_total,
                100.0 * st.kv_blocks_peak / std::max(1, st.kv_blocks_total),
-               (long long)st.preemptions, (long long)st.prefix_hits,
-               (long long)st.prefix_queries, (long long)st.prefix_hit_tokens);
+               (long long)st.preemptions, (long long)st.prefix_hits, (long long)st.prefix_queries,
+               (long long)st.prefix_hit_tokens, (long long)st.spec_drafted,
+               (long long)st.spec_accepted,
+               st.spec_steps ? 1.0 + double(st.spec_accepted) / double(st.spec_steps) : 0.0);
   le.finish();
   // Every line is written; the exit status still says that some requests failed.
   DI_REQUIRE(errors == 0, errors, " of ", n,

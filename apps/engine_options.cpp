@@ -42,6 +42,16 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
              "MiB of slot-state snapshots prefix caching resumes from (0: a quarter of "
              "--kv-cache-memory)")
       ->capture_default_str();
+  env_option(cmd, "--speculative-method", o->speculative_method,
+             "Speculative decoding: none, or ngram (drafts from earlier occurrences of the last "
+             "tokens, verified exactly)")
+      ->check(CLI::IsMember({"none", "ngram"}))
+      ->capture_default_str();
+  env_option(cmd, "--num-speculative-tokens", o->num_speculative_tokens,
+             "Drafts per decode step (0: 4 for ngram)")
+      ->capture_default_str();
+  env_option(cmd, "--ngram-max", o->ngram_max, "Longest n-gram ngram drafting matches")
+      ->capture_default_str();
   ParallelConfig& pc = o->parallel;
   env_option(cmd, "--dp", pc.dp, "Data-parallel replicas (each schedules its own requests)")
       ->capture_default_str();

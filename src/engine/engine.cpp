@@ -34,6 +34,7 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   }
   ko.block_tokens = sc.block_tokens;
   ko.max_seqs = sc.max_num_seqs;
+  ko.slot_backups = sc.num_speculative_tokens > 0;
   if (cfg->prefix_caching) {
     // Snapshots from their budget, one at least, and no more than there are blocks to resume.
     const uint64_t budget =
@@ -99,15 +100,25 @@ std::string Engine::check_request(const Request& req) const {
   return scheduler_->check(req);
 }
 
+FinishReason Engine::token_stop(const Sequence& s) const {
+  const SamplingParams& p = s.req.params;
+  const int32_t t = s.tokens.back();
+  if (!p.ignore_eos && t == model_.config().eos_token_id) return FinishReason::Stop;
+  // A grammar's end is the end, whatever ignore_eos says (nothing else could follow).
+  if (s.matcher && s.matcher->finished()) return FinishReason::Stop;
+  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
+    return FinishReason::Stop;
+  return FinishReason::None;
+}
+
+bool Engine::length_stop(const Sequence& s) const {
+  return s.num_generated() >= s.req.params.max_tokens ||
+         int64_t(s.tokens.size()) >= cfg_.sched.max_model_len;
+}
+
 void Engine::check_stop(Sequence* s) {
   const SamplingParams& p = s->req.params;
-  const int32_t t = s->tokens.back();
-  FinishReason why = FinishReason::None;
-  if (!p.ignore_eos && t == model_.config().eos_token_id) why = FinishReason::Stop;
-  // A grammar's end is the end, whatever ignore_eos says (nothing else could follow).
-  if (s->matcher && s->matcher->finished()) why = FinishReason::Stop;
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
-    why = FinishReason::Stop;
+  FinishReason why = token_stop(*s);
   if (why == FinishReason::None && !p.stop.empty()) {
     // Only a stop string that ends in the newest token can be new, and it lies within the last
     // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
@@ -129,9 +140,7 @@ void Engine::check_stop(Sequence* s) {
         break;
       }
   }
-  if (why == FinishReason::None &&
-      (s->num_generated() >= p.max_tokens || int64_t(s->tokens.size()) >= cfg_.sched.max_model_len))
-    why = FinishReason::Length;
+  if (why == FinishReason::None && length_stop(*s)) why = FinishReason::Length;
   if (why != FinishReason::None) scheduler_->finish(s, why);
 }
 
@@ -150,6 +159,8 @@ std::vector<TokenEvent> Engine::step() {
   std::vector<int32_t>& sampled = sampled_;
   sampled.clear();
   tops_.clear();
+  counts_.clear();
+  size_t row = 0;  // logits row
   bool has_prompt = false;
   {
     DI_REGION("engine.sample");
@@ -163,31 +174,50 @@ std::vector<TokenEvent> Engine::step() {
         stats_.prompt_tokens += int64_t(q.tokens.size());
       }
       if (!q.sample) continue;
-      SampleInput in{logits->data() + sampled.size() * size_t(V), &s->req.params, &s->tokens,
-                     s->num_prompt, *s->req.params.seed};
-      if (s->matcher) {
-        DI_REGION("engine.grammar_mask");
-        in.allowed = s->matcher->allowed();
+      // Row j samples as plain decoding would after the drafts before it: with them in the
+      // history, the same random draw (seed, token index) and the same grammar state. Draft j
+      // stands when row j picks it; the first row that picks another token ends the run (its
+      // token is kept), as does a token that ends the request.
+      const size_t first = sampled.size();
+      const int32_t* drafts = q.tokens.data() + q.tokens.size() - size_t(q.n_drafts);
+      for (int32_t j = 0; j <= q.n_drafts; ++j) {
+        SampleInput in{logits->data() + (row + size_t(j)) * size_t(V), &s->req.params, &s->tokens,
+                       s->num_prompt, *s->req.params.seed};
+        if (s->matcher) {
+          DI_REGION("engine.grammar_mask");
+          in.allowed = s->matcher->allowed();
+        }
+        const int32_t t = sampler_.sample(in, &tops_.emplace_back());
+        if (s->matcher) {
+          const bool ok = s->matcher->accept(t);
+          DI_CHECK(ok, "the sampler chose token ", t, ", which the grammar refuses");
+        }
+        sampled.push_back(t);
+        s->tokens.push_back(t);  // the next row's history
+        if (j == q.n_drafts || t != drafts[j] || token_stop(*s) != FinishReason::None ||
+            length_stop(*s))
+          break;
       }
-      sampled.push_back(sampler_.sample(in, &tops_.emplace_back()));
-      if (s->matcher) {
-        const bool ok = s->matcher->accept(sampled.back());
-        DI_CHECK(ok, "the sampler chose token ", sampled.back(), ", which the grammar refuses");
-      }
+      row += 1 + size_t(q.n_drafts);
+      const size_t k = sampled.size() - first;
+      s->tokens.resize(s->tokens.size() - k);  // update() appends them
+      counts_.push_back(int32_t(k));
     }
   }
-  const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled);
-  events.reserve(seqs.size());
-  for (size_t i = 0; i < seqs.size(); ++i) {
+  const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled, counts_);
+  events.reserve(sampled.size());
+  for (size_t i = 0, at = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
-    TokenEvent& ev = events.emplace_back(s->req.id, sampled[i]);
-    if (s->req.params.logprobs > 0) {
-      ev.logprobs = tops_[i];
-      s->logprobs.push_back(std::move(tops_[i]));
+    for (int32_t j = 0; j < counts_[i]; ++j, ++at) {
+      TokenEvent& ev = events.emplace_back(s->req.id, sampled[at]);
+      if (s->req.params.logprobs > 0) {
+        ev.logprobs = tops_[at];
+        s->logprobs.push_back(std::move(tops_[at]));
+      }
     }
     check_stop(s);
   }
-  stats_.generated_tokens += int64_t(seqs.size());
+  stats_.generated_tokens += int64_t(sampled.size());
   ++stats_.steps;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (has_prompt ? stats_.prefill_seconds : stats_.decode_seconds) += dt;
@@ -211,6 +241,9 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   s.kv_blocks_peak = scheduler_->stats().peak_blocks_used;
   const SchedulerStats& ss = scheduler_->stats();
+  s.spec_steps = ss.spec_steps;
+  s.spec_drafted = ss.spec_drafted;
+  s.spec_accepted = ss.spec_accepted;
   s.preemptions = ss.preemptions;
   s.prefix_queries = ss.prefix_queries;
   s.prefix_hits = ss.prefix_hits;

@@ -44,6 +44,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
   int32_t prefix_snapshots = 0;  // snapshot buffers (0: prefix caching off)
+  // Speculative decoding: steps that verified drafts, drafts proposed, drafts accepted.
+  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 // What is wrong with sampling parameters on their own (any model): "" or a message naming the
@@ -83,6 +85,10 @@ class Engine {
  private:
   // Finishes `s` when its newest token ends it.
   void check_stop(Sequence* s);
+  // Whether the newest token ends `s` by itself (end of sequence, a stop id, the grammar's end),
+  // and whether `s` reached its length limit; stop strings aside.
+  FinishReason token_stop(const Sequence& s) const;
+  bool length_stop(const Sequence& s) const;
 
   Model& model_;
   EngineConfig cfg_;
@@ -93,7 +99,7 @@ class Engine {
   Sampler sampler_;
   // Per-step buffers, kept for their capacity.
   SchedOutput sched_out_;
-  std::vector<int32_t> sampled_;
+  std::vector<int32_t> sampled_, counts_;
   std::vector<TopLogprobs> tops_;
   EngineStats stats_;
 };

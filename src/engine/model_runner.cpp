@@ -56,8 +56,10 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
                              .n_tokens = real + q.n_padding,
                              .n_padding = q.n_padding,
                              .kv = {q.slot, table.data(), int64_t(table.size())},
-                             .logits_from = q.sample && want_logits_ ? real - 1 : real,
-                             .restore = q.restore});
+                             .logits_from = q.sample && want_logits_ ? real - 1 - q.n_drafts : real,
+                             .restore = q.restore,
+                             .rollback = q.rollback,
+                             .backup = q.backup});
       batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());

@@ -70,6 +70,9 @@ std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
     w.put<uint8_t>(q.sample);
     w.put<uint8_t>(q.decode);
     w.put<int32_t>(q.restore);
+    w.put<int32_t>(q.n_drafts);
+    w.put<uint8_t>(q.backup);
+    w.put<uint8_t>(q.rollback);
     w.put_vector(q.saves);
   }
   w.put_vector(out.released);
@@ -93,6 +96,9 @@ SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
     q.sample = r.get<uint8_t>();
     q.decode = r.get<uint8_t>();
     q.restore = r.get<int32_t>();
+    q.n_drafts = r.get<int32_t>();
+    q.backup = r.get<uint8_t>();
+    q.rollback = r.get<uint8_t>();
     q.saves = r.get_vector<SchedSeq::Save>();
     out.seqs.push_back(std::move(q));
   }

@@ -55,6 +55,7 @@ void put_request(ranks::Writer& w, const Request& q) {
   w.put<uint8_t>(p.ignore_eos);
   w.put(p.logprobs);
   w.put_string(p.grammar_source);
+  w.put_vector(p.draft_reference);
 }
 
 Request get_request(ranks::Reader& r) {
@@ -81,6 +82,7 @@ Request get_request(ranks::Reader& r) {
   p.ignore_eos = r.get<uint8_t>() != 0;
   p.logprobs = r.get<int64_t>();
   p.grammar_source = r.get_string();
+  p.draft_reference = r.get_vector<int32_t>();
   return q;
 }
 
@@ -256,6 +258,9 @@ EngineLoad Replicas::total() const {
     s.prefix_hits += l.stats.prefix_hits;
     s.prefix_hit_tokens += l.stats.prefix_hit_tokens;
     s.prefix_snapshots += l.stats.prefix_snapshots;
+    s.spec_steps += l.stats.spec_steps;
+    s.spec_drafted += l.stats.spec_drafted;
+    s.spec_accepted += l.stats.spec_accepted;
   }
   return t;
 }

@@ -39,6 +39,10 @@ struct SamplingParams {
   // What `grammar` was compiled from, as bytes another process can compile it from again (the
   // server's encoded output shape); empty without a grammar.
   std::string grammar_source;
+  // Speculative decoding, for benchmarks and tests: while the output follows this earlier output
+  // of the same request, drafts are taken from it (then from the n-gram lookup). Verification
+  // decides as for any draft, so it changes speed, never tokens.
+  std::vector<int32_t> draft_reference;
 };
 
 struct Request {

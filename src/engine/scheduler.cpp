@@ -107,6 +107,7 @@ void Scheduler::release(Sequence* s) {
   s->blocks_sent = 0;
   s->blocks_cached = 0;
   s->restore = -1;
+  s->rollback = false;
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -156,9 +157,17 @@ void Scheduler::drop_hit(Sequence* s) {
 
 void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {
   if (!cache_.enabled()) return;
-  const int64_t B = cfg_.block_tokens, end = s->num_computed + int64_t(q.tokens.size());
+  // Drafts are not the sequence's tokens yet: blocks they complete are entered (without a
+  // snapshot) by the next step, once accepted.
+  const int64_t B = cfg_.block_tokens, start = s->num_computed,
+                end = start + int64_t(q.tokens.size()) - q.n_drafts;
   cache_.extend_hashes(std::span<const int32_t>(s->tokens.data(), size_t(end)), &s->block_hashes);
   for (size_t i = s->blocks_cached; int64_t(i + 1) * B <= end; ++i) {
+    if (int64_t(i + 1) * B <= start) {
+      cache_.publish(s->block_hashes, i, s->tokens, s->blocks[i], -1);
+      s->blocks_cached = i + 1;
+      continue;
+    }
     const int32_t snap = cache_.take_snapshot();
     // A snapshot taken twice in one step keeps the later block's state.
     for (Pending& p : pending_)
@@ -174,40 +183,66 @@ bool Scheduler::wants_prefill() const {
                                           [](const Sequence* s) { return s->num_pending() > 1; });
 }
 
+void Scheduler::propose(Sequence* s, int64_t n) {
+  if (n <= 0) return;
+  const std::vector<int32_t>& ref = s->req.params.draft_reference;
+  const auto out = s->tokens.begin() + s->num_prompt;
+  const size_t g = size_t(s->num_generated());
+  if (g < ref.size() && std::equal(out, s->tokens.end(), ref.begin())) {
+    s->drafts.assign(ref.begin() + long(g),
+                     ref.begin() + long(std::min(ref.size(), g + size_t(n))));
+    return;
+  }
+  // The most recent earlier occurrence of the longest suffix (ngram_max tokens down to one),
+  // and what followed it.
+  const std::vector<int32_t>& t = s->tokens;
+  const int64_t len = int64_t(t.size());
+  for (int64_t k = std::min<int64_t>(cfg_.ngram_max, len - 1); k >= 1 && s->drafts.empty(); --k)
+    for (int64_t i = len - k - 1; i >= 0; --i)
+      if (std::equal(t.begin() + i, t.begin() + i + k, t.end() - k)) {
+        const int64_t from = i + k;
+        s->drafts.assign(t.begin() + from, t.begin() + std::min(len, from + n));
+        break;
+      }
+}
+
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
   std::vector<std::pair<Sequence*, int64_t>>& picked = picked_;
   picked.clear();
   const int64_t preemptions_before = stats_.preemptions;
+  // Decoding: a single pending token, or the tokens a rejected draft left to compute again.
+  auto decoding = [](const Sequence* s) { return s->num_pending() == 1 || s->rollback; };
   auto chunk_of = [&](Sequence* s) -> int64_t {
     const int64_t pending = s->num_pending();
-    if (pending == 1) return rows >= 1 ? 1 : 0;  // decode row
+    if (decoding(s)) return rows >= pending ? pending : 0;  // decode rows
     int64_t n = std::min({pending, rows, prompt_rows});
     if (cfg_.prompt_as_decode) n = std::min<int64_t>(n, 1);
     if (cfg_.prefill_bucket > 0) n = std::min(n, cfg_.prefill_bucket);
     return n;
   };
   auto rows_of = [&](Sequence* s, int64_t n) {
-    const bool padded = cfg_.prefill_bucket > 0 && s->num_pending() > 1 && !cfg_.prompt_as_decode;
+    const bool padded = cfg_.prefill_bucket > 0 && !decoding(s) && !cfg_.prompt_as_decode;
     return padded ? cfg_.prefill_bucket : n;
   };
   auto take = [&](Sequence* s, int64_t n) {
     picked.emplace_back(s, n);
     rows -= rows_of(s, n);
-    if (s->num_pending() > 1) prompt_rows -= n;
+    if (!decoding(s)) prompt_rows -= n;
   };
   auto unpick = [&](Sequence* v) {
     auto p = std::find_if(picked.begin(), picked.end(), [&](auto& e) { return e.first == v; });
     if (p == picked.end()) return;
     rows += rows_of(v, p->second);
-    if (v->num_pending() > 1) prompt_rows += p->second;
+    if (!decoding(v)) prompt_rows += p->second;
+    v->drafts.clear();
     picked.erase(p);
   };
   // 1 + 2: running sequences, decode rows first, then prompt chunks (each phase oldest first).
   for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
     order_ = running_;  // preemption changes running_ while we walk it
     for (Sequence* s : order_) {
-      if (!s->running() || (s->num_pending() == 1) != (phase == 0)) continue;
+      if (!s->running() || decoding(s) != (phase == 0)) continue;
       int64_t n = chunk_of(s);
       if (n == 0 || rows_of(s, n) > rows) continue;
       // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
@@ -221,6 +256,16 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
         ok = victim != s;
       }
       if (!ok) continue;
+      s->drafts.clear();
+      const SamplingParams& p = s->req.params;
+      if (phase == 0 && cfg_.num_speculative_tokens > 0 && p.stop.empty()) {
+        // Drafts that fit the step, the free blocks, max_tokens and max_model_len.
+        const int64_t len = int64_t(s->tokens.size());
+        propose(s, std::min({int64_t(cfg_.num_speculative_tokens), rows - n,
+                             room(s) - s->num_computed - n, p.max_tokens - s->num_generated() - 1,
+                             cfg_.max_model_len - len - 1}));
+      }
+      n += int64_t(s->drafts.size());
       grow_blocks(s, s->num_computed + n);
       take(s, n);
     }
@@ -256,14 +301,20 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     q.seq_id = s->req.id;
     q.slot = s->slot;
     q.start_pos = s->num_computed;
-    q.tokens.assign(s->tokens.begin() + s->num_computed, s->tokens.begin() + s->num_computed + n);
+    const int64_t nd = int64_t(s->drafts.size()), real = n - nd;
+    q.tokens.assign(s->tokens.begin() + s->num_computed,
+                    s->tokens.begin() + s->num_computed + real);
+    q.tokens.insert(q.tokens.end(), s->drafts.begin(), s->drafts.end());
+    q.n_drafts = int32_t(nd);
+    q.backup = nd > 0;
     q.n_padding = rows_of(s, n) - n;
+    q.decode = decoding(s);
+    q.rollback = std::exchange(s->rollback, false);
     // A scheduled sequence holds a block, so nothing announced means a table not yet started.
     q.reset_blocks = s->blocks_sent == 0;
     q.new_blocks.assign(s->blocks.begin() + long(s->blocks_sent), s->blocks.end());
     s->blocks_sent = s->blocks.size();
-    q.sample = s->num_computed + n == int64_t(s->tokens.size());
-    q.decode = s->num_pending() == 1;
+    q.sample = s->num_computed + real == int64_t(s->tokens.size());
     q.restore = std::exchange(s->restore, -1);
     q.saves.clear();
     plan_saves(s, q, i, out);
@@ -273,20 +324,47 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
 }
 
 const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
-                                                const std::vector<int32_t>& sampled) {
+                                                const std::vector<int32_t>& sampled,
+                                                const std::vector<int32_t>& counts) {
   sampled_seqs_.clear();
+  size_t at = 0;
   for (const SchedSeq& q : out.seqs) {
     Sequence* s = seqs_.at(q.seq_id).get();
-    s->num_computed += int64_t(q.tokens.size());
-    if (!q.sample) continue;
-    DI_CHECK(sampled_seqs_.size() < sampled.size(), "fewer sampled tokens than sampling sequences");
-    s->tokens.push_back(sampled[sampled_seqs_.size()]);
+    s->drafts.clear();
+    if (!q.sample) {
+      s->num_computed += int64_t(q.tokens.size());
+      continue;
+    }
+    const size_t i = sampled_seqs_.size();
+    DI_CHECK(i < counts.size() && counts[i] >= 1 && counts[i] <= q.n_drafts + 1 &&
+                 at + size_t(counts[i]) <= sampled.size(),
+             "sampled tokens do not match the sampling sequences");
+    s->tokens.insert(s->tokens.end(), sampled.begin() + long(at),
+                     sampled.begin() + long(at + size_t(counts[i])));
+    at += size_t(counts[i]);
     sampled_seqs_.push_back(s);
+    if (q.n_drafts > 0) {
+      ++stats_.spec_steps;
+      stats_.spec_drafted += q.n_drafts;
+      stats_.spec_accepted += counts[i] - 1;
+    }
+    if (counts[i] == q.n_drafts + 1) {
+      s->num_computed += int64_t(q.tokens.size());
+    } else {
+      // A draft was rejected: the rows after it wrote the slot's rings and carries. The slot
+      // goes back to its state before this step and the accepted tokens are computed again.
+      s->rollback = true;
+      s->blocks_cached = std::min(s->blocks_cached, size_t(s->num_computed / cfg_.block_tokens));
+      for (Pending& p : pending_)
+        if (p.seq == s) p.seq = nullptr;
+    }
   }
-  DI_CHECK(sampled_seqs_.size() == sampled.size(), "more sampled tokens than sampling sequences");
+  DI_CHECK(sampled_seqs_.size() == counts.size() && at == sampled.size(),
+           "more sampled tokens than sampling sequences");
   // The blocks this step completed, and their snapshots, are now there to be found.
   for (const Pending& p : pending_)
-    cache_.publish(p.seq->block_hashes, p.index, p.seq->tokens, p.seq->blocks[p.index], p.snap);
+    if (p.seq)
+      cache_.publish(p.seq->block_hashes, p.index, p.seq->tokens, p.seq->blocks[p.index], p.snap);
   pending_.clear();
   return sampled_seqs_;
 }

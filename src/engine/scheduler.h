@@ -42,6 +42,10 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;
   size_t blocks_cached = 0;
   int32_t restore = -1;
+  // Speculative decoding: this step's drafts, and whether its slot state goes back to the
+  // backup taken before the previous step (drafts were rejected: their rows are recomputed).
+  std::vector<int32_t> drafts;
+  bool rollback = false;
 
   bool running() const { return slot >= 0; }
 
@@ -58,6 +62,10 @@ struct SchedulerConfig {
   int64_t block_tokens = 64;
   int64_t prefill_bucket = 0;     // pad prompt chunks to this many rows (0 = off)
   bool prompt_as_decode = false;  // prompt rows laid out as decode rows (one per step)
+  // Speculative decoding by n-gram lookup: up to this many drafts per decode step (0: off),
+  // found by matching the last n <= ngram_max tokens earlier in the sequence.
+  int32_t num_speculative_tokens = 0;
+  int32_t ngram_max = 3;
 };
 
 struct SchedSeq {
@@ -73,6 +81,11 @@ struct SchedSeq {
   // Prefix caching: the slot state to start from (a cache hit; -1: none), and the snapshots to
   // take at the block boundaries this step's rows complete.
   int32_t restore = -1;
+  // Speculative decoding: the last `n_drafts` tokens are drafts, and every row from the last
+  // real token's on is sampled; `backup`: back the slot state up first (drafts to verify);
+  // `rollback`: put it back first (the previous step's drafts were rejected).
+  int32_t n_drafts = 0;
+  bool backup = false, rollback = false;
   struct Save {
     int64_t boundary = 0;
     int32_t snap = 0, unused = 0;
@@ -109,6 +122,8 @@ struct SchedulerStats {
   // Prefix caching: admissions that looked the prompt up, those that found a cached prefix, and
   // the tokens they did not compute.
   int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+  // Speculative decoding: steps that verified drafts, drafts proposed, drafts accepted.
+  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 class Scheduler {
@@ -130,10 +145,13 @@ class Scheduler {
   void schedule(SchedOutput& out, bool allow_prefill = true);
   // True when some sequence has prompt (or recomputation) rows pending.
   bool wants_prefill() const;
-  // After the model ran `out`: advances computed counts; `sampled[i]` is the token picked for the
-  // i-th sampling sequence of `out` (in order). Returns those sequences in the same order (valid
-  // until the next call).
-  const std::vector<Sequence*>& update(const SchedOutput& out, const std::vector<int32_t>& sampled);
+  // After the model ran `out`: advances computed counts and appends the tokens picked. The i-th
+  // sampling sequence of `out` (in order) gets the next `counts[i]` tokens of `sampled`: with
+  // drafts, those accepted and then the model's own (fewer than n_drafts + 1: some rejected, and
+  // its rows are computed again). Returns those sequences in the same order (valid until the
+  // next call).
+  const std::vector<Sequence*>& update(const SchedOutput& out, const std::vector<int32_t>& sampled,
+                                       const std::vector<int32_t>& counts);
   // Ends a sequence (stop condition, abort): frees its blocks and slot.
   void finish(Sequence* s, FinishReason why);
   bool abort(RequestId id);  // false if unknown or already finished
@@ -160,6 +178,8 @@ class Scheduler {
   // none); drop_hit gives them back when it is not admitted after all.
   bool take_hit(Sequence* s);
   void drop_hit(Sequence* s);
+  // Speculative decoding: up to `n` drafts for `s` into s->drafts.
+  void propose(Sequence* s, int64_t n);
   // The snapshots and cache entries of the blocks that `q`'s rows of `s` complete.
   void plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out);
 

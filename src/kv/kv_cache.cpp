@@ -35,6 +35,14 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
       L.paged[which].assign(size_t(num_blocks_ * L.rows_per_block * L.row_bytes[which]), 0);
     if (r.ratio > 1) L.carry.assign(size_t(max_seqs_ * r.ratio * 2 * c.head_dim), 0.0f);
   }
+  if (opt.slot_backups) {
+    for (LayerRegion& L : layers_) {
+      L.backup_window.assign(L.window.size(), 0);
+      L.backup_carry.assign(L.carry.size(), 0.0f);
+    }
+    backup_history_.assign(size_t(max_seqs_ * history_len_), 0);
+    backup_key_layer_.assign(size_t(max_seqs_), -1);
+  }
   history_.assign(size_t(max_seqs_ * history_len_), 0);
   snapshot_history_.assign(size_t(num_snapshots_ * history_len_), 0);
   last_key_layer_.assign(size_t(max_seqs_), -1);
@@ -44,7 +52,8 @@ uint64_t KvCache::bytes() const {
   uint64_t n = (history_.size() + snapshot_history_.size()) * 8;
   for (const auto& L : layers_)
     n += L.paged[0].size() + L.paged[1].size() + L.window.size() + L.snapshot_window.size() +
-         L.carry.size() * 4;
+         L.backup_window.size() + (L.carry.size() + L.backup_carry.size()) * 4;
+  n += backup_history_.size() * 8;
   return n;
 }
 
@@ -96,6 +105,34 @@ void KvCache::restore_snapshot(int32_t snap, int32_t slot) {
     std::copy_n(L.snapshot_window.data() + size_t(snap) * ring, ring,
                 L.window.data() + size_t(slot) * ring);
   std::copy_n(snapshot_history(snap), history_len_, engram_history(slot));
+}
+
+namespace {
+// Copies slot `slot` of a per-slot array of `per` elements from `from` to `to`.
+template <typename T>
+void copy_slot(const std::vector<T>& from, std::vector<T>& to, int32_t slot, size_t per) {
+  std::copy_n(from.data() + size_t(slot) * per, per, to.data() + size_t(slot) * per);
+}
+}  // namespace
+
+void KvCache::backup_slot(int32_t slot) {
+  DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
+  for (LayerRegion& L : layers_) {
+    copy_slot(L.window, L.backup_window, slot, L.window.size() / size_t(max_seqs_));
+    copy_slot(L.carry, L.backup_carry, slot, L.carry.size() / size_t(max_seqs_));
+  }
+  copy_slot(history_, backup_history_, slot, size_t(history_len_));
+  backup_key_layer_[size_t(slot)] = last_key_layer_[size_t(slot)];
+}
+
+void KvCache::restore_slot(int32_t slot) {
+  DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
+  for (LayerRegion& L : layers_) {
+    copy_slot(L.backup_window, L.window, slot, L.window.size() / size_t(max_seqs_));
+    copy_slot(L.backup_carry, L.carry, slot, L.carry.size() / size_t(max_seqs_));
+  }
+  copy_slot(backup_history_, history_, slot, size_t(history_len_));
+  last_key_layer_[size_t(slot)] = backup_key_layer_[size_t(slot)];
 }
 
 // --- footprint ---

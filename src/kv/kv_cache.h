@@ -61,6 +61,7 @@ struct KvCacheOptions {
   int64_t block_tokens = 64;  // must be a multiple of every compress ratio
   int32_t max_seqs = 1;
   int32_t num_snapshots = 0;  // prefix-cache snapshots of slot state
+  bool slot_backups = false;  // one backup of each slot's state (speculative decoding)
 };
 
 // A sequence's view: its slot and its block table.
@@ -97,6 +98,10 @@ class KvCache {
   uint8_t* snapshot_window(int layer, int32_t snap, int64_t index);
   int64_t* snapshot_history(int32_t snap);
   void restore_snapshot(int32_t snap, int32_t slot);
+  // Speculative decoding: a copy of all of a slot's state (rings, carries, history, key layer)
+  // taken before a step that verifies drafts, and put back when some were rejected.
+  void backup_slot(int32_t slot);
+  void restore_slot(int32_t slot);
 
   // Tokens of context a sequence with `n_blocks` blocks can hold (at every layer).
   int64_t capacity_tokens(int64_t n_blocks) const { return n_blocks * block_tokens_; }
@@ -109,6 +114,8 @@ class KvCache {
     std::vector<uint8_t> window;           // [max_seqs, W, row bytes]
     std::vector<uint8_t> snapshot_window;  // [num_snapshots, W, row bytes]
     std::vector<float> carry;              // [max_seqs, r, 2, Dh]
+    std::vector<uint8_t> backup_window;    // [max_seqs, W, row bytes] with slot_backups
+    std::vector<float> backup_carry;
   };
   // Row `row` of a sequence in cache `which` (0: compressed KV, 1: index keys) of `layer`.
   uint8_t* paged_row(int layer, int which, const SeqKv& s, int64_t row);
@@ -119,6 +126,8 @@ class KvCache {
   std::vector<LayerRegion> layers_;
   std::vector<int64_t> history_;           // [max_seqs, Ng - 1]
   std::vector<int64_t> snapshot_history_;  // [num_snapshots, Ng - 1]
+  std::vector<int64_t> backup_history_;
+  std::vector<int32_t> backup_key_layer_;
   std::vector<int32_t> last_key_layer_;
 };
 

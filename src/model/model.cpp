@@ -141,6 +141,8 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
     for (int64_t i = 0; i < q.n_tokens; ++i) st.pos.push_back(q.start_pos + i);
     if (q.start_pos == 0) kv.last_key_layer(q.kv.slot) = -1;
     if (q.restore >= 0) kv.restore_snapshot(q.restore, q.kv.slot);
+    if (q.rollback) kv.restore_slot(q.kv.slot);
+    if (q.backup) kv.backup_slot(q.kv.slot);
   }
   for (const WindowSave& w : batch.saves) {
     DI_CHECK(w.seq >= 0 && size_t(w.seq) < batch.seqs.size(), "snapshot of sequence ", w.seq);

@@ -40,6 +40,10 @@ struct ForwardSeq {
   // Prefix caching: before the step, the slot's rings and Engram history come from this KV-cache
   // snapshot (taken at start_pos); -1: none.
   int32_t restore = -1;
+  // Speculative decoding: before the step, the slot's state is put back from its backup
+  // (`rollback`: drafts of the previous step were rejected) and then backed up (`backup`: this
+  // step verifies drafts).
+  bool rollback = false, backup = false;
 };
 
 // Prefix caching: snapshot `snap` takes the rings and Engram history of sequence `seq` (an index

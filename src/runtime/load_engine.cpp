@@ -32,6 +32,11 @@ void check_engine_limits(const EngineOptions& o) {
   need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
        ">= 0 (0: from --kv-cache-memory)");
   need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
+  DI_REQUIRE(o.speculative_method == "none" || o.speculative_method == "ngram",
+             "--speculative-method ", o.speculative_method, ": expected none or ngram");
+  need(o.num_speculative_tokens >= 0, "--num-speculative-tokens", o.num_speculative_tokens,
+       ">= 0 (0: the method's default)");
+  need(o.ngram_max >= 1, "--ngram-max", o.ngram_max, ">= 1");
   need(o.prefix_cache_mib >= 0, "--prefix-cache-memory", o.prefix_cache_mib,
        ">= 0 (MiB; 0: a quarter of --kv-cache-memory)");
   need(o.threads >= 0, "--threads", o.threads, ">= 0 (0: all cores)");
@@ -84,6 +89,10 @@ LoadedEngine load_engine(const EngineOptions& o) {
   EngineConfig ec = o.engine;
   ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
   ec.prefix_cache_memory = uint64_t(o.prefix_cache_mib) << 20;
+  if (o.speculative_method == "ngram") {
+    ec.sched.num_speculative_tokens = o.num_speculative_tokens ? o.num_speculative_tokens : 4;
+    ec.sched.ngram_max = o.ngram_max;
+  }
   // The demo's decode defect reads state a resumed sequence would not have.
   ec.prefix_caching = ec.prefix_caching && !o.demo_decode_defect;
   TextDecoder decoder;

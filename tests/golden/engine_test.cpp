@@ -171,6 +171,82 @@ TEST(Engine, PrefixCacheHitsAreBitIdenticalToColdRuns) {
   }
 }
 
+// Speculative decoding verifies drafts exactly: in fp32, greedy and seeded sampled requests
+// (with penalties and logprobs) give the tokens and logprobs of plain decoding whether every
+// draft is accepted (drafts from the plain run's output), drafts are rejected at many offsets
+// (a corrupted copy: the slot state is rolled back and the accepted tokens computed again) or
+// drafts come from the n-gram lookup; one at a time, side by side, with chunked prefill, under a
+// small pool (preemption) and with or without the prefix cache, for several draft counts.
+TEST(Engine, SpeculativeDecodingGivesPlainDecodingsOutputs) {
+  for (const char* preset : {"tiny", "tiny-c"}) {
+    SCOPED_TRACE(preset);
+    LoadedModel m = load_model(preset, Numerics::Fp32);
+    const int64_t V = m.model->config().vocab_size;
+    std::vector<Request> reqs = mixed_requests(8, V, 21, 0.0f);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      Request& r = reqs[i];
+      r.params.max_tokens = 20 + int64_t(i);
+      r.params.ignore_eos = true;
+      if (i % 2) {
+        r.params.temperature = 0.8f;
+        r.params.repetition_penalty = 1.2f;
+        r.params.frequency_penalty = 0.3f;
+      }
+      // A repeated phrase for the n-gram lookup to find.
+      for (int k = 0; k < 3; ++k) r.prompt_ids.insert(r.prompt_ids.end(), {5, 6, 7, 8});
+    }
+    EngineConfig plain = config(4, 64, 0, false);
+    plain.sched.block_tokens = 8;
+    const std::map<RequestId, Result> want = run(*m.model, plain, reqs);
+    struct Mode {
+      const char* name;
+      int drafts;  // 0: the exact earlier output; 1: corrupted every 5th token; 2: n-gram only
+      int32_t k, seqs;
+      int64_t prompt_rows;
+      int32_t blocks;
+      bool prefix_caching;
+    };
+    for (const Mode& mode : {Mode{"all accepted, K 4", 0, 4, 1, 64, 0, true},
+                             Mode{"all accepted, K 7, batch", 0, 7, 4, 64, 0, true},
+                             Mode{"rejections, K 3", 1, 3, 1, 64, 0, true},
+                             Mode{"rejections, batch, chunks", 1, 5, 4, 5, 0, false},
+                             Mode{"rejections, small pool", 1, 4, 4, 64, 12, true},
+                             Mode{"n-gram, K 2", 2, 2, 4, 64, 0, true}}) {
+      SCOPED_TRACE(mode.name);
+      std::vector<Request> spec = reqs;
+      for (Request& r : spec) {
+        if (mode.drafts == 2) continue;
+        r.params.draft_reference = want.at(r.id).ids;
+        if (mode.drafts == 1)
+          for (size_t j = 2 + r.id % 3; j < r.params.draft_reference.size(); j += 5)
+            r.params.draft_reference[j] = int32_t((r.params.draft_reference[j] + 1) % V);
+      }
+      EngineConfig cfg = config(mode.seqs, mode.prompt_rows, 0, false);
+      cfg.sched.block_tokens = 8;
+      cfg.sched.num_speculative_tokens = mode.k;
+      cfg.num_kv_blocks = mode.blocks;
+      cfg.prefix_caching = mode.prefix_caching;
+      Engine e(*m.model, cfg);
+      for (const auto& r : spec) ASSERT_EQ(e.add_request(r), "");
+      std::map<RequestId, Result> got;
+      while (e.has_unfinished()) {
+        e.step();
+        for (auto& o : e.take_finished()) got[o.id] = {o.output_ids, o.logprobs, o.finish};
+      }
+      for (const auto& [id, r] : want) EXPECT_TRUE(got[id] == r) << "request " << id;
+      const EngineStats st = e.stats();
+      // A random model of a large vocabulary rarely repeats itself: the n-gram lookup finds
+      // drafts on tiny-c (2,048 tokens) only.
+      if (mode.drafts != 2 || std::string(preset) == "tiny-c") EXPECT_GT(st.spec_drafted, 0);
+      if (mode.drafts == 0) EXPECT_EQ(st.spec_accepted, st.spec_drafted);
+      if (mode.drafts == 1) EXPECT_GT(st.spec_accepted, 0);
+      if (mode.drafts == 1) EXPECT_LT(st.spec_accepted, st.spec_drafted);
+      if (mode.blocks) EXPECT_GT(st.preemptions, 0);
+      EXPECT_EQ(e.kv_blocks_used(), 0);
+    }
+  }
+}
+
 TEST(Engine, PreemptionUnderASmallPoolLosesNothing) {
   LoadedModel m = load_model("tiny", Numerics::Bf16);
   const auto reqs = mixed_requests(200, m.model->config().vocab_size, 9, 0.0f);

@@ -32,7 +32,7 @@ TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
     SchedOutput out;
     s.schedule(out);
     sampled.assign(out.seqs.size(), 5);
-    for (Sequence* q : s.update(out, sampled))
+    for (Sequence* q : s.update(out, sampled, std::vector<int32_t>(sampled.size(), 1)))
       if (q->num_generated() >= q->req.params.max_tokens) s.finish(q, FinishReason::Length);
   }
   EXPECT_EQ(s.blocks_used(), 0);

@@ -42,7 +42,7 @@ int64_t drive(Scheduler& s, const SchedulerConfig& cfg, std::map<RequestId, int6
       }
       if (q.sample) sampled.push_back(int32_t(q.seq_id % 100));
     }
-    for (Sequence* seq : s.update(out, sampled)) {
+    for (Sequence* seq : s.update(out, sampled, std::vector<int32_t>(sampled.size(), 1))) {
       (*generated)[seq->req.id] = seq->num_generated();
       if (seq->num_generated() >= seq->req.params.max_tokens) s.finish(seq, FinishReason::Length);
     }
@@ -61,7 +61,7 @@ TEST(Scheduler, DecodeRowsFirstThenPromptsFcfs) {
   s.schedule(a);
   ASSERT_EQ(a.seqs.size(), 1u);
   EXPECT_TRUE(a.seqs[0].sample);
-  s.update(a, {5});
+  s.update(a, {5}, {1});
   ASSERT_EQ(s.add(make_request(2, 20, 3)), "");
   SchedOutput b;
   s.schedule(b);
@@ -134,7 +134,7 @@ TEST(Scheduler, PreemptsTheNewestAndRecomputesIt) {
   SchedOutput a;
   s.schedule(a);
   ASSERT_EQ(a.seqs.size(), 2u);
-  s.update(a, {1, 2});
+  s.update(a, {1, 2}, {1, 1});
   // Both now need a third block with none free: the older keeps running, the newer is preempted.
   SchedOutput b;
   s.schedule(b);
@@ -153,7 +153,7 @@ TEST(Scheduler, AbortFreesBlocks) {
   ASSERT_EQ(s.add(make_request(1, 100, 5)), "");
   SchedOutput out;
   s.schedule(out);
-  s.update(out, {3});
+  s.update(out, {3}, {1});
   EXPECT_GT(s.blocks_used(), 0);
   EXPECT_TRUE(s.abort(1));
   EXPECT_EQ(s.blocks_used(), 0);
