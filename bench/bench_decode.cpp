@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "io/checkpoint.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
@@ -82,6 +83,85 @@ struct Runner {
     model.forward(b, kv, logits.data());
   }
 };
+
+}  // namespace
+
+namespace {
+
+// Decode tokens/s of the engine on `reqs` (after their prompts): every request's first token is
+// sampled by its prefill, and the clock runs from there to the end. Fills `outputs` (by id).
+double engine_decode_tok_s(Model& model, const EngineConfig& cfg, const std::vector<Request>& reqs,
+                           std::vector<std::vector<int32_t>>* outputs, EngineStats* stats) {
+  Engine e(model, cfg);
+  for (const Request& r : reqs) DI_REQUIRE(e.add_request(r).empty(), "bench: request refused");
+  std::vector<int64_t> got(reqs.size(), 0);
+  auto step = [&] {
+    for (const TokenEvent& ev : e.step()) ++got[size_t(ev.id)];
+    for (RequestOutput& o : e.take_finished()) (*outputs)[size_t(o.id)] = std::move(o.output_ids);
+  };
+  while (std::count(got.begin(), got.end(), 0) > 0 && e.has_unfinished()) step();
+  int64_t before = 0;
+  for (int64_t g : got) before += g;
+  const double t0 = now_s();
+  while (e.has_unfinished()) step();
+  const double dt = now_s() - t0;
+  int64_t after = 0;
+  for (int64_t g : got) after += g;
+  *stats = e.stats();
+  return double(after - before) / dt;
+}
+
+void bench_speculative(Reporter& rep, Model& model, const WeightFootprint& fp,
+                       const DecodeBenchOptions& opt) {
+  const ModelConfig& c = model.config();
+  const int K = opt.speculative;
+  for (int B : opt.batches) {
+    std::mt19937 rng(17);
+    std::vector<Request> reqs(static_cast<size_t>(B));
+    for (int i = 0; i < B; ++i) {
+      Request& r = reqs[size_t(i)];
+      r.id = RequestId(i);
+      for (int t = 0; t < opt.prompt; ++t)
+        r.prompt_ids.push_back(int32_t(rng() % uint32_t(c.vocab_size)));
+      r.params.max_tokens = opt.spec_tokens;
+      r.params.temperature = 0;
+      r.params.ignore_eos = true;
+    }
+    EngineConfig plain;
+    plain.sched.max_num_seqs = B;
+    plain.sched.max_model_len = opt.prompt + opt.spec_tokens + K + 2;
+    plain.prefix_caching = false;
+    EngineConfig spec = plain;
+    spec.sched.num_speculative_tokens = K;
+    std::vector<std::vector<int32_t>> want(static_cast<size_t>(B)), got(static_cast<size_t>(B));
+    EngineStats st;
+    engine_decode_tok_s(model, plain, reqs, &want, &st);  // warm-up, and the drafts
+    std::vector<Request> forced = reqs;
+    for (Request& r : forced) r.params.draft_reference = want[size_t(r.id)];
+    PairStats ps;
+    std::vector<double> plain_tok_s;
+    for (int p = 0; p < opt.pairs; ++p) {
+      const double a = engine_decode_tok_s(model, plain, reqs, &got, &st);
+      const double b = engine_decode_tok_s(model, spec, forced, &got, &st);
+      DI_CHECK(got == want, "speculative decoding changed the tokens");
+      DI_CHECK(st.spec_accepted == st.spec_drafted, "a forced draft was rejected");
+      plain_tok_s.push_back(a);
+      ps.add(b, a);
+    }
+    // The n-gram lookup on this model's own output (a random model rarely repeats itself).
+    const double ng = engine_decode_tok_s(model, spec, reqs, &got, &st);
+    DI_CHECK(got == want, "speculative decoding changed the tokens");
+    Row row("speculative");
+    row.add("batch", B)
+        .add("drafts", K)
+        .add("verify_bytes_ratio", step_bytes(c, fp, B * (K + 1)) / step_bytes(c, fp, B), 2);
+    add_pairs(row, ps, "forced_tok_s", "plain_tok_s");
+    row.add("ngram_tok_s", ng, 2)
+        .add("ngram_acceptance_length",
+             st.spec_steps ? 1.0 + double(st.spec_accepted) / double(st.spec_steps) : 1.0, 3);
+    rep.print(row);
+  }
+}
 
 }  // namespace
 
@@ -175,6 +255,7 @@ void bench_decode(Reporter& rep, const DecodeBenchOptions& opt) {
     row.add("gflops", median(ps.figure), 1);
   rep.print(row);
   if (opt.regions) RegionTimer::print(stderr);
+  if (opt.speculative > 0) bench_speculative(rep, model, fp, opt);
 }
 
 }  // namespace deepinfer::bench

@@ -19,6 +19,10 @@ struct DecodeBenchOptions {
   int prefill_tokens = 256;  // one prompt in one forward call
   bool regions = false;      // print the model's region timings
   bool onednn = true;        // the FLOP ceiling for prefill
+  // Speculative decoding (> 0: drafts per step): engine decode with every draft accepted
+  // (drafts from a plain run's output) and with n-gram drafts, against plain decode.
+  int speculative = 0;
+  int spec_tokens = 32;  // tokens generated per request
 };
 
 void bench_decode(Reporter& rep, const DecodeBenchOptions& opt);

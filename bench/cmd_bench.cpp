@@ -142,11 +142,17 @@ void add_command(CLI::App& app) {
                     "reported");
     cmd->add_option("--prefill", opt->prefill_tokens, "Prompt length of the prefill measurement");
     cmd->add_flag("--regions", opt->regions, "Print the model's time per region (stderr)");
+    cmd->add_option("--speculative", opt->speculative,
+                    "Also decode with this many drafts per step: all accepted (forced) and n-gram, "
+                    "against plain decode (engine, --prompt context, greedy)");
+    cmd->add_option("--spec-tokens", opt->spec_tokens, "Tokens per request of --speculative");
     cmd->callback([f, opt, batches] {
       apply(*f);
       opt->batches = parse_list<int>(*batches, "--batches");
       DI_REQUIRE(opt->prompt >= 1 && opt->steps >= 1 && opt->prefill_tokens >= 1 && opt->pairs >= 1,
                  "--prompt, --steps, --pairs and --prefill must be positive");
+      DI_REQUIRE(opt->speculative >= 0 && opt->spec_tokens >= 2,
+                 "--speculative must be >= 0 and --spec-tokens >= 2");
       Reporter rep(f->json);
       bench_decode(rep, *opt);
     });

@@ -12,8 +12,9 @@
 
 namespace deepinfer::linear_isa {
 
-// The most rows a GEMV call takes at once (more rows are split into such groups).
-constexpr int64_t kGemvRows = 4;
+// The most rows a GEMV call of any ISA takes at once (Kernels::gemv_rows: more rows are split
+// into such groups).
+constexpr int64_t kGemvRows = 8;
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
 constexpr int64_t kGemmPanelTiles = 3;
@@ -47,10 +48,14 @@ struct Kernels {
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
   // ISA has no bf16 products.
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
-  void (*gemv)(const Job& j);  // n <= kGemvRows
+  void (*gemv)(const Job& j);  // n <= gemv_rows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
   bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
+  // Rows one GEMV call runs against each weight block as it streams: 8 with AVX-512's 32 vector
+  // registers (a verify step of speculative decoding, a token and 4 drafts, reads each weight
+  // once), 4 with AVX2's 16.
+  int64_t gemv_rows;
 };
 
 // The tables of each ISA (linear_vec.cpp compiled for it).

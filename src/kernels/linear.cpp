@@ -248,9 +248,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
   // (the hyper-connection projections, the router): then GEMV tasks over groups of rows.
   if (path == LinearPath::Auto)
-    path = n <= linear_isa::kGemvRows || n_tiles <= 2 * linear_isa::kGemmPanelTiles
-               ? LinearPath::Gemv
-               : LinearPath::Gemm;
+    path = n <= kern.gemv_rows || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
+                                                                             : LinearPath::Gemm;
   const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
@@ -278,7 +277,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (path == LinearPath::Gemv) {
     // Tasks are (group of up to kGemvRows rows, run of tiles). A small weight is not split
     // (nor worth waking the pool for, with one group of rows).
-    const int64_t groups = (n + linear_isa::kGemvRows - 1) / linear_isa::kGemvRows;
+    const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
     const int64_t bytes = n_tiles * pk.tile_bytes;
     const int64_t run =
         bytes < (int64_t(64) << 10)
@@ -287,8 +286,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     const int64_t runs = (n_tiles + run - 1) / run;
     pool.parallel_for(groups * runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
-        const int64_t i0 = (c / runs) * linear_isa::kGemvRows, r0 = (c % runs) * run;
-        kern.gemv(sub_job(base, i0, std::min(linear_isa::kGemvRows, n - i0), t_begin + r0,
+        const int64_t i0 = (c / runs) * gr, r0 = (c % runs) * run;
+        kern.gemv(sub_job(base, i0, std::min(gr, n - i0), t_begin + r0,
                           t_begin + std::min(n_tiles, r0 + run)));
       }
     });
@@ -399,7 +398,7 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     check_call(c.w->weight(), a);
-    if (c.w->weight().quant_input && gemv_ok && !a.exact && a.n <= linear_isa::kGemvRows)
+    if (c.w->weight().quant_input && gemv_ok && !a.exact && a.n <= kernels_for(isa).gemv_rows)
       small.push_back(c);
     else
       linear(*c.w, a);

@@ -291,7 +291,7 @@ constexpr int64_t kPrefetchAhead = 8192;
 
 // Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
 constexpr int blocks_in_flight(int nr) {
-  if constexpr (kIsa == Isa::Avx512) return nr == 1 ? 8 : 4;
+  if constexpr (kIsa == Isa::Avx512) return nr == 1 ? 8 : nr <= 4 ? 4 : 2;
   return nr == 1 ? 4 : nr == 2 ? 2 : 1;
 }
 
@@ -338,9 +338,17 @@ void gemv_rows(const Job& j) {
 
 template <int Fm, int Mode>
 void gemv_n(const Job& j) {
-  static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
-                                                  gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>};
-  kRows[(j.n < 4 ? j.n : 4) - 1](j);
+  if constexpr (kIsa == Isa::Avx512) {
+    static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
+                                                    gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>,
+                                                    gemv_rows<Fm, Mode, 5>, gemv_rows<Fm, Mode, 6>,
+                                                    gemv_rows<Fm, Mode, 7>, gemv_rows<Fm, Mode, 8>};
+    kRows[(j.n < 8 ? j.n : 8) - 1](j);
+  } else {
+    static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
+                                                    gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>};
+    kRows[(j.n < 4 ? j.n : 4) - 1](j);
+  }
 }
 
 template <int Fm>
@@ -610,9 +618,9 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true};
+const Kernels kAvx512{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true, 8};
 #else
-const Kernels kAvx2{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false};
+const Kernels kAvx2{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false, 4};
 #endif
 
 #if defined(__AVX512F__)

@@ -14,7 +14,8 @@ export DEEPINFER_NUM_THREADS=2
 "$BIN" bench bandwidth --mib 64 --reps 1 --json > "$WORK/bw.jsonl" || fail "bench bandwidth"
 "$BIN" bench linear --shapes 256:512,512:96 --rows 16 --working-set-mib 8 --pairs 2 --json \
   > "$WORK/linear.jsonl" 2>"$WORK/linear.err" || { cat "$WORK/linear.err"; fail "bench linear"; }
-"$BIN" bench decode --model "$WORK/tiny" --batches 1,4 --steps 2 --pairs 3 --prompt 16 --prefill 32 --json \
+"$BIN" bench decode --model "$WORK/tiny" --batches 1,4 --steps 2 --pairs 3 --prompt 16 --prefill 32 \
+  --speculative 3 --spec-tokens 8 --json \
   > "$WORK/decode.jsonl" 2>"$WORK/decode.err" || { cat "$WORK/decode.err"; fail "bench decode"; }
 "$BIN" bench pool --calls 50 --json > "$WORK/pool.jsonl" || fail "bench pool"
 "$BIN" bench prefix-cache --model "$WORK/tiny" --prefix 130 --suffix 5 --pairs 2 --json \
@@ -61,6 +62,12 @@ assert len(pre) == 1 and pre[0]["bench"] == "prefix_cache", pre
 paired(pre[0], "cold_ttft_s", "cached_ttft_s", 2)
 # Blocks of 64: the cached request resumes after the prefix's two whole blocks.
 assert pre[0]["hit_tokens_per_request"] == 128, pre
+spec = [r for r in dec if r["bench"] == "speculative"]
+assert [r["batch"] for r in spec] == [1, 4], dec
+for r in spec:
+    paired(r, "forced_tok_s", "plain_tok_s", 3)
+    assert r["drafts"] == 3 and r["verify_bytes_ratio"] >= 1 and r["ngram_tok_s"] > 0, r
+    assert r["ngram_acceptance_length"] >= 1, r
 pool = rows("pool.jsonl")
 assert len(pool) == 1 and pool[0]["us_per_parallel_for"] > 0, pool
 PY

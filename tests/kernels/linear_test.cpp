@@ -137,7 +137,7 @@ TEST(LinearFast, QuantSweepMatchesRef) {
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
     for (int64_t cols : {32, 64, 96, 160, 288})
       for (int64_t rows : {1, 15, 16, 17, 47, 50, 96})
-        for (int64_t n : {1, 2, 3, 4, 5, 9, 17}) check_case({f, true, rows, cols, n}, seed++);
+        for (int64_t n : {1, 2, 3, 4, 5, 7, 8, 9, 17}) check_case({f, true, rows, cols, n}, seed++);
 }
 
 TEST(LinearFast, DenseSweepMatchesRef) {
@@ -146,6 +146,16 @@ TEST(LinearFast, DenseSweepMatchesRef) {
     for (int64_t cols : {32, 96, 256})
       for (int64_t rows : {1, 16, 33, 70})
         for (int64_t n : {1, 3, 4, 6, 13}) check_case({f, false, rows, cols, n}, seed++);
+}
+
+TEST(LinearFast, EightRowGemvMatchesRef) {
+  // Up to 8 rows per GEMV call (a verify step of speculative decoding): every row count, both
+  // quantized formats and the dense ones.
+  uint64_t seed = 5000;
+  for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
+    for (int64_t n = 5; n <= 8; ++n) check_case({f, true, 47, 160, n}, seed++);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Fp8Block})
+    for (int64_t n = 5; n <= 8; ++n) check_case({f, false, 33, 96, n}, seed++);
 }
 
 TEST(LinearFast, SubRangesAndStrides) {
