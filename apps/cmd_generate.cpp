@@ -228,6 +228,10 @@ void generate(GenerateOptions& o) {
         j["text"] = cut(tok->decode(out.output_ids, true));
       }
       j["finish_reason"] = finish_reason_name(out.finish);
+      if (o.eo.speculative_method != "none") {
+        j["drafted_tokens"] = out.drafted;
+        j["accepted_tokens"] = out.accepted;
+      }
       results[out.id] = std::move(j);
       ++done;
     }

@@ -148,6 +148,14 @@ void bench_speculative(Reporter& rep, Model& model, const WeightFootprint& fp,
       plain_tok_s.push_back(a);
       ps.add(b, a);
     }
+    if (opt.regions) {  // where a verify step's time goes
+      RegionTimer::reset();
+      engine_decode_tok_s(model, spec, forced, &got, &st);
+      RegionTimer::print(stderr);
+      RegionTimer::reset();
+      engine_decode_tok_s(model, plain, reqs, &got, &st);
+      RegionTimer::print(stderr);
+    }
     // The n-gram lookup on this model's own output (a random model rarely repeats itself).
     const double ng = engine_decode_tok_s(model, spec, reqs, &got, &st);
     DI_CHECK(got == want, "speculative decoding changed the tokens");

@@ -232,7 +232,9 @@ std::vector<RequestOutput> Engine::take_finished() {
                    {s->tokens.begin() + s->num_prompt, s->tokens.end()},
                    std::move(s->logprobs),
                    s->finish,
-                   s->stop_text});
+                   s->stop_text,
+                   s->drafted,
+                   s->accepted});
   }
   return res;
 }

@@ -94,6 +94,8 @@ void put_output(ranks::Writer& w, const RequestOutput& o) {
   for (const TopLogprobs& lp : o.logprobs) put_logprobs(w, lp);
   w.put(o.finish);
   w.put_string(o.stop_text);
+  w.put(o.drafted);
+  w.put(o.accepted);
 }
 
 RequestOutput get_output(ranks::Reader& r) {
@@ -109,6 +111,8 @@ RequestOutput get_output(ranks::Reader& r) {
   DI_REQUIRE(o.finish <= FinishReason::Error, "replica message: finish reason ", int(o.finish),
              " is unknown");
   o.stop_text = r.get_string();
+  o.drafted = r.get<int64_t>();
+  o.accepted = r.get<int64_t>();
   return o;
 }
 

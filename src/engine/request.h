@@ -72,7 +72,8 @@ struct RequestOutput {
   std::vector<int32_t> output_ids;
   std::vector<TopLogprobs> logprobs;
   FinishReason finish = FinishReason::None;
-  std::string stop_text;  // the stop string that ended it, if any
+  std::string stop_text;              // the stop string that ended it, if any
+  int64_t drafted = 0, accepted = 0;  // speculative decoding: drafts verified and accepted
 };
 
 }  // namespace deepinfer

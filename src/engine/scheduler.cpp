@@ -347,6 +347,8 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
       ++stats_.spec_steps;
       stats_.spec_drafted += q.n_drafts;
       stats_.spec_accepted += counts[i] - 1;
+      s->drafted += q.n_drafts;
+      s->accepted += counts[i] - 1;
     }
     if (counts[i] == q.n_drafts + 1) {
       s->num_computed += int64_t(q.tokens.size());

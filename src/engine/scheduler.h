@@ -46,6 +46,7 @@ struct Sequence {
   // backup taken before the previous step (drafts were rejected: their rows are recomputed).
   std::vector<int32_t> drafts;
   bool rollback = false;
+  int64_t drafted = 0, accepted = 0;
 
   bool running() const { return slot >= 0; }
 

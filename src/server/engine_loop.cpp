@@ -369,6 +369,12 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
   }
   counter("deepinfer_engine_steps_total", "Engine steps run.", g.stats.steps);
   counter("deepinfer_preemptions_total", "Sequences preempted.", g.stats.preemptions);
+  counter("deepinfer_spec_decode_steps_total", "Sequence steps that verified drafts.",
+          g.stats.spec_steps);
+  counter("deepinfer_spec_decode_draft_tokens_total", "Draft tokens verified.",
+          g.stats.spec_drafted);
+  counter("deepinfer_spec_decode_accepted_tokens_total", "Draft tokens accepted.",
+          g.stats.spec_accepted);
   counter("deepinfer_prefix_cache_queries_total",
           "Admissions that looked their prompt up in the prefix cache.", g.stats.prefix_queries);
   counter("deepinfer_prefix_cache_hits_total", "Admissions that resumed from a cached prefix.",

@@ -119,6 +119,10 @@ expect_error "\-\-top-p: top_p must be in (0, 1]" "$BIN" generate --model "$WORK
 expect_error "\-\-stop: stop strings need a tokenizer" "$BIN" generate --model "$WORK/tiny" \
   --prompt-ids 1 --stop x
 expect_error "unknown preset" "$BIN" make-tiny --out "$WORK/x" --preset huge
+expect_error "speculative-method" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
+  --speculative-method dream
+expect_error "\-\-ngram-max 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
+  --speculative-method ngram --ngram-max 0
 expect_error "unknown command 'frobnicate' (expected one of: make-tiny" "$BIN" frobnicate
 expect_error "\-\-max-num-seqs 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
   --max-num-seqs 0

@@ -115,3 +115,38 @@ for c in "${configs[@]}"; do
   esac
   echo "ok: prefix caching $BACKEND ${c#*:}"
 done
+
+# Speculative decoding over ranks: n-gram drafts (tiny-c's small vocabulary repeats itself) give
+# the single rank's plain tokens and logprobs; the followers replay the drafts, backups and
+# rollbacks.
+SPEC=(--model "$WORK/tiny-c" --num-prompts 6 --input-len 60 --max-tokens 40 --temperature 0
+      --dtype fp32 --block-size 8 --logprobs 2)
+"$BIN" generate "${SPEC[@]}" --output "$WORK/single.jsonl" 2>/dev/null
+if [ "$BACKEND" = shm ]; then
+  configs=("1:" "2:--cp 2" "2:--cp 2 --ep 2" "2:--dp 2 --ep 2")
+else
+  configs=("2:--cp 2 --ep 2")
+fi
+for c in "${configs[@]}"; do
+  rm -f "$WORK/ranks.jsonl"
+  if [ "$BACKEND" = shm ]; then
+    # shellcheck disable=SC2086
+    "$BIN" generate "${SPEC[@]}" ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" \
+      2>"$WORK/err"
+  else
+    # shellcheck disable=SC2086
+    mpirun -np "${c%%:*}" --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
+      "${SPEC[@]}" ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" 2>"$WORK/err"
+  fi
+  python3 - "$WORK/single.jsonl" "$WORK/ranks.jsonl" <<'PY' || { cat "$WORK/err"; echo "FAIL: speculative $BACKEND ${c#*:}"; exit 1; }
+import json, sys
+plain = [json.loads(l) for l in open(sys.argv[1])]
+spec = [json.loads(l) for l in open(sys.argv[2])]
+drafted = sum(r.pop("drafted_tokens") for r in spec)
+for r in spec:
+    r.pop("accepted_tokens")
+assert plain == spec, "outputs differ"
+assert drafted > 0, "no drafts"
+PY
+  echo "ok: speculative $BACKEND ${c#*:}"
+done

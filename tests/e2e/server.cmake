@@ -58,3 +58,10 @@ foreach(suite openai_client sse_curl structured http errors disconnect shutdown 
   endif()
   deepinfer_server_test(server_dp_${suite} SCRIPT ${suite}.test.mjs ${tok} SERVE_ARGS "--dp 2 --ep 2")
 endforeach()
+
+# Speculative decoding (n-gram drafts) behind the server: streamed and whole responses must be the
+# offline runner's plain tokens.
+foreach(suite openai_client sse_curl)
+  deepinfer_server_test(server_spec_${suite} SCRIPT ${suite}.test.mjs TOKENIZER
+    SERVE_ARGS "--speculative-method ngram --num-speculative-tokens 3")
+endforeach()
