@@ -144,6 +144,9 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           x.req.prompt_ids = token_ids(j["prompt_ids"], "\"prompt_ids\"");
         }
         apply_request_fields(j, o, info, grammars, &x.req.params);
+        // Benchmarks and tests: a previous run's output to draft from (speculative decoding).
+        if (j.contains("draft_reference"))
+          x.req.params.draft_reference = token_ids(j["draft_reference"], "\"draft_reference\"");
       } catch (const Error& e) {
         x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
       }
@@ -280,7 +283,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompt-ids", o->prompt_ids, "A prompt as token ids: 1,2,3");
   cmd->add_option("--prompts", o->prompts_file,
                   "JSONL file, one request a line: {\"prompt\": ...} or {\"prompt_ids\": [...]} "
-                  "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ...");
+                  "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ..., "
+                  "draft_reference (token ids to draft from while the output follows them)");
   cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")

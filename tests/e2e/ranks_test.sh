@@ -116,37 +116,49 @@ for c in "${configs[@]}"; do
   echo "ok: prefix caching $BACKEND ${c#*:}"
 done
 
-# Speculative decoding over ranks: n-gram drafts (tiny-c's small vocabulary repeats itself) give
-# the single rank's plain tokens and logprobs; the followers replay the drafts, backups and
-# rollbacks.
-SPEC=(--model "$WORK/tiny-c" --num-prompts 6 --input-len 60 --max-tokens 40 --temperature 0
-      --dtype fp32 --block-size 8 --logprobs 2)
-"$BIN" generate "${SPEC[@]}" --output "$WORK/single.jsonl" 2>/dev/null
+# Speculative decoding over ranks give the single rank's plain tokens and logprobs, the followers
+# replaying the drafts, backups and rollbacks: n-gram drafts (tiny-c's small vocabulary repeats
+# itself, but its drafts are rarely right), then drafts from the plain run's output with every
+# seventh token changed (most accepted, some rejected).
+SPEC=(--model "$WORK/tiny-c" --max-tokens 40 --temperature 0 --dtype fp32 --block-size 8
+      --logprobs 2)
+"$BIN" generate "${SPEC[@]}" --num-prompts 6 --input-len 60 --output "$WORK/single.jsonl" 2>/dev/null
+python3 - "$WORK/single.jsonl" "$WORK/drafts.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for l in open(sys.argv[1]):
+        r = json.loads(l)
+        ref = [t if i % 7 != 3 else (t + 1) % 2048 for i, t in enumerate(r["output_ids"])]
+        f.write(json.dumps({"prompt_ids": r["prompt_ids"], "draft_reference": ref}) + "\n")
+PY
 if [ "$BACKEND" = shm ]; then
   configs=("1:" "2:--cp 2" "2:--cp 2 --ep 2" "2:--dp 2 --ep 2")
 else
   configs=("2:--cp 2 --ep 2")
 fi
-for c in "${configs[@]}"; do
-  rm -f "$WORK/ranks.jsonl"
-  if [ "$BACKEND" = shm ]; then
+for input in "--num-prompts 6 --input-len 60" "--prompts $WORK/drafts.jsonl"; do
+  for c in "${configs[@]}"; do
+    rm -f "$WORK/ranks.jsonl"
     # shellcheck disable=SC2086
-    "$BIN" generate "${SPEC[@]}" ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" \
-      2>"$WORK/err"
-  else
-    # shellcheck disable=SC2086
-    mpirun -np "${c%%:*}" --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
-      "${SPEC[@]}" ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" 2>"$WORK/err"
-  fi
-  python3 - "$WORK/single.jsonl" "$WORK/ranks.jsonl" <<'PY' || { cat "$WORK/err"; echo "FAIL: speculative $BACKEND ${c#*:}"; exit 1; }
+    if [ "$BACKEND" = shm ]; then
+      "$BIN" generate "${SPEC[@]}" $input ${c#*:} --speculative-method ngram \
+        --output "$WORK/ranks.jsonl" 2>"$WORK/err"
+    else
+      mpirun -np "${c%%:*}" --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
+        "${SPEC[@]}" $input ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" \
+        2>"$WORK/err"
+    fi
+    python3 - "$WORK/single.jsonl" "$WORK/ranks.jsonl" "$input" <<'PY' || { cat "$WORK/err"; echo "FAIL: speculative $BACKEND ${c#*:} $input"; exit 1; }
 import json, sys
 plain = [json.loads(l) for l in open(sys.argv[1])]
 spec = [json.loads(l) for l in open(sys.argv[2])]
 drafted = sum(r.pop("drafted_tokens") for r in spec)
-for r in spec:
-    r.pop("accepted_tokens")
+accepted = sum(r.pop("accepted_tokens") for r in spec)
 assert plain == spec, "outputs differ"
 assert drafted > 0, "no drafts"
+if "--prompts" in sys.argv[3]:
+    assert 0 < accepted < drafted, (accepted, drafted)
 PY
-  echo "ok: speculative $BACKEND ${c#*:}"
+    echo "ok: speculative $BACKEND ${c#*:} ${input%% *}"
+  done
 done
