@@ -100,7 +100,7 @@ void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
   stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
 }
 
-void Scheduler::release(Sequence* s) {
+void Scheduler::release_blocks(Sequence* s) {
   // Last block first: a cached prefix loses its end before its start.
   for (size_t i = s->blocks.size(); i-- > 0;) pools_.pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
@@ -108,6 +108,10 @@ void Scheduler::release(Sequence* s) {
   s->blocks_cached = 0;
   s->restore = -1;
   s->rollback = false;
+}
+
+void Scheduler::release(Sequence* s) {
+  release_blocks(s);
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -148,11 +152,8 @@ bool Scheduler::take_hit(Sequence* s) {
 }
 
 void Scheduler::drop_hit(Sequence* s) {
-  for (size_t i = s->blocks.size(); i-- > 0;) pools_.pool_of(i).release(s->blocks[i]);
-  s->blocks.clear();
-  s->blocks_cached = 0;
+  release_blocks(s);
   s->num_computed = 0;
-  s->restore = -1;
 }
 
 void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {

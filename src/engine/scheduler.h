@@ -172,6 +172,8 @@ class Scheduler {
   // of the blocks missing for `tokens` (they must be free).
   int64_t room(const Sequence* s) const;
   void grow_blocks(Sequence* s, int64_t tokens);
+  // Gives a sequence's blocks back (and forgets what its next step was to restore).
+  void release_blocks(Sequence* s);
   void release(Sequence* s);
   void preempt(Sequence* s);
   void admit(Sequence* s);

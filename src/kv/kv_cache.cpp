@@ -116,23 +116,27 @@ void copy_slot(const std::vector<T>& from, std::vector<T>& to, int32_t slot, siz
 }  // namespace
 
 void KvCache::backup_slot(int32_t slot) {
-  DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
-  for (LayerRegion& L : layers_) {
-    copy_slot(L.window, L.backup_window, slot, L.window.size() / size_t(max_seqs_));
-    copy_slot(L.carry, L.backup_carry, slot, L.carry.size() / size_t(max_seqs_));
-  }
-  copy_slot(history_, backup_history_, slot, size_t(history_len_));
-  backup_key_layer_[size_t(slot)] = last_key_layer_[size_t(slot)];
+  copy_slot_state(slot, true);
 }
 
 void KvCache::restore_slot(int32_t slot) {
+  copy_slot_state(slot, false);
+}
+
+void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
   DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
+  auto copy = [&](auto& live, auto& backup, size_t per) {
+    if (to_backup)
+      copy_slot(live, backup, slot, per);
+    else
+      copy_slot(backup, live, slot, per);
+  };
   for (LayerRegion& L : layers_) {
-    copy_slot(L.backup_window, L.window, slot, L.window.size() / size_t(max_seqs_));
-    copy_slot(L.backup_carry, L.carry, slot, L.carry.size() / size_t(max_seqs_));
+    copy(L.window, L.backup_window, L.window.size() / size_t(max_seqs_));
+    copy(L.carry, L.backup_carry, L.carry.size() / size_t(max_seqs_));
   }
-  copy_slot(backup_history_, history_, slot, size_t(history_len_));
-  last_key_layer_[size_t(slot)] = backup_key_layer_[size_t(slot)];
+  copy(history_, backup_history_, size_t(history_len_));
+  copy(last_key_layer_, backup_key_layer_, 1);
 }
 
 // --- footprint ---

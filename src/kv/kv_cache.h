@@ -119,6 +119,7 @@ class KvCache {
   };
   // Row `row` of a sequence in cache `which` (0: compressed KV, 1: index keys) of `layer`.
   uint8_t* paged_row(int layer, int which, const SeqKv& s, int64_t row);
+  void copy_slot_state(int32_t slot, bool to_backup);
 
   int64_t block_tokens_;
   int32_t num_blocks_, max_seqs_, num_snapshots_;
