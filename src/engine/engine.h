@@ -62,6 +62,7 @@ class Engine {
 
   // The pool this engine sized (blocks, tokens per block, bytes).
   int32_t num_kv_blocks() const { return stats_.kv_blocks_total; }
+  int64_t block_tokens() const { return cfg_.sched.block_tokens; }
   int64_t kv_capacity_tokens() const {
     return int64_t(stats_.kv_blocks_total) * cfg_.sched.block_tokens;
   }

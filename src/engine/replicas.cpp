@@ -144,7 +144,7 @@ Replicas::Replicas(Engine& local, ranks::Group* dp) : local_(local), dp_(dp) {
   aborts_.resize(others);
 }
 
-int Replicas::pick() const {
+int Replicas::pick(const Request& req) {
   auto key = [&](int r) {
     const EngineLoad l = r == 0 ? engine_load(local_) : remote_loads_[size_t(r - 1)];
     const int64_t pending = r == 0 ? 0 : unreported_[size_t(r - 1)];
@@ -153,13 +153,22 @@ int Replicas::pick() const {
   int best = 0;
   for (int r = 1; r < size(); ++r)
     if (key(r) < key(best)) best = r;
+  // Prompts longer than a block: the replica that took the last one with the same first block.
+  const size_t B = size_t(local_.block_tokens());
+  if (req.prompt_ids.size() <= B) return best;
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (size_t i = 0; i < B; ++i) h = (h ^ uint32_t(req.prompt_ids[i])) * 0x100000001b3ull;
+  if (affinity_.size() > (size_t(1) << 16)) affinity_.clear();
+  auto [it, fresh] = affinity_.try_emplace(h, best);
+  if (!fresh && std::get<0>(key(it->second)) <= std::get<0>(key(best))) best = it->second;
+  it->second = best;
   return best;
 }
 
 std::string Replicas::add_request(Request req) {
   if (std::string e = local_.check_request(req); !e.empty()) return e;
   if (remote_.count(req.id)) return str_cat("request id ", req.id, " is already in use");
-  const int r = shut_down_ ? 0 : pick();
+  const int r = shut_down_ || size() == 1 ? 0 : pick(req);
   if (r == 0) return local_.add_request(std::move(req));
   remote_[req.id] = r;
   ++unreported_[size_t(r - 1)];

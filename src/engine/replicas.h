@@ -4,13 +4,14 @@
 //
 // Rank 0 of the dp group holds the front and its own replica's Engine; every other replica rank
 // runs serve_replica. A request goes to the least loaded replica (fewest waiting requests, then
-// fewest KV blocks in use, then fewest running). Each step the ranks make one exchange over the
-// dp group: the front sends each replica its new requests and aborts, each replica sends back the
-// tokens and endings of its previous step and its load; then every replica runs its own
-// Engine::step (which keeps the replicas in lockstep for the experts' collectives and the
-// prefill vote). A remote replica's tokens therefore reach the caller one step after they were
-// sampled. Tokens do not depend on the replica: requests carry their seeds, and a constrained
-// request its grammar's source, which the replica compiles again.
+// fewest KV blocks in use, then fewest running), or to the replica that took the last prompt
+// starting with the same KV block when its queue is no longer (cache affinity). Each step the ranks
+// make one exchange over the dp group: the front sends each replica its new requests and aborts,
+// each replica sends back the tokens and endings of its previous step and its load; then every
+// replica runs its own Engine::step (which keeps the replicas in lockstep for the experts'
+// collectives and the prefill vote). A remote replica's tokens therefore reach the caller one step
+// after they were sampled. Tokens do not depend on the replica: requests carry their seeds, and a
+// constrained request its grammar's source, which the replica compiles again.
 #pragma once
 
 #include <cstdint>
@@ -61,8 +62,9 @@ class Replicas {
   void shutdown();
 
  private:
-  // The replica for a new request.
-  int pick() const;
+  // The replica for a new request: the least loaded, unless the replica that last took a prompt
+  // with the same first KV block (whose prefix cache likely holds it) has no longer a queue.
+  int pick(const Request& req);
   // One exchange with the other replicas.
   void exchange(bool shutdown);
 
@@ -74,7 +76,8 @@ class Replicas {
   std::vector<int64_t> unreported_;  // requests sent or queued since its latest report
   std::vector<std::vector<Request>> queued_;
   std::vector<std::vector<RequestId>> aborts_;
-  std::unordered_map<RequestId, int> remote_;  // requests in remote replicas -> replica
+  std::unordered_map<RequestId, int> remote_;   // requests in remote replicas -> replica
+  std::unordered_map<uint64_t, int> affinity_;  // hash of a prompt's first block -> replica
   std::vector<TokenEvent> remote_events_;
   std::vector<RequestOutput> remote_finished_;
 };

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 
-import { cliArgs, idle, metrics, startServer, waitMetrics } from './lib.mjs';
+import { cliArgs, idle, metrics, replicas, startServer, waitMetrics } from './lib.mjs';
 
 const args = cliArgs();
 const common = ['--dtype', 'fp32', '--block-size', '16'];
@@ -58,5 +58,25 @@ describe('prefix caching', () => {
                  before.deepinfer_prefix_cache_hit_tokens_total, 160 + 144);
     const c = await metrics(cold.url);
     assert.equal(c.deepinfer_prefix_cache_hits_total, 0);
+  });
+
+  it('with replicas, a prompt goes where its prefix is cached', { skip: replicas() < 2 }, async () => {
+    const shared = ids(150, 7);
+    await complete(hot, [...shared, ...ids(5, 8)]);  // both replicas idle: replica 0
+    // A long request keeps replica 0 busy, so replica 1 is the less loaded one ...
+    const long = fetch(`${hot.url}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: ids(20, 9), max_tokens: 400, temperature: 0, ignore_eos: true }),
+    });
+    await waitMetrics(hot.url, (m) => m['deepinfer_replica_num_requests_running{replica="0"}'] === 1);
+    // ... but the next prompt sharing the prefix goes to replica 0, which holds it.
+    const before = await metrics(hot.url);
+    const prompt = [...shared, ...ids(6, 10)];
+    assert.deepEqual(await complete(hot, prompt), await complete(cold, prompt));
+    const m = await metrics(hot.url);
+    assert.equal(m.deepinfer_prefix_cache_hits_total - before.deepinfer_prefix_cache_hits_total, 1);
+    assert.equal(m.deepinfer_prefix_cache_hit_tokens_total -
+                 before.deepinfer_prefix_cache_hit_tokens_total, 144);
+    assert.equal((await long).status, 200);
   });
 });
