@@ -1,13 +1,15 @@
 // Scheduling rule. Every sequence has `num_computed` tokens catching up to `tokens.size()`; a step
 // advances some of them, under a row budget (max_num_batched_tokens, bucket padding included), a
 // prompt-row budget (max_num_prefill_tokens) and at most max_num_seqs running sequences:
-//   1. running sequences with one pending token (decode rows) first, oldest arrival first;
+//   1. running sequences with one pending token (decode rows) first, oldest arrival first, each
+//      with up to num_speculative_tokens drafts after it (and, after a rejected draft, with the
+//      accepted tokens it computes again);
 //   2. then running sequences still catching up on their prompt, oldest first, each one chunk of
 //      min(pending, remaining budgets, bucket size, what fits in the free KV blocks) rows (one row
 //      with prompt-as-decode);
 //   3. then waiting sequences, oldest first, admitted with such a chunk while a slot and the
-//      budgets allow; admission stops at the first that cannot start (strict FCFS), and a step
-//      that preempted admits nobody.
+//      budgets allow (after the prefix cache's hit, if any); admission stops at the first that
+//      cannot start (strict FCFS), and a step that preempted admits nobody.
 // A row is a decode row when it is its sequence's only pending token.
 // A running sequence that cannot place even one token preempts the newest running sequence (its
 // blocks are freed and it is recomputed later from its tokens), repeating until the token fits or
