@@ -60,8 +60,8 @@ foreach(suite openai_client sse_curl structured http errors disconnect shutdown 
 endforeach()
 
 # Speculative decoding (n-gram drafts) behind the server: streamed and whole responses must be the
-# offline runner's plain tokens.
-foreach(suite openai_client sse_curl)
+# offline runner's plain tokens, and constrained outputs stay in their grammar.
+foreach(suite openai_client sse_curl structured)
   deepinfer_server_test(server_spec_${suite} SCRIPT ${suite}.test.mjs TOKENIZER
     SERVE_ARGS "--speculative-method ngram --num-speculative-tokens 3")
 endforeach()

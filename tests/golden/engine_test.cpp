@@ -338,6 +338,20 @@ TEST(Engine, GrammarConstrainedOutputsAreValidAndBatchInvariant) {
     const auto alone = run(*m.model, config(1, 2048, 0, false), {reqs[i]});
     EXPECT_TRUE(alone.at(reqs[i].id) == r) << "request " << i;
   }
+  // Speculative decoding keeps the grammar's state row by row: drafts from the output above
+  // (every one right, or every fourth wrong, some of those outside the grammar) change nothing.
+  for (const bool corrupt : {false, true}) {
+    auto spec = reqs;
+    for (Request& r : spec) {
+      r.params.draft_reference = together.at(r.id).ids;
+      for (size_t j = 3; corrupt && j < r.params.draft_reference.size(); j += 4)
+        r.params.draft_reference[j] = int32_t((r.params.draft_reference[j] + 1) % c.vocab_size);
+    }
+    EngineConfig cfg = config(16, 2048, 0, false);
+    cfg.sched.num_speculative_tokens = 4;
+    const auto got = run(*m.model, cfg, spec);
+    for (const auto& [id, r] : together) EXPECT_TRUE(got.at(id) == r) << "request " << id;
+  }
   // A grammar compiled for another vocabulary is refused.
   Engine e(*m.model, config(2, 2048, 0, false));
   Request bad = reqs[0];
