@@ -177,13 +177,21 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
   return n_out;
 }
 
-// Whether every input is a bf16 value (then a bf16 or fp8 weight's products are exact in fp32).
+// Whether every input is a bf16 value of magnitude 0 or >= 2^-70: then its products with a
+// weight whose values are 0 or >= 2^-56 (PackedWeight::bf16_products: bf16 weights so checked,
+// fp8 codes) are exact in fp32 (16 significant bits, never below the normal range), and a fused
+// multiply-add equals the canonical multiply-then-add.
 bool rows_are_bf16(const float* x, int64_t n, int64_t ld, int64_t K) {
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t* r = reinterpret_cast<const uint32_t*>(x + i * ld);
     uint32_t low = 0;
-    for (int64_t k = 0; k < K; ++k) low |= r[k] & 0xffffu;
-    if (low) return false;
+    bool tiny = false;
+    for (int64_t k = 0; k < K; ++k) {
+      low |= r[k] & 0xffffu;
+      const uint32_t e = (r[k] >> 23) & 0xffu;
+      tiny |= (r[k] & 0x7fffffffu) != 0 && e < 127 - 70;
+    }
+    if (low || tiny) return false;
   }
   return true;
 }
@@ -263,7 +271,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       quantize(0, n);
   }
   linear_isa::Job base = call_job(pw, a, q, bf16);
-  base.fma = quant || (w.format != WeightFormat::F32 && rows_are_bf16(a.x, n, a.ldx, K));
+  base.fma = quant ||
+             (w.format != WeightFormat::F32 && pk.bf16_products && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));

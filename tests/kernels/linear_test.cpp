@@ -148,6 +148,16 @@ TEST(LinearFast, DenseSweepMatchesRef) {
         for (int64_t n : {1, 3, 4, 6, 13}) check_case({f, false, rows, cols, n}, seed++);
 }
 
+TEST(LinearFast, DenseSweepWithOtherSeedsMatchesRef) {
+  // The dense sweep's shapes again with other inputs: among them products below fp32's normal
+  // range, which a fused multiply-add would keep and the canonical multiply-then-add rounds.
+  uint64_t seed = 1006;
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F32, WeightFormat::Fp8Block})
+    for (int64_t cols : {32, 96, 256})
+      for (int64_t rows : {1, 16, 33, 70})
+        for (int64_t n : {1, 3, 4, 6, 8, 13}) check_case({f, false, rows, cols, n}, seed++);
+}
+
 TEST(LinearFast, EightRowGemvMatchesRef) {
   // Up to 8 rows per GEMV call (a verify step of speculative decoding): every row count, both
   // quantized formats and the dense ones.
