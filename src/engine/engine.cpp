@@ -241,15 +241,7 @@ std::vector<RequestOutput> Engine::take_finished() {
 
 EngineStats Engine::stats() const {
   EngineStats s = stats_;
-  s.kv_blocks_peak = scheduler_->stats().peak_blocks_used;
-  const SchedulerStats& ss = scheduler_->stats();
-  s.spec_steps = ss.spec_steps;
-  s.spec_drafted = ss.spec_drafted;
-  s.spec_accepted = ss.spec_accepted;
-  s.preemptions = ss.preemptions;
-  s.prefix_queries = ss.prefix_queries;
-  s.prefix_hits = ss.prefix_hits;
-  s.prefix_hit_tokens = ss.prefix_hit_tokens;
+  static_cast<SchedulerStats&>(s) = scheduler_->stats();
   return s;
 }
 

@@ -34,18 +34,15 @@ struct EngineConfig {
 // Decodes generated ids to text (for stop strings); empty when there is no tokenizer.
 using TextDecoder = std::function<std::string(std::span<const int32_t>)>;
 
-struct EngineStats {
+// The scheduler's counts (preemptions, KV peak, prefix cache, speculation) and the engine's own.
+struct EngineStats : SchedulerStats {
   int64_t prompt_tokens = 0;  // prompt rows computed (recomputation included)
   int64_t generated_tokens = 0;
   int64_t steps = 0;
   double prefill_seconds = 0;  // steps with prompt rows
   double decode_seconds = 0;   // steps with decode rows only
-  int32_t kv_blocks_total = 0, kv_blocks_peak = 0;
-  int64_t preemptions = 0;
-  int64_t prefix_queries = 0, prefix_hits = 0, prefix_hit_tokens = 0;
+  int32_t kv_blocks_total = 0;
   int32_t prefix_snapshots = 0;  // snapshot buffers (0: prefix caching off)
-  // Speculative decoding: steps that verified drafts, drafts proposed, drafts accepted.
-  int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 // What is wrong with sampling parameters on their own (any model): "" or a message naming the

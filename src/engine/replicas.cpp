@@ -166,10 +166,12 @@ int Replicas::pick(const Request& req) {
 }
 
 std::string Replicas::add_request(Request req) {
-  if (std::string e = local_.check_request(req); !e.empty()) return e;
   if (remote_.count(req.id)) return str_cat("request id ", req.id, " is already in use");
+  // This replica's engine validates what it queues; what goes elsewhere is validated here (every
+  // replica has the same model and limits).
   const int r = shut_down_ || size() == 1 ? 0 : pick(req);
   if (r == 0) return local_.add_request(std::move(req));
+  if (std::string e = local_.check_request(req); !e.empty()) return e;
   remote_[req.id] = r;
   ++unreported_[size_t(r - 1)];
   queued_[size_t(r - 1)].push_back(std::move(req));
@@ -265,7 +267,7 @@ EngineLoad Replicas::total() const {
     s.prefill_seconds = std::max(s.prefill_seconds, l.stats.prefill_seconds);
     s.decode_seconds = std::max(s.decode_seconds, l.stats.decode_seconds);
     s.kv_blocks_total += l.stats.kv_blocks_total;
-    s.kv_blocks_peak += l.stats.kv_blocks_peak;
+    s.peak_blocks_used += l.stats.peak_blocks_used;
     s.preemptions += l.stats.preemptions;
     s.prefix_queries += l.stats.prefix_queries;
     s.prefix_hits += l.stats.prefix_hits;
