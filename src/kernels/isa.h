@@ -12,9 +12,6 @@
 
 namespace deepinfer::linear_isa {
 
-// The most rows a GEMV call of any ISA takes at once (Kernels::gemv_rows: more rows are split
-// into such groups).
-constexpr int64_t kGemvRows = 8;
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
 constexpr int64_t kGemmPanelTiles = 3;

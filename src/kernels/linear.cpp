@@ -284,7 +284,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
 
   const int64_t threads = pool.size();
   if (path == LinearPath::Gemv) {
-    // Tasks are (group of up to kGemvRows rows, run of tiles). A small weight is not split
+    // Tasks are (group of up to gemv_rows rows, run of tiles). A small weight is not split
     // (nor worth waking the pool for, with one group of rows).
     const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
     const int64_t bytes = n_tiles * pk.tile_bytes;
@@ -323,9 +323,9 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   });
 }
 
-// Several QLin GEMV calls (n <= kGemvRows each) as one parallel loop over all their tiles: one
-// wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
-// stream. Each output is computed exactly as run_fast's GEMV computes it.
+// Several QLin GEMV calls (n <= the ISA's gemv_rows each) as one parallel loop over all their
+// tiles: one wake-up of the pool instead of one per call, and the tiles balanced over the threads
+// as one stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
   const bool bf16 = kern.bf16 && bf16_products_ok();
