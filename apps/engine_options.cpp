@@ -43,12 +43,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions* o, bool serving) {
              "--kv-cache-memory)")
       ->capture_default_str();
   env_option(cmd, "--speculative-method", o->speculative_method,
-             "Speculative decoding: none, or ngram (drafts from earlier occurrences of the last "
-             "tokens, verified exactly)")
-      ->check(CLI::IsMember({"none", "ngram"}))
+             "Speculative decoding, verified exactly: none, ngram (drafts from earlier "
+             "occurrences of the last tokens) or dspark (the checkpoint's draft head)")
+      ->check(CLI::IsMember({"none", "ngram", "dspark"}))
       ->capture_default_str();
   env_option(cmd, "--num-speculative-tokens", o->num_speculative_tokens,
-             "Drafts per decode step (0: 4 for ngram)")
+             "Drafts per decode step (0: 4 for ngram, the draft block size - 1 for dspark)")
       ->capture_default_str();
   env_option(cmd, "--ngram-max", o->ngram_max, "Longest n-gram ngram drafting matches")
       ->capture_default_str();

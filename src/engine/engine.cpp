@@ -49,7 +49,12 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
 Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const RankLayout* layout)
     : model_(model), cfg_(cfg), decoder_(std::move(decoder)), sampler_(model.config().vocab_size) {
   const ModelConfig& c = model.config();
-  const KvCacheOptions ko = size_kv_pool(c, &cfg_);
+  KvCacheOptions ko = size_kv_pool(c, &cfg_);
+  if (cfg_.sched.dspark) {
+    DI_REQUIRE(model.has_draft_head(),
+               "speculative decoding with the draft head needs a model built with it");
+    ko.draft_layers = c.n_mtp_layers;  // its rings, in every slot
+  }
   stats_.kv_blocks_total = ko.num_blocks;
   kv_ = std::make_unique<KvCache>(c, ko);
   stats_.prefix_snapshots = ko.num_snapshots;
@@ -204,6 +209,7 @@ std::vector<TokenEvent> Engine::step() {
       counts_.push_back(int32_t(k));
     }
   }
+  if (cfg_.sched.dspark) draft(out, sampled);
   const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled, counts_);
   events.reserve(sampled.size());
   for (size_t i = 0, at = 0; i < seqs.size(); ++i) {
@@ -222,6 +228,42 @@ std::vector<TokenEvent> Engine::step() {
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (has_prompt ? stats_.prefill_seconds : stats_.decode_seconds) += dt;
   return events;
+}
+
+void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) {
+  DI_REGION("engine.draft");
+  // Every sequence of the step keeps its real rows and the drafts it accepted (their positions
+  // enter the draft head's rings); one that sampled drafts from its newest token.
+  draft_in_.clear();
+  draft_added_.clear();
+  size_t at = 0, si = 0;
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const SchedSeq& q = out.seqs[i];
+    DraftSeq d{int32_t(i), int64_t(q.tokens.size()) - q.n_drafts, -1};
+    if (q.sample) {
+      const int32_t k = counts_[si++];
+      d.kept += k - 1;
+      at += size_t(k);
+      d.token = sampled[at - 1];
+      draft_added_.push_back(k);
+    }
+    draft_in_.push_back(d);
+  }
+  if (draft_in_.empty()) return;
+  model_.draft(draft_in_, *kv_, draft_out_);
+  const size_t B = size_t(model_.draft_block_size());
+  size_t j = 0;
+  for (const DraftSeq& d : draft_in_) {
+    Sequence* s = scheduler_->find(out.seqs[size_t(d.seq)].seq_id);
+    s->model_drafts.clear();
+    if (d.token < 0) continue;
+    s->model_drafts.assign(draft_out_.tokens.begin() + long(j * B),
+                           draft_out_.tokens.begin() + long((j + 1) * B));
+    // The block follows the sampled tokens, which update() has not appended yet.
+    if (draft_observer_)
+      draft_observer_(s->req.id, int64_t(s->tokens.size()) + draft_added_[j], s->model_drafts);
+    ++j;
+  }
 }
 
 std::vector<RequestOutput> Engine::take_finished() {

@@ -79,6 +79,10 @@ class Engine {
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   int32_t kv_blocks_used() const { return scheduler_->blocks_used(); }
   EngineStats stats() const;
+  // DSpark: called with every draft block the head makes (request, its token count then, the
+  // block), for tests and diagnostics.
+  using DraftObserver = std::function<void(RequestId, int64_t, std::span<const int32_t>)>;
+  void set_draft_observer(DraftObserver f) { draft_observer_ = std::move(f); }
 
  private:
   // Finishes `s` when its newest token ends it.
@@ -87,6 +91,8 @@ class Engine {
   // and whether `s` reached its length limit; stop strings aside.
   FinishReason token_stop(const Sequence& s) const;
   bool length_stop(const Sequence& s) const;
+  // DSpark: the step's kept rows into the draft head, and each sampling sequence's next drafts.
+  void draft(const SchedOutput& out, const std::vector<int32_t>& sampled);
 
   Model& model_;
   EngineConfig cfg_;
@@ -99,6 +105,10 @@ class Engine {
   SchedOutput sched_out_;
   std::vector<int32_t> sampled_, counts_;
   std::vector<TopLogprobs> tops_;
+  std::vector<DraftSeq> draft_in_;
+  std::vector<int32_t> draft_added_;  // tokens each drafting sequence sampled this step
+  DraftOutput draft_out_;
+  DraftObserver draft_observer_;
   EngineStats stats_;
 };
 

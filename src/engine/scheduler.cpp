@@ -196,6 +196,11 @@ void Scheduler::propose(Sequence* s, int64_t n) {
                      ref.begin() + long(std::min(ref.size(), g + size_t(n))));
     return;
   }
+  if (cfg_.dspark) {
+    const size_t k = std::min(s->model_drafts.size(), size_t(n));
+    s->drafts.assign(s->model_drafts.begin(), s->model_drafts.begin() + long(k));
+    return;
+  }
   // The most recent earlier occurrence of the longest suffix (ngram_max tokens down to one),
   // and what followed it.
   const std::vector<int32_t>& t = s->tokens;

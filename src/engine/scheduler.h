@@ -47,6 +47,9 @@ struct Sequence {
   std::vector<int32_t> drafts;
   bool rollback = false;
   int64_t drafted = 0, accepted = 0;
+  // DSpark: the draft head's block for the sequence's newest token (empty: none), which the
+  // engine sets after each step and the next decode step proposes from.
+  std::vector<int32_t> model_drafts;
 
   bool running() const { return slot >= 0; }
 
@@ -63,10 +66,12 @@ struct SchedulerConfig {
   int64_t block_tokens = 64;
   int64_t prefill_bucket = 0;     // pad prompt chunks to this many rows (0 = off)
   bool prompt_as_decode = false;  // prompt rows laid out as decode rows (one per step)
-  // Speculative decoding by n-gram lookup: up to this many drafts per decode step (0: off),
-  // found by matching the last n <= ngram_max tokens earlier in the sequence.
+  // Speculative decoding: up to this many drafts per decode step (0: off), from the model's
+  // draft head (`dspark`, Sequence::model_drafts) or by n-gram lookup (matching the last
+  // n <= ngram_max tokens earlier in the sequence).
   int32_t num_speculative_tokens = 0;
   int32_t ngram_max = 3;
+  bool dspark = false;
 };
 
 struct SchedSeq {

@@ -22,7 +22,7 @@ namespace {
 
 // The schema and, when `ck` is given, the slot of it each tensor binds into (`slots`, in schema
 // order; `ck->layers` is sized here).
-std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int expert_end,
+std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int expert_end, bool dspark,
                                Checkpoint* ck, std::vector<Weight*>* slots) {
   if (expert_end < 0) expert_end = c.n_routed_experts;
   const auto roles = layer_roles(c);
@@ -42,12 +42,12 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
     if (slots) slots->push_back(&slot);
   };
   add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D}, ck ? ck->embed : scratch);
-  if (ck) ck->layers.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerRole& r = roles[size_t(l)];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    LayerWeights& L = ck ? ck->layers[size_t(l)] : scratch_layer;
-    L.experts.resize(size_t(expert_end - expert_begin));
+  // One block: backbone layer `l` (prefix "layers.<l>.") or DSpark stage (prefix "mtp.<k>.",
+  // window-only role, no Engram: z = -1), with the routed experts [e_begin, e_end) of n_experts.
+  auto add_layer = [&](const std::string& p, const LayerRole& r, LayerWeights* Lp, int n_experts,
+                       int e_begin, int e_end, int z) {
+    LayerWeights& L = *Lp;
+    L.experts.resize(size_t(e_end - e_begin));
     add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D}, L.attn_norm);
     add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D}, L.ffn_norm);
     for (const char* part : {"attn", "ffn"}) {
@@ -85,18 +85,16 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
       }
     }
     const std::string f = p + "ffn.";
-    add(f + "gate.weight", SK::Bf16, WF::BF16, {c.n_routed_experts, D}, L.gate);
-    add(f + "gate.bias", SK::Fp32, WF::F32, {c.n_routed_experts}, L.gate_bias);
+    add(f + "gate.weight", SK::Bf16, WF::BF16, {n_experts, D}, L.gate);
+    add(f + "gate.bias", SK::Fp32, WF::F32, {n_experts}, L.gate_bias);
     auto add_expert = [&](const std::string& x, WF format, ExpertWeights& e) {
       add(x + "w1.weight", SK::QLinear, format, {F, D}, e.w1);
       add(x + "w2.weight", SK::QLinear, format, {D, F}, e.w2);
       add(x + "w3.weight", SK::QLinear, format, {F, D}, e.w3);
     };
-    for (int e = expert_begin; e < expert_end; ++e)
-      add_expert(f + "experts." + std::to_string(e) + ".", expert,
-                 L.experts[size_t(e - expert_begin)]);
+    for (int e = e_begin; e < e_end; ++e)
+      add_expert(f + "experts." + std::to_string(e) + ".", expert, L.experts[size_t(e - e_begin)]);
     add_expert(f + "shared_experts.", dense, L.shared);
-    const int z = c.engram_index(l);
     if (z >= 0) {
       const std::string e = p + "engram.";
       add(e + "embed.weight", SK::Fp8Table, WF::Fp8Row,
@@ -106,16 +104,51 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
       add(e + "q_weight", SK::Bf16, WF::BF16, {M, D}, L.engram_q);
       add(e + "k_weight", SK::Bf16, WF::BF16, {M, D}, L.engram_k);
     }
-  }
+  };
+  if (ck) ck->layers.resize(size_t(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l)
+    add_layer("layers." + std::to_string(l) + ".", roles[size_t(l)],
+              ck ? &ck->layers[size_t(l)] : &scratch_layer, c.n_routed_experts, expert_begin,
+              expert_end, c.engram_index(l));
   add("norm.weight", SK::Bf16, WF::BF16, {D}, ck ? ck->norm : scratch);
   add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, ck ? ck->head : scratch);
+  if (dspark && c.has_dspark()) {
+    // The draft head (V41_SPEC.md §10.4): window-only stages with every one of their experts on
+    // every rank, main_proj/main_norm in stage 0, the heads in the last stage.
+    DsparkWeights* dw = ck ? &ck->dspark : nullptr;
+    DsparkWeights scratch_dspark;
+    if (!dw) dw = &scratch_dspark;
+    dw->stages.resize(size_t(c.n_mtp_layers));
+    const int last = c.n_mtp_layers - 1;
+    const int64_t R = c.dspark_markov_rank;
+    for (int k = 0; k < c.n_mtp_layers; ++k) {
+      const std::string p = "mtp." + std::to_string(k) + ".";
+      add_layer(p, LayerRole{}, &dw->stages[size_t(k)], c.dspark_experts(), 0, c.dspark_experts(),
+                -1);
+      if (k == 0) {
+        add(p + "main_proj.weight", SK::QLinear, dense,
+            {D, int64_t(c.dspark_target_layer_ids.size()) * D}, dw->main_proj);
+        add(p + "main_norm.weight", SK::Bf16, WF::BF16, {D}, dw->main_norm);
+      }
+      if (k == last) {
+        add(p + "norm.weight", SK::Bf16, WF::BF16, {D}, dw->norm);
+        add(p + "markov_head.embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, R},
+            dw->markov_embed);
+        add(p + "markov_head.head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, R},
+            dw->markov_head);
+        add(p + "confidence_head.proj.weight", SK::Fp32Linear, WF::BF16, {1, D + R},
+            dw->confidence);
+      }
+    }
+  }
   return s;
 }
 
 }  // namespace
 
-std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end) {
-  return schema(c, expert_begin, expert_end, nullptr, nullptr);
+std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end,
+                                          bool dspark) {
+  return schema(c, expert_begin, expert_end, dspark, nullptr, nullptr);
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
@@ -133,7 +166,9 @@ WeightFootprint weight_footprint(const ModelConfig& c) {
     const uint64_t b = tensor_spec_bytes(s);
     f.total += b;
     const std::string& n = s.name;
-    if (n == "embed.weight") {
+    if (n.starts_with("mtp.")) {
+      f.draft_head += b;
+    } else if (n == "embed.weight") {
       f.dense_per_token += b / uint64_t(c.vocab_size);
     } else if (n.find(".ffn.experts.") != std::string::npos) {
       f.experts_per_token += uint64_t(double(b) * expert_share);
@@ -329,7 +364,11 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
              c.n_routed_experts, ")");
 
   // Every tensor in the files must be part of the schema (all experts) or a known unused part.
-  const std::vector<TensorSpec> all = checkpoint_schema(c);
+  // The draft head is loaded when the files hold any of it (then all of it is required).
+  bool any_mtp = false;
+  for (const std::string& name : ck->store_->names()) any_mtp |= name.rfind("mtp.", 0) == 0;
+  ck->has_dspark = any_mtp && c.has_dspark();
+  const std::vector<TensorSpec> all = checkpoint_schema(c, 0, -1, ck->has_dspark);
   std::set<std::string> known;
   for (const auto& s : all) {
     known.insert(s.name);
@@ -358,7 +397,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
   // Bind in schema order, each tensor into its slot.
   std::vector<Weight*> slots;
   const std::vector<TensorSpec> mine =
-      schema(c, ck->expert_begin, ck->expert_end, ck.get(), &slots);
+      schema(c, ck->expert_begin, ck->expert_end, ck->has_dspark, ck.get(), &slots);
   for (size_t i = 0; i < mine.size(); ++i) {
     const TensorSpec& s = mine[i];
     *slots[i] = ck->bind(s);

@@ -3,7 +3,8 @@
 // `checkpoint_schema(config)` lists every tensor the text model needs with its slot kind (what
 // the reference declares for it), its released storage format and logical shape; the loader checks
 // each one is present with that shape and a stored form its slot accepts, and that every other
-// tensor in the files belongs to a known part the text model does not run (DSpark `mtp.*`, vision
+// tensor in the files belongs to the DSpark draft head (`mtp.*`, loaded when complete) or a known
+// part the text model does not run (vision
 // `vision.*`/`aligner.*`/`image_*`, the image-token router bias `bias_vl`). Anything else is an
 // error: nothing is silently ignored. make-tiny writes checkpoints from the same schema.
 //
@@ -61,9 +62,11 @@ struct TensorSpec {
 };
 
 // Every tensor of the text model for this config, in a stable order (embedding, layers, norm,
-// head), including only the experts in [expert_begin, expert_end) (all when end < 0).
+// head, then with `dspark` the draft head's `mtp.<k>.*` stages when the config has one), including
+// only the backbone experts in [expert_begin, expert_end) (all when end < 0; the draft stages'
+// experts are always all listed).
 std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin = 0,
-                                          int expert_end = -1);
+                                          int expert_end = -1, bool dspark = true);
 
 // The name of a quantized weight's scale tensor (`x.weight` -> `x.scale`).
 std::string scale_name(const std::string& weight_name);
@@ -72,11 +75,12 @@ std::string scale_name(const std::string& weight_name);
 // decoded token reads: every dense weight once, one embedding row, the activated experts, the
 // Engram table rows it hashes to, and the whole head.
 struct WeightFootprint {
-  uint64_t total = 0;            // all text-model tensors
+  uint64_t total = 0;            // all text-model tensors (the draft head's included)
   uint64_t per_token = 0;        // read per decoded token (batch 1)
   uint64_t dense_per_token = 0;  // of which: everything except routed experts
   uint64_t experts_per_token = 0;
   uint64_t head = 0;
+  uint64_t draft_head = 0;  // the DSpark stages (in total, not read per token)
 };
 WeightFootprint weight_footprint(const ModelConfig& c);
 uint64_t tensor_spec_bytes(const TensorSpec& s);
@@ -108,6 +112,17 @@ struct LayerWeights {
   Weight engram_q, engram_k;  // [M, D] bf16
 };
 
+// The DSpark draft head (V41_SPEC.md §10.4, docs/numerics.md): window-only stages (each a
+// LayerWeights without compressor, indexer or Engram, with its own experts), stage 0's projection
+// of the backbone taps, the last stage's norm, Markov head and confidence head.
+struct DsparkWeights {
+  std::vector<LayerWeights> stages;  // [n_mtp_layers]
+  Weight main_proj, main_norm;       // [D, nT*D] (model dtype), [D] bf16
+  Weight norm;                       // [D] bf16
+  Weight markov_embed, markov_head;  // [V, R] bf16, [V, R] (used as f32)
+  Weight confidence;                 // [1, D + R] (used as f32)
+};
+
 // What a weight loaded into a slot of `kind` is computed as, in words ("fp8 e4m3 + e8m0 32x32 ->
 // act_quant + fp8 QLin"), for `inspect`.
 std::string loaded_form(SlotKind kind, const Weight& w);
@@ -130,8 +145,12 @@ class Checkpoint {
   Weight embed, norm, head;  // [V, D] bf16, [D] bf16, [V, D] bf16 (used as f32)
   std::vector<LayerWeights> layers;
   int expert_begin = 0, expert_end = 0;
+  // The draft head, when the config has one and the files hold its `mtp.*` tensors (a checkpoint
+  // stored without them loads, without a draft head).
+  bool has_dspark = false;
+  DsparkWeights dspark;
 
-  // Tensors in the files that the text model does not run (DSpark, vision), by prefix count.
+  // Tensors in the files that the model does not run (vision; DSpark without its config).
   std::vector<std::string> skipped_tensors;
   // How each bound tensor was stored and what it computes, in schema order: its name and
   // "<stored dtype> -> <loaded_form()>" ("BF16 -> bf16 -> plain bf16 linear").

@@ -418,6 +418,21 @@ void ModelConfig::validate(const std::string& label) const {
                int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1,
                " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
   }
+  if (has_dspark()) {
+    DI_REQUIRE(dspark_noise_token_id >= 0 && dspark_noise_token_id < vocab_size, label,
+               ": dspark_noise_token_id = ", dspark_noise_token_id,
+               " must be a token id in [0, vocab_size)");
+    DI_REQUIRE(!dspark_target_layer_ids.empty(), label,
+               ": dspark_target_layer_ids must list the backbone layers the draft head reads");
+    require_layer_list(label, "dspark_target_layer_ids", dspark_target_layer_ids, n_layers);
+    require_positive(label, "dspark_markov_rank", dspark_markov_rank);
+    require_mult(label, "dspark_markov_rank", dspark_markov_rank, 32,
+                 "the Markov head's linear reads its input in blocks of 32");
+    DI_REQUIRE(dspark_n_routed_experts >= 0 && dspark_n_activated_experts >= 0 &&
+                   dspark_topk() <= dspark_experts(),
+               label, ": dspark_num_experts_per_tok (", dspark_topk(),
+               ") must be in [1, dspark_n_routed_experts = ", dspark_experts(), "]");
+  }
   // Roles check the sharing structure (who reads whose KV, keys and top-k).
   (void)derive_roles(*this, label);
 

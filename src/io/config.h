@@ -71,8 +71,8 @@ struct ModelConfig {
   // --- tokens ---
   int64_t bos_token_id = 0, eos_token_id = 1, pad_token_id = 2;
   int64_t max_position_embeddings = 0;
-  // --- DSpark draft head and vision (parsed and reported; not run by the text model) ---
-  int dspark_block_size = 0;
+  // --- DSpark draft head (V41_SPEC.md §10.4, docs/numerics.md); vision (parsed, not run) ---
+  int dspark_block_size = 0;  // B draft slots; 0 (or n_mtp_layers 0): no draft head
   int64_t dspark_noise_token_id = -1;
   std::vector<int> dspark_target_layer_ids = {};
   int dspark_markov_rank = 0;
@@ -102,6 +102,14 @@ struct ModelConfig {
   bool is_engram_layer(int layer) const { return engram_index(layer) >= 0; }
   int engram_index(int layer) const;                                                   // z, or -1
   int engram_columns() const { return (engram_max_ngram_size - 1) * engram_n_heads; }  // NC
+  bool has_dspark() const { return dspark_block_size > 0 && n_mtp_layers > 0; }
+  // The draft stages' routed experts and top-k (0 in the config: the backbone's).
+  int dspark_experts() const {
+    return dspark_n_routed_experts > 0 ? dspark_n_routed_experts : n_routed_experts;
+  }
+  int dspark_topk() const {
+    return dspark_n_activated_experts > 0 ? dspark_n_activated_experts : n_activated_experts;
+  }
 };
 
 // Role of a backbone layer in the shared-attention scheme (V41_SPEC.md §1.2).

@@ -31,7 +31,9 @@ const std::pair<const char*, const char*> kPresets[] = {
       "candidate_source_layer": 4, "candidate_topk_blocks": 3, "candidate_block_size": 2,
       "hc_mult": 4, "hc_sinkhorn_iters": 20, "engram_layer_ids": [1, 4],
       "engram_max_ngram_size": 3, "engram_vocab_size": 1000, "engram_n_heads": 2,
-      "engram_head_dim": 32})"},
+      "engram_head_dim": 32, "n_mtp_layers": 2, "dspark_block_size": 4,
+      "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [5, 6, 7],
+      "dspark_markov_rank": 32, "dspark_n_routed_experts": 6, "dspark_n_activated_experts": 2})"},
     {"tiny-b", R"({"vocab_size": 1000, "dim": 96, "moe_inter_dim": 64, "n_layers": 6, "n_heads": 2,
       "n_routed_experts": 4, "n_activated_experts": 1, "route_scale": 2.0, "swiglu_limit": 0.0,
       "q_lora_rank": 32, "head_dim": 32, "rope_head_dim": 8, "o_groups": 1, "o_lora_rank": 32,
@@ -50,7 +52,9 @@ const std::pair<const char*, const char*> kPresets[] = {
       "rope_factor": 8, "index_n_heads": 3, "index_head_dim": 64, "index_topk": 6,
       "candidate_source_layer": -1, "hc_mult": 3, "hc_sinkhorn_iters": 10,
       "engram_layer_ids": [2], "engram_max_ngram_size": 2, "engram_vocab_size": 3000,
-      "engram_n_heads": 1, "engram_head_dim": 32, "engram_pad_id": 0})"},
+      "engram_n_heads": 1, "engram_head_dim": 32, "engram_pad_id": 0, "n_mtp_layers": 1,
+      "dspark_block_size": 3, "dspark_noise_token_id": 2000, "dspark_target_layer_ids": [3, 4],
+      "dspark_markov_rank": 32})"},
     {"small", R"({"vocab_size": 129280, "dim": 2048, "moe_inter_dim": 768, "n_layers": 12,
       "n_heads": 16, "n_routed_experts": 64, "n_activated_experts": 6, "route_scale": 1.5,
       "swiglu_limit": 10.0, "q_lora_rank": 768, "head_dim": 512, "rope_head_dim": 64,
@@ -61,7 +65,9 @@ const std::pair<const char*, const char*> kPresets[] = {
       "index_topk": 512, "candidate_source_layer": 6, "candidate_topk_blocks": 128,
       "candidate_block_size": 8, "hc_mult": 4, "hc_sinkhorn_iters": 20,
       "engram_layer_ids": [1, 6], "engram_max_ngram_size": 3, "engram_vocab_size": 100000,
-      "engram_n_heads": 4, "engram_head_dim": 128})"},
+      "engram_n_heads": 4, "engram_head_dim": 128, "n_mtp_layers": 3, "dspark_block_size": 5,
+      "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [9, 10, 11],
+      "dspark_markov_rank": 256, "dspark_n_routed_experts": 32, "dspark_n_activated_experts": 3})"},
 };
 
 }  // namespace
@@ -183,6 +189,18 @@ ModelConfig random_tiny_config(uint64_t seed) {
   c.engram_compressed_vocab_size = c.vocab_size;
   c.dtype = pick(0, 4) == 0 ? "bf16" : "fp8";
   c.expert_dtype = pick(0, 4) == 0 ? "" : "fp4";
+  // DSpark, drawn last so that the fields above stay as they were: none now and then, else 1-3
+  // stages over a non-empty set of target layers.
+  c.n_mtp_layers = int(pick(0, 3));
+  c.dspark_target_layer_ids.clear();
+  for (int l = 0; l < c.n_layers; ++l)
+    if (pick(0, 1)) c.dspark_target_layer_ids.push_back(l);
+  if (c.dspark_target_layer_ids.empty()) c.dspark_target_layer_ids.push_back(c.n_layers - 1);
+  c.dspark_block_size = c.n_mtp_layers ? int(pick(1, 5)) : 0;
+  c.dspark_noise_token_id = pick(0, c.vocab_size - 1);
+  c.dspark_markov_rank = int(32 * pick(1, 2));
+  c.dspark_n_routed_experts = int(pick(0, 7));
+  c.dspark_n_activated_experts = int(pick(1, std::min(c.dspark_experts(), 3)));
   c.compress_ratios.resize(size_t(c.n_layers + c.n_mtp_layers), 0);
   return c;
 }
@@ -336,7 +354,7 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
 uint64_t write_tiny_checkpoint(const std::string& dir, const ModelConfig& config,
                                const TinyWriteOptions& opt) {
   config.validate(opt.label);
-  const std::vector<TensorSpec> schema = checkpoint_schema(config);
+  const std::vector<TensorSpec> schema = checkpoint_schema(config, 0, -1, opt.dspark);
   // Each tensor's bytes (values and scales, kept in one shard) decide the shards up front.
   std::vector<uint64_t> sizes;
   for (TensorSpec s : schema) {

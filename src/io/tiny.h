@@ -45,6 +45,7 @@ struct TinyWriteOptions {
   uint64_t seed = 0;
   uint64_t max_shard_bytes = uint64_t(4) << 20;  // split into shards (exercises the index)
   TinyLayout layout = TinyLayout::Release;
+  bool dspark = true;  // write the draft head's mtp.* tensors when the config has one
 };
 
 // Writes config.json and safetensors shards (+ index) for `config` into `dir` (created; existing

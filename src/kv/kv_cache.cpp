@@ -18,10 +18,12 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
       opt.num_blocks >= 0 && opt.max_seqs >= 1 && opt.block_tokens >= 1 && opt.num_snapshots >= 0,
       "KV cache: need num_blocks >= 0, max_seqs >= 1, block_tokens >= 1 and "
       "num_snapshots >= 0");
+  DI_REQUIRE(opt.draft_layers >= 0, "KV cache: draft_layers must be >= 0");
   const auto roles = layer_roles(c);
-  layers_.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerRole& r = roles[size_t(l)];
+  layers_.resize(size_t(c.n_layers + opt.draft_layers));
+  for (int l = 0; l < c.n_layers + opt.draft_layers; ++l) {
+    // Draft stages (after the backbone) are window-only.
+    const LayerRole r = l < c.n_layers ? roles[size_t(l)] : LayerRole{};
     LayerRegion& L = layers_[size_t(l)];
     L.window.assign(size_t(max_seqs_ * window_ * window_row_bytes_), 0);
     L.snapshot_window.assign(size_t(num_snapshots_ * window_ * window_row_bytes_), 0);

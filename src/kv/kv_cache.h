@@ -62,6 +62,9 @@ struct KvCacheOptions {
   int32_t max_seqs = 1;
   int32_t num_snapshots = 0;  // prefix-cache snapshots of slot state
   bool slot_backups = false;  // one backup of each slot's state (speculative decoding)
+  // Window-only layers after the backbone's (the DSpark draft head's rings: layer ids n_layers +
+  // stage), part of the slot state like every other ring.
+  int32_t draft_layers = 0;
 };
 
 // A sequence's view: its slot and its block table.

@@ -16,37 +16,18 @@ namespace deepinfer {
 void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
-  const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];
   const RopeTable& rope = role.ratio > 0 ? rope_compressed : rope_window;
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim;
-  const int64_t Q = c.q_lora_rank, G = c.o_groups, Ro = c.o_lora_rank, Wn = c.window_size;
+  const int64_t Q = c.q_lora_rank, Wn = c.window_size;
 
-  // --- query (§5.1) ---
+  // --- query (§5.1) and window KV (§5.2) ---
   ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
-  {
-    DI_REGION("attn.q");
-    project(P.wq_a, u, N, qr.data(), &W.q_norm);
-    project(P.wq_b, qr.data(), N, q.data());
-    rope_rows(st, rope, q.data(), H, Dh);
-  }
-  dump(st, l, "attn.q", q.data(), {N, H, Dh});
-
-  // --- window KV (§5.2): packed fp8 rows and their exact values ---
   const int64_t wrow = window_kv_row_bytes(Dh);
   ArenaVec<float> kv(size_t(N * Dh), &arena);
   ArenaVec<uint8_t> kv_packed(size_t(N * wrow), &arena);
-  {
-    DI_REGION("attn.kv");
-    project(P.wkv, u, N, kv.data(), &W.kv_norm);
-    rope_rows(st, rope, kv.data(), 1, Dh);
-    for (int64_t i = 0; i < N; ++i) {
-      uint8_t* pk = &kv_packed[size_t(i * wrow)];
-      act_quant(&kv[size_t(i * Dh)], Dh, pk, pk + Dh);
-      fp8_dequant(pk, pk + Dh, Dh, &kv[size_t(i * Dh)]);
-    }
-  }
-  dump(st, l, "attn.kv", kv.data(), {N, Dh});
+  query(l, st, rope, u, qr.data(), q.data());
+  window_keys(l, st, rope, u, kv.data(), kv_packed.data());
 
   // --- compressor and indexer (§5.3-§6) ---
   if (role.kv_source) {
@@ -117,18 +98,48 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   }
   dump(st, l, "attn.o", o.data(), {N, H, Dh});
 
-  // --- output projection (§5.7) ---
-  {
-    DI_REGION("attn.out");
-    rope_rows(st, rope, o.data(), H, Dh, true);
-    ArenaVec<float> a(size_t(N * G * Ro), &arena);
-    const int64_t group_in = H * Dh / G;
-    for (int64_t g = 0; g < G; ++g)
-      linear(P.wo_a,
-             {o.data() + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact});
-    round(a.data(), N * G * Ro);
-    project(P.wo_b, a.data(), N, out);
+  output(l, st, rope, o.data(), out);
+}
+
+void Model::Impl::query(int l, Step& st, const RopeTable& rope, const float* u, float* qr,
+                        float* q) {
+  DI_REGION("attn.q");
+  const LayerWeights& W = weights(l);
+  const PreparedLayer& P = lin[size_t(l)];
+  const int64_t N = st.N;
+  project(P.wq_a, u, N, qr, &W.q_norm);
+  project(P.wq_b, qr, N, q);
+  rope_rows(st, rope, q, c.n_heads, c.head_dim);
+  dump(st, l, "attn.q", q, {N, c.n_heads, c.head_dim});
+}
+
+void Model::Impl::window_keys(int l, Step& st, const RopeTable& rope, const float* u, float* kv,
+                              uint8_t* packed) {
+  DI_REGION("attn.kv");
+  const LayerWeights& W = weights(l);
+  const int64_t N = st.N, Dh = c.head_dim, wrow = window_kv_row_bytes(Dh);
+  project(lin[size_t(l)].wkv, u, N, kv, &W.kv_norm);
+  rope_rows(st, rope, kv, 1, Dh);
+  for (int64_t i = 0; i < N; ++i) {
+    uint8_t* pk = packed + i * wrow;
+    act_quant(kv + i * Dh, Dh, pk, pk + Dh);
+    fp8_dequant(pk, pk + Dh, Dh, kv + i * Dh);
   }
+  dump(st, l, "attn.kv", kv, {N, Dh});
+}
+
+void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float* out) {
+  DI_REGION("attn.out");
+  ArenaScope scope(arena);
+  const PreparedLayer& P = lin[size_t(l)];
+  const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, G = c.o_groups, Ro = c.o_lora_rank;
+  rope_rows(st, rope, o, H, Dh, true);
+  ArenaVec<float> a(size_t(N * G * Ro), &arena);
+  const int64_t group_in = H * Dh / G;
+  for (int64_t g = 0; g < G; ++g)
+    linear(P.wo_a, {o + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact});
+  round(a.data(), N * G * Ro);
+  project(P.wo_b, a.data(), N, out);
   dump(st, l, "attn.out", out, {N, c.dim});
 }
 

@@ -60,10 +60,7 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     if (dst.present()) prepared.push_back(&dst);
     ck.release_resident(w);  // the kernels read the repacked copy
   };
-  lin.resize(size_t(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& W = ck.layers[size_t(l)];
-    PreparedLayer& P = lin[size_t(l)];
+  auto prep_layer = [&](PreparedLayer& P, const LayerWeights& W) {
     for (auto [dst, w] : {std::pair{&P.wq_a, &W.wq_a},
                           {&P.wq_b, &W.wq_b},
                           {&P.wkv, &W.wkv},
@@ -87,8 +84,23 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     P.experts.resize(W.experts.size());
     for (size_t e = 0; e < W.experts.size(); ++e) prep_expert(P.experts[e], W.experts[e]);
     prep_expert(P.shared, W.shared);
-  }
+  };
+  if (opt.dspark)
+    DI_REQUIRE(ck.has_dspark, ck.dir(),
+               ": the checkpoint has no DSpark draft head (config dspark_block_size and "
+               "n_mtp_layers > 0, and the mtp.* tensors)");
+  dspark = opt.dspark;
+  // Sized once: `prepared` points into it.
+  lin.resize(size_t(c.n_layers + (dspark ? c.n_mtp_layers : 0)));
+  for (int l = 0; l < c.n_layers; ++l) prep_layer(lin[size_t(l)], ck.layers[size_t(l)]);
   prep(head, ck.head);
+  if (dspark) {
+    for (int k = 0; k < c.n_mtp_layers; ++k)
+      prep_layer(lin[size_t(c.n_layers + k)], ck.dspark.stages[size_t(k)]);
+    prep(main_proj, ck.dspark.main_proj);
+    prep(markov_head, ck.dspark.markov_head);
+    prep(confidence, ck.dspark.confidence);
+  }
 }
 
 void Model::Impl::round(float* x, int64_t n) const {
@@ -208,90 +220,142 @@ void for_rows(int64_t n, F&& fn) {
 
 }  // namespace
 
+Model::Impl::Stream::Stream(int64_t N, int64_t M, int64_t D, Arena* a)
+    : x(size_t(N * M * D), a),
+      x1(size_t(N * M * D), a),
+      x2(size_t(N * M * D), a),
+      u(size_t(N * D), a),
+      y(size_t(N * D), a),
+      pi(size_t(N * M), 0.0f, a),
+      pre_a(size_t(N * M), a),
+      post_a(size_t(N * M), a),
+      comb_a(size_t(N * M * M), a),
+      pre_f(size_t(N * M), a),
+      post_f(size_t(N * M), a),
+      comb_f(size_t(N * M * M), a) {}
+
+void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N) {
+  const int64_t M = c.hc_mult, D = c.dim, MD = M * D;
+  for (int64_t i = 0; i < N; ++i) {
+    const uint16_t* e = ck.embed.bf16() + int64_t(tokens[i]) * D;
+    for (int64_t cpy = 0; cpy < M; ++cpy)
+      for (int64_t d = 0; d < D; ++d) b.x[size_t(i * MD + cpy * D + d)] = bf16_to_f32(e[d]);
+    b.pi[size_t(i * M)] = 1.0f;
+  }
+}
+
+void Model::Impl::collapse(Step& st, Stream& b, const float* xs, const float* pre,
+                           const Weight& norm) {
+  const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
+  for_rows(N, [&](int64_t i) { hc_pre(xs + i * MD, pre + i * M, M, D, &b.u[size_t(i * D)]); });
+  round_norm(b.u.data(), N, D, norm);
+}
+
+void Model::Impl::block(int l, Step& st, Stream& b) {
+  const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
+  const bool stage = l >= c.n_layers;
+  const LayerWeights& W = weights(l);
+  const PreparedLayer& P = lin[size_t(l)];
+  const float eps = float(c.norm_eps);
+  // The sublayer's output b.y spread back over the copies of xs into dst.
+  auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {
+    for_rows(N, [&](int64_t i) {
+      hc_post(&b.y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
+    });
+    round(dst, N * MD);
+  };
+  auto hc = [&](const PreparedLinear& fn, const Weight& base, const Weight& scale) {
+    return HcParams{&fn, base.f32(),      scale.f32(),         M,    D,
+                    eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact};
+  };
+  const HcParams hca = hc(P.hc_attn_fn, W.hc_attn_base, W.hc_attn_scale);
+  const HcParams hcf = hc(P.hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale);
+  {
+    DI_REGION("model.hc");
+    hc_mixes_rows(hca, b.x.data(), N, b.pre_a.data(), b.post_a.data(), b.comb_a.data());
+    collapse(st, b, b.x.data(), b.pi.data(), W.attn_norm);
+  }
+  dump(st, l, "attn.u", b.u.data(), {N, D});
+  if (stage)
+    draft_attention(l, st, b.u.data(), b.y.data());
+  else
+    attention(l, st, b.u.data(), b.y.data());
+  {
+    DI_REGION("model.hc");
+    expand(b.x.data(), b.post_a.data(), b.comb_a.data(), b.x1.data());
+    dump(st, l, "hc.x1", b.x1.data(), {N, M, D});
+    hc_mixes_rows(hcf, b.x1.data(), N, b.pre_f.data(), b.post_f.data(), b.comb_f.data());
+    // The FFN collapses with the attention's pre coefficients (§7.3).
+    collapse(st, b, b.x1.data(), b.pre_a.data(), W.ffn_norm);
+  }
+  dump(st, l, "ffn.v", b.u.data(), {N, D});
+  moe(l, st, b.u.data(), b.y.data());
+  dump(st, l, "ffn.out", b.y.data(), {N, D});
+  {
+    DI_REGION("model.hc");
+    expand(b.x1.data(), b.post_f.data(), b.comb_f.data(), b.x2.data());
+  }
+  dump(st, l, "hc.x2", b.x2.data(), {N, M, D});
+  std::swap(b.x, b.x2);
+  std::swap(b.pi, b.pre_f);
+}
+
 void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   arena.reset();  // nothing of the previous call is alive
   Step& st = step;
   prepare_step(st, batch, kv);
   const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
-  const float eps = float(c.norm_eps);
   {
     DI_REGION("model.engram_hash");
     engram_ids(st);
   }
-  ArenaVec<float> x(size_t(N * MD), &arena), x1(size_t(N * MD), &arena), x2(size_t(N * MD), &arena);
-  ArenaVec<float> u(size_t(N * D), &arena), y(size_t(N * D), &arena);
-  ArenaVec<float> pi(size_t(N * M), 0.0f, &arena), pre_a(size_t(N * M), &arena),
-      post_a(size_t(N * M), &arena), comb_a(size_t(N * M * M), &arena),
-      pre_f(size_t(N * M), &arena), post_f(size_t(N * M), &arena),
-      comb_f(size_t(N * M * M), &arena);
+  Stream b(N, M, D, &arena);
   {
     DI_REGION("model.embed");
-    for (int64_t i = 0; i < N; ++i) {
-      const uint16_t* e = ck.embed.bf16() + int64_t(batch.tokens[size_t(i)]) * D;
-      for (int64_t cpy = 0; cpy < M; ++cpy)
-        for (int64_t d = 0; d < D; ++d) x[size_t(i * MD + cpy * D + d)] = bf16_to_f32(e[d]);
-      pi[size_t(i * M)] = 1.0f;
-    }
+    embed_rows(batch.tokens.data(), b, N);
   }
-  // The stream's copies xs collapsed with `pre` into u, then normed.
-  auto collapse = [&](const float* xs, const float* pre, const Weight& norm) {
-    for_rows(N, [&](int64_t i) { hc_pre(xs + i * MD, pre + i * M, M, D, &u[size_t(i * D)]); });
-    round_norm(u.data(), N, D, norm);
-  };
-  // The sublayer's output y spread back over the copies of xs into dst.
-  auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {
-    for_rows(N, [&](int64_t i) {
-      hc_post(&y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
-    });
-    round(dst, N * MD);
-  };
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& W = ck.layers[size_t(l)];
+  const int64_t n_taps = dspark ? int64_t(c.dspark_target_layer_ids.size()) : 0;
+  taps.resize(size_t(N * n_taps * D));
+  for (int l = 0, t = 0; l < c.n_layers; ++l) {
     if (c.is_engram_layer(l)) {
       DI_REGION("model.engram");
-      engram_layer(l, st, x.data());
-      dump(st, l, "engram.x", x.data(), {N, M, D});
+      engram_layer(l, st, b.x.data());
+      dump(st, l, "engram.x", b.x.data(), {N, M, D});
     }
-    auto hc = [&](const PreparedLinear& fn, const Weight& base, const Weight& scale) {
-      return HcParams{&fn, base.f32(),      scale.f32(),         M,    D,
-                      eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact};
-    };
-    const HcParams hca = hc(lin[size_t(l)].hc_attn_fn, W.hc_attn_base, W.hc_attn_scale);
-    const HcParams hcf = hc(lin[size_t(l)].hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale);
-    {
-      DI_REGION("model.hc");
-      hc_mixes_rows(hca, x.data(), N, pre_a.data(), post_a.data(), comb_a.data());
-      collapse(x.data(), pi.data(), W.attn_norm);
+    if (t < n_taps && c.dspark_target_layer_ids[size_t(t)] == l) {
+      // The draft head's tap: the mean of the stream's copies entering the block, rounded once.
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          const float* xi = &b.x[size_t(i * MD + d)];
+          float& dst = taps[size_t((i * n_taps + t) * D + d)];
+          if (exact) {
+            double sum = 0;
+            for (int64_t cpy = 0; cpy < M; ++cpy) sum += xi[cpy * D];
+            dst = float(sum / double(M));
+          } else {
+            float sum = 0;
+            for (int64_t cpy = 0; cpy < M; ++cpy) sum += xi[cpy * D];
+            dst = sum / float(M);
+          }
+        }
+      ++t;
     }
-    dump(st, l, "attn.u", u.data(), {N, D});
-    attention(l, st, u.data(), y.data());
-    {
-      DI_REGION("model.hc");
-      expand(x.data(), post_a.data(), comb_a.data(), x1.data());
-      dump(st, l, "hc.x1", x1.data(), {N, M, D});
-      hc_mixes_rows(hcf, x1.data(), N, pre_f.data(), post_f.data(), comb_f.data());
-      // The FFN collapses with the attention's pre coefficients (§7.3).
-      collapse(x1.data(), pre_a.data(), W.ffn_norm);
-    }
-    dump(st, l, "ffn.v", u.data(), {N, D});
-    moe(l, st, u.data(), y.data());
-    dump(st, l, "ffn.out", y.data(), {N, D});
-    {
-      DI_REGION("model.hc");
-      expand(x1.data(), post_f.data(), comb_f.data(), x2.data());
-    }
-    dump(st, l, "hc.x2", x2.data(), {N, M, D});
-    std::swap(x, x2);
-    std::swap(pi, pre_f);
+    block(l, st, b);
+  }
+  round(taps.data(), int64_t(taps.size()));  // each tap is rounded once
+  if (dspark) {  // what draft() needs of this call, which may outlive the batch
+    fw_seqs.assign(batch.seqs.begin(), batch.seqs.end());
+    fw_saves.assign(batch.saves.begin(), batch.saves.end());
+    fw_row0.assign(st.row0.begin(), st.row0.end());
   }
   // Final collapse with the last FFN's pre, final norm, fp32 head on the rows that want logits.
   DI_REGION("model.head");
-  collapse(x.data(), pi.data(), ck.norm);
-  dump(st, -1, "final.h", u.data(), {N, D});
+  collapse(st, b, b.x.data(), b.pi.data(), ck.norm);
+  dump(st, -1, "final.h", b.u.data(), {N, D});
   ArenaVec<float> h(&arena);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {
     // Rows [logits_from, real rows) of the sequence, which lie one after the other in u.
-    const float* rows = u.data() + st.row0[s] * D;
+    const float* rows = b.u.data() + st.row0[s] * D;
     h.insert(h.end(), rows + batch.seqs[s].logits_from * D, rows + st.real_rows(s) * D);
   }
   const int64_t n_logits = int64_t(h.size()) / D;
@@ -328,6 +392,15 @@ std::vector<std::span<const uint8_t>> Model::prepared_weight_spans() const {
 }
 void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   impl_->forward(batch, kv, logits);
+}
+bool Model::has_draft_head() const {
+  return impl_->dspark;
+}
+int Model::draft_block_size() const {
+  return impl_->dspark ? impl_->c.dspark_block_size : 0;
+}
+void Model::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out) {
+  impl_->draft(seqs, kv, out);
 }
 void Model::set_activation_sink(NpyActivationDump* sink) {
   impl_->sink = sink;

@@ -140,6 +140,25 @@ struct ModelOptions {
   bool demo_decode_defect = false;
   // Engram compressed token map (raw id -> compressed id); empty = identity (no tokenizer).
   std::vector<int32_t> engram_token_map;
+  // Prepare the DSpark draft head (the checkpoint must have one): forward calls then record the
+  // taps it reads, and draft() runs it.
+  bool dspark = false;
+};
+
+// The DSpark draft head (V41_SPEC.md §10.4, docs/numerics.md). After a forward call, each of its
+// sequences keeps its first `kept` real rows (their positions enter the draft head's window
+// rings, held in the KV cache's draft layers) and, given the token sampled after them, drafts
+// block-size tokens from the position of its last kept row.
+struct DraftSeq {
+  int32_t seq = 0;     // index into the last forward call's ForwardBatch::seqs
+  int64_t kept = 0;    // its first `kept` real rows are kept (>= 1 to draft)
+  int32_t token = -1;  // the token sampled after them (the draft block's first); -1: only keep
+};
+struct DraftOutput {
+  bool want_logits = false;       // also fill logits and confidence
+  std::vector<int32_t> tokens;    // [drafting seqs, B]: greedy drafts, in DraftSeq order
+  std::vector<float> logits;      // [drafting seqs, B, vocab]: each slot's logits, Markov bias in
+  std::vector<float> confidence;  // [drafting seqs, B]
 };
 
 // Per-layer activation dumps (DESIGN.md §4.8) for debugging and layer-by-layer tests: each
@@ -174,6 +193,13 @@ class Model {
   // Runs one step. `logits` receives [batch.n_logit_rows(), vocab] fp32 rows in sequence order.
   // Resets the sequence-slot state it needs when a sequence starts at position 0.
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
+
+  // The draft head: present when ModelOptions::dspark asked for it; B tokens per draft.
+  bool has_draft_head() const;
+  int draft_block_size() const;
+  // Keeps rows of the last forward call and drafts (DraftSeq). The cache must be the one that
+  // call used, with the draft layers (KvCacheOptions::draft_layers = n_mtp_layers).
+  void draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out);
 
   // Per-layer activation dumps of the next forward calls (nullptr to stop). Only for batches of
   // one sequence.

@@ -2,6 +2,7 @@
 // engram.cpp). Not part of the public interface.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,14 @@ struct PreparedLayer {
 struct Model::Impl {
   Impl(const Checkpoint& ck, ModelOptions opt);
 
+  // The hyper-connection stream of N rows through the blocks: the copies x [N, M, D] (x1/x2 the
+  // halves' outputs), a sublayer's input u and output y [N, D], the pre-mix pi carried to the
+  // next block and each half's mixes.
+  struct Stream {
+    Stream(int64_t N, int64_t M, int64_t D, Arena* a);
+    ArenaVec<float> x, x1, x2, u, y, pi, pre_a, post_a, comb_a, pre_f, post_f, comb_f;
+  };
+
   const Checkpoint& ck;
   const ModelConfig& c;
   ModelOptions opt;
@@ -66,8 +75,20 @@ struct Model::Impl {
   EngramTables engram;
   std::vector<std::vector<float>> engram_omega;  // per Engram layer: [M, D] q_weight ⊙ k_weight
   NpyActivationDump* sink = nullptr;
-  std::vector<PreparedLayer> lin;  // [n_layers]
+  std::vector<PreparedLayer> lin;  // [n_layers], then the draft stages with the draft head
   PreparedLinear head;
+  // The DSpark draft head (model/dspark.cpp), when the checkpoint has one and the options ask.
+  bool dspark = false;
+  PreparedLinear main_proj, markov_head, confidence;
+  std::vector<float> taps;  // [N, nT * D]: the last forward call's taps (rows of its batch)
+  // The last forward call's sequences and snapshot saves, with its row metadata (fw_row0).
+  std::vector<ForwardSeq> fw_seqs;
+  std::vector<WindowSave> fw_saves;
+  std::vector<int64_t> fw_row0;
+  Step seed_step;                     // the kept rows entering the draft rings
+  Step draft_step;                    // the draft block's rows
+  std::vector<int32_t> draft_slot;    // per draft sequence: its KV slot
+  std::vector<int64_t> draft_anchor;  // per draft sequence: p, the position its block follows
   uint64_t prepared_bytes = 0;
   std::vector<const PreparedLinear*> prepared;  // every present one, in construction order
   // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the
@@ -99,7 +120,19 @@ struct Model::Impl {
     if (st.dump) sink->put(layer < 0 ? name : str_cat("L", layer, ".", name), data, shape);
   }
 
+  // Backbone layer l, or draft stage l - n_layers.
+  const LayerWeights& weights(int l) const {
+    return l < c.n_layers ? ck.layers[size_t(l)] : ck.dspark.stages[size_t(l - c.n_layers)];
+  }
+
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
+  void draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out);
+  // Embedding rows of `tokens` replicated into the copies, pre-mix one-hot on copy 0.
+  void embed_rows(const int32_t* tokens, Stream& b, int64_t N);
+  // b.u = norm(hc_pre(xs, pre)), rounded as the spec says.
+  void collapse(Step& st, Stream& b, const float* xs, const float* pre, const Weight& norm);
+  // Block l (backbone layer or draft stage) on the stream, with the single-pass hc schedule.
+  void block(int l, Step& st, Stream& b);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
   void engram_ids(Step& st);
 
@@ -109,6 +142,16 @@ struct Model::Impl {
   void compressor(int l, Step& st, const float* u);
   void indexer(int l, Step& st, const float* u, const float* qr /*[N, Q]*/);
   void moe(int l, Step& st, const float* v /*[N, D]*/, float* out /*[N, D]*/);
+  // The attention half's parts (attention.cpp), for backbone layers and draft stages: the query
+  // qr [N, Q] and q [N, H, Dh]; the window keys kv [N, Dh] (fp8 values) and their packed rows;
+  // the output projection of o [N, H, Dh] (rotated back in place).
+  void query(int l, Step& st, const RopeTable& rope, const float* u, float* qr, float* q);
+  void window_keys(int l, Step& st, const RopeTable& rope, const float* u, float* kv,
+                   uint8_t* packed);
+  void output(int l, Step& st, const RopeTable& rope, float* o, float* out);
+  // The draft stage l's attention: queries of the draft block over the stage's ring and the
+  // block's own keys (docs/numerics.md).
+  void draft_attention(int l, Step& st, const float* u, float* out);
 };
 
 }  // namespace deepinfer

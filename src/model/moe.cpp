@@ -30,10 +30,15 @@ void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
 
 void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   ArenaScope scope(arena);
-  const LayerWeights& W = ck.layers[size_t(l)];
+  const LayerWeights& W = weights(l);
   const PreparedLayer& P = lin[size_t(l)];
-  const int64_t N = st.N, D = c.dim, F = c.moe_inter_dim, E = c.n_routed_experts;
-  const int64_t k = c.n_activated_experts;
+  // A draft stage has its own expert count and top-k, and every one of its experts here.
+  const bool stage = l >= c.n_layers;
+  const int64_t N = st.N, D = c.dim, F = c.moe_inter_dim;
+  const int64_t E = stage ? c.dspark_experts() : c.n_routed_experts;
+  const int64_t k = stage ? c.dspark_topk() : c.n_activated_experts;
+  const int64_t e_begin = stage ? 0 : ck.expert_begin, e_end = stage ? E : ck.expert_end;
+  ExpertExchange all_here;
   const float limit = float(c.swiglu_limit);
 
   // Router (fp32 linear over the bf16 input, §8.1).
@@ -104,7 +109,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     // Counting sort of the (row, slot) pairs by expert, rows ascending within an expert.
     ArenaVec<int64_t> first(size_t(E + 1), 0, &arena), fill(&arena);
     for (int64_t i = 0; i < nr * k; ++i)
-      if (rid[i] >= ck.expert_begin && rid[i] < ck.expert_end) ++first[size_t(rid[i] + 1)];
+      if (rid[i] >= e_begin && rid[i] < e_end) ++first[size_t(rid[i] + 1)];
     for (int64_t e = 0; e < E; ++e) first[size_t(e + 1)] += first[size_t(e)];
     fill.assign(first.begin(), first.end() - 1);
     const int64_t n_mine = first[size_t(E)];
@@ -113,17 +118,17 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     for (int64_t i = 0; i < nr; ++i)
       for (int64_t j = 0; j < k; ++j) {
         const int32_t e = rid[i * k + j];
-        if (e < ck.expert_begin || e >= ck.expert_end) continue;
+        if (e < e_begin || e >= e_end) continue;
         const int64_t at = fill[size_t(e)]++;
         rows[size_t(at)] = i;
         slot[size_t(at)] = i * k + j;
         rw[size_t(at)] = rwt[i * k + j];
       }
     ArenaVec<ExpertJob> jobs(&arena);
-    for (int64_t e = ck.expert_begin; e < ck.expert_end; ++e) {
+    for (int64_t e = e_begin; e < e_end; ++e) {
       const int64_t b = first[size_t(e)], n = first[size_t(e + 1)] - b;
       if (n == 0) continue;
-      jobs.push_back({&P.experts[size_t(e - ck.expert_begin)], &rows[size_t(b)], n, &rw[size_t(b)],
+      jobs.push_back({&P.experts[size_t(e - e_begin)], &rows[size_t(b)], n, &rw[size_t(b)],
                       &y[size_t(b * D)]});
     }
     run_experts(jobs, xs);
@@ -132,7 +137,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
-  ExpertExchange& ex = *opt.parallel.experts;
+  ExpertExchange& ex = stage ? all_here : *opt.parallel.experts;
   const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out.data()};
   const ExpertExchange::Rows rows = ex.dispatch(mine, k, D);
   routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots);

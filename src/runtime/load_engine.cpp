@@ -1,5 +1,6 @@
 #include "runtime/load_engine.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -32,8 +33,9 @@ void check_engine_limits(const EngineOptions& o) {
   need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
        ">= 0 (0: from --kv-cache-memory)");
   need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
-  DI_REQUIRE(o.speculative_method == "none" || o.speculative_method == "ngram",
-             "--speculative-method ", o.speculative_method, ": expected none or ngram");
+  DI_REQUIRE(o.speculative_method == "none" || o.speculative_method == "ngram" ||
+                 o.speculative_method == "dspark",
+             "--speculative-method ", o.speculative_method, ": expected none, ngram or dspark");
   need(o.num_speculative_tokens >= 0, "--num-speculative-tokens", o.num_speculative_tokens,
        ">= 0 (0: the method's default)");
   need(o.ngram_max >= 1, "--ngram-max", o.ngram_max, ">= 1");
@@ -62,6 +64,16 @@ LoadedEngine load_engine(const EngineOptions& o) {
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
   mo.demo_decode_defect = o.demo_decode_defect;
   mo.parallel = le.layout.model;
+  const bool dspark = o.speculative_method == "dspark";
+  if (dspark) {
+    DI_REQUIRE(le.checkpoint->has_dspark, "--speculative-method dspark: ", dir,
+               " has no DSpark draft head (config.json needs dspark_block_size and n_mtp_layers "
+               "> 0, and the files the mtp.* tensors)");
+    DI_REQUIRE(o.num_speculative_tokens <= c.dspark_block_size, "--num-speculative-tokens ",
+               o.num_speculative_tokens, ": the draft head proposes at most its block size, ",
+               c.dspark_block_size);
+    mo.dspark = le.layout.scheduler;  // only the rank that samples drafts
+  }
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     le.tokenizer = Tokenizer::load(dir);
     DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, dir, ": tokenizer has ",
@@ -92,6 +104,11 @@ LoadedEngine load_engine(const EngineOptions& o) {
   if (o.speculative_method == "ngram") {
     ec.sched.num_speculative_tokens = o.num_speculative_tokens ? o.num_speculative_tokens : 4;
     ec.sched.ngram_max = o.ngram_max;
+  } else if (dspark) {
+    // Default: all but the block's last draft (the least likely to stand).
+    ec.sched.num_speculative_tokens =
+        o.num_speculative_tokens ? o.num_speculative_tokens : std::max(1, c.dspark_block_size - 1);
+    ec.sched.dspark = true;
   }
   // The demo's decode defect reads state a resumed sequence would not have.
   ec.prefix_caching = ec.prefix_caching && !o.demo_decode_defect;

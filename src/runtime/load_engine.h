@@ -24,8 +24,9 @@ struct EngineOptions {
   EngineConfig engine;
   int64_t kv_cache_mib = 512;
   int64_t prefix_cache_mib = 0;  // 0: a quarter of kv_cache_mib
-  // Speculative decoding: "none" or "ngram" (prompt lookup); drafts per step (0: the method's
-  // default, 4 for ngram); the longest n-gram matched.
+  // Speculative decoding: "none", "ngram" (prompt lookup) or "dspark" (the checkpoint's draft
+  // head); drafts per step (0: the method's default, 4 for ngram, block size - 1 for dspark); the
+  // longest n-gram matched.
   std::string speculative_method = "none";
   int num_speculative_tokens = 0;
   int ngram_max = 3;

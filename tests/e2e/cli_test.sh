@@ -26,7 +26,8 @@ grep -q "layers.\*.attn.wo_a.weight .* BF16 -> bf16 -> plain bf16 linear" "$WORK
   { cat "$WORK/inspect_rt.txt"; fail "inspect: runtime layout forms"; }
 "$BIN" make-tiny --out "$WORK/rand" --random-config 26 | grep -q "wrote random config 26" ||
   fail "make-tiny --random-config"
-"$BIN" inspect "$WORK/rand" | grep -q "bf16 values -> plain linear (input not quantized)" ||
+"$BIN" inspect "$WORK/rand" > "$WORK/inspect_rand.txt"
+grep -q "bf16 values -> plain linear (input not quantized)" "$WORK/inspect_rand.txt" ||
   fail "inspect: random config 26 stores dtype bf16 linears"
 for m in rt rand; do
   "$BIN" generate --model "$WORK/$m" --prompt-ids 1,2,3 --max-tokens 4 --temperature 0 \

@@ -247,6 +247,96 @@ TEST(Engine, SpeculativeDecodingGivesPlainDecodingsOutputs) {
   }
 }
 
+// The DSpark draft head in the engine, fp32: outputs are plain decoding's whatever the drafts
+// (the head's own, mostly rejected on a random model; a reference output's, then the head's once
+// a corrupted token parts them), and every block the head drafts equals the one a lone session
+// (every row fed once, nothing rolled back) drafts at the same point: the draft rings see the
+// kept rows only, through rejections (slot rollback), chunked prefill, batching, preemption and
+// prefix-cache hits (their snapshots carry the rings).
+TEST(Engine, DsparkDraftsMatchALoneSessionAndKeepOutputs) {
+  for (const char* preset : {"tiny", "tiny-c"}) {
+    SCOPED_TRACE(preset);
+    LoadedModel m = load_model(preset, Numerics::Fp32, false, /*dspark=*/true);
+    const ModelConfig& c = m.model->config();
+    const int64_t V = c.vocab_size, B = c.dspark_block_size;
+    std::vector<Request> reqs = mixed_requests(6, V, 23, 0.0f);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      reqs[i].params.max_tokens = 14 + int64_t(i);
+      reqs[i].params.ignore_eos = true;
+      if (i % 2) reqs[i].params.temperature = 0.7f;
+      // Requests 3.. repeat request 0's prompt start: prefix-cache hits.
+      if (i >= 3)
+        reqs[i].prompt_ids.insert(reqs[i].prompt_ids.begin(), reqs[0].prompt_ids.begin(),
+                                  reqs[0].prompt_ids.end());
+    }
+    EngineConfig plain = config(4, 64, 0, false);
+    plain.sched.block_tokens = 8;
+    const std::map<RequestId, Result> want = run(*m.model, plain, reqs);
+    // What a lone session drafts after each prefix of every request's tokens.
+    std::map<std::pair<RequestId, int64_t>, std::vector<int32_t>> lone;
+    for (const Request& r : reqs) {
+      std::vector<int32_t> all = r.prompt_ids;
+      all.insert(all.end(), want.at(r.id).ids.begin(), want.at(r.id).ids.end());
+      Session sess(*m.model, int64_t(all.size()) + 1);
+      DraftOutput d;
+      sess.feed({all.begin(), all.begin() + long(r.prompt_ids.size()) - 1});
+      for (size_t n = r.prompt_ids.size(); n <= all.size(); ++n) {
+        sess.draft(all[n - 1], d);
+        lone[{r.id, int64_t(n)}] = d.tokens;
+        if (n < all.size()) sess.feed({all[n - 1]});
+      }
+    }
+    struct Mode {
+      const char* name;
+      bool reference;  // drafts from a corrupted copy of the output first
+      int32_t k, seqs;
+      int64_t prompt_rows;
+      int32_t blocks;
+    };
+    for (const Mode& mode : {Mode{"head, K B-1, batch, chunks", false, 0, 4, 5, 0},
+                             Mode{"head, K 1, one at a time", false, 1, 1, 64, 0},
+                             Mode{"reference then head, K B", true, 0, 4, 64, 0},
+                             Mode{"head, small pool", false, 0, 4, 64, 14}}) {
+      SCOPED_TRACE(mode.name);
+      std::vector<Request> spec = reqs;
+      if (mode.reference)
+        for (Request& r : spec) {
+          r.params.draft_reference = want.at(r.id).ids;
+          r.params.draft_reference[5] = int32_t((r.params.draft_reference[5] + 1) % V);
+        }
+      EngineConfig cfg = config(mode.seqs, mode.prompt_rows, 0, false);
+      cfg.sched.block_tokens = 8;
+      cfg.sched.dspark = true;
+      cfg.sched.num_speculative_tokens =
+          mode.k ? mode.k : int32_t(mode.reference ? B : std::max<int64_t>(1, B - 1));
+      cfg.num_kv_blocks = mode.blocks;
+      Engine e(*m.model, cfg);
+      int64_t blocks = 0;
+      e.set_draft_observer([&](RequestId id, int64_t n, std::span<const int32_t> d) {
+        ++blocks;
+        const auto it = lone.find({id, n});
+        ASSERT_NE(it, lone.end()) << "request " << id << " at " << n;
+        EXPECT_TRUE(std::equal(d.begin(), d.end(), it->second.begin(), it->second.end()))
+            << "request " << id << " drafts after " << n << " tokens";
+      });
+      for (const auto& r : spec) ASSERT_EQ(e.add_request(r), "");
+      std::map<RequestId, Result> got;
+      while (e.has_unfinished()) {
+        e.step();
+        for (auto& o : e.take_finished()) got[o.id] = {o.output_ids, o.logprobs, o.finish};
+      }
+      for (const auto& [id, r] : want) EXPECT_TRUE(got[id] == r) << "request " << id;
+      const EngineStats st = e.stats();
+      EXPECT_GT(blocks, 0);
+      EXPECT_GT(st.spec_drafted, 0);
+      if (mode.reference) EXPECT_GT(st.spec_accepted, 0);
+      if (mode.blocks) EXPECT_GT(st.preemptions, 0);
+      if (!mode.blocks) EXPECT_GT(st.prefix_hits, 0);
+      EXPECT_EQ(e.kv_blocks_used(), 0);
+    }
+  }
+}
+
 TEST(Engine, PreemptionUnderASmallPoolLosesNothing) {
   LoadedModel m = load_model("tiny", Numerics::Bf16);
   const auto reqs = mixed_requests(200, m.model->config().vocab_size, 9, 0.0f);

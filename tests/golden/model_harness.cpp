@@ -35,12 +35,13 @@ std::string preset_dir(const std::string& model, uint64_t seed) {
   return dir.string();
 }
 
-LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect) {
+LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect, bool dspark) {
   LoadedModel m;
   m.ck = Checkpoint::load(preset_dir(preset));
   ModelOptions o;
   o.numerics = numerics;
   o.demo_decode_defect = defect;
+  o.dspark = dspark;
   m.model = std::make_unique<Model>(*m.ck, o);
   return m;
 }
@@ -53,6 +54,7 @@ KvCache make_cache(const ModelConfig& c, int64_t tokens, int32_t seqs, std::vect
   o.max_seqs = seqs;
   *per_seq = (tokens + o.block_tokens - 1) / o.block_tokens + 1;
   o.num_blocks = int32_t(*per_seq * seqs);
+  o.draft_layers = c.n_mtp_layers;  // rings for a draft head, if the model runs one
   blocks->resize(size_t(o.num_blocks));
   // Interleave the blocks of different sequences so that paging is exercised.
   for (int32_t i = 0; i < o.num_blocks; ++i)
@@ -145,7 +147,19 @@ std::vector<float> Session::feed(const std::vector<int32_t>& tokens) {
   b.seqs.push_back(s);
   m_.forward(b, *kv_, out.data());
   pos_ += n;
+  last_n_ = n;
+  if (m_.has_draft_head()) {
+    DraftOutput none;
+    const DraftSeq keep{0, n, -1};
+    m_.draft({&keep, 1}, *kv_, none);
+  }
   return out;
+}
+
+void Session::draft(int32_t token, DraftOutput& out) {
+  // The rows of the last call enter the rings again (the same entries) before the draft.
+  const DraftSeq d{0, last_n_, token};
+  m_.draft({&d, 1}, *kv_, out);
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {

@@ -21,7 +21,9 @@ struct LoadedModel {
   std::unique_ptr<Checkpoint> ck;
   std::unique_ptr<Model> model;
 };
-LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect = false);
+// With `dspark`, the model runs its draft head (the checkpoint must have one).
+LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect = false,
+                       bool dspark = false);
 
 // Logits of every position of `tokens`, fed as consecutive chunks of the given sizes (summing to
 // the length) through a fresh cache slot. Returns [n, vocab].
@@ -33,18 +35,21 @@ std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
 std::vector<std::vector<float>> run_batched(Model& m, const std::vector<std::vector<int32_t>>& seqs,
                                             const std::vector<int64_t>& prefix_lens);
 
-// A sequence fed step by step through one cache slot.
+// A sequence fed step by step through one cache slot. With a draft head, every fed row enters
+// the draft rings.
 class Session {
  public:
   Session(Model& m, int64_t max_tokens);
   // Feeds `tokens` as one chunk at the current position; returns their logits [n, vocab].
   std::vector<float> feed(const std::vector<int32_t>& tokens);
+  // DSpark drafts from the last position fed, with `token` sampled there.
+  void draft(int32_t token, DraftOutput& out);
   int64_t pos() const { return pos_; }
 
  private:
   Model& m_;
   std::vector<int32_t> blocks_;
-  int64_t per_seq_ = 0, pos_ = 0;
+  int64_t per_seq_ = 0, pos_ = 0, last_n_ = 0;
   std::unique_ptr<KvCache> kv_;
 };
 

@@ -263,4 +263,64 @@ INSTANTIATE_TEST_SUITE_P(Configs, GoldenRandom,
                          param_name);
 
 }  // namespace
+// The DSpark draft head against the reference, bit for bit in fp32: the prompt fed in other chunks
+// than the reference's (the draft rings are filled the same whatever the chunking), then at every
+// greedy step the B drafts, their logits (Markov bias in) and their confidence logits.
+class GoldenDraft : public Golden {};
+TEST_P(GoldenDraft, Fp32DraftsMatchTheReference) {
+  const std::string preset = GetParam();
+  LoadedModel m = load_model(preset, Numerics::Fp32, false, /*dspark=*/true);
+  const ModelConfig& c = m.model->config();
+  const int64_t V = c.vocab_size, B = c.dspark_block_size, L = 21, steps = 12;
+  const auto prompt = random_tokens(L, V, 5);
+  auto ref = run_reference(preset, prompt, "fp32",
+                           "--chunks 13,8 --draft --greedy " + std::to_string(steps));
+  const auto ref_ids = ref.at("greedy_ids").as<int64_t>();
+  const auto ref_glog = ref.at("greedy_logits").as<double>();
+  const auto ref_draft = ref.at("draft_ids").as<int64_t>();
+  const auto ref_dlog = ref.at("draft_logits").as<double>();
+  const auto ref_conf = ref.at("draft_confidence").as<double>();
+  ASSERT_EQ(ref_draft.size(), size_t(steps * B));
+  Session session(*m.model, L + steps);
+  session.feed({prompt.begin(), prompt.begin() + 5});
+  std::vector<float> logits = session.feed({prompt.begin() + 5, prompt.end()});
+  const float* last = &logits[size_t((L - 6) * V)];
+  DraftOutput out;
+  out.want_logits = true;
+  int64_t compared = 0;
+  for (int64_t i = 0; i < steps; ++i) {
+    const int64_t tok = argmax(last, V);
+    const auto [theirs, margin] = argmax_margin(&ref_glog[size_t(i * V)], V);
+    if (tok != theirs) {  // a near-tie flip in the backbone: the sequences part here
+      ASSERT_LT(margin, kLogitTol) << "step " << i;
+      break;
+    }
+    ASSERT_EQ(theirs, ref_ids[size_t(i)]);
+    session.draft(int32_t(tok), out);
+    ASSERT_EQ(out.tokens.size(), size_t(B));
+    for (int64_t j = 0; j < B; ++j) {
+      EXPECT_EQ(out.tokens[size_t(j)], ref_draft[size_t(i * B + j)])
+          << "step " << i << " slot " << j;
+      EXPECT_EQ(double(out.confidence[size_t(j)]), ref_conf[size_t(i * B + j)])
+          << "step " << i << " slot " << j;
+      EXPECT_EQ(
+          max_abs_diff(&out.logits[size_t(j * V)], ref_dlog, size_t((i * B + j) * V), size_t(V)),
+          0.0)
+          << "step " << i << " slot " << j;
+    }
+    ++compared;
+    logits = session.feed({int32_t(tok)});
+    last = logits.data();
+  }
+  EXPECT_GE(compared, steps / 2);
+  std::printf("[%s] %lld draft blocks of %lld identical to the reference\n", preset.c_str(),
+              (long long)compared, (long long)B);
+}
+INSTANTIATE_TEST_SUITE_P(Configs, GoldenDraft,
+                         // Two and one stages, window 3 (the ring wraps at once), three stages in
+                         // the runtime layout, dtype bf16 with hc_mult 4, the backbone's experts.
+                         ::testing::Values("tiny", "tiny-c", "random-7", "random-9@runtime",
+                                           "random-26", "random-33"),
+                         param_name);
+
 }  // namespace deepinfer::testing

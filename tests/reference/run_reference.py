@@ -3,10 +3,12 @@
 
   run_reference.py --model DIR --prompt-ids 1,2,3 [--dtype bf16|fp32|fp64]
                    [--chunks 3,2,5 | --stepwise] [--greedy N] [--token-map FILE.npy]
-                   [--demo-decode-defect] [--dump-dir DIR] --out OUT.npz
+                   [--demo-decode-defect] [--draft] [--dump-dir DIR] --out OUT.npz
 
 Writes `logits` [n_prompt, vocab] and, with --greedy N, `greedy_ids` [N] and `greedy_logits`
 [N, vocab] (row i is the distribution greedy_ids[i] was taken from; row 0 = logits[-1]).
+With --draft (and --greedy N), the DSpark draft head drafts before each greedy token is fed, with
+that token: `draft_ids` [N, B], `draft_logits` [N, B, vocab] and `draft_confidence` [N, B].
 """
 
 import argparse
@@ -47,6 +49,7 @@ def main(argv=None):
     ap.add_argument("--token-map", help=".npy int array: raw id -> Engram compressed id")
     ap.add_argument("--demo-decode-defect", action="store_true",
                     help="reproduce the public demo's index-key pointer on one-token decode calls")
+    ap.add_argument("--draft", action="store_true", help="DSpark drafts at every greedy step")
     ap.add_argument("--dump-dir", help="write <dir>/call<k>/<name>.npy activations per call")
     ap.add_argument("--out", required=True, help="output .npz")
     ap.add_argument("--quiet", action="store_true")
@@ -66,10 +69,19 @@ def main(argv=None):
         out = {"logits": logits}
         if a.greedy:
             g_ids, g_logits = [greedy_argmax(logits[-1])], [logits[-1]]
-            for _ in range(a.greedy - 1):
+            drafts = []
+            for i in range(a.greedy):
+                if a.draft:
+                    drafts.append(model.draft(g_ids[-1]))
+                if i == a.greedy - 1:
+                    break
                 row = model.forward([g_ids[-1]], dump_dir=a.dump_dir)[-1]
                 g_ids.append(greedy_argmax(row))
                 g_logits.append(row)
+            if drafts:
+                out["draft_ids"] = np.stack([d[0] for d in drafts])
+                out["draft_logits"] = np.stack([d[1] for d in drafts])
+                out["draft_confidence"] = np.stack([d[2] for d in drafts])
             out["greedy_ids"] = np.array(g_ids, dtype=np.int64)
             out["greedy_logits"] = np.stack(g_logits)
         t2 = time.time()

@@ -61,7 +61,7 @@ def route(v, lw, cfg, mode):
         sc = rf(e / rf(e.sum(axis=-1, keepdims=True)))
     else:
         raise ValueError(f"{cfg.source}: score_func: unknown {cfg.score_func!r}")
-    k = cfg.n_activated_experts
+    k = getattr(lw, "topk", cfg.n_activated_experts)  # draft stages have their own
     ids = nx.stable_topk_desc(rf(sc + lw.gate_bias), k)
     w = np.take_along_axis(sc, ids, axis=-1)
     if cfg.norm_topk_prob and k > 1:

@@ -56,6 +56,12 @@ DEFAULTS = {
     "index_source_layers": [],
     "dtype": "fp8",
     "expert_dtype": "fp4",
+    "dspark_block_size": 0,
+    "dspark_noise_token_id": 0,
+    "dspark_target_layer_ids": [],
+    "dspark_markov_rank": 256,
+    "dspark_n_routed_experts": 0,
+    "dspark_n_activated_experts": 0,
 }
 
 REQUIRED = [

@@ -14,15 +14,17 @@ from . import numerics as nx
 from .attention import attention_half, rmsnorm
 from .blocks import engram_update, final_hidden, hc_mixes, hc_post, hc_pre, moe
 from .config import load_config
+from .dspark import DraftHead
 from .engram import EngramHasher
 from .rope import rope_for_layer
 from .weights import RowTable, WeightReader
 
 
-def _load_layer(rd, cfg, l):
+def _load_layer(rd, cfg, l, prefix=None, n_experts=None):
+    """Backbone layer l, or (prefix "mtp.<k>.", n_experts) the draft stage with layer id l."""
     D, H, Dh, Q = cfg.dim, cfg.n_heads, cfg.head_dim, cfg.q_lora_rank
     M, F = cfg.hc_mult, cfg.moe_inter_dim
-    p = f"layers.{l}."
+    p = prefix or f"layers.{l}."
     lw = types.SimpleNamespace()
     lw.attn_norm = rd.floats(p + "attn_norm.weight", (D,))
     lw.ffn_norm = rd.floats(p + "ffn_norm.weight", (D,))
@@ -56,7 +58,7 @@ def _load_layer(rd, cfg, l):
             lw.idx_wk = rd.bf16_linear(i + "wk", Di, Dh)
             lw.idx_k_norm = rd.floats(i + "k_norm.weight", (Di,))
     f = p + "ffn."
-    E = cfg.n_routed_experts
+    E = n_experts or cfg.n_routed_experts
     lw.gate_w = rd.floats(f + "gate.weight", (E, D))  # bf16 parameter used as fp32
     lw.gate_bias = rd.floats(f + "gate.bias", (E,), eff="f32")
     lw.experts = [
@@ -119,6 +121,9 @@ class Model:
         self.head = rd.floats("head.weight", (cfg.vocab_size, cfg.dim), eff="f32")
         self.layers = [_load_layer(rd, cfg, l) for l in range(cfg.n_layers)]
         self.rope = [rope_for_layer(cfg, l, self.mode) for l in range(cfg.n_layers)]
+        self.draft_head = None
+        if cfg.dspark_block_size > 0 and cfg.n_mtp_layers > 0 and rd.has("mtp.0.attn_norm.weight"):
+            self.draft_head = DraftHead(self, rd, _load_layer)
         self.hasher = None
         if cfg.engram_layer_ids:
             self.hasher = EngramHasher(cfg.engram_layer_ids, cfg.engram_max_ngram_size, cfg.engram_n_heads,
@@ -140,6 +145,8 @@ class Model:
         self.calls = 0
         if self.hasher is not None:
             self.hasher.reset()
+        if self.draft_head is not None:
+            self.draft_head.reset()
 
     def forward(self, tokens, dump_dir=None):
         """Process tokens at positions [pos, pos+n); returns logits [n, vocab] (fp32, or float64 in
@@ -162,27 +169,42 @@ class Model:
         x = np.repeat(self.embed.lookup(tokens)[:, None, :], M, axis=1)  # [T, M, D], replicated
         pi = np.zeros((T, M))
         pi[:, 0] = 1.0
+        taps = []
         for l in range(cfg.n_layers):
             lw = self.layers[l]
             if l in cfg.engram_layer_ids:
                 x = engram_update(x, ids[:, cfg.engram_layer_ids.index(l)], lw, cfg, mode)
                 call.dump(f"L{l}.engram.x", x)
+            if l in cfg.dspark_target_layer_ids:
+                taps.append(mode.ra(np.mean(x, axis=1)))  # the draft head's tap (spec 10.4)
             x, pi = self._block(l, x, pi, call)
         h = final_hidden(x, pi, self.norm, cfg, mode)
         call.dump("final.h", h)
         logits = mode.rf(h @ self.head.T)
         call.dump("logits", logits)
+        if self.draft_head is not None:  # every row is kept: the reference never speculates
+            self.draft_head.keep(np.concatenate(taps, axis=1), call.positions)
         self.state.pos += T
         return logits.astype(mode.out_dtype)
 
-    def _block(self, l, x, pi_in, call):
-        """One block with the single-pass hc schedule (spec 7.3)."""
-        cfg, mode, lw = self.cfg, self.mode, self.layers[l]
+    def draft(self, token):
+        """DSpark drafts from the last position fed, with `token` sampled there (dspark.py)."""
+        if self.draft_head is None:
+            raise ValueError(f"{self.cfg.source}: the checkpoint has no DSpark draft head")
+        return self.draft_head.draft(token, self.state.pos - 1)
+
+    def _block(self, l, x, pi_in, call, lw=None, attention=None):
+        """One block with the single-pass hc schedule (spec 7.3); a draft stage brings its weights
+        and its attention (u -> output)."""
+        cfg, mode = self.cfg, self.mode
+        lw = lw or self.layers[l]
+        call = call or Call(0, x.shape[0], None, mode.out_dtype)
+        attention = attention or (lambda u: attention_half(self, l, u, call))
         eps = mode.const(cfg.norm_eps)
         pre_a, post_a, comb_a = hc_mixes(x, lw.hc_attn_fn, lw.hc_attn_scale, lw.hc_attn_base, cfg, mode)
         u = rmsnorm(hc_pre(x, pi_in, mode), lw.attn_norm, mode, eps)
         call.dump(f"L{l}.attn.u", u)
-        x1 = hc_post(attention_half(self, l, u, call), x, post_a, comb_a, mode)
+        x1 = hc_post(attention(u), x, post_a, comb_a, mode)
         call.dump(f"L{l}.hc.x1", x1)
         pre_f, post_f, comb_f = hc_mixes(x1, lw.hc_ffn_fn, lw.hc_ffn_scale, lw.hc_ffn_base, cfg, mode)
         v = rmsnorm(hc_pre(x1, pre_a, mode), lw.ffn_norm, mode, eps)  # the attention's pre

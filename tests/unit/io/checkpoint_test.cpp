@@ -14,6 +14,7 @@
 #include "io/checkpoint.h"
 #include "io/tiny.h"
 #include "io_test_util.h"
+#include "kernels/engram_hash.h"
 
 namespace deepinfer {
 namespace {
@@ -72,9 +73,7 @@ const std::vector<std::pair<Weight LayerWeights::*, const char*>>& layer_slots()
 std::vector<std::pair<const Weight*, std::string>> bound_weights(const Checkpoint& ck) {
   std::vector<std::pair<const Weight*, std::string>> v = {
       {&ck.embed, "embed.weight"}, {&ck.norm, "norm.weight"}, {&ck.head, "head.weight"}};
-  for (size_t l = 0; l < ck.layers.size(); ++l) {
-    const LayerWeights& L = ck.layers[l];
-    const std::string p = "layers." + std::to_string(l) + ".";
+  auto add_layer = [&](const LayerWeights& L, const std::string& p, int expert_begin) {
     for (const auto& [slot, name] : layer_slots()) v.push_back({&(L.*slot), p + name});
     auto add_expert = [&](const ExpertWeights& e, const std::string& prefix) {
       v.push_back({&e.w1, prefix + "w1.weight"});
@@ -82,14 +81,57 @@ std::vector<std::pair<const Weight*, std::string>> bound_weights(const Checkpoin
       v.push_back({&e.w3, prefix + "w3.weight"});
     };
     for (size_t i = 0; i < L.experts.size(); ++i)
-      add_expert(L.experts[i], p + "ffn.experts." + std::to_string(ck.expert_begin + int(i)) + ".");
+      add_expert(L.experts[i], p + "ffn.experts." + std::to_string(expert_begin + int(i)) + ".");
     add_expert(L.shared, p + "ffn.shared_experts.");
+  };
+  for (size_t l = 0; l < ck.layers.size(); ++l)
+    add_layer(ck.layers[l], "layers." + std::to_string(l) + ".", ck.expert_begin);
+  // The draft head: every stage with all its experts, the heads in the first and last stages.
+  const DsparkWeights& d = ck.dspark;
+  for (size_t k = 0; k < d.stages.size(); ++k)
+    add_layer(d.stages[k], "mtp." + std::to_string(k) + ".", 0);
+  if (!d.stages.empty()) {
+    const std::string last = "mtp." + std::to_string(d.stages.size() - 1) + ".";
+    for (const auto& [w, name] : {std::pair{&d.main_proj, "mtp.0.main_proj.weight"},
+                                  {&d.main_norm, "mtp.0.main_norm.weight"}})
+      v.push_back({w, name});
+    for (const auto& [w, name] : {std::pair{&d.norm, "norm.weight"},
+                                  {&d.markov_embed, "markov_head.embed.weight"},
+                                  {&d.markov_head, "markov_head.head.weight"},
+                                  {&d.confidence, "confidence_head.proj.weight"}})
+      v.push_back({w, last + name});
   }
   return v;
 }
 
 int64_t ceil32(int64_t x) {
   return (x + 31) / 32;
+}
+
+// A checkpoint stored without the draft head's tensors loads without it, and a model asked to
+// run it says so; the backbone is bound as usual.
+TEST(Checkpoint, DraftHeadIsOptional) {
+  ScratchDir dir;
+  ModelConfig c = tiny_preset_config("tiny");
+  c.vocab_size = c.engram_compressed_vocab_size = 512;
+  c.dspark_noise_token_id = 7;
+  const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+  c.engram_num_embeddings =
+      make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size, 512)
+          .rows;
+  TinyWriteOptions o;
+  o.dspark = false;
+  write_tiny_checkpoint(dir / "plain", c, o);
+  auto ck = Checkpoint::load(dir / "plain");
+  EXPECT_FALSE(ck->has_dspark);
+  EXPECT_TRUE(ck->dspark.stages.empty());
+  EXPECT_EQ(ck->layers.size(), size_t(c.n_layers));
+  o.dspark = true;
+  write_tiny_checkpoint(dir / "draft", c, o);
+  auto with = Checkpoint::load(dir / "draft");
+  EXPECT_TRUE(with->has_dspark);
+  EXPECT_EQ(with->dspark.stages.size(), size_t(c.n_mtp_layers));
+  EXPECT_GT(with->bound_bytes, ck->bound_bytes);
 }
 
 TEST(Checkpoint, TinyBindsEverySchemaTensorZeroCopy) {
@@ -270,13 +312,18 @@ TEST(Checkpoint, ExpertRangesBindOnlyTheirExperts) {
   }
   // The schema of a range lists only those experts.
   size_t n_expert_tensors = 0;
-  for (const TensorSpec& s : checkpoint_schema(ck->config(), 2, 5))
+  for (const TensorSpec& s : checkpoint_schema(ck->config(), 2, 5, /*dspark=*/false))
     if (s.name.find(".ffn.experts.") != std::string::npos) {
       ++n_expert_tensors;
       const int e = std::stoi(s.name.substr(s.name.find(".experts.") + 9));
       EXPECT_TRUE(e >= 2 && e < 5) << s.name;
     }
   EXPECT_EQ(n_expert_tensors, size_t(ck->config().n_layers) * 3 * 3);
+  // The draft stages' experts are not split: the rank that drafts holds all of them.
+  auto ranged = Checkpoint::load(tiny_dir(), 2, 5);
+  ASSERT_TRUE(ranged->has_dspark);
+  for (const LayerWeights& st : ranged->dspark.stages)
+    EXPECT_EQ(st.experts.size(), size_t(ranged->config().dspark_experts()));
   // An empty range is allowed (a rank with no experts); ranges outside [0, E) are not.
   EXPECT_TRUE(Checkpoint::load(tiny_dir(), 8, 8)->layers[0].experts.empty());
   for (auto [b, e] : {std::pair{5, 2}, std::pair{-1, 3}, std::pair{0, 9}}) {

@@ -1,0 +1,191 @@
+// The DSpark draft head (V41_SPEC.md §10.4; the reference's computation in docs/numerics.md):
+// the kept rows of the last forward call enter each stage's window ring (keys projected from the
+// backbone's taps), then a block of B slots (the sampled token, then the noise id) runs through
+// the window-only stages, attending to the ring and to the whole block, and the last stage's
+// norm, the backbone's head and the Markov head give the drafts one slot after the other.
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/region_timer.h"
+#include "kernels/attention.h"
+#include "kernels/hyper.h"
+#include "kernels/linear.h"
+#include "kernels/quant.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
+  ArenaScope scope(arena);
+  const LayerWeights& W = weights(l);
+  const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
+  const int64_t Wn = c.window_size, B = c.dspark_block_size, wrow = window_kv_row_bytes(Dh);
+  ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
+  ArenaVec<float> kv(size_t(N * Dh), &arena), o(size_t(N * H * Dh), &arena);
+  ArenaVec<uint8_t> packed(size_t(N * wrow), &arena);
+  query(l, st, rope_window, u, qr.data(), q.data());
+  window_keys(l, st, rope_window, u, kv.data(), packed.data());
+  {
+    DI_REGION("attn.sparse");
+    const float scale = float(std::pow(double(Dh), -0.5));
+    ArenaVec<float> keys(&arena);
+    for (size_t d = 0; d < draft_slot.size(); ++d) {
+      // Ring slots 0 .. min(W, p + 1) - 1 in slot order, then the block's B keys (no mask).
+      const int64_t nr = std::min(Wn, draft_anchor[d] + 1);
+      keys.resize(size_t((nr + B) * Dh));
+      for (int64_t j = 0; j < nr; ++j) {
+        const uint8_t* e = st.kv->window_slot(l, draft_slot[d], j);
+        fp8_dequant(e, e + Dh, Dh, &keys[size_t(j * Dh)]);
+      }
+      const int64_t r0 = int64_t(d) * B;
+      std::copy_n(&kv[size_t(r0 * Dh)], B * Dh, &keys[size_t(nr * Dh)]);
+      for (int64_t i = r0; i < r0 + B; ++i)
+        sparse_attention({&q[size_t(i * H * Dh)], keys.data(), nr + B, W.attn_sink.f32(), H, Dh,
+                          scale, bf16, exact, &o[size_t(i * H * Dh)]});
+    }
+    round(o.data(), N * H * Dh);
+  }
+  output(l, st, rope_window, o.data(), out);
+}
+
+void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out) {
+  DI_REQUIRE(dspark, "this model was built without its draft head (ModelOptions::dspark)");
+  arena.reset();
+  const int64_t D = c.dim, M = c.hc_mult, Dh = c.head_dim, Wn = c.window_size;
+  const int64_t nT = int64_t(c.dspark_target_layer_ids.size()), B = c.dspark_block_size;
+  const int64_t V = c.vocab_size, R = c.dspark_markov_rank, wrow = window_kv_row_bytes(Dh);
+  DI_CHECK(seqs.empty() || !fw_row0.empty(), "draft() needs a forward call first");
+
+  // --- the kept rows into every stage's ring (with the snapshots of this call's saves) ---
+  Step& ss = seed_step;
+  ss.kv = &kv;
+  ss.dump = false;
+  ss.pos.clear();
+  ss.row0.clear();  // per DraftSeq: its first row among the kept rows
+  ArenaVec<float> tin(&arena);
+  for (const DraftSeq& d : seqs) {
+    DI_CHECK(d.seq >= 0 && size_t(d.seq) < fw_seqs.size(), "draft of sequence ", d.seq);
+    const ForwardSeq& q = fw_seqs[size_t(d.seq)];
+    DI_CHECK(d.kept >= (d.token >= 0 ? 1 : 0) && d.kept <= q.n_tokens - q.n_padding, "sequence ",
+             d.seq, " keeps ", d.kept, " rows");
+    DI_CHECK(d.token < V, "draft token ", d.token);
+    ss.row0.push_back(int64_t(ss.pos.size()));
+    const int64_t r0 = fw_row0[size_t(d.seq)];
+    for (int64_t i = 0; i < d.kept; ++i) ss.pos.push_back(q.start_pos + i);
+    tin.insert(tin.end(), &taps[size_t(r0 * nT * D)], &taps[size_t((r0 + d.kept) * nT * D)]);
+  }
+  const int64_t n = int64_t(ss.pos.size());
+  ss.N = n;
+  {
+    DI_REGION("draft.seed");
+    ArenaVec<float> main_x(size_t(n * D), &arena), kvs(size_t(n * Dh), &arena);
+    ArenaVec<uint8_t> packed(size_t(n * wrow), &arena);
+    if (n > 0) project(main_proj, tin.data(), n, main_x.data(), &ck.dspark.main_norm);
+    for (int k = 0; k < c.n_mtp_layers; ++k) {
+      const int l = c.n_layers + k;
+      if (n > 0) window_keys(l, ss, rope_window, main_x.data(), kvs.data(), packed.data());
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const DraftSeq& d = seqs[i];
+        const ForwardSeq& q = fw_seqs[size_t(d.seq)];
+        const int32_t slot = q.kv.slot;
+        const int64_t s0 = q.start_pos, at = ss.row0[i];
+        // Snapshots before the ring moves on: positions before the call from the ring, the
+        // call's own from its rows.
+        for (const WindowSave& w : fw_saves) {
+          if (w.seq != d.seq || w.boundary > s0 + d.kept) continue;
+          for (int64_t p = std::max<int64_t>(0, w.boundary - Wn); p < w.boundary; ++p)
+            std::copy_n(
+                p >= s0 ? &packed[size_t((at + p - s0) * wrow)] : kv.window_slot(l, slot, p % Wn),
+                wrow, kv.snapshot_window(l, w.snap, p % Wn));
+        }
+        for (int64_t r = std::max<int64_t>(0, d.kept - Wn); r < d.kept; ++r)
+          std::copy_n(&packed[size_t((at + r) * wrow)], wrow,
+                      kv.window_slot(l, slot, (s0 + r) % Wn));
+      }
+    }
+  }
+
+  // --- the draft block: B slots per drafting sequence ---
+  Step& ds = draft_step;
+  ds.kv = &kv;
+  ds.dump = false;
+  ds.pos.clear();
+  draft_slot.clear();
+  draft_anchor.clear();
+  ArenaVec<int32_t> tokens(&arena);
+  for (const DraftSeq& d : seqs) {
+    if (d.token < 0) continue;
+    const ForwardSeq& q = fw_seqs[size_t(d.seq)];
+    const int64_t p = q.start_pos + d.kept - 1;
+    draft_slot.push_back(q.kv.slot);
+    draft_anchor.push_back(p);
+    for (int64_t i = 0; i < B; ++i) {
+      tokens.push_back(i == 0 ? d.token : int32_t(c.dspark_noise_token_id));
+      ds.pos.push_back(p + 1 + i);
+    }
+  }
+  const int64_t nd = int64_t(draft_slot.size()), NB = nd * B;
+  ds.N = NB;
+  out.tokens.resize(size_t(NB));
+  out.logits.resize(out.want_logits ? size_t(NB * V) : 0);
+  out.confidence.resize(out.want_logits ? size_t(NB) : 0);
+  if (NB == 0) return;
+  Stream b(NB, M, D, &arena);
+  embed_rows(tokens.data(), b, NB);
+  for (int k = 0; k < c.n_mtp_layers; ++k) block(c.n_layers + k, ds, b);
+
+  DI_REGION("draft.head");
+  // The collapsed stream (the confidence head's input) and, normed, the head's.
+  ArenaVec<float> hid(size_t(NB * D), &arena), logits_tmp(&arena);
+  for (int64_t i = 0; i < NB; ++i)
+    hc_pre(&b.x[size_t(i * M * D)], &b.pi[size_t(i * M)], M, D, &hid[size_t(i * D)]);
+  round(hid.data(), NB * D);
+  std::copy(hid.begin(), hid.end(), b.u.begin());
+  round_norm(b.u.data(), NB, D, ck.dspark.norm);
+  float* logits = out.logits.data();
+  if (!out.want_logits) {
+    logits_tmp.resize(size_t(NB * V));
+    logits = logits_tmp.data();
+  }
+  linear(head, b.u.data(), NB, logits, exact);
+  // The Markov head, slot after slot: slot i's bias comes from the token before it (the sampled
+  // token for slot 0, then the previous slot's draft); the draft is the biased logits' argmax.
+  ArenaVec<float> emb(size_t(NB * R), &arena), emb_i(size_t(nd * R), &arena),
+      bias(size_t(nd * V), &arena);
+  ArenaVec<int32_t> prev(size_t(nd), &arena);
+  for (int64_t d = 0; d < nd; ++d) prev[size_t(d)] = tokens[size_t(d * B)];
+  for (int64_t i = 0; i < B; ++i) {
+    for (int64_t d = 0; d < nd; ++d) {
+      const uint16_t* e = ck.dspark.markov_embed.bf16() + int64_t(prev[size_t(d)]) * R;
+      for (int64_t r = 0; r < R; ++r) {
+        const float v = bf16_to_f32(e[r]);
+        emb_i[size_t(d * R + r)] = v;
+        emb[size_t((d * B + i) * R + r)] = v;
+      }
+    }
+    linear(markov_head, emb_i.data(), nd, bias.data(), exact);
+    for (int64_t d = 0; d < nd; ++d) {
+      float* row = logits + (d * B + i) * V;
+      const float* add = &bias[size_t(d * V)];
+      int64_t best = 0;
+      for (int64_t v = 0; v < V; ++v) {
+        row[v] += add[v];
+        if (row[v] > row[best]) best = v;
+      }
+      out.tokens[size_t(d * B + i)] = int32_t(best);
+      prev[size_t(d)] = int32_t(best);
+    }
+  }
+  if (out.want_logits) {
+    ArenaVec<float> cin(size_t(NB * (D + R)), &arena);
+    for (int64_t i = 0; i < NB; ++i) {
+      std::copy_n(&hid[size_t(i * D)], D, &cin[size_t(i * (D + R))]);
+      std::copy_n(&emb[size_t(i * R)], R, &cin[size_t(i * (D + R) + D)]);
+    }
+    linear(confidence, cin.data(), NB, out.confidence.data(), exact);
+  }
+}
+
+}  // namespace deepinfer
