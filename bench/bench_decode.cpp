@@ -32,7 +32,7 @@ double step_bytes(const ModelConfig& c, const WeightFootprint& f, int batch) {
 double macs_per_token(const ModelConfig& c, int prompt) {
   double macs = 0;
   const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
-  for (const TensorSpec& s : checkpoint_schema(c)) {
+  for (const TensorSpec& s : checkpoint_schema(c, 0, -1, /*dspark=*/false)) {
     if (s.shape.ndim != 2 || s.name.find(".scale") != std::string::npos) continue;
     const std::string& n = s.name;
     if (n == "embed.weight" || n.find(".engram.embed.") != std::string::npos) continue;
@@ -167,6 +167,17 @@ void bench_speculative(Reporter& rep, Model& model, const WeightFootprint& fp,
     row.add("ngram_tok_s", ng, 2)
         .add("ngram_acceptance_length",
              st.spec_steps ? 1.0 + double(st.spec_accepted) / double(st.spec_steps) : 1.0, 3);
+    if (model.has_draft_head()) {
+      // The draft head's own drafts (a random head rarely guesses right).
+      EngineConfig ds = spec;
+      ds.sched.dspark = true;
+      ds.sched.num_speculative_tokens = std::min(K, model.draft_block_size());
+      const double d = engine_decode_tok_s(model, ds, reqs, &got, &st);
+      DI_CHECK(got == want, "speculative decoding changed the tokens");
+      row.add("dspark_tok_s", d, 2)
+          .add("dspark_acceptance_length",
+               st.spec_steps ? 1.0 + double(st.spec_accepted) / double(st.spec_steps) : 1.0, 3);
+    }
     rep.print(row);
   }
 }
@@ -177,7 +188,9 @@ void bench_decode(Reporter& rep, const DecodeBenchOptions& opt) {
   DI_REQUIRE(!opt.model_dir.empty(), "bench decode: --model DIR is required");
   const double t_load = now_s();
   auto ck = Checkpoint::load(opt.model_dir);
-  Model model(*ck, ModelOptions{});
+  ModelOptions mo;
+  mo.dspark = ck->has_dspark && opt.speculative > 0;  // the draft head, for the speculative rows
+  Model model(*ck, mo);
   const double load_s = now_s() - t_load;
   const ModelConfig& c = model.config();
   const WeightFootprint fp = weight_footprint(c);

@@ -250,8 +250,9 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
     draft_in_.push_back(d);
   }
   if (draft_in_.empty()) return;
+  draft_out_.slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
   model_.draft(draft_in_, *kv_, draft_out_);
-  const size_t B = size_t(model_.draft_block_size());
+  const size_t B = size_t(draft_out_.slots);
   size_t j = 0;
   for (const DraftSeq& d : draft_in_) {
     Sequence* s = scheduler_->find(out.seqs[size_t(d.seq)].seq_id);

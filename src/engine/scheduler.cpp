@@ -3,7 +3,7 @@
 // prompt-row budget (max_num_prefill_tokens) and at most max_num_seqs running sequences:
 //   1. running sequences with one pending token (decode rows) first, oldest arrival first, each
 //      with up to num_speculative_tokens drafts after it (and, after a rejected draft, with the
-//      accepted tokens it computes again);
+//      accepted tokens it computes again; drafts only while those are at most that many);
 //   2. then running sequences still catching up on their prompt, oldest first, each one chunk of
 //      min(pending, remaining budgets, bucket size, what fits in the free KV blocks) rows (one row
 //      with prompt-as-decode);
@@ -266,7 +266,11 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       if (!ok) continue;
       s->drafts.clear();
       const SamplingParams& p = s->req.params;
-      if (phase == 0 && cfg_.num_speculative_tokens > 0 && p.stop.empty()) {
+      // A sequence computing rejected drafts' accepted tokens again takes new drafts only while
+      // that tail is short: a run of rejections would otherwise grow it step after step (each
+      // rejection keeps nothing of its step), and a step without drafts commits it.
+      if (phase == 0 && cfg_.num_speculative_tokens > 0 && p.stop.empty() &&
+          s->num_pending() <= 1 + cfg_.num_speculative_tokens) {
         // Drafts that fit the step, the free blocks, max_tokens and max_model_len.
         const int64_t len = int64_t(s->tokens.size());
         propose(s, std::min({int64_t(cfg_.num_speculative_tokens), rows - n,

@@ -127,64 +127,72 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
     }
   }
   const int64_t nd = int64_t(draft_slot.size()), NB = nd * B;
+  // Slots whose drafts are wanted: all B run through the stages (they attend to each other), the
+  // head only reads the first S of each block.
+  const int64_t S = out.slots > 0 ? std::min<int64_t>(out.slots, B) : B, NS = nd * S;
   ds.N = NB;
-  out.tokens.resize(size_t(NB));
-  out.logits.resize(out.want_logits ? size_t(NB * V) : 0);
-  out.confidence.resize(out.want_logits ? size_t(NB) : 0);
+  out.tokens.resize(size_t(NS));
+  out.logits.resize(out.want_logits ? size_t(NS * V) : 0);
+  out.confidence.resize(out.want_logits ? size_t(NS) : 0);
   if (NB == 0) return;
   Stream b(NB, M, D, &arena);
   embed_rows(tokens.data(), b, NB);
   for (int k = 0; k < c.n_mtp_layers; ++k) block(c.n_layers + k, ds, b);
 
   DI_REGION("draft.head");
-  // The collapsed stream (the confidence head's input) and, normed, the head's.
-  ArenaVec<float> hid(size_t(NB * D), &arena), logits_tmp(&arena);
-  for (int64_t i = 0; i < NB; ++i)
-    hc_pre(&b.x[size_t(i * M * D)], &b.pi[size_t(i * M)], M, D, &hid[size_t(i * D)]);
-  round(hid.data(), NB * D);
-  std::copy(hid.begin(), hid.end(), b.u.begin());
-  round_norm(b.u.data(), NB, D, ck.dspark.norm);
+  // The collapsed stream of the wanted slots (the confidence head's input) and, normed, the
+  // head's.
+  ArenaVec<float> hid(size_t(NS * D), &arena), h(size_t(NS * D), &arena), logits_tmp(&arena);
+  for (int64_t d = 0; d < nd; ++d)
+    for (int64_t i = 0; i < S; ++i) {
+      const int64_t row = d * B + i;
+      hc_pre(&b.x[size_t(row * M * D)], &b.pi[size_t(row * M)], M, D,
+             &hid[size_t((d * S + i) * D)]);
+    }
+  round(hid.data(), NS * D);
+  std::copy(hid.begin(), hid.end(), h.begin());
+  round_norm(h.data(), NS, D, ck.dspark.norm);
   float* logits = out.logits.data();
   if (!out.want_logits) {
-    logits_tmp.resize(size_t(NB * V));
+    logits_tmp.resize(size_t(NS * V));
     logits = logits_tmp.data();
   }
-  linear(head, b.u.data(), NB, logits, exact);
+  linear(head, h.data(), NS, logits, exact);
   // The Markov head, slot after slot: slot i's bias comes from the token before it (the sampled
   // token for slot 0, then the previous slot's draft); the draft is the biased logits' argmax.
-  ArenaVec<float> emb(size_t(NB * R), &arena), emb_i(size_t(nd * R), &arena),
+  ArenaVec<float> emb(size_t(NS * R), &arena), emb_i(size_t(nd * R), &arena),
       bias(size_t(nd * V), &arena);
   ArenaVec<int32_t> prev(size_t(nd), &arena);
   for (int64_t d = 0; d < nd; ++d) prev[size_t(d)] = tokens[size_t(d * B)];
-  for (int64_t i = 0; i < B; ++i) {
+  for (int64_t i = 0; i < S; ++i) {
     for (int64_t d = 0; d < nd; ++d) {
       const uint16_t* e = ck.dspark.markov_embed.bf16() + int64_t(prev[size_t(d)]) * R;
       for (int64_t r = 0; r < R; ++r) {
         const float v = bf16_to_f32(e[r]);
         emb_i[size_t(d * R + r)] = v;
-        emb[size_t((d * B + i) * R + r)] = v;
+        emb[size_t((d * S + i) * R + r)] = v;
       }
     }
     linear(markov_head, emb_i.data(), nd, bias.data(), exact);
     for (int64_t d = 0; d < nd; ++d) {
-      float* row = logits + (d * B + i) * V;
+      float* row = logits + (d * S + i) * V;
       const float* add = &bias[size_t(d * V)];
       int64_t best = 0;
       for (int64_t v = 0; v < V; ++v) {
         row[v] += add[v];
         if (row[v] > row[best]) best = v;
       }
-      out.tokens[size_t(d * B + i)] = int32_t(best);
+      out.tokens[size_t(d * S + i)] = int32_t(best);
       prev[size_t(d)] = int32_t(best);
     }
   }
   if (out.want_logits) {
-    ArenaVec<float> cin(size_t(NB * (D + R)), &arena);
-    for (int64_t i = 0; i < NB; ++i) {
+    ArenaVec<float> cin(size_t(NS * (D + R)), &arena);
+    for (int64_t i = 0; i < NS; ++i) {
       std::copy_n(&hid[size_t(i * D)], D, &cin[size_t(i * (D + R))]);
       std::copy_n(&emb[size_t(i * R)], R, &cin[size_t(i * (D + R) + D)]);
     }
-    linear(confidence, cin.data(), NB, out.confidence.data(), exact);
+    linear(confidence, cin.data(), NS, out.confidence.data(), exact);
   }
 }
 

@@ -156,9 +156,10 @@ struct DraftSeq {
 };
 struct DraftOutput {
   bool want_logits = false;       // also fill logits and confidence
-  std::vector<int32_t> tokens;    // [drafting seqs, B]: greedy drafts, in DraftSeq order
-  std::vector<float> logits;      // [drafting seqs, B, vocab]: each slot's logits, Markov bias in
-  std::vector<float> confidence;  // [drafting seqs, B]
+  int slots = 0;                  // S: drafts wanted per sequence (0: all B)
+  std::vector<int32_t> tokens;    // [drafting seqs, S]: greedy drafts, in DraftSeq order
+  std::vector<float> logits;      // [drafting seqs, S, vocab]: each slot's logits, Markov bias in
+  std::vector<float> confidence;  // [drafting seqs, S]
 };
 
 // Per-layer activation dumps (DESIGN.md §4.8) for debugging and layer-by-layer tests: each

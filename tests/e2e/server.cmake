@@ -59,9 +59,12 @@ foreach(suite openai_client sse_curl structured http errors disconnect shutdown 
   deepinfer_server_test(server_dp_${suite} SCRIPT ${suite}.test.mjs ${tok} SERVE_ARGS "--dp 2 --ep 2")
 endforeach()
 
-# Speculative decoding (n-gram drafts) behind the server: streamed and whole responses must be the
-# offline runner's plain tokens, and constrained outputs stay in their grammar.
+# Speculative decoding (n-gram drafts, and the DSpark draft head's) behind the server: streamed
+# and whole responses must be the offline runner's plain tokens, and constrained outputs stay in
+# their grammar.
 foreach(suite openai_client sse_curl structured)
   deepinfer_server_test(server_spec_${suite} SCRIPT ${suite}.test.mjs TOKENIZER
     SERVE_ARGS "--speculative-method ngram --num-speculative-tokens 3")
+  deepinfer_server_test(server_dspark_${suite} SCRIPT ${suite}.test.mjs TOKENIZER
+    SERVE_ARGS "--speculative-method dspark")
 endforeach()

@@ -316,7 +316,9 @@ TEST(Engine, DsparkDraftsMatchALoneSessionAndKeepOutputs) {
         ++blocks;
         const auto it = lone.find({id, n});
         ASSERT_NE(it, lone.end()) << "request " << id << " at " << n;
-        EXPECT_TRUE(std::equal(d.begin(), d.end(), it->second.begin(), it->second.end()))
+        // The engine asks for its K drafts: the first K of the block.
+        ASSERT_LE(d.size(), it->second.size());
+        EXPECT_TRUE(std::equal(d.begin(), d.end(), it->second.begin()))
             << "request " << id << " drafts after " << n << " tokens";
       });
       for (const auto& r : spec) ASSERT_EQ(e.add_request(r), "");
