@@ -136,19 +136,21 @@ if [ "$BACKEND" = shm ]; then
 else
   configs=("2:--cp 2 --ep 2")
 fi
+# n-gram drafts, then the DSpark draft head's (run by the scheduling rank whatever the layout).
+for method in ngram dspark; do
 for input in "--num-prompts 6 --input-len 60" "--prompts $WORK/drafts.jsonl"; do
   for c in "${configs[@]}"; do
     rm -f "$WORK/ranks.jsonl"
     # shellcheck disable=SC2086
     if [ "$BACKEND" = shm ]; then
-      "$BIN" generate "${SPEC[@]}" $input ${c#*:} --speculative-method ngram \
+      "$BIN" generate "${SPEC[@]}" $input ${c#*:} --speculative-method "$method" \
         --output "$WORK/ranks.jsonl" 2>"$WORK/err"
     else
       mpirun -np "${c%%:*}" --allow-run-as-root --oversubscribe -x DEEPINFER_CACHE "$BIN" generate \
-        "${SPEC[@]}" $input ${c#*:} --speculative-method ngram --output "$WORK/ranks.jsonl" \
+        "${SPEC[@]}" $input ${c#*:} --speculative-method "$method" --output "$WORK/ranks.jsonl" \
         2>"$WORK/err"
     fi
-    python3 - "$WORK/single.jsonl" "$WORK/ranks.jsonl" "$input" <<'PY' || { cat "$WORK/err"; echo "FAIL: speculative $BACKEND ${c#*:} $input"; exit 1; }
+    python3 - "$WORK/single.jsonl" "$WORK/ranks.jsonl" "$input" <<'PY' || { cat "$WORK/err"; echo "FAIL: speculative $method $BACKEND ${c#*:} $input"; exit 1; }
 import json, sys
 plain = [json.loads(l) for l in open(sys.argv[1])]
 spec = [json.loads(l) for l in open(sys.argv[2])]
@@ -159,6 +161,7 @@ assert drafted > 0, "no drafts"
 if "--prompts" in sys.argv[3]:
     assert 0 < accepted < drafted, (accepted, drafted)
 PY
-    echo "ok: speculative $BACKEND ${c#*:} ${input%% *}"
+    echo "ok: speculative $method $BACKEND ${c#*:} ${input%% *}"
   done
+done
 done
