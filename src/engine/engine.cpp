@@ -39,7 +39,11 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
     // Snapshots from their budget, one at least, and no more than there are blocks to resume.
     const uint64_t budget =
         cfg->prefix_cache_memory ? cfg->prefix_cache_memory : cfg->kv_cache_memory / 4;
-    const uint64_t snap_bytes = uint64_t(std::max<int64_t>(1, kv_footprint(c).snapshot_bytes()));
+    // A snapshot holds the draft head's rings too, when it runs.
+    const int64_t draft_rings =
+        sc.dspark ? int64_t(c.n_mtp_layers) * c.window_size * window_kv_row_bytes(c.head_dim) : 0;
+    const uint64_t snap_bytes =
+        uint64_t(std::max<int64_t>(1, kv_footprint(c).snapshot_bytes() + draft_rings));
     ko.num_snapshots =
         int32_t(std::clamp<uint64_t>(budget / snap_bytes, 1, uint64_t(ko.num_blocks)));
   }
@@ -209,8 +213,8 @@ std::vector<TokenEvent> Engine::step() {
       counts_.push_back(int32_t(k));
     }
   }
-  if (cfg_.sched.dspark) draft(out, sampled);
   const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled, counts_);
+  if (cfg_.sched.dspark) draft(out, sampled);
   events.reserve(sampled.size());
   for (size_t i = 0, at = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
@@ -233,9 +237,9 @@ std::vector<TokenEvent> Engine::step() {
 void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) {
   DI_REGION("engine.draft");
   // Every sequence of the step keeps its real rows and the drafts it accepted (their positions
-  // enter the draft head's rings); one that sampled drafts from its newest token.
+  // enter the draft head's rings); one that sampled drafts from its newest token, unless its
+  // drafting is paused (the next step would not propose).
   draft_in_.clear();
-  draft_added_.clear();
   size_t at = 0, si = 0;
   for (size_t i = 0; i < out.seqs.size(); ++i) {
     const SchedSeq& q = out.seqs[i];
@@ -244,26 +248,23 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
       const int32_t k = counts_[si++];
       d.kept += k - 1;
       at += size_t(k);
-      d.token = sampled[at - 1];
-      draft_added_.push_back(k);
+      if (scheduler_->find(q.seq_id)->spec_pause == 0) d.token = sampled[at - 1];
     }
     draft_in_.push_back(d);
   }
   if (draft_in_.empty()) return;
   draft_out_.slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
   model_.draft(draft_in_, *kv_, draft_out_);
-  const size_t B = size_t(draft_out_.slots);
+  const size_t S = size_t(draft_out_.slots);
   size_t j = 0;
   for (const DraftSeq& d : draft_in_) {
     Sequence* s = scheduler_->find(out.seqs[size_t(d.seq)].seq_id);
     s->model_drafts.clear();
     if (d.token < 0) continue;
-    s->model_drafts.assign(draft_out_.tokens.begin() + long(j * B),
-                           draft_out_.tokens.begin() + long((j + 1) * B));
-    // The block follows the sampled tokens, which update() has not appended yet.
-    if (draft_observer_)
-      draft_observer_(s->req.id, int64_t(s->tokens.size()) + draft_added_[j], s->model_drafts);
+    s->model_drafts.assign(draft_out_.tokens.begin() + long(j * S),
+                           draft_out_.tokens.begin() + long((j + 1) * S));
     ++j;
+    if (draft_observer_) draft_observer_(s->req.id, int64_t(s->tokens.size()), s->model_drafts);
   }
 }
 

@@ -106,7 +106,6 @@ class Engine {
   std::vector<int32_t> sampled_, counts_;
   std::vector<TopLogprobs> tops_;
   std::vector<DraftSeq> draft_in_;
-  std::vector<int32_t> draft_added_;  // tokens each drafting sequence sampled this step
   DraftOutput draft_out_;
   DraftObserver draft_observer_;
   EngineStats stats_;

@@ -214,6 +214,18 @@ void Scheduler::propose(Sequence* s, int64_t n) {
       }
 }
 
+void Scheduler::note_acceptance(Sequence* s, int64_t accepted) {
+  constexpr int32_t kMissesBeforePause = 4, kLongestPause = 64;
+  if (accepted > 0) {
+    s->spec_misses = s->spec_pause_len = 0;
+    return;
+  }
+  if (++s->spec_misses < kMissesBeforePause) return;
+  s->spec_pause_len = std::min(kLongestPause, std::max(1, 2 * s->spec_pause_len));
+  s->spec_pause = s->spec_pause_len;
+  s->spec_misses = kMissesBeforePause - 1;  // the next miss pauses again, twice as long
+}
+
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
   std::vector<std::pair<Sequence*, int64_t>>& picked = picked_;
@@ -269,7 +281,9 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       // A sequence computing rejected drafts' accepted tokens again takes new drafts only while
       // that tail is short: a run of rejections would otherwise grow it step after step (each
       // rejection keeps nothing of its step), and a step without drafts commits it.
-      if (phase == 0 && cfg_.num_speculative_tokens > 0 && p.stop.empty() &&
+      const bool paused = phase == 0 && s->spec_pause > 0;
+      if (paused) --s->spec_pause;
+      if (phase == 0 && !paused && cfg_.num_speculative_tokens > 0 && p.stop.empty() &&
           s->num_pending() <= 1 + cfg_.num_speculative_tokens) {
         // Drafts that fit the step, the free blocks, max_tokens and max_model_len.
         const int64_t len = int64_t(s->tokens.size());
@@ -361,6 +375,7 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
       stats_.spec_accepted += counts[i] - 1;
       s->drafted += q.n_drafts;
       s->accepted += counts[i] - 1;
+      note_acceptance(s, counts[i] - 1);
     }
     if (counts[i] == q.n_drafts + 1) {
       s->num_computed += int64_t(q.tokens.size());

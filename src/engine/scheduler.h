@@ -50,6 +50,9 @@ struct Sequence {
   // DSpark: the draft head's block for the sequence's newest token (empty: none), which the
   // engine sets after each step and the next decode step proposes from.
   std::vector<int32_t> model_drafts;
+  // Back-off while drafts keep missing: verify steps in a row that accepted nothing, and decode
+  // steps left before the next drafts (Scheduler::note_acceptance).
+  int32_t spec_misses = 0, spec_pause = 0, spec_pause_len = 0;
 
   bool running() const { return slot >= 0; }
 
@@ -188,6 +191,10 @@ class Scheduler {
   void drop_hit(Sequence* s);
   // Speculative decoding: up to `n` drafts for `s` into s->drafts.
   void propose(Sequence* s, int64_t n);
+  // After a verify step of `s` that accepted `accepted` drafts: drafting pauses after
+  // kMissesBeforePause verify steps in a row accepted none, for 1, 2, 4, ... 64 decode steps,
+  // each further miss doubling the pause, until a draft stands again.
+  void note_acceptance(Sequence* s, int64_t accepted);
   // The snapshots and cache entries of the blocks that `q`'s rows of `s` complete.
   void plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out);
 
