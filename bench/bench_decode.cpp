@@ -164,6 +164,9 @@ void bench_speculative(Reporter& rep, Model& model, const WeightFootprint& fp,
         .add("drafts", K)
         .add("verify_bytes_ratio", step_bytes(c, fp, B * (K + 1)) / step_bytes(c, fp, B), 2);
     add_pairs(row, ps, "forced_tok_s", "plain_tok_s");
+    // A verify step's time over a one-row step's: with every draft accepted a verify step gives
+    // K + 1 tokens per sequence, so (K + 1) / speedup, from the median pair ratio.
+    row.add("verify_time_ratio", double(K + 1) / median(ps.ratio), 2);
     row.add("ngram_tok_s", ng, 2)
         .add("ngram_acceptance_length",
              st.spec_steps ? 1.0 + double(st.spec_accepted) / double(st.spec_steps) : 1.0, 3);

@@ -68,6 +68,9 @@ for r in spec:
     paired(r, "forced_tok_s", "plain_tok_s", 3)
     assert r["drafts"] == 3 and r["verify_bytes_ratio"] >= 1 and r["ngram_tok_s"] > 0, r
     assert r["ngram_acceptance_length"] >= 1, r
+    assert r["verify_time_ratio"] > 0, r
+    # The bench model is the tiny preset, which has a draft head.
+    assert r["dspark_tok_s"] > 0 and r["dspark_acceptance_length"] >= 1, r
 pool = rows("pool.jsonl")
 assert len(pool) == 1 and pool[0]["us_per_parallel_for"] > 0, pool
 PY
