@@ -124,6 +124,15 @@ expect_error "speculative-method" "$BIN" generate --model "$WORK/tiny" --prompt-
   --speculative-method dream
 expect_error "\-\-ngram-max 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
   --speculative-method ngram --ngram-max 0
+# The draft head: only with a checkpoint that has one, and at most its block size of drafts.
+"$BIN" make-tiny --out "$WORK/nodraft" --preset tiny-b >/dev/null || fail "make-tiny tiny-b"
+expect_error "has no DSpark draft head" "$BIN" generate --model "$WORK/nodraft" --prompt-ids 1 \
+  --speculative-method dspark
+expect_error "at most its block size, 4" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
+  --speculative-method dspark --num-speculative-tokens 9
+grep -q "(+2 DSpark)" "$WORK/inspect.txt" &&
+  grep -q "mtp.\*.markov_head.head.weight .* BF16 -> bf16 widened -> fp32 linear" "$WORK/inspect.txt" ||
+  { cat "$WORK/inspect.txt"; fail "inspect: the draft head's tensors"; }
 expect_error "unknown command 'frobnicate' (expected one of: make-tiny" "$BIN" frobnicate
 expect_error "\-\-max-num-seqs 0: must be >= 1" "$BIN" generate --model "$WORK/tiny" --prompt-ids 1 \
   --max-num-seqs 0
