@@ -21,15 +21,8 @@ using namespace testing_io;
 const std::string& micro_dir() {
   static ScratchDir dir;
   static const std::string path = [] {
-    ModelConfig c = tiny_preset_config("tiny");
-    c.vocab_size = c.engram_compressed_vocab_size = 512;
-    c.dspark_noise_token_id = 500;
-    const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
-    c.engram_num_embeddings =
-        make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size, 512)
-            .rows;
     const std::string p = dir / "micro";
-    write_tiny_checkpoint(p, c, TinyWriteOptions{});
+    write_tiny_checkpoint(p, micro_config(), TinyWriteOptions{});
     return p;
   }();
   return path;

@@ -14,7 +14,6 @@
 #include "io/checkpoint.h"
 #include "io/tiny.h"
 #include "io_test_util.h"
-#include "kernels/engram_hash.h"
 
 namespace deepinfer {
 namespace {
@@ -112,13 +111,7 @@ int64_t ceil32(int64_t x) {
 // run it says so; the backbone is bound as usual.
 TEST(Checkpoint, DraftHeadIsOptional) {
   ScratchDir dir;
-  ModelConfig c = tiny_preset_config("tiny");
-  c.vocab_size = c.engram_compressed_vocab_size = 512;
-  c.dspark_noise_token_id = 7;
-  const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
-  c.engram_num_embeddings =
-      make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size, 512)
-          .rows;
+  const ModelConfig c = micro_config();
   TinyWriteOptions o;
   o.dspark = false;
   write_tiny_checkpoint(dir / "plain", c, o);

@@ -43,6 +43,18 @@ class ScratchDir {
   fs::path path_;
 };
 
+// The tiny preset with a 512-token vocabulary (every feature, a few hundred KiB of tensors).
+inline ModelConfig micro_config() {
+  ModelConfig c = tiny_preset_config("tiny");
+  c.vocab_size = c.engram_compressed_vocab_size = 512;
+  c.dspark_noise_token_id = 500;
+  const std::vector<int64_t> ids(c.engram_layer_ids.begin(), c.engram_layer_ids.end());
+  c.engram_num_embeddings =
+      make_engram_tables(ids, c.engram_max_ngram_size, c.engram_n_heads, c.engram_vocab_size, 512)
+          .rows;
+  return c;
+}
+
 inline void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
