@@ -288,11 +288,15 @@ TEST(Engine, DsparkDraftsMatchALoneSessionAndKeepOutputs) {
       int32_t k, seqs;
       int64_t prompt_rows;
       int32_t blocks;
+      int64_t bucket = 0;  // padded prompt chunks
+      bool as_decode = false;
     };
     for (const Mode& mode : {Mode{"head, K B-1, batch, chunks", false, 0, 4, 5, 0},
                              Mode{"head, K 1, one at a time", false, 1, 1, 64, 0},
                              Mode{"reference then head, K B", true, 0, 4, 64, 0},
-                             Mode{"head, small pool", false, 0, 4, 64, 14}}) {
+                             Mode{"head, small pool", false, 0, 4, 64, 14},
+                             Mode{"head, prefill buckets", false, 0, 3, 64, 0, 6},
+                             Mode{"head, prompt as decode", false, 0, 3, 64, 0, 0, true}}) {
       SCOPED_TRACE(mode.name);
       std::vector<Request> spec = reqs;
       if (mode.reference)
@@ -300,7 +304,7 @@ TEST(Engine, DsparkDraftsMatchALoneSessionAndKeepOutputs) {
           r.params.draft_reference = want.at(r.id).ids;
           r.params.draft_reference[5] = int32_t((r.params.draft_reference[5] + 1) % V);
         }
-      EngineConfig cfg = config(mode.seqs, mode.prompt_rows, 0, false);
+      EngineConfig cfg = config(mode.seqs, mode.prompt_rows, mode.bucket, mode.as_decode);
       cfg.sched.block_tokens = 8;
       cfg.sched.dspark = true;
       cfg.sched.num_speculative_tokens =
