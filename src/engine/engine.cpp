@@ -248,7 +248,12 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
       const int32_t k = counts_[si++];
       d.kept += k - 1;
       at += size_t(k);
-      if (scheduler_->find(q.seq_id)->spec_pause == 0) d.token = sampled[at - 1];
+      // Only a sequence the next step may draft for (the same rules as Scheduler::schedule's)
+      // gets a block; the others only keep their rows.
+      const Sequence& s = *scheduler_->find(q.seq_id);
+      if (s.spec_pause == 0 && s.req.params.stop.empty() && cfg_.sched.num_speculative_tokens > 0 &&
+          token_stop(s) == FinishReason::None && !length_stop(s))
+        d.token = sampled[at - 1];
     }
     draft_in_.push_back(d);
   }

@@ -375,9 +375,18 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
     if (takes_scale(s.kind)) known.insert(scale_name(s.name));
   }
   std::vector<std::string> unexpected;
+  // With the draft head loaded, an mtp.* tensor outside its schema is a mistake, except the
+  // stages' aliases of the shared embedding and head (V41_SPEC.md §2.1).
+  auto stray_mtp = [&](const std::string& name) {
+    if (!ck->has_dspark || name.rfind("mtp.", 0) != 0) return false;
+    const size_t dot = name.find('.', 4);  // after the stage number
+    const std::string rest = dot == std::string::npos ? "" : name.substr(dot);
+    return rest != ".embed.weight" && rest != ".head.weight";
+  };
+
   for (const std::string& name : ck->store_->names()) {
     if (known.count(name)) continue;
-    if (is_skipped_part(name))
+    if (is_skipped_part(name) && !stray_mtp(name))
       ck->skipped_tensors.push_back(name);
     else
       unexpected.push_back(name);

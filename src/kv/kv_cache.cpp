@@ -73,7 +73,8 @@ uint8_t* KvCache::paged_row(int layer, int which, const SeqKv& s, int64_t row) {
 }
 
 uint8_t* KvCache::window_slot(int layer, int32_t slot, int64_t index) {
-  DI_CHECK(slot >= 0 && slot < max_seqs_ && index >= 0 && index < window_);
+  DI_CHECK(layer >= 0 && layer < num_layers() && slot >= 0 && slot < max_seqs_ && index >= 0 &&
+           index < window_);
   return layers_[size_t(layer)].window.data() +
          (int64_t(slot) * window_ + index) * window_row_bytes_;
 }
@@ -90,7 +91,8 @@ int64_t* KvCache::engram_history(int32_t slot) {
 }
 
 uint8_t* KvCache::snapshot_window(int layer, int32_t snap, int64_t index) {
-  DI_CHECK(snap >= 0 && snap < num_snapshots_ && index >= 0 && index < window_);
+  DI_CHECK(layer >= 0 && layer < num_layers() && snap >= 0 && snap < num_snapshots_ && index >= 0 &&
+           index < window_);
   return layers_[size_t(layer)].snapshot_window.data() +
          (int64_t(snap) * window_ + index) * window_row_bytes_;
 }

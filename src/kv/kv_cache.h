@@ -79,6 +79,7 @@ class KvCache {
   KvCache(const ModelConfig& c, const KvCacheOptions& opt);
 
   int64_t block_tokens() const { return block_tokens_; }
+  int num_layers() const { return int(layers_.size()); }  // backbone + draft layers
   int32_t max_seqs() const { return max_seqs_; }
   uint64_t bytes() const;
 

@@ -57,6 +57,9 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   const int64_t nT = int64_t(c.dspark_target_layer_ids.size()), B = c.dspark_block_size;
   const int64_t V = c.vocab_size, R = c.dspark_markov_rank, wrow = window_kv_row_bytes(Dh);
   DI_CHECK(seqs.empty() || !fw_row0.empty(), "draft() needs a forward call first");
+  DI_REQUIRE(
+      kv.num_layers() >= c.n_layers + c.n_mtp_layers,
+      "draft(): the KV cache has no rings for the draft head (KvCacheOptions::draft_layers)");
 
   // --- the kept rows into every stage's ring (with the snapshots of this call's saves) ---
   Step& ss = seed_step;

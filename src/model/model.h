@@ -199,7 +199,9 @@ class Model {
   bool has_draft_head() const;
   int draft_block_size() const;
   // Keeps rows of the last forward call and drafts (DraftSeq). The cache must be the one that
-  // call used, with the draft layers (KvCacheOptions::draft_layers = n_mtp_layers).
+  // call used, with the draft layers (KvCacheOptions::draft_layers = n_mtp_layers). Once per
+  // forward call when that call takes prefix-cache snapshots (a second call would copy ring
+  // entries the first one already moved on); keeping the same rows again is harmless otherwise.
   void draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out);
 
   // Per-layer activation dumps of the next forward calls (nullptr to stop). Only for batches of

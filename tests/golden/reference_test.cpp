@@ -262,7 +262,6 @@ INSTANTIATE_TEST_SUITE_P(Configs, GoldenRandom,
                                            "random-32", "random-33", "random-39@runtime"),
                          param_name);
 
-}  // namespace
 // The DSpark draft head against the reference, bit for bit in fp32: the prompt fed in other chunks
 // than the reference's (the draft rings are filled the same whatever the chunking), then at every
 // greedy step the B drafts, their logits (Markov bias in) and their confidence logits.
@@ -323,4 +322,5 @@ INSTANTIATE_TEST_SUITE_P(Configs, GoldenDraft,
                                            "random-26", "random-33"),
                          param_name);
 
+}  // namespace
 }  // namespace deepinfer::testing

@@ -162,10 +162,11 @@ TEST(CheckpointErrors, UnexpectedTensorsAreErrorsKnownPartsAreSkipped) {
   EXPECT_TRUE(
       mentions(extra.load_error(), {extra.dir(), "2 tensor(s)", "layers.0.attn.extra", "rogue"}));
 
-  // DSpark, vision, the image-token router bias: present in the release, not run here.
+  // Vision, the image-token router bias, the draft stages' aliases of the shared embedding and
+  // head: present in the release, not run here.
   const std::vector<std::string> skipped = {"aligner.proj.weight",       "image_newline",
-                                            "layers.0.ffn.gate.bias_vl", "mtp.0.x",
-                                            "mtp.2.attn.wq_a.weight",    "vision.y"};
+                                            "layers.0.ffn.gate.bias_vl", "mtp.0.embed.weight",
+                                            "mtp.1.head.weight",         "vision.y"};
   std::vector<std::pair<std::string, Stored>> extras;
   for (const auto& n : skipped) extras.push_back({n, small});
   Rewritten known([](const std::string&, Stored&) { return true; }, extras);
@@ -175,6 +176,11 @@ TEST(CheckpointErrors, UnexpectedTensorsAreErrorsKnownPartsAreSkipped) {
   Rewritten lookalike([](const std::string&, Stored&) { return true; },
                       {{"layers.0.mtp.0.x", small}});
   EXPECT_TRUE(mentions(lookalike.load_error(), {"1 tensor(s)", "layers.0.mtp.0.x"}));
+  // With the draft head loaded (this checkpoint has one), other mtp.* names are mistakes: a
+  // tensor the head does not have, a stage beyond n_mtp_layers.
+  Rewritten stray([](const std::string&, Stored&) { return true; },
+                  {{"mtp.0.x", small}, {"mtp.2.attn.wq_a.weight", small}});
+  EXPECT_TRUE(mentions(stray.load_error(), {"2 tensor(s)", "mtp.0.x", "mtp.2.attn.wq_a.weight"}));
 }
 
 TEST(CheckpointErrors, NormWeightsStoredAsF32AreRoundedToBf16) {
