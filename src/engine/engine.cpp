@@ -40,10 +40,8 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
     const uint64_t budget =
         cfg->prefix_cache_memory ? cfg->prefix_cache_memory : cfg->kv_cache_memory / 4;
     // A snapshot holds the draft head's rings too, when it runs.
-    const int64_t draft_rings =
-        sc.dspark ? int64_t(c.n_mtp_layers) * c.window_size * window_kv_row_bytes(c.head_dim) : 0;
-    const uint64_t snap_bytes =
-        uint64_t(std::max<int64_t>(1, kv_footprint(c).snapshot_bytes() + draft_rings));
+    const KvFootprint fp = kv_footprint(c, sc.dspark ? c.n_mtp_layers : 0);
+    const uint64_t snap_bytes = uint64_t(std::max<int64_t>(1, fp.snapshot_bytes()));
     ko.num_snapshots =
         int32_t(std::clamp<uint64_t>(budget / snap_bytes, 1, uint64_t(ko.num_blocks)));
   }
@@ -236,38 +234,33 @@ std::vector<TokenEvent> Engine::step() {
 
 void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) {
   DI_REGION("engine.draft");
-  // Every sequence of the step keeps its real rows and the drafts it accepted (their positions
-  // enter the draft head's rings); one that sampled drafts from its newest token, unless its
-  // drafting is paused (the next step would not propose).
-  draft_in_.clear();
+  // Every sequence of the step keeps its real rows and the drafts it accepted; one that sampled
+  // drafts from its newest token when its next step may take drafts.
+  draft_accepted_.clear();
+  draft_from_.clear();
   size_t at = 0, si = 0;
-  for (size_t i = 0; i < out.seqs.size(); ++i) {
-    const SchedSeq& q = out.seqs[i];
-    DraftSeq d{int32_t(i), int64_t(q.tokens.size()) - q.n_drafts, -1};
+  for (const SchedSeq& q : out.seqs) {
+    int32_t accepted = 0, from = -1;
     if (q.sample) {
       const int32_t k = counts_[si++];
-      d.kept += k - 1;
+      accepted = k - 1;
       at += size_t(k);
-      // Only a sequence the next step may draft for (the same rules as Scheduler::schedule's)
-      // gets a block; the others only keep their rows.
       const Sequence& s = *scheduler_->find(q.seq_id);
-      if (s.spec_pause == 0 && s.req.params.stop.empty() && cfg_.sched.num_speculative_tokens > 0 &&
-          token_stop(s) == FinishReason::None && !length_stop(s))
-        d.token = sampled[at - 1];
+      if (scheduler_->may_draft(s) && token_stop(s) == FinishReason::None && !length_stop(s))
+        from = sampled[at - 1];
     }
-    draft_in_.push_back(d);
+    draft_accepted_.push_back(accepted);
+    draft_from_.push_back(from);
   }
-  if (draft_in_.empty()) return;
-  draft_out_.slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
-  model_.draft(draft_in_, *kv_, draft_out_);
-  const size_t S = size_t(draft_out_.slots);
+  const int slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
+  const DraftOutput& d = runner_->draft(out, draft_accepted_, draft_from_, slots);
   size_t j = 0;
-  for (const DraftSeq& d : draft_in_) {
-    Sequence* s = scheduler_->find(out.seqs[size_t(d.seq)].seq_id);
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    Sequence* s = scheduler_->find(out.seqs[i].seq_id);
     s->model_drafts.clear();
-    if (d.token < 0) continue;
-    s->model_drafts.assign(draft_out_.tokens.begin() + long(j * S),
-                           draft_out_.tokens.begin() + long((j + 1) * S));
+    if (draft_from_[i] < 0) continue;
+    s->model_drafts.assign(d.tokens.begin() + long(j * size_t(slots)),
+                           d.tokens.begin() + long((j + 1) * size_t(slots)));
     ++j;
     if (draft_observer_) draft_observer_(s->req.id, int64_t(s->tokens.size()), s->model_drafts);
   }

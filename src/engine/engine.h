@@ -105,8 +105,7 @@ class Engine {
   SchedOutput sched_out_;
   std::vector<int32_t> sampled_, counts_;
   std::vector<TopLogprobs> tops_;
-  std::vector<DraftSeq> draft_in_;
-  DraftOutput draft_out_;
+  std::vector<int32_t> draft_accepted_, draft_from_;
   DraftObserver draft_observer_;
   EngineStats stats_;
 };

@@ -73,6 +73,20 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out, bool alwa
   return logits_;
 }
 
+const DraftOutput& ModelRunner::draft(const SchedOutput& out, std::span<const int32_t> accepted,
+                                      std::span<const int32_t> from, int slots) {
+  DI_CHECK(accepted.size() == out.seqs.size() && from.size() == out.seqs.size());
+  draft_in_.clear();
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const SchedSeq& q = out.seqs[i];
+    DI_CHECK(accepted[i] >= 0 && accepted[i] <= q.n_drafts);
+    draft_in_.push_back({int32_t(i), int64_t(q.tokens.size()) - q.n_drafts + accepted[i], from[i]});
+  }
+  draft_out_.slots = slots;
+  if (!draft_in_.empty()) model_.draft(draft_in_, kv_, draft_out_);
+  return draft_out_;
+}
+
 void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel) {
   std::vector<uint8_t> msg;
   for (;;) {

@@ -9,6 +9,7 @@
 // any), or in lockstep with the other data-parallel replicas.
 #pragma once
 
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -37,6 +38,11 @@ class ModelRunner {
   // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
   // An empty step runs the model only when `always` (an idle data-parallel rank's placeholder).
   const std::vector<float>& execute(const SchedOutput& out, bool always = false);
+  // DSpark, after the step `out` ran: sequence i keeps its real rows and its first accepted[i]
+  // drafts (their positions enter the draft head's rings) and, when from[i] >= 0, drafts `slots`
+  // tokens after that token. The result's blocks are those sequences', in order.
+  const DraftOutput& draft(const SchedOutput& out, std::span<const int32_t> accepted,
+                           std::span<const int32_t> from, int slots);
 
  private:
   Model& model_;
@@ -44,6 +50,8 @@ class ModelRunner {
   std::unordered_map<uint64_t, std::vector<int32_t>> tables_;
   ForwardBatch batch_;
   std::vector<float> logits_;
+  std::vector<DraftSeq> draft_in_;
+  DraftOutput draft_out_;
   bool want_logits_ = true;
   ranks::StepChannel* followers_ = nullptr;  // where every step run goes first
   // Data-parallel replicas step together: every step all of them learn whether anyone has work,

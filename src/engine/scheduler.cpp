@@ -281,10 +281,10 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       // A sequence computing rejected drafts' accepted tokens again takes new drafts only while
       // that tail is short: a run of rejections would otherwise grow it step after step (each
       // rejection keeps nothing of its step), and a step without drafts commits it.
-      const bool paused = phase == 0 && s->spec_pause > 0;
-      if (paused) --s->spec_pause;
-      if (phase == 0 && !paused && cfg_.num_speculative_tokens > 0 && p.stop.empty() &&
-          s->num_pending() <= 1 + cfg_.num_speculative_tokens) {
+      const bool drafting =
+          phase == 0 && may_draft(*s) && s->num_pending() <= 1 + cfg_.num_speculative_tokens;
+      if (phase == 0 && s->spec_pause > 0) --s->spec_pause;  // this step is one of the pause
+      if (drafting) {
         // Drafts that fit the step, the free blocks, max_tokens and max_model_len.
         const int64_t len = int64_t(s->tokens.size());
         propose(s, std::min({int64_t(cfg_.num_speculative_tokens), rows - n,

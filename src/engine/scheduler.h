@@ -167,6 +167,11 @@ class Scheduler {
   Sequence* find(RequestId id);
   // Finished sequences are handed out once and then forgotten.
   std::vector<std::unique_ptr<Sequence>> take_finished();
+  // Whether the next decode step of `s` may take drafts (speculation on, no stop strings, not
+  // paused), the tail a rejection leaves aside.
+  bool may_draft(const Sequence& s) const {
+    return cfg_.num_speculative_tokens > 0 && s.req.params.stop.empty() && s.spec_pause == 0;
+  }
 
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }

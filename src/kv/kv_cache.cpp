@@ -145,8 +145,9 @@ void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
 
 // --- footprint ---
 
-KvFootprint kv_footprint(const ModelConfig& c) {
+KvFootprint kv_footprint(const ModelConfig& c, int draft_layers) {
   KvFootprint f;
+  f.window_bytes = draft_layers * c.window_size * window_kv_row_bytes(c.head_dim);
   const auto roles = layer_roles(c);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerRole& r = roles[size_t(l)];

@@ -51,7 +51,8 @@ struct KvFootprint {
   int64_t snapshot_bytes() const { return window_bytes + engram_history_bytes; }
 };
 
-KvFootprint kv_footprint(const ModelConfig& c);
+// With `draft_layers`, the draft head's rings count among the window rings.
+KvFootprint kv_footprint(const ModelConfig& c, int draft_layers = 0);
 
 // Bytes of one KV block holding `block_tokens` tokens of context at every KV source.
 int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens);

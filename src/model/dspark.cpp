@@ -56,7 +56,8 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   const int64_t D = c.dim, M = c.hc_mult, Dh = c.head_dim, Wn = c.window_size;
   const int64_t nT = int64_t(c.dspark_target_layer_ids.size()), B = c.dspark_block_size;
   const int64_t V = c.vocab_size, R = c.dspark_markov_rank, wrow = window_kv_row_bytes(Dh);
-  DI_CHECK(seqs.empty() || !fw_row0.empty(), "draft() needs a forward call first");
+  DI_CHECK(seqs.empty() || step.row0.size() == fw_seqs.size(),
+           "draft() needs a forward call first");
   DI_REQUIRE(
       kv.num_layers() >= c.n_layers + c.n_mtp_layers,
       "draft(): the KV cache has no rings for the draft head (KvCacheOptions::draft_layers)");
@@ -75,7 +76,7 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
              d.seq, " keeps ", d.kept, " rows");
     DI_CHECK(d.token < V, "draft token ", d.token);
     ss.row0.push_back(int64_t(ss.pos.size()));
-    const int64_t r0 = fw_row0[size_t(d.seq)];
+    const int64_t r0 = step.row0[size_t(d.seq)];  // the last call's rows
     for (int64_t i = 0; i < d.kept; ++i) ss.pos.push_back(q.start_pos + i);
     tin.insert(tin.end(), &taps[size_t(r0 * nT * D)], &taps[size_t((r0 + d.kept) * nT * D)]);
   }

@@ -346,7 +346,6 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   if (dspark) {  // what draft() needs of this call, which may outlive the batch
     fw_seqs.assign(batch.seqs.begin(), batch.seqs.end());
     fw_saves.assign(batch.saves.begin(), batch.saves.end());
-    fw_row0.assign(st.row0.begin(), st.row0.end());
   }
   // Final collapse with the last FFN's pre, final norm, fp32 head on the rows that want logits.
   DI_REGION("model.head");

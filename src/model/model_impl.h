@@ -81,10 +81,9 @@ struct Model::Impl {
   bool dspark = false;
   PreparedLinear main_proj, markov_head, confidence;
   std::vector<float> taps;  // [N, nT * D]: the last forward call's taps (rows of its batch)
-  // The last forward call's sequences and snapshot saves, with its row metadata (fw_row0).
+  // The last forward call's sequences and snapshot saves (`step` keeps its row metadata).
   std::vector<ForwardSeq> fw_seqs;
   std::vector<WindowSave> fw_saves;
-  std::vector<int64_t> fw_row0;
   Step seed_step;                     // the kept rows entering the draft rings
   Step draft_step;                    // the draft block's rows
   std::vector<int32_t> draft_slot;    // per draft sequence: its KV slot
