@@ -124,37 +124,39 @@ void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
       std::vector<PreparedLinear> ws;
       ws.reserve(size_t(copies));
       for (int64_t c = 0; c < copies; ++c) ws.emplace_back(sw.w);
-      std::vector<float> y(size_t(opt.gemm_rows.empty() ? 1
-                                                        : *std::max_element(opt.gemm_rows.begin(),
-                                                                            opt.gemm_rows.end())) *
-                           size_t(sh.out));
-      // --- GEMV, one row: the decode case. Pairs of (limit: a plain read of the same copies,
-      // kernel: one GEMV over each copy), alternated.
+      int64_t max_rows = 1;
+      for (int64_t n : opt.gemv_rows) max_rows = std::max(max_rows, n);
+      for (int64_t n : opt.gemm_rows) max_rows = std::max(max_rows, n);
+      std::vector<float> y(size_t(max_rows * sh.out));
+      // --- GEMV, a few rows: the decode (and verify) case. Pairs of (limit: a plain read of the
+      // same copies, kernel: one GEMV over each copy), alternated.
       std::vector<std::span<const uint8_t>> spans;
       for (const PreparedLinear& p : ws) spans.push_back(p.packed_span());
       uint64_t packed = 0;
       for (const auto& sp : spans) packed += sp.size();
-      const auto x1 = random_rows(1, sh.in, 1);
-      auto gemv_pass = [&] {
-        const double t0 = now_s();
-        for (int64_t c = 0; c < copies; ++c) linear(ws[size_t(c)], x1.data(), 1, y.data());
-        return now_s() - t0;
-      };
-      gemv_pass();
-      PairStats gp;
-      for (int r = 0; r < opt.pairs; ++r) {
-        const double tl = sweep_seconds(spans), tk = gemv_pass();
-        gp.add(double(packed) / tk / 1e9, double(packed) / tl / 1e9);
+      for (int64_t n : opt.gemv_rows) {
+        const auto xn = random_rows(n, sh.in, 1);
+        auto gemv_pass = [&] {
+          const double t0 = now_s();
+          for (int64_t c = 0; c < copies; ++c) linear(ws[size_t(c)], xn.data(), n, y.data());
+          return now_s() - t0;
+        };
+        gemv_pass();
+        PairStats gp;
+        for (int r = 0; r < opt.pairs; ++r) {
+          const double tl = sweep_seconds(spans), tk = gemv_pass();
+          gp.add(double(packed) / tk / 1e9, double(packed) / tl / 1e9);
+        }
+        Row grow("linear_gemv");
+        grow.add("format", fmt)
+            .add("shape", str_cat(sh.in, "->", sh.out))
+            .add("layer", sh.name)
+            .add("rows", n)
+            .add("working_set", human_bytes(double(packed)))
+            .add("us_per_call", double(packed) / median(gp.figure) / 1e3 / double(copies), 1);
+        add_pairs(grow, gp, "gbs", "limit_gbs");
+        rep.print(grow);
       }
-      Row grow("linear_gemv");
-      grow.add("format", fmt)
-          .add("shape", str_cat(sh.in, "->", sh.out))
-          .add("layer", sh.name)
-          .add("rows", int64_t(1))
-          .add("working_set", human_bytes(double(packed)))
-          .add("us_per_call", double(packed) / median(gp.figure) / 1e3 / double(copies), 1);
-      add_pairs(grow, gp, "gbs", "limit_gbs");
-      rep.print(grow);
       // --- GEMM: prefill and batched decode, alternated with oneDNN's bf16 matmul ---
       std::unique_ptr<OnednnMatmul> dn;
       std::vector<float> deq;

@@ -17,7 +17,8 @@ struct LinearShape {
 
 struct LinearBenchOptions {
   std::vector<std::string> formats = {"fp8", "fp4"};
-  std::vector<LinearShape> shapes;  // empty: the V4.1-Flash shapes
+  std::vector<LinearShape> shapes;       // empty: the V4.1-Flash shapes
+  std::vector<int64_t> gemv_rows = {1};  // decode rows (a verify step of K drafts: K + 1)
   std::vector<int64_t> gemm_rows = {16, 128, 512};
   uint64_t working_set = uint64_t(256) << 20;  // weights cycled through, per side
   int pairs = 5;                               // alternated (limit, kernel) samples per figure

@@ -86,6 +86,7 @@ void add_command(CLI::App& app) {
     auto opt = std::make_shared<LinearBenchOptions>();
     auto formats = std::make_shared<std::string>("fp8,fp4");
     auto rows = std::make_shared<std::string>("16,128,512");
+    auto gemv_rows = std::make_shared<std::string>("1");
     auto ws = std::make_shared<int>(256);
     auto no_dnn = std::make_shared<bool>(false);
     auto shapes = std::make_shared<std::string>();
@@ -94,6 +95,8 @@ void add_command(CLI::App& app) {
     add_common(cmd, *f);
     cmd->add_option("--formats", *formats, "Weight formats: fp8, fp4");
     cmd->add_option("--rows", *rows, "GEMM row counts");
+    cmd->add_option("--gemv-rows", *gemv_rows,
+                    "GEMV row counts (e.g. 1,5: a verify step of 4 drafts)");
     cmd->add_option("--shapes", *shapes,
                     "in:out pairs, e.g. 5120:1280,2304:5120 (default: V4.1-Flash)");
     cmd->add_option("--working-set-mib", *ws, "Weights cycled through per measurement");
@@ -102,13 +105,16 @@ void add_command(CLI::App& app) {
     cmd->add_flag("--no-onednn", *no_dnn, "Skip the oneDNN comparison");
     auto no_gemm = std::make_shared<bool>(false);
     cmd->add_flag("--no-gemm", *no_gemm, "GEMV only");
-    cmd->callback([f, opt, formats, rows, ws, no_dnn, no_gemm, shapes] {
+    cmd->callback([f, opt, formats, rows, gemv_rows, ws, no_dnn, no_gemm, shapes] {
       apply(*f);
       opt->formats.clear();
       std::stringstream ss(*formats);
       for (std::string s; std::getline(ss, s, ',');) opt->formats.push_back(s);
       opt->gemm_rows = parse_list<int64_t>(*rows, "--rows");
       if (*no_gemm) opt->gemm_rows.clear();
+      opt->gemv_rows = parse_list<int64_t>(*gemv_rows, "--gemv-rows");
+      for (int64_t n : opt->gemv_rows)
+        DI_REQUIRE(n >= 1 && n <= 16, "--gemv-rows ", n, ": expected 1 to 16");
       DI_REQUIRE(*ws >= 1, "--working-set-mib ", *ws, ": expected at least 1");
       DI_REQUIRE(opt->pairs >= 1, "--pairs ", opt->pairs, ": expected at least 1");
       opt->working_set = uint64_t(*ws) << 20;
