@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -26,6 +28,20 @@ namespace deepinfer {
 namespace {
 
 std::atomic<int> g_path{int(LinearPath::Auto)};
+// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32 forces one way of multiplying (A/B runs of the model).
+LinearProducts products_from_env() {
+  const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
+  const std::string m = e ? e : "";
+  if (m == "bf16") return LinearProducts::Bf16Dot;
+  if (m == "fp32") return LinearProducts::Fp32Fma;
+  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16 or fp32");
+  return LinearProducts::Auto;
+}
+// The choice in effect: read from the environment on first use.
+std::atomic<int>& current_products() {
+  static std::atomic<int> p{int(products_from_env())};
+  return p;
+}
 
 // Growable 64-byte aligned per-thread buffers: one for the activations a call quantizes, one for
 // the GEMM panels of the tasks a thread runs (the caller runs tasks too).
@@ -162,6 +178,20 @@ bool bf16_products_ok() {
   return ok;
 }
 
+// Whether a call of n rows multiplies its bf16-exact products with vdpbf16ps (else fp32 FMAs,
+// same bits).
+bool use_bf16_products(int64_t n) {
+  if (!bf16_products_ok()) return false;
+  switch (linear_products()) {
+    case LinearProducts::Bf16Dot:
+      return true;
+    case LinearProducts::Fp32Fma:
+      return false;
+    default:
+      return n == 1 || dpbf16_speedup() >= 1.0;
+  }
+}
+
 // Checks a call and returns its number of outputs.
 int64_t check_call(const Weight& w, const LinearArgs& a) {
   const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
@@ -258,7 +288,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (path == LinearPath::Auto)
     path = n <= kern.gemv_rows || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                              : LinearPath::Gemm;
-  const bool bf16 = quant && kern.bf16 && bf16_products_ok();  // bf16 codes and vdpbf16ps
+  const bool bf16 = quant && kern.bf16 && use_bf16_products(n);  // bf16 codes, vdpbf16ps
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
@@ -273,7 +303,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   linear_isa::Job base = call_job(pw, a, q, bf16);
   base.fma = quant ||
              (w.format != WeightFormat::F32 && pk.bf16_products && rows_are_bf16(a.x, n, a.ldx, K));
-  if (!quant && kern.to_bf16 && pk.bf16_products && bf16_products_ok()) {
+  if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) {
@@ -328,24 +358,24 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
 // as one stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
-  const bool bf16 = kern.bf16 && bf16_products_ok();
   // Reused from call to call (no allocation once large enough). Named through references: the
   // pool's workers must see this thread's vectors, not their own thread_local copies.
   thread_local std::vector<int64_t> t_at, t_first;
   thread_local std::vector<linear_isa::Job> t_jobs;
   std::vector<int64_t>&at = t_at, &first = t_first;
   std::vector<linear_isa::Job>& jobs = t_jobs;
+  auto bf16_of = [&](size_t c) { return kern.bf16 && use_bf16_products(calls[c].a.n); };
   at.assign(calls.size() + 1, 0);  // each call's scratch offset
   for (size_t c = 0; c < calls.size(); ++c)
-    at[c + 1] = at[c] + quant_scratch_bytes(calls[c].a.n, calls[c].w->cols(), bf16);
+    at[c + 1] = at[c] + quant_scratch_bytes(calls[c].a.n, calls[c].w->cols(), bf16_of(c));
   uint8_t* s = t_act.bytes(size_t(at.back()));
   jobs.resize(calls.size());
   first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
-    quantize_rows(kern, a, pw.cols(), bf16, s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, s + at[c], bf16);
+    quantize_rows(kern, a, pw.cols(), bf16_of(c), s + at[c], 0, a.n);
+    jobs[c] = call_job(pw, a, s + at[c], bf16_of(c));
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -461,6 +491,17 @@ void set_linear_path(LinearPath p) {
 }
 LinearPath linear_path() {
   return LinearPath(g_path.load(std::memory_order_relaxed));
+}
+
+void set_linear_products(LinearProducts p) {
+  current_products().store(int(p), std::memory_order_relaxed);
+}
+LinearProducts linear_products() {
+  return LinearProducts(current_products().load(std::memory_order_relaxed));
+}
+double dpbf16_speedup() {
+  static const double v = bf16_products_ok() ? linear_isa::avx512_dpbf16_speedup() : 0.0;
+  return v;
 }
 
 }  // namespace deepinfer

@@ -117,4 +117,14 @@ enum class LinearPath { Auto, Gemv, Gemm };
 void set_linear_path(LinearPath p);  // process-wide; Auto by default
 LinearPath linear_path();
 
+// How the AVX-512 kernels multiply bf16-exact operands (quantized codes, bf16 inputs): vdpbf16ps
+// or fp32 FMAs. Both give the canonical result bit for bit. Auto takes vdpbf16ps where it
+// multiplies faster than FMAs (timed once: Zen 4), else FMAs for every call of more than one row
+// (Sapphire/Emerald Rapids: a one-row GEMV is bound by its decode, where vdpbf16ps is shorter).
+enum class LinearProducts { Auto, Bf16Dot, Fp32Fma };
+void set_linear_products(LinearProducts p);  // process-wide; Auto by default
+LinearProducts linear_products();
+// Products per second of vdpbf16ps over fp32 FMAs on this CPU (0 without AVX512_BF16).
+double dpbf16_speedup();
+
 }  // namespace deepinfer

@@ -86,6 +86,11 @@ std::vector<Isa> machine_isas() {
   return v;
 }
 
+std::vector<LinearProducts> machine_products() {
+  if (cpu_best_isa() != Isa::Avx512) return {LinearProducts::Auto};
+  return {LinearProducts::Bf16Dot, LinearProducts::Fp32Fma};
+}
+
 bool bit_equal(const float* a, const float* b, int64_t n) {
   return std::memcmp(a, b, size_t(n) * 4) == 0;
 }
@@ -97,11 +102,15 @@ int64_t first_diff(const float* a, const float* b, int64_t n) {
 }
 
 KernelEnvGuard::KernelEnvGuard()
-    : isa_(cpu_isa()), path_(linear_path()), threads_(ThreadPool::global().size()) {}
+    : isa_(cpu_isa()),
+      path_(linear_path()),
+      products_(linear_products()),
+      threads_(ThreadPool::global().size()) {}
 
 KernelEnvGuard::~KernelEnvGuard() {
   set_cpu_isa(isa_);
   set_linear_path(path_);
+  set_linear_products(products_);
   if (ThreadPool::global().size() != threads_) ThreadPool::set_global_threads(threads_);
 }
 

@@ -30,6 +30,8 @@ std::vector<float> make_activations(int64_t n, int64_t cols, int64_t ld, uint64_
 
 // The ISAs this machine runs, scalar first.
 std::vector<Isa> machine_isas();
+// Both ways of multiplying bf16-exact products (vdpbf16ps, FMAs) where the CPU has both.
+std::vector<LinearProducts> machine_products();
 
 bool bit_equal(const float* a, const float* b, int64_t n);
 // Index of the first differing element, or -1.
@@ -43,6 +45,7 @@ class KernelEnvGuard {
  private:
   Isa isa_;
   LinearPath path_;
+  LinearProducts products_;
   int threads_;
 };
 
