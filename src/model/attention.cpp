@@ -3,8 +3,10 @@
 // live in compressor.cpp and indexer.cpp.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/region_timer.h"
+#include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
@@ -45,39 +47,61 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     DI_REGION("attn.sparse");
     const float scale = float(std::pow(double(Dh), -0.5));
     const int64_t K = c.index_topk;
-    ArenaVec<float> win(&arena), keys(&arena);
     ContextShard& cx = *opt.parallel.context;
     cx.begin_attention(N, H, Dh);
-    for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    // Each sequence's window keys in position order (ring entries for [ws, s0), then the
+    // chunk's rows), one after the other in win; then every query row on its own, spread over
+    // the pool (a row's result does not depend on which thread computes it).
+    const size_t n_seqs = st.batch->seqs.size();
+    ArenaVec<int64_t> win_at(n_seqs + 1, 0, &arena), items(&arena);  // items: (seq, row)
+    items.reserve(size_t(N));
+    for (size_t s = 0; s < n_seqs; ++s) {
+      const ForwardSeq& sq = st.batch->seqs[s];
+      const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
+      win_at[s + 1] = win_at[s] + (s0 - ws + sq.n_tokens) * Dh;
+      for (int64_t i = 0; i < sq.n_tokens; ++i) items.push_back(int64_t(s) << 32 | i);
+    }
+    ArenaVec<float> win(static_cast<size_t>(win_at[n_seqs]), &arena);
+    for (size_t s = 0; s < n_seqs; ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
       const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
-      // Window keys in position order: ring entries for [ws, s0), then the chunk's rows.
       const int64_t ws = std::max<int64_t>(0, s0 - Wn + 1);
-      win.resize(size_t((s0 - ws + T) * Dh));
+      float* w = &win[size_t(win_at[s])];
       for (int64_t p = ws; p < s0; ++p) {
         const uint8_t* e = st.kv->window_slot(l, sq.kv.slot, p % Wn);
-        fp8_dequant(e, e + Dh, Dh, &win[size_t((p - ws) * Dh)]);
+        fp8_dequant(e, e + Dh, Dh, w + (p - ws) * Dh);
       }
-      std::copy(&kv[size_t(r0 * Dh)], &kv[size_t((r0 + T) * Dh)], &win[size_t((s0 - ws) * Dh)]);
-      for (int64_t i = 0; i < T; ++i) {
-        const int64_t row = r0 + i, p = s0 + i;
+      std::copy(&kv[size_t(r0 * Dh)], &kv[size_t((r0 + T) * Dh)], w + (s0 - ws) * Dh);
+    }
+    ThreadPool::global().parallel_for(int64_t(items.size()), 1, [&](int64_t k0, int64_t k1) {
+      thread_local std::vector<float> t_keys;  // reused: no allocation once large enough
+      for (int64_t k = k0; k < k1; ++k) {
+        const size_t s = size_t(items[size_t(k)] >> 32);
+        const int64_t i = items[size_t(k)] & 0xffffffff;
+        const ForwardSeq& sq = st.batch->seqs[s];
+        const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
+        const int64_t row = st.row0[s] + i, p = s0 + i;
         const int64_t first = std::max<int64_t>(0, p - Wn + 1);
         // One rank takes the window, every rank the listed compressed rows it holds.
         const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
         const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
-        keys.resize(size_t((nw + nc) * Dh));
-        if (nw)
-          std::copy(&win[size_t((first - ws) * Dh)], &win[size_t((p - ws + 1) * Dh)], keys.begin());
+        if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
+        const float* w = &win[size_t(win_at[s])];
+        if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
         int64_t nk = nw;
         for (int64_t j = 0; j < nc; ++j) {
           const int32_t cr = st.topk[size_t(row * K + j)];
           if (!owns_row(st, role.kv_from, cr)) continue;
           const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
-          fp4c_dequant(e, e + Dh / 2, Dh, &keys[size_t(nk++ * Dh)]);
+          fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
         }
-        cx.attend(row, {&q[size_t(row * H * Dh)], keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
-                        bf16, exact, &o[size_t(row * H * Dh)]});
+        cx.attend(row, {&q[size_t(row * H * Dh)], t_keys.data(), nk, W.attn_sink.f32(), H, Dh,
+                        scale, bf16, exact, &o[size_t(row * H * Dh)]});
       }
+    });
+    for (size_t s = 0; s < n_seqs; ++s) {
+      const ForwardSeq& sq = st.batch->seqs[s];
+      const int64_t r0 = st.row0[s], s0 = sq.start_pos;
       const int64_t real = st.real_rows(s);
       // Snapshots (prefix caching), before the ring moves on: entries of positions before the
       // chunk from the ring, the chunk's own from its rows, each at its ring index.
