@@ -9,6 +9,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
+#include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
@@ -30,21 +31,29 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
   {
     DI_REGION("attn.sparse");
     const float scale = float(std::pow(double(Dh), -0.5));
-    ArenaVec<float> keys(&arena);
-    for (size_t d = 0; d < draft_slot.size(); ++d) {
-      // Ring slots 0 .. min(W, p + 1) - 1 in slot order, then the block's B keys (no mask).
-      const int64_t nr = std::min(Wn, draft_anchor[d] + 1);
-      keys.resize(size_t((nr + B) * Dh));
+    // Each draft's keys: ring slots 0 .. min(W, p + 1) - 1 in slot order, then the block's B
+    // keys (no mask); then its B rows, every row of every draft on its own task.
+    const size_t n = draft_slot.size();
+    auto ring_keys = [&](size_t d) { return std::min(Wn, draft_anchor[d] + 1); };
+    ArenaVec<int64_t> key_at(n + 1, 0, &arena);
+    for (size_t d = 0; d < n; ++d) key_at[d + 1] = key_at[d] + (ring_keys(d) + B) * Dh;
+    ArenaVec<float> keys(static_cast<size_t>(key_at[n]), &arena);
+    for (size_t d = 0; d < n; ++d) {
+      const int64_t nr = ring_keys(d);
+      float* kd = &keys[size_t(key_at[d])];
       for (int64_t j = 0; j < nr; ++j) {
         const uint8_t* e = st.kv->window_slot(l, draft_slot[d], j);
-        fp8_dequant(e, e + Dh, Dh, &keys[size_t(j * Dh)]);
+        fp8_dequant(e, e + Dh, Dh, kd + j * Dh);
       }
-      const int64_t r0 = int64_t(d) * B;
-      std::copy_n(&kv[size_t(r0 * Dh)], B * Dh, &keys[size_t(nr * Dh)]);
-      for (int64_t i = r0; i < r0 + B; ++i)
-        sparse_attention({&q[size_t(i * H * Dh)], keys.data(), nr + B, W.attn_sink.f32(), H, Dh,
-                          scale, bf16, exact, &o[size_t(i * H * Dh)]});
+      std::copy_n(&kv[size_t(int64_t(d) * B * Dh)], B * Dh, kd + nr * Dh);
     }
+    ThreadPool::global().parallel_for(int64_t(n) * B, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const size_t d = size_t(i / B);
+        sparse_attention({&q[size_t(i * H * Dh)], &keys[size_t(key_at[d])], ring_keys(d) + B,
+                          W.attn_sink.f32(), H, Dh, scale, bf16, exact, &o[size_t(i * H * Dh)]});
+      }
+    });
     round(o.data(), N * H * Dh);
   }
   output(l, st, rope_window, o.data(), out);
