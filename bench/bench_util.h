@@ -58,8 +58,9 @@ double now_s();
 double read_bandwidth_gbs(uint64_t bytes, int reps);
 
 // Seconds to read every byte of `bufs` once with every thread of the global pool (thread t
-// reads share t of their concatenation): the read limit of the very memory a kernel streams
-// (same pages, same placement), sampled next to the kernel it bounds.
+// reads share t of their concatenation), the faster of a plain read and one with software
+// prefetch: the read limit of the very memory a kernel streams (same pages, same placement),
+// sampled next to the kernel it bounds.
 double sweep_seconds(const std::vector<std::span<const uint8_t>>& bufs);
 
 // Alternated samples of a figure and its limit (ABAB): each pair's ratio is figure / limit.
