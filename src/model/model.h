@@ -110,8 +110,9 @@ class ContextShard {
   virtual bool owns_block(int64_t block) const { return true; }
   // Does this rank attend over the sliding window (one rank of a group does)?
   virtual bool attends_window() const { return true; }
-  // Attention of `rows` rows over the keys this rank holds, row by row; end_attention leaves
-  // the complete results in the rows' outputs.
+  // Attention of `rows` rows over the keys this rank holds, row by row (attend runs for
+  // different rows at once, on the pool's threads); end_attention leaves the complete results
+  // in the rows' outputs.
   virtual void begin_attention(int64_t rows, int64_t heads, int64_t dim) {}
   virtual void attend(int64_t row, const SparseAttnArgs& a);
   virtual void end_attention(const float* sink, bool exact, float* out) {}
