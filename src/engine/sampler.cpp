@@ -60,6 +60,10 @@ int32_t Sampler::choose(const SampleInput& in) {
   const SamplingParams& p = *in.params;
   const int64_t V = vocab_;
   const float* raw = in.logits;
+  const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+  if (greedy && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+      p.frequency_penalty == 0.0f && !in.allowed)
+    return int32_t(argmax(raw, V));  // nothing to change in the logits: no copy
   work_.assign(raw, raw + V);
   float* l = work_.data();
   const auto& toks = *in.tokens;
@@ -88,7 +92,7 @@ int32_t Sampler::choose(const SampleInput& in) {
     for (int64_t i = 0; i < V; ++i)
       if (!((a[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
   }
-  if (p.temperature <= 0.0f || p.top_k == 1) return int32_t(std::max_element(l, l + V) - l);
+  if (greedy) return int32_t(argmax(l, V));
   for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
   // Candidates: the top-k tokens, or all. The top-p and min-p cuts walk them in (value desc,
   // id asc) order; without those cuts id order serves as well and the vocabulary is not sorted.

@@ -14,6 +14,7 @@
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
+#include "kernels/reduce.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {
@@ -190,11 +191,8 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
     for (int64_t d = 0; d < nd; ++d) {
       float* row = logits + (d * S + i) * V;
       const float* add = &bias[size_t(d * V)];
-      int64_t best = 0;
-      for (int64_t v = 0; v < V; ++v) {
-        row[v] += add[v];
-        if (row[v] > row[best]) best = v;
-      }
+      for (int64_t v = 0; v < V; ++v) row[v] += add[v];
+      const int64_t best = argmax(row, V);
       out.tokens[size_t(d * S + i)] = int32_t(best);
       prev[size_t(d)] = int32_t(best);
     }
