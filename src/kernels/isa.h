@@ -62,10 +62,9 @@ extern const Kernels kAvx2, kAvx512;
 // even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
 // trusted.
 bool avx512_dpbf16_is_canonical();
-// Products per second of vdpbf16ps (32 per instruction) over those of fp32 FMAs (16), timed on
-// in-register chains: about 2 on Zen 4, where both issue once per cycle, about 0.5 on
-// Sapphire/Emerald Rapids, where vdpbf16ps issues a quarter as often.
-double avx512_dpbf16_speedup();
+// n rounds of 16 independent in-register chains of vdpbf16ps (dot) or vfmadd231ps, for
+// linear.cpp to time (products stay normal: sums of 1 x 1).
+void avx512_product_chains(bool dot, int64_t n);
 
 }  // namespace deepinfer::linear_isa
 

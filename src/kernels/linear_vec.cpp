@@ -15,8 +15,6 @@
 // Decoding: AVX-512 turns e4m3 bytes into bf16 through two 128-entry byte tables (vpermi2b,
 // AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
-#include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -668,42 +666,25 @@ bool avx512_dpbf16_is_canonical() {
 #endif
 
 #if defined(__AVX512F__)
-namespace {
-// n rounds of 16 independent chains of one instruction (products stay normal: 1 x 1 sums).
-template <bool Dot>
-double chains_seconds(int64_t n) {
+void avx512_product_chains(bool dot, int64_t n) {
   __m512 acc[16];
   for (auto& a : acc) a = _mm512_setzero_ps();
   __m512 one = _mm512_set1_ps(1.0f);
   __m512bh pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
   asm("" : "+v"(one), "+v"(pair));  // opaque: no instruction is folded away
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < n; ++i) {
+  if (dot) {
+    for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 16
-    for (auto& a : acc) {
-      if constexpr (Dot)
-        a = _mm512_dpbf16_ps(a, pair, pair);
-      else
-        a = _mm512_fmadd_ps(one, one, a);
-    }
+      for (auto& a : acc) a = _mm512_dpbf16_ps(a, pair, pair);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+#pragma GCC unroll 16
+      for (auto& a : acc) a = _mm512_fmadd_ps(one, one, a);
   }
-  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   __m512 s = acc[0];
   for (int k = 1; k < 16; ++k) s = _mm512_add_ps(s, acc[k]);
-  volatile float sink = _mm512_cvtss_f32(s);
+  volatile float sink = _mm512_cvtss_f32(s);  // keeps the chains
   (void)sink;
-  return dt;
-}
-}  // namespace
-
-double avx512_dpbf16_speedup() {
-  // Best of alternated samples of about 50 us each, so that a busy moment shows in neither.
-  double dot = 1e30, fma = 1e30;
-  for (int r = 0; r < 7; ++r) {
-    dot = std::min(dot, chains_seconds<true>(4096));
-    fma = std::min(fma, chains_seconds<false>(4096));
-  }
-  return (32.0 / dot) / (16.0 / fma);
 }
 #endif
 
