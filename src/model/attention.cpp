@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/region_timer.h"
-#include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
@@ -73,31 +72,29 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       }
       std::copy(&kv[size_t(r0 * Dh)], &kv[size_t((r0 + T) * Dh)], w + (s0 - ws) * Dh);
     }
-    ThreadPool::global().parallel_for(int64_t(items.size()), 1, [&](int64_t k0, int64_t k1) {
+    for_rows(int64_t(items.size()), [&](int64_t k) {
       thread_local std::vector<float> t_keys;  // reused: no allocation once large enough
-      for (int64_t k = k0; k < k1; ++k) {
-        const size_t s = size_t(items[size_t(k)] >> 32);
-        const int64_t i = items[size_t(k)] & 0xffffffff;
-        const ForwardSeq& sq = st.batch->seqs[s];
-        const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
-        const int64_t row = st.row0[s] + i, p = s0 + i;
-        const int64_t first = std::max<int64_t>(0, p - Wn + 1);
-        // One rank takes the window, every rank the listed compressed rows it holds.
-        const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
-        const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
-        if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
-        const float* w = &win[size_t(win_at[s])];
-        if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
-        int64_t nk = nw;
-        for (int64_t j = 0; j < nc; ++j) {
-          const int32_t cr = st.topk[size_t(row * K + j)];
-          if (!owns_row(st, role.kv_from, cr)) continue;
-          const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
-          fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
-        }
-        cx.attend(row, {&q[size_t(row * H * Dh)], t_keys.data(), nk, W.attn_sink.f32(), H, Dh,
-                        scale, bf16, exact, &o[size_t(row * H * Dh)]});
+      const size_t s = size_t(items[size_t(k)] >> 32);
+      const int64_t i = items[size_t(k)] & 0xffffffff;
+      const ForwardSeq& sq = st.batch->seqs[s];
+      const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
+      const int64_t row = st.row0[s] + i, p = s0 + i;
+      const int64_t first = std::max<int64_t>(0, p - Wn + 1);
+      // One rank takes the window, every rank the listed compressed rows it holds.
+      const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
+      const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
+      if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
+      const float* w = &win[size_t(win_at[s])];
+      if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
+      int64_t nk = nw;
+      for (int64_t j = 0; j < nc; ++j) {
+        const int32_t cr = st.topk[size_t(row * K + j)];
+        if (!owns_row(st, role.kv_from, cr)) continue;
+        const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
+        fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
       }
+      cx.attend(row, {&q[size_t(row * H * Dh)], t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
+                      bf16, exact, &o[size_t(row * H * Dh)]});
     });
     for (size_t s = 0; s < n_seqs; ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];

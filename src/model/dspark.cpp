@@ -9,7 +9,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/hyper.h"
 #include "kernels/linear.h"
@@ -48,12 +47,10 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
       }
       std::copy_n(&kv[size_t(int64_t(d) * B * Dh)], B * Dh, kd + nr * Dh);
     }
-    ThreadPool::global().parallel_for(int64_t(n) * B, 1, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) {
-        const size_t d = size_t(i / B);
-        sparse_attention({&q[size_t(i * H * Dh)], &keys[size_t(key_at[d])], ring_keys(d) + B,
-                          W.attn_sink.f32(), H, Dh, scale, bf16, exact, &o[size_t(i * H * Dh)]});
-      }
+    for_rows(int64_t(n) * B, [&](int64_t i) {
+      const size_t d = size_t(i / B);
+      sparse_attention({&q[size_t(i * H * Dh)], &keys[size_t(key_at[d])], ring_keys(d) + B,
+                        W.attn_sink.f32(), H, Dh, scale, bf16, exact, &o[size_t(i * H * Dh)]});
     });
     round(o.data(), N * H * Dh);
   }

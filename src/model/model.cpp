@@ -207,19 +207,6 @@ void Model::Impl::engram_ids(Step& st) {
   }
 }
 
-namespace {
-
-// fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
-// alone, so the split changes nothing; a single row runs on the calling thread).
-template <typename F>
-void for_rows(int64_t n, F&& fn) {
-  ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) fn(i);
-  });
-}
-
-}  // namespace
-
 Model::Impl::Stream::Stream(int64_t N, int64_t M, int64_t D, Arena* a)
     : x(size_t(N * M * D), a),
       x1(size_t(N * M * D), a),

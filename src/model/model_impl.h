@@ -8,12 +8,22 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "kernels/engram_hash.h"
 #include "kernels/linear.h"
 #include "kernels/rope.h"
 #include "model/model.h"
 
 namespace deepinfer {
+
+// fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
+// alone, so the split changes nothing; a single row runs on the calling thread).
+template <typename F>
+void for_rows(int64_t n, F&& fn) {
+  ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) fn(i);
+  });
+}
 
 // Per-step state shared between layers of one forward call: row metadata and the artefacts that
 // producer layers publish for later layers of the same step (the top-k lists of the most recent
