@@ -91,7 +91,8 @@ namespace {
 // Decode tokens/s of the engine on `reqs` (after their prompts): every request's first token is
 // sampled by its prefill, and the clock runs from there to the end. Fills `outputs` (by id).
 double engine_decode_tok_s(Model& model, const EngineConfig& cfg, const std::vector<Request>& reqs,
-                           std::vector<std::vector<int32_t>>* outputs, EngineStats* stats) {
+                           std::vector<std::vector<int32_t>>* outputs, EngineStats* stats,
+                           bool regions = false) {
   Engine e(model, cfg);
   for (const Request& r : reqs) DI_REQUIRE(e.add_request(r).empty(), "bench: request refused");
   std::vector<int64_t> got(reqs.size(), 0);
@@ -102,6 +103,7 @@ double engine_decode_tok_s(Model& model, const EngineConfig& cfg, const std::vec
   while (std::count(got.begin(), got.end(), 0) > 0 && e.has_unfinished()) step();
   int64_t before = 0;
   for (int64_t g : got) before += g;
+  if (regions) RegionTimer::reset();  // the decode steps only
   const double t0 = now_s();
   while (e.has_unfinished()) step();
   const double dt = now_s() - t0;
@@ -148,12 +150,10 @@ void bench_speculative(Reporter& rep, Model& model, const WeightFootprint& fp,
       plain_tok_s.push_back(a);
       ps.add(b, a);
     }
-    if (opt.regions) {  // where a verify step's time goes
-      RegionTimer::reset();
-      engine_decode_tok_s(model, spec, forced, &got, &st);
+    if (opt.regions) {  // where a verify step's time goes (after the prompts)
+      engine_decode_tok_s(model, spec, forced, &got, &st, true);
       RegionTimer::print(stderr);
-      RegionTimer::reset();
-      engine_decode_tok_s(model, plain, reqs, &got, &st);
+      engine_decode_tok_s(model, plain, reqs, &got, &st, true);
       RegionTimer::print(stderr);
     }
     // The n-gram lookup on this model's own output (a random model rarely repeats itself).

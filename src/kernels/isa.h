@@ -26,6 +26,13 @@ struct Job {
   int64_t ldx = 0;
   const uint16_t* xb = nullptr;  // [n, ldxb] the same x̃ as bf16 (exact) for vdpbf16ps, or null
   int64_t ldxb = 0;
+  // Integer products (fp4 weights, AVX-512 GEMV), or null: per row and 32-block, x̃_k = A_k · 2^E
+  // with integers |A_k| < 2^15 in xi [n, ldxi], and xs [n, ldxs] = 2^(E-1) (the fp4 weights
+  // enter as twice their values), or 0 where the block is not so (it runs in fp32 FMAs).
+  const int16_t* xi = nullptr;
+  int64_t ldxi = 0;
+  const float* xs = nullptr;
+  int64_t ldxs = 0;
   int64_t n = 0;
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
   int64_t ldy = 0;
@@ -45,6 +52,9 @@ struct Kernels {
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
   // ISA has no bf16 products.
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
+  // Job::xi and Job::xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
+  // products).
+  void (*int_codes)(const float* xq, int64_t n, int64_t K, int16_t* xi, int64_t ldxi, float* xs);
   void (*gemv)(const Job& j);  // n <= gemv_rows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
@@ -62,9 +72,10 @@ extern const Kernels kAvx2, kAvx512;
 // even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
 // trusted.
 bool avx512_dpbf16_is_canonical();
-// n rounds of 16 independent in-register chains of vdpbf16ps (dot) or vfmadd231ps, for
-// linear.cpp to time (products stay normal: sums of 1 x 1).
-void avx512_product_chains(bool dot, int64_t n);
+// n rounds of 16 independent in-register chains of vfmadd231ps, vdpbf16ps or vpdpwssd, for
+// linear.cpp to time (sums of 1 x 1).
+enum class ProductKind { Fp32, Bf16, Int16 };
+void avx512_product_chains(ProductKind kind, int64_t n);
 
 }  // namespace deepinfer::linear_isa
 

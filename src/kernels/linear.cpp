@@ -12,6 +12,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cpu.h"
@@ -29,13 +30,14 @@ namespace deepinfer {
 namespace {
 
 std::atomic<int> g_path{int(LinearPath::Auto)};
-// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32 forces one way of multiplying (A/B runs of the model).
+// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32|int16 forces one way of multiplying (A/B runs of the model).
 LinearProducts products_from_env() {
   const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
   const std::string m = e ? e : "";
   if (m == "bf16") return LinearProducts::Bf16Dot;
   if (m == "fp32") return LinearProducts::Fp32Fma;
-  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16 or fp32");
+  if (m == "int16") return LinearProducts::Int16Dot;
+  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16, fp32 or int16");
   return LinearProducts::Auto;
 }
 // The choice in effect: read from the environment on first use.
@@ -193,6 +195,24 @@ bool use_bf16_products(int64_t n) {
   }
 }
 
+bool int_products_ok() {
+  static const bool ok = cpu_best_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+
+// Whether a QLin GEMV over `w` multiplies as integers (fp4 weights; isa.h's Job::xi).
+bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
+  if (!kern.int_codes || !int_products_ok() || w.format != WeightFormat::Fp4Row) return false;
+  switch (linear_products()) {
+    case LinearProducts::Int16Dot:
+      return true;
+    case LinearProducts::Auto:
+      return int16_speedup() >= 1.2;
+    default:
+      return false;
+  }
+}
+
 // Checks a call and returns its number of outputs.
 int64_t check_call(const Weight& w, const LinearArgs& a) {
   const int64_t n_out = a.n_out < 0 ? w.rows() - a.row0 : a.n_out;
@@ -227,30 +247,52 @@ bool rows_are_bf16(const float* x, int64_t n, int64_t ld, int64_t K) {
   return true;
 }
 
-// Scratch for n rows of act-quantized inputs: the QDQ values, then (bf16) the same as bf16.
-int64_t quant_scratch_bytes(int64_t n, int64_t K, bool bf16) {
-  return round_up(n * K * 4, 64) + (bf16 ? round_up(n * K * 2, 64) : 0);
+// Row stride of the integer inputs: K plus 32, so that the rows a GEMV reads together do not
+// share L1 sets (at a multiple of 4 KiB they would all land in one).
+int64_t int_stride(int64_t K) {
+  return K + 32;
 }
 
+// Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K], then the same as bf16
+// (bf16 products) or as integers xi [n, K] and their scales xs [n, K/32] (integer products).
+struct QuantScratch {
+  int64_t xqb = 0, xi = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
+  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints) {
+    bytes = round_up(n * K * 4, 64);
+    if (bf16) xqb = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
+    if (ints) {
+      xi = std::exchange(bytes, bytes + round_up(n * int_stride(K) * 2, 64));
+      xs = std::exchange(bytes, bytes + round_up(n * (K / 32) * 4, 64));
+    }
+  }
+};
+
 // Quantizes rows [i0, i1) of a call's input into scratch `s` (laid out as above).
-void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t K, bool bf16,
-                   uint8_t* s, int64_t i0, int64_t i1) {
-  float* xq = reinterpret_cast<float*>(s);
-  uint16_t* xqb = bf16 ? reinterpret_cast<uint16_t*>(s + round_up(a.n * K * 4, 64)) : nullptr;
-  kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq + i0 * K, xqb ? xqb + i0 * K : nullptr);
+void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t K,
+                   const QuantScratch& l, uint8_t* s, int64_t i0, int64_t i1) {
+  float* xq = reinterpret_cast<float*>(s) + i0 * K;
+  uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * K : nullptr;
+  kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
+  if (l.xi)
+    kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int16_t*>(s + l.xi) + i0 * int_stride(K),
+                   int_stride(K), reinterpret_cast<float*>(s + l.xs) + i0 * (K / 32));
 }
 
 // The job of a whole call; quantized inputs (when `q` is set) come from scratch laid out as
 // above.
 linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const uint8_t* q,
-                         bool bf16) {
+                         const QuantScratch& l) {
   const int64_t K = pw.cols(), hi = a.n_out < 0 ? pw.rows() : a.row0 + a.n_out;
-  const bool qb = q && bf16;
+  const bool qb = q && l.xqb, qi = q && l.xi;
   return {.w = &pw.packed(),
           .x = q ? reinterpret_cast<const float*>(q) : a.x,
           .ldx = q ? K : a.ldx,
-          .xb = qb ? reinterpret_cast<const uint16_t*>(q + round_up(a.n * K * 4, 64)) : nullptr,
+          .xb = qb ? reinterpret_cast<const uint16_t*>(q + l.xqb) : nullptr,
           .ldxb = qb ? K : 0,
+          .xi = qi ? reinterpret_cast<const int16_t*>(q + l.xi) : nullptr,
+          .ldxi = qi ? int_stride(K) : 0,
+          .xs = qi ? reinterpret_cast<const float*>(q + l.xs) : nullptr,
+          .ldxs = qi ? K / 32 : 0,
           .n = a.n,
           .y = a.y,
           .ldy = a.ldy,
@@ -267,6 +309,10 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   j.n = n;
   j.x = base.x + i0 * base.ldx;
   if (base.xb) j.xb = base.xb + i0 * base.ldxb;
+  if (base.xi) {
+    j.xi = base.xi + i0 * base.ldxi;
+    j.xs = base.xs + i0 * base.ldxs;
+  }
   j.y = base.y + i0 * base.ldy;
   j.t0 = t0;
   j.t1 = t1;
@@ -290,18 +336,20 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     path = n <= kern.gemv_rows || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                              : LinearPath::Gemm;
   const bool bf16 = quant && kern.bf16 && use_bf16_products(n);  // bf16 codes, vdpbf16ps
+  const bool ints = quant && path == LinearPath::Gemv && use_int_products(kern, w);
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  uint8_t* q = quant ? t_act.bytes(size_t(quant_scratch_bytes(n, K, bf16))) : nullptr;
+  const QuantScratch layout(n, K, bf16 && !ints, ints);
+  uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant) {
-    auto quantize = [&](int64_t i0, int64_t i1) { quantize_rows(kern, a, K, bf16, q, i0, i1); };
+    auto quantize = [&](int64_t i0, int64_t i1) { quantize_rows(kern, a, K, layout, q, i0, i1); };
     if (n >= 16)
       pool.parallel_for(n, 8, quantize);
     else
       quantize(0, n);
   }
-  linear_isa::Job base = call_job(pw, a, q, bf16);
+  linear_isa::Job base = call_job(pw, a, q, layout);
   base.fma = quant ||
              (w.format != WeightFormat::F32 && pk.bf16_products && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
@@ -365,18 +413,22 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   thread_local std::vector<linear_isa::Job> t_jobs;
   std::vector<int64_t>&at = t_at, &first = t_first;
   std::vector<linear_isa::Job>& jobs = t_jobs;
-  auto bf16_of = [&](size_t c) { return kern.bf16 && use_bf16_products(calls[c].a.n); };
+  auto layout_of = [&](size_t c) {
+    const bool ints = use_int_products(kern, calls[c].w->weight());
+    return QuantScratch(calls[c].a.n, calls[c].w->cols(),
+                        !ints && kern.bf16 && use_bf16_products(calls[c].a.n), ints);
+  };
   at.assign(calls.size() + 1, 0);  // each call's scratch offset
-  for (size_t c = 0; c < calls.size(); ++c)
-    at[c + 1] = at[c] + quant_scratch_bytes(calls[c].a.n, calls[c].w->cols(), bf16_of(c));
+  for (size_t c = 0; c < calls.size(); ++c) at[c + 1] = at[c] + layout_of(c).bytes;
   uint8_t* s = t_act.bytes(size_t(at.back()));
   jobs.resize(calls.size());
   first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
-    quantize_rows(kern, a, pw.cols(), bf16_of(c), s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, s + at[c], bf16_of(c));
+    const QuantScratch layout = layout_of(c);
+    quantize_rows(kern, a, pw.cols(), layout, s + at[c], 0, a.n);
+    jobs[c] = call_job(pw, a, s + at[c], layout);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -500,25 +552,52 @@ void set_linear_products(LinearProducts p) {
 LinearProducts linear_products() {
   return LinearProducts(current_products().load(std::memory_order_relaxed));
 }
-double dpbf16_speedup() {
-  // Products per second of vdpbf16ps (32 per instruction) over fp32 FMAs (16): about 2 on Zen 4,
-  // where both issue once per cycle, 0.35-0.5 on Sapphire Rapids. Best of alternated samples of
-  // about 50 us each, so that a busy moment shows in neither.
-  static const double v = [] {
-    if (!bf16_products_ok()) return 0.0;
-    auto seconds = [](bool dot) {
+namespace {
+
+// Products per second of fp32 FMAs (16 per instruction), vdpbf16ps (32) and vpdpwssd (32), each
+// the best of alternated samples of about 50 us, so that a busy moment shows in none.
+struct ProductRates {
+  double fma = 0, bf16 = 0, int16 = 0;
+};
+const ProductRates& product_rates() {
+  static const ProductRates r = [] {
+    using linear_isa::ProductKind;
+    ProductRates p;
+    if (cpu_best_isa() != Isa::Avx512) return p;
+    auto seconds = [](ProductKind k) {
       const auto t0 = std::chrono::steady_clock::now();
-      linear_isa::avx512_product_chains(dot, 4096);
+      linear_isa::avx512_product_chains(k, 4096);
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };
-    double dot = 1e30, fma = 1e30;
-    for (int r = 0; r < 7; ++r) {
-      dot = std::min(dot, seconds(true));
-      fma = std::min(fma, seconds(false));
+    double t[3] = {1e30, 1e30, 1e30};
+    const bool vnni = __builtin_cpu_supports("avx512vnni");
+    for (int rep = 0; rep < 7; ++rep) {
+      t[0] = std::min(t[0], seconds(ProductKind::Fp32));
+      t[1] = std::min(t[1], seconds(ProductKind::Bf16));
+      if (vnni) t[2] = std::min(t[2], seconds(ProductKind::Int16));
     }
-    return (32.0 / dot) / (16.0 / fma);
+    const double n = 16.0 * 16 * 4096;  // lanes x chains x rounds
+    p.fma = n / t[0];
+    p.bf16 = 2 * n / t[1];
+    p.int16 = vnni ? 2 * n / t[2] : 0.0;
+    return p;
   }();
-  return v;
+  return r;
+}
+
+}  // namespace
+
+double dpbf16_speedup() {
+  // About 2 on Zen 4, where both issue once per cycle, 0.35-0.5 on Sapphire Rapids.
+  return bf16_products_ok() ? product_rates().bf16 / product_rates().fma : 0.0;
+}
+
+double int16_speedup() {
+  // About 2 on Sapphire Rapids (vpdpwssd issues twice per cycle, vdpbf16ps at half the FMA
+  // rate); about 1 where vdpbf16ps and vpdpwssd issue alike (Zen 4).
+  if (!int_products_ok()) return 0.0;
+  const ProductRates& p = product_rates();
+  return p.int16 / std::max(p.fma, bf16_products_ok() ? p.bf16 : 0.0);
 }
 
 }  // namespace deepinfer

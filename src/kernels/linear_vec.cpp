@@ -73,13 +73,29 @@ alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
     0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
     0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
 
+// e2m1 nibble -> twice its value as a 16-bit integer (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12), twice
+// over as above: the weights of the integer products (vpdpwssd).
+alignas(64) constexpr int16_t kE2m1X2[32] = {0,  1,  2,  3,  4,   6,  8,  12, 0,  -1, -2,
+                                             -3, -4, -6, -8, -12, 0,  1,  2,  3,  4,  6,
+                                             8,  12, 0,  -1, -2,  -3, -4, -6, -8, -12};
+
 struct Luts {
-  __m512i h0, h1, l0, l1, e2m1;
+  __m512i h0, h1, l0, l1, e2m1, e2m1x2;
 };
 inline Luts make_luts() {
   return {_mm512_load_si512(kFp8Tables.hi), _mm512_load_si512(kFp8Tables.hi + 64),
           _mm512_load_si512(kFp8Tables.lo), _mm512_load_si512(kFp8Tables.lo + 64),
-          _mm512_load_si512(kE2m1Bf16)};
+          _mm512_load_si512(kE2m1Bf16),     _mm512_load_si512(kE2m1X2)};
+}
+
+// Input pairs 2g and 2g+1 of an fp4 tile through the word table `lut`: word 2o + s of the
+// 8-input group holds row o's inputs 2j + s in nibble j, so pairs 2g and 2g + 1 are nibbles 0
+// and 1 (g even) or 2 and 3 (g odd).
+inline void fp4_pairs(const uint8_t* tile, int64_t g, __m512i lut, I& p0, I& p1) {
+  I d = _mm512_loadu_si512(tile + (g / 2) * 64);
+  if (g & 1) d = _mm512_srli_epi16(d, 8);
+  p0 = _mm512_permutexvar_epi16(d, lut);
+  p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), lut);
 }
 
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
@@ -96,12 +112,7 @@ inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
   } else if constexpr (Fm == kFp4) {
-    // Word 2o + s of the 8-input group holds row o's inputs 2j + s in nibble j: pairs 2g and
-    // 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
-    I d = _mm512_loadu_si512(tile + (g / 2) * 64);
-    if (g & 1) d = _mm512_srli_epi16(d, 8);
-    p0 = _mm512_permutexvar_epi16(d, L.e2m1);
-    p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1);
+    fp4_pairs(tile, g, L.e2m1, p0, p1);
   } else {
     p0 = _mm512_loadu_si512(tile + g * 128);
     p1 = _mm512_loadu_si512(tile + g * 128 + 64);
@@ -243,7 +254,8 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 // --- GEMV ---
 
 // Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused, 2 fp32
-// multiply-then-add (fp32 values times fp32 weights, in the pair order: odd input first).
+// multiply-then-add (fp32 values times fp32 weights, in the pair order: odd input first), 3
+// integer products (AVX-512, fp4: gemv_blocks_int below).
 template <int Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         const Luts& L, F* acc) {
@@ -283,6 +295,79 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
   }
   add_partials<Fm, NR, NB>(j, t, b0, h, p, acc);
 }
+
+#if defined(__AVX512F__)
+inline I bcast_i32(const int16_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): vpdpwssd of
+// the integers A_k against twice the e2m1 values. The int32 sum S is exact and below 2^24, so
+// S · 2^(E-1) is exactly the block partial of the canonical order (none of whose fp32 partial
+// sums rounds, all being multiples of 2^(E-1) below 2^(E+23)).
+template <int NR, int NB>
+inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
+                            F* acc) {
+  const int16_t* xr[NR];
+#pragma GCC unroll 16
+  for (int r = 0; r < NR; ++r) xr[r] = j.xi + r * j.ldxi + b0 * 32;
+  const uint8_t* src = tile + b0 * 256;  // a block's 32 inputs: 4 groups of 8, 64 bytes each
+  I p[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) p[bb][r] = _mm512_setzero_si512();
+  for (int g8 = 0; g8 < 4; ++g8) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
+      // Pairs (8g8 + 2q, 8g8 + 2q + 1) are nibble q of the group's words (fp4_pairs).
+      const I d = _mm512_loadu_si512(src + bb * 256 + g8 * 64);
+      const I w[4] = {_mm512_permutexvar_epi16(d, L.e2m1x2),
+                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1x2),
+                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 8), L.e2m1x2),
+                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 12), L.e2m1x2)};
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r)
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q)
+          p[bb][r] =
+              _mm512_dpwssd_epi32(p[bb][r], w[q], bcast_i32(xr[r] + bb * 32 + g8 * 8 + 2 * q));
+    }
+  }
+  F part[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r)
+      part[bb][r] = mul(_mm512_cvtepi32_ps(p[bb][r]), set1(j.xs[r * j.ldxs + b0 + bb]));
+  add_partials<kFp4, NR, NB>(j, t, b0, 0, part, acc);
+}
+
+// Blocks b0 .. b0+NB-1 of an fp4 tile in Mode 3: as integers where every row's block is (the
+// usual case), else that block in fp32 FMAs (Mode 1), in block order either way.
+template <int NR, int NB>
+inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
+                              const Luts& L, F* acc) {
+  auto ints = [&](int64_t b) {
+    bool ok = true;
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) ok &= j.xs[r * j.ldxs + b] != 0.0f;
+    return ok;
+  };
+  bool all = true;
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb) all &= ints(b0 + bb);
+  if (all) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
+  for (int bb = 0; bb < NB; ++bb) {
+    if (ints(b0 + bb))
+      gemv_blocks_int<NR, 1>(j, tile, t, b0 + bb, L, acc);
+    else
+      gemv_blocks<kFp4, 1, NR, 1>(j, tile, t, b0 + bb, 0, L, acc);
+  }
+}
+#endif
 
 // Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
 // a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
@@ -325,9 +410,23 @@ void gemv_rows(const Job& j) {
           for (int64_t o = 0; o < NB * block_bytes; o += 64)
             _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
         }
+#if defined(__AVX512F__)
+        if constexpr (Mode == 3) {
+          gemv_blocks_mixed<NR, NB>(j, tile, t, b, L, acc);
+          continue;
+        }
+#endif
         gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
       }
-      for (; b < nb; ++b) gemv_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
+      for (; b < nb; ++b) {
+#if defined(__AVX512F__)
+        if constexpr (Mode == 3) {
+          gemv_blocks_mixed<NR, 1>(j, tile, t, b, L, acc);
+          continue;
+        }
+#endif
+        gemv_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
+      }
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) store(out[r] + h * kLanes, acc[r]);
     }
@@ -354,6 +453,9 @@ void gemv_n(const Job& j) {
 template <int Fm>
 void gemv_fmt(const Job& j) {
 #if defined(__AVX512F__)
+  if constexpr (Fm == kFp4) {
+    if (j.xi) return gemv_n<Fm, 3>(j);
+  }
   if constexpr (Fm != kF32) {
     if (j.xb) return gemv_n<Fm, 0>(j);
   }
@@ -597,6 +699,38 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 }
 
 #if defined(__AVX512F__)
+void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, int64_t ldxi, float* xs) {
+  const F abs_mask = floats(set1i(0x7fffffff));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t b = 0; b < K / 32; ++b) {
+      const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
+      const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
+      const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)
+      int16_t* o = xi + i * ldxi + b * 32;
+      float s = 0.0f;  // not integers
+      if (mx == 0.0f) {
+        _mm512_storeu_si512(o, _mm512_setzero_si512());
+        s = 1.0f;
+      } else if (E >= -126 && E <= 0) {
+        const F inv = floats(set1i((127 - E) << 23));  // 2^-E >= 1: the products are exact
+        const F v0 = mul(a0, inv), v1 = mul(a1, inv);
+        constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+        const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v0, kRound), v0, _CMP_EQ_OQ);
+        const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v1, kRound), v1, _CMP_EQ_OQ);
+        if ((m0 & m1) == 0xffff) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o),
+                              _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(v0)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16),
+                              _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(v1)));
+          // 2^(E-1) (the weights are stored doubled); 2^-127 is the one subnormal case
+          s = E - 1 >= -126 ? __builtin_bit_cast(float, uint32_t(E - 1 + 127) << 23)
+                            : __builtin_bit_cast(float, 0x00400000u);
+        }
+      }
+      xs[i * (K / 32) + b] = s;
+    }
+}
+
 bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
   __mmask16 bad = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -618,9 +752,9 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{quantize, to_bf16, gemv, gemm, gemm_scratch_bytes, true, 8};
+const Kernels kAvx512{quantize, to_bf16, int_codes, gemv, gemm, gemm_scratch_bytes, true, 8};
 #else
-const Kernels kAvx2{quantize, nullptr, gemv, gemm, gemm_scratch_bytes, false, 4};
+const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, 4};
 #endif
 
 #if defined(__AVX512F__)
@@ -666,13 +800,21 @@ bool avx512_dpbf16_is_canonical() {
 #endif
 
 #if defined(__AVX512F__)
-void avx512_product_chains(bool dot, int64_t n) {
+void avx512_product_chains(ProductKind kind, int64_t n) {
   __m512 acc[16];
   for (auto& a : acc) a = _mm512_setzero_ps();
   __m512 one = _mm512_set1_ps(1.0f);
   __m512bh pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
-  asm("" : "+v"(one), "+v"(pair));  // opaque: no instruction is folded away
-  if (dot) {
+  I ones = _mm512_set1_epi32(0x00010001);
+  asm("" : "+v"(one), "+v"(pair), "+v"(ones));  // opaque: no instruction is folded away
+  if (kind == ProductKind::Int16) {
+    I iacc[16];
+    for (auto& a : iacc) a = _mm512_setzero_si512();
+    for (int64_t i = 0; i < n; ++i)
+#pragma GCC unroll 16
+      for (auto& a : iacc) a = _mm512_dpwssd_epi32(a, ones, ones);
+    for (int k = 0; k < 16; ++k) acc[k] = _mm512_cvtepi32_ps(iacc[k]);
+  } else if (kind == ProductKind::Bf16) {
     for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 16
       for (auto& a : acc) a = _mm512_dpbf16_ps(a, pair, pair);

@@ -73,6 +73,7 @@ std::vector<float> make_activations(int64_t n, int64_t cols, int64_t ld, uint64_
         if (kind == 1 && k % 3 == 0) v = 0.0f;               // scattered zeros
         if (kind == 2) v = mag * float(int(rng() % 9) - 4);  // ties in the block maximum
         if (kind == 3) v = std::ldexp(v, -110);              // below the act_quant floor
+        if (kind == 4 && k == b + 5) v = std::ldexp(v, -12);  // too fine for 16-bit integers
         x[size_t(i * ld + k)] = bf16_values ? round_bf16(v) : v;
       }
     }
@@ -88,7 +89,9 @@ std::vector<Isa> machine_isas() {
 
 std::vector<LinearProducts> machine_products() {
   if (cpu_best_isa() != Isa::Avx512) return {LinearProducts::Auto};
-  return {LinearProducts::Bf16Dot, LinearProducts::Fp32Fma};
+  std::vector<LinearProducts> v = {LinearProducts::Bf16Dot, LinearProducts::Fp32Fma};
+  if (int16_speedup() > 0) v.push_back(LinearProducts::Int16Dot);
+  return v;
 }
 
 bool bit_equal(const float* a, const float* b, int64_t n) {

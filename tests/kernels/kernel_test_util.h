@@ -24,13 +24,14 @@ OwnedWeight make_weight(WeightFormat f, int64_t rows, int64_t cols, uint64_t see
                         bool quant_input = false);
 
 // n rows of `cols` activations (row stride ld >= cols): normal values whose magnitude varies per
-// 32-block over many octaves, with zeros, exact ties and the odd all-zero block.
+// 32-block over many octaves, with zeros, exact ties, the odd all-zero block and blocks with one
+// value far below the others (no 16-bit integer form: LinearProducts::Int16Dot's fallback).
 std::vector<float> make_activations(int64_t n, int64_t cols, int64_t ld, uint64_t seed,
                                     bool bf16_values);
 
 // The ISAs this machine runs, scalar first.
 std::vector<Isa> machine_isas();
-// Both ways of multiplying bf16-exact products (vdpbf16ps, FMAs) where the CPU has both.
+// Every way of multiplying exact products (vdpbf16ps, FMAs, vpdpwssd) the CPU has.
 std::vector<LinearProducts> machine_products();
 
 bool bit_equal(const float* a, const float* b, int64_t n);
