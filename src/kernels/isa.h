@@ -39,9 +39,6 @@ struct Job {
   int64_t lo = 0, hi = 0;  // outputs [lo, hi) are written, nothing else
   int64_t t0 = 0, t1 = 0;
   uint8_t* scratch = nullptr;  // GEMM: gemm_scratch_bytes(n, K) bytes, 64-byte aligned
-  // Products are exact (quantized codes, or bf16 inputs with bf16/fp8 weights): FMA then equals
-  // the canonical multiply-then-add. Otherwise the kernels multiply and add separately.
-  bool fma = true;
 };
 
 struct Kernels {

@@ -161,7 +161,7 @@ float dot_row(const Weight& w, int64_t r, const float* xv, bool exact) {
       for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
       acc_d += p * s;
     } else {
-      acc = std::fma(block_dot(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+      acc = std::fma(block_fma(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
     }
   }
   return exact ? float(acc_d) : acc;
@@ -226,25 +226,6 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
   else
     DI_CHECK(w.format != WeightFormat::Fp4Row, w.name, ": a plain linear over fp4 codes");
   return n_out;
-}
-
-// Whether every input is a bf16 value of magnitude 0 or >= 2^-70: then its products with a
-// weight whose values are 0 or >= 2^-56 (PackedWeight::bf16_products: bf16 weights so checked,
-// fp8 codes) are exact in fp32 (16 significant bits, never below the normal range), and a fused
-// multiply-add equals the canonical multiply-then-add.
-bool rows_are_bf16(const float* x, int64_t n, int64_t ld, int64_t K) {
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t* r = reinterpret_cast<const uint32_t*>(x + i * ld);
-    uint32_t low = 0;
-    bool tiny = false;
-    for (int64_t k = 0; k < K; ++k) {
-      low |= r[k] & 0xffffu;
-      const uint32_t e = (r[k] >> 23) & 0xffu;
-      tiny |= (r[k] & 0x7fffffffu) != 0 && e < 127 - 70;
-    }
-    if (low || tiny) return false;
-  }
-  return true;
 }
 
 // Row stride of the integer inputs: K plus 32, so that the rows a GEMV reads together do not
@@ -350,8 +331,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       quantize(0, n);
   }
   linear_isa::Job base = call_job(pw, a, q, layout);
-  base.fma = quant ||
-             (w.format != WeightFormat::F32 && pk.bf16_products && rows_are_bf16(a.x, n, a.ldx, K));
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));

@@ -59,7 +59,7 @@ struct PackedWeight {
   int64_t scale_cols = 0;          // Fp8Block: row length of the grid
   // Every value is a bf16 value whose magnitude is 0 or >= 2^-56 (codes always; bf16 weights
   // when checked so): with inputs alike, no product or partial sum can be subnormal, so the
-  // bf16 dot-product instruction gives exactly the canonical multiply-then-add.
+  // bf16 dot-product instruction gives exactly the canonical fused steps.
   bool bf16_products = false;
 };
 

@@ -2,9 +2,10 @@
 // order every path reproduces), written once for AVX-512 (a tile of 16 outputs is one vector) and
 // AVX2 (two vectors, `h` = which half).
 //
-//   GEMV  one pass over a tile's contiguous values for up to 4 rows, software-prefetched into L2.
-//         Dense inputs (or codes without bf16 products): weights decoded to fp32 lanes and
-//         multiplied-and-added in the pair order (fused when the products are exact).
+//   GEMV  one pass over a tile's contiguous values for up to 8 rows (AVX2: 4), software-prefetched
+//         into L2.
+//         Dense inputs (or codes without bf16 or integer products): weights decoded to fp32
+//         lanes and fused multiply-adds in the pair order.
 //         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
 //         weight pairs; several blocks in flight so the chains overlap, their partials joining the
 //         total in block order.
@@ -253,8 +254,8 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 
 // --- GEMV ---
 
-// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused, 2 fp32
-// multiply-then-add (fp32 values times fp32 weights, in the pair order: odd input first), 3
+// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds in
+// the pair order (odd input first), 3
 // integer products (AVX-512, fp4: gemv_blocks_int below).
 template <int Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
@@ -286,10 +287,10 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = madd<Mode == 1>(set1(xr[1]), w[1], p[bb][r]);
-        p[bb][r] = madd<Mode == 1>(set1(xr[0]), w[0], p[bb][r]);
-        p[bb][r] = madd<Mode == 1>(set1(xr[3]), w[3], p[bb][r]);
-        p[bb][r] = madd<Mode == 1>(set1(xr[2]), w[2], p[bb][r]);
+        p[bb][r] = fmadd(set1(xr[1]), w[1], p[bb][r]);
+        p[bb][r] = fmadd(set1(xr[0]), w[0], p[bb][r]);
+        p[bb][r] = fmadd(set1(xr[3]), w[3], p[bb][r]);
+        p[bb][r] = fmadd(set1(xr[2]), w[2], p[bb][r]);
       }
     }
   }
@@ -460,10 +461,7 @@ void gemv_fmt(const Job& j) {
     if (j.xb) return gemv_n<Fm, 0>(j);
   }
 #endif
-  if (j.fma)
-    gemv_n<Fm, 1>(j);
-  else
-    gemv_n<Fm, 2>(j);
+  gemv_n<Fm, 1>(j);
 }
 
 void gemv(const Job& j) {
@@ -595,7 +593,7 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
         for (int i = 0; i < MR; ++i) {
           const F a = set1(j.x[(i0 + i) * j.ldx + kc0 + k0 + odd]);
 #pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[i][v] = madd<Mode == 1>(a, w[v], p[i][v]);
+          for (int v = 0; v < NV; ++v) p[i][v] = fmadd(a, w[v], p[i][v]);
         }
       }
     }
@@ -609,12 +607,11 @@ using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratc
 template <int NV, int... MR>
 MicroFn micro_pick(int mode, int mr, std::integer_sequence<int, MR...>) {
   static constexpr MicroFn kF[] = {micro<MR + 1, NV, 1>...};
-  static constexpr MicroFn kM[] = {micro<MR + 1, NV, 2>...};
 #if defined(__AVX512F__)
   static constexpr MicroFn kBf[] = {micro<MR + 1, NV, 0>...};
   if (mode == 0) return kBf[mr - 1];
 #endif
-  return mode == 1 ? kF[mr - 1] : kM[mr - 1];
+  return kF[mr - 1];
 }
 
 template <int... NV>
@@ -639,7 +636,7 @@ void gemm_fmt(const Job& j) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const int mode = bf16 ? 0 : j.fma ? 1 : 2;
+        const int mode = bf16 ? 0 : 1;
         const MicroFn fn = micro_for(mode, mr, nv, std::make_integer_sequence<int, kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }

@@ -5,17 +5,18 @@
 //   dot / linear:  inputs in blocks of 32. A block's partial sum starts at +0 and runs over the
 //                  pairs (2i, 2i+1) in order, adding the odd element's product first:
 //                      p = p + a[2i+1]·b[2i+1];  p = p + a[2i]·b[2i]
-//                  (product rounded to fp32, then the sum). The running total adds the partials
-//                  block by block, each times the block's scale: acc = fma(p, s, acc) (s = 1 when
-//                  unscaled, a power of two otherwise, so p·s is exact and the fma is acc + p·s).
-//                  A block of odd length ends with its last element alone.
-//                  Why this order: it is what vdpbf16ps computes (measured on Zen 5: acc + the odd
-//                  pair's product, rounded, then + the even one's, rounded), so quantized GEMMs
-//                  use it, while GEMVs and AVX2 reproduce it with FMAs over output lanes. When the
-//                  products are exact (e4m3/e2m1 codes, bf16 x bf16), multiply-then-add, FMA and
-//                  vdpbf16ps agree bit for bit; the codes' products are also never subnormal, so
-//                  the instruction's flushing of denormals never applies. Vector paths whose
-//                  products may be inexact (fp32 values) multiply and add separately.
+//                  The running total adds the partials block by block, each times the block's
+//                  scale: acc = fma(p, s, acc) (s = 1 when unscaled, a power of two otherwise, so
+//                  p·s is exact and the fma is acc + p·s). A block of odd length ends with its
+//                  last element alone.
+//                  Linears fuse each step (p = fma(a, b, p): block_fma); the attention and
+//                  indexer dots round the product, then add (block_dot), unless their products
+//                  are exact. When the products are exact (e4m3/e2m1 codes, bf16 x bf16) both
+//                  forms and vdpbf16ps agree bit for bit (measured on Zen 5: acc + the odd pair's
+//                  product, rounded, then + the even one's, rounded); the codes' products are
+//                  also never subnormal, so the instruction's flushing of denormals never applies.
+//                  Fusing the linears' inexact products (fp32 values: the head, the
+//                  hyper-connections) costs one instruction per product instead of two.
 //   vector sums:   16 lanes; lane j sums elements j, j+16, j+32, ... in order (multiply, then add);
 //                  then lanes are folded pairwise: j += j+8, j += j+4, j += j+2, j += j+1.
 #pragma once
@@ -33,6 +34,16 @@ inline float block_dot(const float* a, const float* b, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = (i ^ 1) < n ? (i ^ 1) : i;
     p += a[k] * b[k];
+  }
+  return p;
+}
+
+// The same order with fused steps (the linears').
+inline float block_fma(const float* a, const float* b, int64_t n) {
+  float p = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t k = (i ^ 1) < n ? (i ^ 1) : i;
+    p = __builtin_fmaf(a[k], b[k], p);
   }
   return p;
 }

@@ -155,7 +155,7 @@ TEST(LinearFast, DenseSweepMatchesRef) {
 
 TEST(LinearFast, DenseSweepWithOtherSeedsMatchesRef) {
   // The dense sweep's shapes again with other inputs: among them products below fp32's normal
-  // range, which a fused multiply-add would keep and the canonical multiply-then-add rounds.
+  // range, which the canonical fused steps keep exactly (a rounded product would not).
   uint64_t seed = 1006;
   for (WeightFormat f : {WeightFormat::BF16, WeightFormat::F32, WeightFormat::Fp8Block})
     for (int64_t cols : {32, 96, 256})
