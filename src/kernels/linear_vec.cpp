@@ -7,8 +7,9 @@
 //         Dense inputs (or codes without bf16 or integer products): weights decoded to fp32
 //         lanes and fused multiply-adds in the pair order.
 //         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
-//         weight pairs; several blocks in flight so the chains overlap, their partials joining the
-//         total in block order.
+//         weight pairs, or for fp4 weights 16-bit integer products (vpdpwssd) in every block whose
+//         inputs are integers times a power of two; several blocks in flight so the chains
+//         overlap, their partials joining the total in block order.
 //   GEMM  per task a panel of 3 tiles (48 outputs): chunks of inputs are decoded once into bf16
 //         pairs (AVX-512, quantized) or fp32, then every group of rows runs over the chunk; block
 //         partials live in registers and are scaled into an fp32 accumulator tile.
@@ -255,8 +256,7 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 // --- GEMV ---
 
 // Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds in
-// the pair order (odd input first), 3
-// integer products (AVX-512, fp4: gemv_blocks_int below).
+// the pair order (odd input first), 3 integer products (AVX-512, fp4: gemv_blocks_int below).
 template <int Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         const Luts& L, F* acc) {
