@@ -276,6 +276,15 @@ TEST(LinearFast, Dpbf16RateIsMeasured) {
   EXPECT_LT(dpbf16_speedup(), 10.0);
 }
 
+// The same for vpdpwssd (about 1.5-2 on Sapphire Rapids, about 1 on Zen 4): a CPU with
+// AVX512_VNNI must measure a rate, or the integer products would silently go untested.
+TEST(LinearFast, Int16RateIsMeasured) {
+  if (cpu_best_isa() != Isa::Avx512 || !__builtin_cpu_supports("avx512vnni"))
+    GTEST_SKIP() << "no AVX512_VNNI";
+  EXPECT_GT(int16_speedup(), 0.1);
+  EXPECT_LT(int16_speedup(), 10.0);
+}
+
 TEST(LinearFast, PreparedSizes) {
   const OwnedWeight a = make_weight(WeightFormat::Fp8Block, 50, 64, 1);
   EXPECT_EQ(PreparedLinear(a.w).packed_bytes(), uint64_t(64 * 64));  // 4 tiles of 16 rows
