@@ -113,15 +113,11 @@ void bench_linear(Reporter& rep, const LinearBenchOptions& opt) {
   const std::vector<LinearShape> shapes = opt.shapes.empty() ? flash_shapes() : opt.shapes;
   rep.note(str_cat("isa ", isa_name(cpu_isa()), ", ", threads, " threads; working set >= ",
                    human_bytes(double(opt.working_set)), " of weights per measurement"));
-  if (const double sp = dpbf16_speedup(); sp > 0) {  // how bf16-exact products are multiplied
-    const double si = int16_speedup();
-    std::string how = sp >= 1 ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
-    if (si >= 1.2) how = "fp4 GEMVs vpdpwssd; other " + how;
+  if (const double sp = dpbf16_speedup(); sp > 0)  // how exact products are multiplied
     rep.print(Row("linear_products")
                   .add("dpbf16_vs_fma_rate", sp, 2)
-                  .add("int16_vs_best_rate", si, 2)
-                  .add("products", how));
-  }
+                  .add("int16_vs_best_rate", int16_speedup(), 2)
+                  .add("products", auto_products_summary()));
   const bool use_dnn = opt.onednn && onednn_available();
   const double peak = use_dnn ? onednn_peak_gflops(threads) : 0;
   settle();

@@ -51,7 +51,7 @@ struct Kernels {
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
   // Job::xi and Job::xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
   // products).
-  void (*int_codes)(const float* xq, int64_t n, int64_t K, int16_t* xi, int64_t ldxi, float* xs);
+  void (*int_codes)(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs);
   void (*gemv)(const Job& j);  // n <= gemv_rows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);

@@ -181,6 +181,14 @@ bool bf16_products_ok() {
   return ok;
 }
 
+// Auto's choices (kernels/linear.h): vdpbf16ps for a call of n rows, integer products for fp4.
+bool auto_bf16_products(int64_t n) {
+  return n == 1 || dpbf16_speedup() >= 1.0;
+}
+bool auto_int_products() {
+  return int16_speedup() >= 1.2;
+}
+
 // Whether a call of n rows multiplies its bf16-exact products with vdpbf16ps (else fp32 FMAs,
 // same bits).
 bool use_bf16_products(int64_t n) {
@@ -191,7 +199,7 @@ bool use_bf16_products(int64_t n) {
     case LinearProducts::Fp32Fma:
       return false;
     default:
-      return n == 1 || dpbf16_speedup() >= 1.0;
+      return auto_bf16_products(n);
   }
 }
 
@@ -207,7 +215,7 @@ bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
     case LinearProducts::Int16Dot:
       return true;
     case LinearProducts::Auto:
-      return int16_speedup() >= 1.2;
+      return auto_int_products();
     default:
       return false;
   }
@@ -228,12 +236,6 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
   return n_out;
 }
 
-// Row stride of the integer inputs: K plus 32, so that the rows a GEMV reads together do not
-// share L1 sets (at a multiple of 4 KiB they would all land in one).
-int64_t int_stride(int64_t K) {
-  return K + 32;
-}
-
 // Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K], then the same as bf16
 // (bf16 products) or as integers xi [n, K] and their scales xs [n, K/32] (integer products).
 struct QuantScratch {
@@ -242,7 +244,7 @@ struct QuantScratch {
     bytes = round_up(n * K * 4, 64);
     if (bf16) xqb = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
     if (ints) {
-      xi = std::exchange(bytes, bytes + round_up(n * int_stride(K) * 2, 64));
+      xi = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
       xs = std::exchange(bytes, bytes + round_up(n * (K / 32) * 4, 64));
     }
   }
@@ -255,8 +257,8 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
   uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * K : nullptr;
   kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
   if (l.xi)
-    kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int16_t*>(s + l.xi) + i0 * int_stride(K),
-                   int_stride(K), reinterpret_cast<float*>(s + l.xs) + i0 * (K / 32));
+    kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int16_t*>(s + l.xi) + i0 * K,
+                   reinterpret_cast<float*>(s + l.xs) + i0 * (K / 32));
 }
 
 // The job of a whole call; quantized inputs (when `q` is set) come from scratch laid out as
@@ -271,7 +273,7 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
           .xb = qb ? reinterpret_cast<const uint16_t*>(q + l.xqb) : nullptr,
           .ldxb = qb ? K : 0,
           .xi = qi ? reinterpret_cast<const int16_t*>(q + l.xi) : nullptr,
-          .ldxi = qi ? int_stride(K) : 0,
+          .ldxi = qi ? K : 0,
           .xs = qi ? reinterpret_cast<const float*>(q + l.xs) : nullptr,
           .ldxs = qi ? K / 32 : 0,
           .n = a.n,
@@ -390,24 +392,26 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   // pool's workers must see this thread's vectors, not their own thread_local copies.
   thread_local std::vector<int64_t> t_at, t_first;
   thread_local std::vector<linear_isa::Job> t_jobs;
+  thread_local std::vector<QuantScratch> t_layouts;
   std::vector<int64_t>&at = t_at, &first = t_first;
   std::vector<linear_isa::Job>& jobs = t_jobs;
-  auto layout_of = [&](size_t c) {
-    const bool ints = use_int_products(kern, calls[c].w->weight());
-    return QuantScratch(calls[c].a.n, calls[c].w->cols(),
-                        !ints && kern.bf16 && use_bf16_products(calls[c].a.n), ints);
-  };
+  std::vector<QuantScratch>& layouts = t_layouts;
+  layouts.clear();
   at.assign(calls.size() + 1, 0);  // each call's scratch offset
-  for (size_t c = 0; c < calls.size(); ++c) at[c + 1] = at[c] + layout_of(c).bytes;
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const bool ints = use_int_products(kern, calls[c].w->weight());
+    layouts.emplace_back(calls[c].a.n, calls[c].w->cols(),
+                         !ints && kern.bf16 && use_bf16_products(calls[c].a.n), ints);
+    at[c + 1] = at[c] + layouts[c].bytes;
+  }
   uint8_t* s = t_act.bytes(size_t(at.back()));
   jobs.resize(calls.size());
   first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
     const PreparedLinear& pw = *calls[c].w;
     const LinearArgs& a = calls[c].a;
-    const QuantScratch layout = layout_of(c);
-    quantize_rows(kern, a, pw.cols(), layout, s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, s + at[c], layout);
+    quantize_rows(kern, a, pw.cols(), layouts[c], s + at[c], 0, a.n);
+    jobs[c] = call_job(pw, a, s + at[c], layouts[c]);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -569,6 +573,13 @@ const ProductRates& product_rates() {
 double dpbf16_speedup() {
   // About 2 on Zen 4, where both issue once per cycle, 0.35-0.5 on Sapphire Rapids.
   return bf16_products_ok() ? product_rates().bf16 / product_rates().fma : 0.0;
+}
+
+std::string auto_products_summary() {
+  if (!bf16_products_ok()) return "fp32 FMAs";
+  std::string s = auto_bf16_products(2) ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
+  if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpwssd; other " + s;
+  return s;
 }
 
 double int16_speedup() {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "core/weight.h"
 
@@ -135,5 +136,7 @@ LinearProducts linear_products();
 double dpbf16_speedup();
 // Products per second of vpdpwssd over the faster of the other two (0 without AVX512_VNNI).
 double int16_speedup();
+// What Auto multiplies with on this CPU, in words (benchmarks print it next to the rates).
+std::string auto_products_summary();
 
 }  // namespace deepinfer

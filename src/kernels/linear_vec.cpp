@@ -696,14 +696,14 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 }
 
 #if defined(__AVX512F__)
-void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, int64_t ldxi, float* xs) {
+void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs) {
   const F abs_mask = floats(set1i(0x7fffffff));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t b = 0; b < K / 32; ++b) {
       const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
       const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
       const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)
-      int16_t* o = xi + i * ldxi + b * 32;
+      int16_t* o = xi + i * K + b * 32;
       float s = 0.0f;  // not integers
       if (mx == 0.0f) {
         _mm512_storeu_si512(o, _mm512_setzero_si512());
