@@ -4,16 +4,13 @@
 
 #include <unordered_map>
 
-#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer {
 
-using tokenizer_internal::NormalForm;
-
 std::string engram_normalize(std::string_view text) {
-  const std::string nfd = tokenizer_internal::normalize(
-      tokenizer_internal::normalize(text, NormalForm::kNFKC), NormalForm::kNFD);
+  const std::string nfd =
+      utf8::normalize(utf8::normalize(text, utf8::NormalForm::kNFKC), utf8::NormalForm::kNFD);
 
   // Marks dropped, each character lowercased, each run of [ \t\r\n] made one space (no
   // lowercase mapping makes or takes a blank, so one pass does all three).

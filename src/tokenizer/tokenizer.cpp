@@ -1,25 +1,516 @@
-// Tokenizer: the tokenizer.json reader, and encoding and decoding over what it builds.
+// Tokenizer: the tokenizer.json reader, the text splitting ahead of BPE (added tokens,
+// normalizers, pre-tokenizers), BPE itself, and encoding and decoding over what the reader
+// builds.
 //
 // The reader checks every field; anything this tokenizer cannot reproduce exactly (other model
 // types, byte fallback, unsupported normalizers or pre-tokenizers) is refused with an error naming
 // the file and the field rather than encoded differently.
+//
+// Regexes run on PCRE2 (UTF + UCP, JIT when available), after rewrite_whitespace_classes.
 #include "tokenizer/tokenizer.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <utf8proc.h>
+
 #include <algorithm>
+#include <array>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
+#include <queue>
 #include <unordered_map>
 
 #include "core/error.h"
-#include "tokenizer/bpe.h"
 #include "tokenizer/detokenizer.h"
-#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer_internal {
+
+using utf8::NormalForm;
+
+std::string rewrite_whitespace_classes(const std::string& pattern) {
+  // Class body of the Unicode White_Space property.
+  constexpr std::string_view kWhiteSpaceClass =
+      "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+      "\\x{205F}\\x{3000}";
+  std::string out;
+  out.reserve(pattern.size() + 64);
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char n = pattern[++i];
+      if (n == 's')
+        out += in_class ? std::string(kWhiteSpaceClass) : str_cat("[", kWhiteSpaceClass, "]");
+      else if (n == 'S' && !in_class)
+        out += str_cat("[^", kWhiteSpaceClass, "]");
+      else
+        out += {c, n};
+      continue;
+    }
+    if (!in_class && c == '[') {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal member, not the end of the class.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (in_class && c == ']') in_class = false;
+    out += c;
+  }
+  return out;
+}
+
+namespace {
+
+// --- regex ---
+
+// Per-thread match scratch: one match data (only the whole-match offsets are read) and a JIT
+// stack large enough for long whitespace runs under `\s+(?!\S)`.
+struct MatchScratch {
+  pcre2_match_data* data = pcre2_match_data_create(1, nullptr);
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_jit_stack* jit_stack = pcre2_jit_stack_create(32 * 1024, 4 * 1024 * 1024, nullptr);
+  MatchScratch() {
+    if (context && jit_stack) pcre2_jit_stack_assign(context, nullptr, jit_stack);
+  }
+  ~MatchScratch() {
+    pcre2_jit_stack_free(jit_stack);
+    pcre2_match_context_free(context);
+    pcre2_match_data_free(data);
+  }
+};
+
+std::string pcre2_message(int code) {
+  PCRE2_UCHAR message[256];
+  pcre2_get_error_message(code, message, sizeof(message));
+  return reinterpret_cast<const char*>(message);
+}
+
+// A compiled regex. Throws deepinfer::Error naming `label` (the pattern's origin) when the
+// pattern does not compile.
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& label) : label_(label) {
+    const std::string rewritten = rewrite_whitespace_classes(pattern);
+    int error = 0;
+    PCRE2_SIZE error_offset = 0;
+    code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
+                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr));
+    DI_REQUIRE(code_, label, ": cannot compile regex \"", pattern, "\" at offset ", error_offset,
+               ": ", pcre2_message(error));
+    // Without JIT support pcre2_match interprets the pattern: slower, same results.
+    pcre2_jit_compile(code_.get(), PCRE2_JIT_COMPLETE);
+  }
+
+  // Calls on_match(begin, end) for each non-overlapping match, left to right. `text` must be
+  // valid UTF-8.
+  template <typename F>
+  void for_each_match(std::string_view text, F&& on_match) const {
+    thread_local MatchScratch s;
+    for (size_t pos = 0; pos <= text.size();) {
+      const int rc = pcre2_match(code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()),
+                                 text.size(), pos, PCRE2_NO_UTF_CHECK, s.data, s.context);
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      DI_REQUIRE(rc >= 0, label_, ": regex match failed on a ", text.size(),
+                 "-byte piece: ", pcre2_message(rc));
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.data);
+      on_match(size_t(ov[0]), size_t(ov[1]));
+      // After an empty match, resume one character later.
+      pos = ov[1] > ov[0]          ? ov[1]
+            : ov[1] >= text.size() ? text.size() + 1
+                                   : ov[1] + utf8::step(text, ov[1]).len;
+    }
+  }
+
+ private:
+  std::unique_ptr<pcre2_code, decltype(&pcre2_code_free)> code_{nullptr, pcre2_code_free};
+  std::string label_;
+};
+
+// --- pre-tokenizer ---
+
+// Pieces are views into the input text or into `arena`, which keeps any text a step had to
+// create (e.g. a prefix space) alive.
+struct Pieces {
+  std::vector<std::string_view> items;
+  std::deque<std::string> arena;
+};
+
+enum class SplitBehavior : uint8_t {
+  kRemoved,
+  kIsolated,
+  kMergedWithPrevious,
+  kMergedWithNext,
+  kContiguous
+};
+
+// One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
+// matches; without its regex, no split at all).
+struct PreTokenizerStep {
+  std::shared_ptr<const Regex> regex;  // null for a literal split or a ByteLevel without regex
+  std::string literal;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool invert = false;
+  bool add_prefix_space = false;  // ByteLevel: a space is put before each piece lacking one
+};
+
+// Byte ranges of `text` tagged as regex match or not, covering it entirely.
+struct Span {
+  size_t begin, end;
+  bool match;
+};
+
+void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector<Span>& spans) {
+  spans.clear();
+  size_t prev = 0;
+  const auto on_match = [&](size_t b, size_t e) {
+    if (b > prev) spans.push_back({prev, b, false});
+    spans.push_back({b, e, true});
+    prev = e;
+  };
+  if (step.regex) {
+    step.regex->for_each_match(text, on_match);
+  } else if (!step.literal.empty()) {
+    for (size_t at = text.find(step.literal); at != std::string_view::npos;
+         at = text.find(step.literal, prev)) {
+      on_match(at, at + step.literal.size());
+    }
+  }
+  if (prev < text.size()) spans.push_back({prev, text.size(), false});
+  if (step.invert) {
+    for (Span& s : spans) s.match = !s.match;
+  }
+}
+
+void split_piece(const PreTokenizerStep& step, std::string_view piece,
+                 std::vector<std::string_view>& out, std::vector<Span>& spans) {
+  find_spans(step, piece, spans);
+  // A piece ends after span i where the behavior cuts between spans i and i + 1: Removed (which
+  // then drops the matches) and Isolated always; MergedWithPrevious after a match (it joins the
+  // text before it); MergedWithNext before one (it joins the text after it); Contiguous except
+  // between two matches.
+  using B = SplitBehavior;
+  const B b = step.behavior;
+  size_t start = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const Span& s = spans[i];
+    const bool next_match = i + 1 < spans.size() && spans[i + 1].match;
+    const bool cut = i + 1 == spans.size() || b == B::kRemoved || b == B::kIsolated ||
+                     (b == B::kMergedWithPrevious && s.match) ||
+                     (b == B::kMergedWithNext && next_match) ||
+                     (b == B::kContiguous && !(s.match && next_match));
+    if (!cut) continue;
+    if ((b != B::kRemoved || !s.match) && s.end > start)
+      out.push_back(piece.substr(start, s.end - start));
+    start = s.end;
+  }
+}
+
+// Splits `text` (valid UTF-8) by each step in turn into pre-tokens, appended to `out.items`.
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, Pieces& out) {
+  const size_t first = out.items.size();
+  out.items.push_back(text);
+  std::vector<std::string_view> next;
+  std::vector<Span> spans;
+  for (const PreTokenizerStep& step : steps) {
+    next.clear();
+    for (size_t i = first; i < out.items.size(); ++i) {
+      std::string_view piece = out.items[i];
+      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
+        out.arena.push_back(" " + std::string(piece));
+        piece = out.arena.back();
+      }
+      split_piece(step, piece, next, spans);
+    }
+    out.items.resize(first);
+    out.items.insert(out.items.end(), next.begin(), next.end());
+  }
+}
+
+// --- added tokens ---
+
+// A "word" character as regex `\w` defines it: letters, marks, decimal digits, connector
+// punctuation and the joiners.
+bool is_word_char(char32_t cp) {
+  constexpr uint32_t kWordCategories =
+      1u << UTF8PROC_CATEGORY_LU | 1u << UTF8PROC_CATEGORY_LL | 1u << UTF8PROC_CATEGORY_LT |
+      1u << UTF8PROC_CATEGORY_LM | 1u << UTF8PROC_CATEGORY_LO | 1u << UTF8PROC_CATEGORY_NL |
+      1u << UTF8PROC_CATEGORY_MN | 1u << UTF8PROC_CATEGORY_MC | 1u << UTF8PROC_CATEGORY_ME |
+      1u << UTF8PROC_CATEGORY_ND | 1u << UTF8PROC_CATEGORY_PC;
+  return cp == 0x200C || cp == 0x200D ||
+         (kWordCategories >> utf8proc_category(utf8proc_int32_t(cp)) & 1) != 0;
+}
+
+// The code point ending at `pos` (text is valid UTF-8, pos > 0) and where it starts.
+char32_t char_before(std::string_view text, size_t pos, size_t& start) {
+  start = pos - 1;
+  while (start > 0 && (uint8_t(text[start]) & 0xC0) == 0x80) --start;
+  return utf8::step(text, start).cp;
+}
+
+// Neither the character before `begin` nor the one at `end` is a word character.
+bool is_whole_word(std::string_view text, size_t begin, size_t end) {
+  size_t start;
+  return (begin == 0 || !is_word_char(char_before(text, begin, start))) &&
+         (end >= text.size() || !is_word_char(utf8::step(text, end).cp));
+}
+
+// Start of the run of white space that ends at `pos`.
+size_t whitespace_run_start(std::string_view text, size_t pos) {
+  for (size_t start; pos > 0 && utf8::is_white_space(char_before(text, pos, start));) pos = start;
+  return pos;
+}
+
+// End of the run of white space that starts at `pos`.
+size_t whitespace_run_end(std::string_view text, size_t pos) {
+  for (utf8::Step st; pos < text.size() && utf8::is_white_space((st = utf8::step(text, pos)).cp);)
+    pos += st.len;
+  return pos;
+}
+
+// Leftmost-longest matcher over the added tokens of one kind (normalized or not).
+class AddedTokenMatcher {
+ public:
+  struct Token {
+    std::string content;
+    int32_t id;
+    bool single_word, lstrip, rstrip;
+  };
+  struct Segment {
+    size_t begin, end;
+    int32_t id;  // -1 for plain text
+  };
+
+  explicit AddedTokenMatcher(std::vector<Token> tokens = {}) : tokens_(std::move(tokens)) {
+    token_at_.push_back(-1);  // the root
+    for (int32_t t = 0; t < int32_t(tokens_.size()); ++t) {
+      const std::string& content = tokens_[t].content;
+      if (content.empty()) continue;
+      first_byte_[uint8_t(content[0])] = true;
+      int32_t node = 0;
+      for (const char c : content) {
+        const auto [it, added] = children_.try_emplace(edge(node, c), int32_t(token_at_.size()));
+        if (added) token_at_.push_back(-1);
+        node = it->second;
+      }
+      token_at_[node] = t;  // a later duplicate wins, like a map keyed by content
+    }
+  }
+
+  // Sets `out` to plain segments and added-token segments covering `text` entirely.
+  void split(std::string_view text, std::vector<Segment>& out) const {
+    out.clear();
+    size_t emitted = 0;  // end of the last segment pushed
+    size_t pos = 0;
+    while (pos < text.size()) {
+      const auto [len, t] = longest_at(text, pos);
+      if (t < 0 || (tokens_[t].single_word && !is_whole_word(text, pos, pos + len))) {
+        ++pos;
+        continue;
+      }
+      const Token& tok = tokens_[t];
+      size_t begin = pos, end = pos + len;
+      if (tok.lstrip) begin = std::max(emitted, whitespace_run_start(text, begin));
+      if (tok.rstrip) end = whitespace_run_end(text, end);
+      if (begin > emitted) out.push_back({emitted, begin, -1});
+      out.push_back({begin, end, tok.id});
+      emitted = pos = end;
+    }
+    if (emitted < text.size()) out.push_back({emitted, text.size(), -1});
+  }
+
+ private:
+  // Length of the longest token starting at `pos` and its index, or {0, -1}.
+  std::pair<size_t, int32_t> longest_at(std::string_view text, size_t pos) const {
+    std::pair<size_t, int32_t> best{0, -1};
+    if (!first_byte_[uint8_t(text[pos])]) return best;  // the common case, without a lookup
+    int32_t node = 0;
+    for (size_t i = pos; i < text.size(); ++i) {
+      const auto it = children_.find(edge(node, text[i]));
+      if (it == children_.end()) break;
+      node = it->second;
+      if (token_at_[node] >= 0) best = {i + 1 - pos, token_at_[node]};
+    }
+    return best;
+  }
+
+  // The trie of the tokens' contents: node 0 is the root; children_ maps (node, byte) to a node.
+  static uint64_t edge(int32_t node, char byte) { return uint64_t(node) << 8 | uint8_t(byte); }
+  std::vector<Token> tokens_;
+  std::vector<int32_t> token_at_;  // [node]: index into tokens_ ending there, or -1
+  std::unordered_map<uint64_t, int32_t> children_;
+  bool first_byte_[256] = {};
+};
+
+// --- byte-level BPE ---
+//
+// A pre-token is a byte string; its initial symbols are the vocabulary ids of the byte-level
+// characters of its bytes (bytes whose character is not in the vocabulary are dropped, as the
+// reference does when there is no unknown token). Merges are applied lowest rank first, the
+// leftmost occurrence first among equal ranks, through a binary heap of candidate pairs with
+// lazy invalidation, so a word of n bytes costs O(n log n). Results are cached per pre-token.
+
+// Open-addressing map from a symbol pair to (rank, merged id); built once, read-only after.
+class MergeTable {
+ public:
+  struct Entry {
+    uint64_t key;  // (left << 32) | right; kEmpty marks a free slot
+    uint32_t rank;
+    int32_t merged;
+  };
+  static constexpr uint64_t kEmpty = ~uint64_t(0);
+
+  // Room for `n` pairs: the slots are sized once, at most half full.
+  explicit MergeTable(size_t n = 0) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    slots_.assign(cap, Entry{kEmpty, 0, 0});
+    mask_ = cap - 1;
+    shift_ = 64 - __builtin_ctzll(cap);
+  }
+  // Later insertions of the same pair replace earlier ones (the reference builds a hash map
+  // from the merge list, so the last duplicate wins). At most `n` distinct pairs.
+  void insert(int32_t left, int32_t right, uint32_t rank, int32_t merged) {
+    const uint64_t key = pack(left, right);
+    slots_[probe(key)] = Entry{key, rank, merged};
+  }
+  const Entry* find(int32_t left, int32_t right) const {
+    const Entry& e = slots_[probe(pack(left, right))];
+    return e.key == kEmpty ? nullptr : &e;
+  }
+
+ private:
+  static uint64_t pack(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  // The slot holding `key`, or the free slot where it would go (linear probing).
+  size_t probe(uint64_t key) const {
+    size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> shift_);
+    while (slots_[i].key != key && slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    return i;
+  }
+
+  std::vector<Entry> slots_;  // [capacity], capacity a power of two
+  size_t mask_ = 0;
+  int shift_ = 64;
+};
+
+struct BpeModel {
+  MergeTable merges;
+  // byte_ids[b] = vocabulary id of the byte-level character of byte b, or -1 if absent.
+  std::array<int32_t, 256> byte_ids;
+  // Raw bytes -> id; non-empty only for models with `ignore_merges`, where a pre-token that is
+  // itself a vocabulary entry skips the merge loop.
+  std::unordered_map<std::string, int32_t> whole_words;
+
+  // Repeated pre-tokens (common words, whitespace runs) dominate text; caching their ids makes
+  // the merge loop rare. Bounded: cleared when full.
+  static constexpr size_t kCacheMaxEntries = 1 << 18;
+  static constexpr size_t kCacheMaxWordBytes = 256;
+  mutable std::mutex cache_mutex;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+
+  // Appends the ids of one pre-token (raw bytes) to `out`.
+  void encode_word(std::string_view bytes, std::vector<int32_t>& out) const {
+    if (bytes.empty()) return;
+    if (!whole_words.empty()) {
+      const auto it = whole_words.find(std::string(bytes));
+      if (it != whole_words.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    if (bytes.size() == 1) {
+      if (const int32_t id = byte_ids[uint8_t(bytes[0])]; id >= 0) out.push_back(id);
+      return;
+    }
+    const bool cacheable = bytes.size() <= kCacheMaxWordBytes;
+    std::string key;
+    if (cacheable) {
+      key.assign(bytes);
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      const auto it = cache.find(key);
+      if (it != cache.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+        return;
+      }
+    }
+    const size_t first = out.size();
+    merge_word(bytes, out);
+    if (cacheable) {
+      std::vector<int32_t> ids(out.begin() + first, out.end());
+      std::lock_guard<std::mutex> lock(cache_mutex);
+      if (cache.size() >= kCacheMaxEntries) cache.clear();
+      cache.emplace(std::move(key), std::move(ids));
+    }
+  }
+
+  void merge_word(std::string_view bytes, std::vector<int32_t>& out) const {
+    struct Symbol {
+      int32_t id;
+      int32_t prev;  // index of the previous live symbol, -1 at the start
+      int32_t next;  // index of the next live symbol, -1 at the end
+      bool live;
+    };
+    struct Candidate {
+      uint32_t rank;
+      int32_t pos;  // index of the left symbol
+      int32_t merged;
+      // std::priority_queue is a max-heap: "less" means lower priority, i.e. a higher rank or,
+      // for equal ranks, a position further right.
+      bool operator<(const Candidate& o) const {
+        return rank != o.rank ? rank > o.rank : pos > o.pos;
+      }
+    };
+    std::vector<Symbol> sym;  // [n_bytes] at most
+    sym.reserve(bytes.size());
+    for (const char c : bytes) {
+      const int32_t id = byte_ids[uint8_t(c)];
+      if (id < 0) continue;
+      const int32_t i = int32_t(sym.size());
+      sym.push_back({id, i - 1, -1, true});
+      if (i > 0) sym[i - 1].next = i;
+    }
+    if (sym.size() > 1) {
+      std::vector<Candidate> storage;
+      storage.reserve(sym.size());
+      std::priority_queue<Candidate> heap(std::less<Candidate>(), std::move(storage));
+      const auto push_pair = [&](int32_t left) {
+        const int32_t right = sym[left].next;
+        if (right < 0) return;
+        if (const MergeTable::Entry* e = merges.find(sym[left].id, sym[right].id)) {
+          heap.push({e->rank, left, e->merged});
+        }
+      };
+      for (int32_t i = 0; i + 1 < int32_t(sym.size()); ++i) push_pair(i);
+
+      while (!heap.empty()) {
+        const Candidate top = heap.top();
+        heap.pop();
+        Symbol& left = sym[top.pos];
+        if (!left.live || left.next < 0) continue;
+        // The pair may have changed since this candidate was queued; it is still valid only if
+        // the current pair merges into the same id.
+        const MergeTable::Entry* e = merges.find(left.id, sym[left.next].id);
+        if (e == nullptr || e->merged != top.merged) continue;
+        Symbol& right = sym[left.next];
+        left.id = top.merged;
+        right.live = false;
+        left.next = right.next;
+        if (right.next >= 0) sym[right.next].prev = top.pos;
+        if (left.prev >= 0) push_pair(left.prev);
+        push_pair(top.pos);
+      }
+    }
+    for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
+  }
+};
+
+}  // namespace
 
 struct TokenizerState {
   struct Entry {
@@ -38,7 +529,7 @@ struct TokenizerState {
   AddedTokenMatcher normalized_added;   // normalized
   std::vector<NormalForm> normalizers;  // applied in order
   std::vector<PreTokenizerStep> pre_tokenizer;
-  std::optional<BpeModel> bpe;
+  BpeModel bpe;
 
   int32_t bos = -1, eos = -1;
 
@@ -199,8 +690,8 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
     PreTokenizerStep step;
     const json& pattern = r.field(node, "pattern", where);
     if (pattern.is_object() && pattern.contains("Regex")) {
-      step.regex = compile_regex(r.string_field(pattern, "Regex", where + ".pattern"),
-                                 r.label + ": " + where);
+      step.regex = std::make_shared<const Regex>(
+          r.string_field(pattern, "Regex", where + ".pattern"), r.label + ": " + where);
     } else if (pattern.is_object() && pattern.contains("String")) {
       step.literal = r.string_field(pattern, "String", where + ".pattern");
     } else {
@@ -213,7 +704,7 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
     PreTokenizerStep step;
     step.add_prefix_space = r.bool_field(node, "add_prefix_space", where, true);
     if (r.bool_field(node, "use_regex", where, true)) {
-      step.regex = compile_regex(kByteLevelPattern, r.label + ": " + where);
+      step.regex = std::make_shared<const Regex>(kByteLevelPattern, r.label + ": " + where);
     }
     impl.pre_tokenizer.push_back(std::move(step));
     byte_level = true;
@@ -251,7 +742,7 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
 
   const json& merges = r.field(model, "merges", where);
   if (!merges.is_array()) r.fail(where + ".merges", "expected an array");
-  MergeTable table(merges.size());
+  impl.bpe.merges = MergeTable(merges.size());
   const auto lookup = [&](const std::string& token, size_t i) {
     const auto it = impl.vocab.find(token);
     if (it == impl.vocab.end()) {
@@ -277,23 +768,21 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
     } else {
       r.fail(str_cat(where, ".merges[", i, "]"), "expected \"left right\" or [left, right]");
     }
-    table.insert(lookup(left, i), lookup(right, i), rank++, lookup(left + right, i));
+    impl.bpe.merges.insert(lookup(left, i), lookup(right, i), rank++, lookup(left + right, i));
   }
 
   // The initial symbols of a word are the ids of its bytes' characters.
-  std::vector<int32_t> byte_ids(256, -1);
   for (int b = 0; b < 256; ++b) {
     std::string ch;
     utf8::append(ch, alphabet().to_char[b]);
     const auto it = impl.vocab.find(ch);
-    if (it != impl.vocab.end()) byte_ids[b] = it->second;
+    impl.bpe.byte_ids[b] = it != impl.vocab.end() ? it->second : -1;
   }
-  std::unordered_map<std::string, int32_t> whole_words;
   if (ignore_merges) {
     for (const auto& [token, id] : impl.vocab)
-      if (std::string raw; byte_level_bytes(token, raw)) whole_words.emplace(std::move(raw), id);
+      if (std::string raw; byte_level_bytes(token, raw))
+        impl.bpe.whole_words.emplace(std::move(raw), id);
   }
-  impl.bpe.emplace(std::move(table), std::move(byte_ids), std::move(whole_words));
 }
 
 void read_added_tokens(const Reader& r, const json& list, TokenizerState& impl) {
@@ -445,7 +934,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
     std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
     if (!m.normalizers.empty()) {
       normalized.assign(part);
-      for (const auto form : m.normalizers) normalized = normalize(normalized, form);
+      for (const auto form : m.normalizers) normalized = utf8::normalize(normalized, form);
       part = normalized;
     }
     m.normalized_added.split(part, segments);
@@ -456,7 +945,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
       }
       pieces.items.clear();
       pre_tokenize(m.pre_tokenizer, part.substr(s.begin, s.end - s.begin), pieces);
-      for (const std::string_view piece : pieces.items) m.bpe->encode_word(piece, out);
+      for (const std::string_view piece : pieces.items) m.bpe.encode_word(piece, out);
     }
   }
   return out;

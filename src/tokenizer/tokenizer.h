@@ -26,7 +26,11 @@ namespace deepinfer {
 
 namespace tokenizer_internal {
 struct TokenizerState;
-}
+// tokenizer.json regexes get `\s` and `\S` rewritten to the Unicode White_Space property, which
+// is what the reference's regex engine matches (PCRE2's own `\s` also takes U+180E). Exposed for
+// tests.
+std::string rewrite_whitespace_classes(const std::string& pattern);
+}  // namespace tokenizer_internal
 
 class Tokenizer {
  public:

@@ -2,6 +2,10 @@
 
 #include <utf8proc.h>
 
+#include <cstdlib>
+
+#include "core/error.h"
+
 namespace deepinfer::utf8 {
 
 Step step(std::string_view s, size_t pos) {
@@ -96,6 +100,25 @@ bool is_white_space(char32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
          cp == 0x205F || cp == 0x3000;
+}
+
+std::string normalize(std::string_view text, NormalForm form) {
+  // Indexed by NormalForm: NFC, NFD, NFKC, NFKD.
+  constexpr int kOptions[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE,
+                              UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                              UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+  const int options = UTF8PROC_STABLE | kOptions[int(form)];
+  if (text.empty()) return {};
+  utf8proc_uint8_t* dst = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                   utf8proc_ssize_t(text.size()), &dst, utf8proc_option_t(options));
+  if (n < 0) {
+    throw Error(str_cat("unicode normalization failed: ", utf8proc_errmsg(n)));
+  }
+  std::string out(reinterpret_cast<const char*>(dst), size_t(n));
+  std::free(dst);
+  return out;
 }
 
 }  // namespace deepinfer::utf8

@@ -1,4 +1,5 @@
-// UTF-8 helpers shared by the tokenizer, the streaming detokenizer and the completion parser.
+// UTF-8 and Unicode helpers shared by the tokenizer, the streaming detokenizer, the completion
+// parser and the Engram token map.
 //
 // Invalid input follows the Unicode "maximal subpart" practice (the one Rust's
 // String::from_utf8_lossy and the WHATWG decoder use): every maximal prefix of a well-formed
@@ -42,5 +43,9 @@ void append(std::string& out, char32_t cp);
 
 // The Unicode White_Space property.
 bool is_white_space(char32_t cp);
+
+// Unicode normalization forms a tokenizer.json normalizer may ask for.
+enum class NormalForm : uint8_t { kNFC, kNFD, kNFKC, kNFKD };
+std::string normalize(std::string_view text, NormalForm form);
 
 }  // namespace deepinfer::utf8

@@ -4,7 +4,6 @@
 
 #include "core/error.h"
 #include "test_data.h"
-#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 #include "util/token_id.h"
 
