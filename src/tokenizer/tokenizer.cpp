@@ -482,9 +482,8 @@ struct BpeModel {
       const auto push_pair = [&](int32_t left) {
         const int32_t right = sym[left].next;
         if (right < 0) return;
-        if (const MergeTable::Entry* e = merges.find(sym[left].id, sym[right].id)) {
+        if (const MergeTable::Entry* e = merges.find(sym[left].id, sym[right].id))
           heap.push({e->rank, left, e->merged});
-        }
       };
       for (int32_t i = 0; i + 1 < int32_t(sym.size()); ++i) push_pair(i);
 
@@ -609,9 +608,8 @@ struct Reader {
   int32_t id_value(const json& v, const std::string& where) const {
     // Ids index dense tables, so a wild id would cost memory, not just a wrong answer.
     constexpr int64_t kMaxId = (int64_t(1) << 24) - 1;
-    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxId) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxId)
       fail(where, str_cat("expected a token id (integer in [0, ", kMaxId, "])"));
-    }
     return int32_t(v.get<int64_t>());
   }
   // Calls read(item, where) for each item of the array node[key] (a "Sequence" step's list).
@@ -703,9 +701,8 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
   } else if (type == "ByteLevel") {
     PreTokenizerStep step;
     step.add_prefix_space = r.bool_field(node, "add_prefix_space", where, true);
-    if (r.bool_field(node, "use_regex", where, true)) {
+    if (r.bool_field(node, "use_regex", where, true))
       step.regex = std::make_shared<const Regex>(kByteLevelPattern, r.label + ": " + where);
-    }
     impl.pre_tokenizer.push_back(std::move(step));
     byte_level = true;
   } else {
@@ -715,20 +712,16 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
 
 void read_model(const Reader& r, const json& model, TokenizerState& impl) {
   const std::string where = "model";
-  if (model.contains("type") && r.string_field(model, "type", where) != "BPE") {
+  if (model.contains("type") && r.string_field(model, "type", where) != "BPE")
     r.fail(where + ".type", "only \"BPE\" models are supported");
-  }
-  if (model.contains("dropout") && !model.at("dropout").is_null()) {
+  if (model.contains("dropout") && !model.at("dropout").is_null())
     r.fail(where + ".dropout", "BPE dropout is not supported (expected null)");
-  }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (model.contains(key) && !model.at(key).is_null() && model.at(key) != "") {
+    if (model.contains(key) && !model.at(key).is_null() && model.at(key) != "")
       r.fail(where + "." + key, "not supported by byte-level BPE (expected null)");
-    }
   }
-  if (r.bool_field(model, "byte_fallback", where, false)) {
+  if (r.bool_field(model, "byte_fallback", where, false))
     r.fail(where + ".byte_fallback", "byte fallback is not supported (expected false)");
-  }
   const bool ignore_merges = r.bool_field(model, "ignore_merges", where, false);
 
   const json& vocab = r.field(model, "vocab", where);
@@ -745,9 +738,8 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
   impl.bpe.merges = MergeTable(merges.size());
   const auto lookup = [&](const std::string& token, size_t i) {
     const auto it = impl.vocab.find(token);
-    if (it == impl.vocab.end()) {
+    if (it == impl.vocab.end())
       r.fail(str_cat(where, ".merges[", i, "]"), "token \"" + token + "\" is not in the vocab");
-    }
     return it->second;
   };
   uint32_t rank = 0;
@@ -759,9 +751,8 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
       const std::string line = m.get<std::string>();
       if (line.rfind("#version", 0) == 0) continue;
       const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
         r.fail(str_cat(where, ".merges[", i, "]"), "expected \"left right\"");
-      }
       left = line.substr(0, space), right = line.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       left = m[0].get<std::string>(), right = m[1].get<std::string>();
@@ -839,9 +830,8 @@ void load_json(std::string_view tokenizer_json, std::string_view config_json,
   read_pre_tokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", impl, byte_level);
   if (!byte_level) r.fail("pre_tokenizer", "expected a ByteLevel step (byte-level BPE)");
   const json decoder = root.value("decoder", json());
-  if (decoder.is_null() || r.string_field(decoder, "type", "decoder") != "ByteLevel") {
+  if (decoder.is_null() || r.string_field(decoder, "type", "decoder") != "ByteLevel")
     r.fail("decoder", "expected a ByteLevel decoder");
-  }
 
   // What each id decodes to: a token made only of byte-level characters maps back to those
   // bytes; any other token (special tokens, typically) is its own UTF-8.
@@ -883,11 +873,10 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   std::error_code ec;
   const bool is_dir = fs::is_directory(path, ec);
   const fs::path json_path = is_dir ? fs::path(path) / "tokenizer.json" : fs::path(path);
-  if (!fs::is_regular_file(json_path, ec)) {
+  if (!fs::is_regular_file(json_path, ec))
     throw Error(str_cat("tokenizer: ", json_path.string(),
                         " does not exist (expected a directory with tokenizer.json, or the "
                         "tokenizer.json file)"));
-  }
   const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
   const std::string config =
       fs::is_regular_file(config_path, ec) ? read_file(config_path) : std::string();
@@ -909,9 +898,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 4);
   if (add_bos) {
-    if (m.bos < 0) {
+    if (m.bos < 0)
       throw Error("tokenizer: encode(add_bos=true) but tokenizer_config.json names no bos_token");
-    }
     out.push_back(m.bos);
   }
   std::string repaired;
@@ -976,10 +964,9 @@ int32_t Tokenizer::id_limit() const {
 
 std::string_view Tokenizer::id_to_token(int32_t id) const {
   const TokenizerState::Entry* e = impl_->entry(id);
-  if (!e) {
+  if (!e)
     throw Error(str_cat("tokenizer: unknown token id ", id, " (vocabulary has ids 0..",
                         int64_t(impl_->ids.size()) - 1, ")"));
-  }
   return e->token;
 }
 

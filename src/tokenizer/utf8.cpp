@@ -113,9 +113,7 @@ std::string normalize(std::string_view text, NormalForm form) {
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
                    utf8proc_ssize_t(text.size()), &dst, utf8proc_option_t(options));
-  if (n < 0) {
-    throw Error(str_cat("unicode normalization failed: ", utf8proc_errmsg(n)));
-  }
+  if (n < 0) throw Error(str_cat("unicode normalization failed: ", utf8proc_errmsg(n)));
   std::string out(reinterpret_cast<const char*>(dst), size_t(n));
   std::free(dst);
   return out;
