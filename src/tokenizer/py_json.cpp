@@ -49,39 +49,27 @@ void py_float(double v, std::string& out) {
 }
 
 void dump(const nlohmann::ordered_json& v, std::string& out) {
-  using value_t = nlohmann::ordered_json::value_t;
-  switch (v.type()) {
-    case value_t::null:
-    case value_t::boolean:
-    case value_t::number_integer:
-    case value_t::number_unsigned:
-    case value_t::string:
-      out += scalar(v);
-      break;
-    case value_t::number_float:
-      py_float(v.get<double>(), out);
-      break;
-    case value_t::array:
-    case value_t::object: {
-      const bool object = v.is_object();
-      out.push_back(object ? '{' : '[');
-      for (auto it = v.begin(); it != v.end(); ++it) {
-        if (it != v.begin()) out += ", ";
-        if (object) out += scalar(it.key()) + ": ";
-        dump(it.value(), out);
-      }
-      out.push_back(object ? '}' : ']');
-      break;
+  if (v.is_number_float()) return py_float(v.get<double>(), out);
+  if (v.is_structured()) {
+    const bool object = v.is_object();
+    out.push_back(object ? '{' : '[');
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (it != v.begin()) out += ", ";
+      if (object) out += scalar(it.key()) + ": ";
+      dump(it.value(), out);
     }
-    case value_t::binary:
-      if (v.get_binary().has_subtype() && v.get_binary().subtype() == kBigIntSubtype) {
-        out.append(v.get_binary().begin(), v.get_binary().end());  // an integer's digits
-        break;
-      }
-      [[fallthrough]];
-    default:
-      out += "null";  // discarded values never come from parsing text
-      break;
+    out.push_back(object ? '}' : ']');
+  } else if (v.is_binary()) {
+    // An integer's digits; no other binary value comes from parsing text.
+    const auto& digits = v.get_binary();
+    if (digits.has_subtype() && digits.subtype() == kBigIntSubtype)
+      out.append(digits.begin(), digits.end());
+    else
+      out += "null";
+  } else {
+    // Null, booleans, integers and strings; a discarded value (never the result of parsing
+    // text) as null.
+    out += v.is_discarded() ? "null" : scalar(v);
   }
 }
 

@@ -178,14 +178,12 @@ void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector
     step.regex->for_each_match(text, on_match);
   } else if (!step.literal.empty()) {
     for (size_t at = text.find(step.literal); at != std::string_view::npos;
-         at = text.find(step.literal, prev)) {
+         at = text.find(step.literal, prev))
       on_match(at, at + step.literal.size());
-    }
   }
   if (prev < text.size()) spans.push_back({prev, text.size(), false});
-  if (step.invert) {
+  if (step.invert)
     for (Span& s : spans) s.match = !s.match;
-  }
 }
 
 void split_piece(const PreTokenizerStep& step, std::string_view piece,
@@ -419,10 +417,7 @@ struct BpeModel {
     if (bytes.empty()) return;
     if (!whole_words.empty()) {
       const auto it = whole_words.find(std::string(bytes));
-      if (it != whole_words.end()) {
-        out.push_back(it->second);
-        return;
-      }
+      if (it != whole_words.end()) return out.push_back(it->second);
     }
     if (bytes.size() == 1) {
       if (const int32_t id = byte_ids[uint8_t(bytes[0])]; id >= 0) out.push_back(id);
@@ -716,10 +711,9 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
     r.fail(where + ".type", "only \"BPE\" models are supported");
   if (model.contains("dropout") && !model.at("dropout").is_null())
     r.fail(where + ".dropout", "BPE dropout is not supported (expected null)");
-  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (model.contains(key) && !model.at(key).is_null() && model.at(key) != "")
       r.fail(where + "." + key, "not supported by byte-level BPE (expected null)");
-  }
   if (r.bool_field(model, "byte_fallback", where, false))
     r.fail(where + ".byte_fallback", "byte fallback is not supported (expected false)");
   const bool ignore_merges = r.bool_field(model, "ignore_merges", where, false);
@@ -803,14 +797,10 @@ int32_t config_token_id(const Reader& r, const json& config, const char* key,
                         const TokenizerState& impl) {
   if (!config.contains(key) || config.at(key).is_null()) return -1;
   const json& v = config.at(key);
-  std::string content;
-  if (v.is_string()) {
-    content = v.get<std::string>();
-  } else if (v.is_object()) {
-    content = r.string_field(v, "content", key);
-  } else {
+  if (!v.is_string() && !v.is_object())
     r.fail(key, "expected a string or an object with \"content\"");
-  }
+  const std::string content =
+      v.is_string() ? v.get<std::string>() : r.string_field(v, "content", key);
   // An added token, else a vocabulary token; -1 if neither.
   if (const auto it = impl.added.find(content); it != impl.added.end()) return it->second;
   const auto it = impl.vocab.find(content);
