@@ -40,12 +40,6 @@ Expr optional(Expr e) {
   return alt({empty(), std::move(e)});
 }
 
-std::string controls() {
-  std::string s;
-  for (int c = 0; c < 0x20; ++c) s += char(c);
-  return s;
-}
-
 // One character of a JSON string's text: a plain one or an escape (\u escapes of surrogates
 // excluded, which strict JSON parsers refuse when unpaired).
 Expr json_string_char() {
@@ -55,7 +49,9 @@ Expr json_string_char() {
                           hex, hex, hex}),
                      seq({one_of("dD"), digits('0', '7'), hex, hex})})});
   const Expr esc = seq({ch('\\'), alt({one_of("\"\\/bfnrt"), u})});
-  return alt({utf8_char(controls() + "\"\\"), esc});
+  std::string excluded = "\"\\";  // and the control characters
+  for (char c = 0; c < 0x20; ++c) excluded += c;
+  return alt({utf8_char(excluded), esc});
 }
 
 // Decimal numbers in [a, b] written with exactly `len` digits (leading zeros included).
@@ -231,6 +227,8 @@ class Compiler {
     auto it = s.find(key);
     return it == s.end() ? nullptr : &*it;
   }
+  // `v` is present and the boolean `b`.
+  static bool is_bool(const Json* v, bool b) { return v && v->is_boolean() && v->get<bool>() == b; }
 
   void check_keywords(const Json& s, const std::string& path) {
     static const std::set<std::string> known = {
@@ -248,8 +246,7 @@ class Compiler {
            "this schema keyword is not supported for constrained output");
     }
     // unevaluatedProperties false is what strict schemas say anyway; anything else constrains.
-    if (const Json* u = field(s, "unevaluatedProperties");
-        u && !(u->is_boolean() && !u->get<bool>()))
+    if (const Json* u = field(s, "unevaluatedProperties"); u && !is_bool(u, false))
       fail(path + ".unevaluatedProperties", "only false is supported");
   }
 
@@ -264,9 +261,7 @@ class Compiler {
   }
 
   Expr with_null(const Json& s, Expr e) {
-    const Json* n = field(s, "nullable");
-    if (n && n->is_boolean() && n->get<bool>()) return alt({std::move(e), lit("null")});
-    return e;
+    return is_bool(field(s, "nullable"), true) ? alt({std::move(e), lit("null")}) : e;
   }
 
   Expr ref(const Json& r, const std::string& path) {
@@ -397,12 +392,8 @@ class Compiler {
                            (b.value == slot.value && b.exclusive);
       if (tighter) slot = b;
     };
-    const auto draft4 = [&](const char* key) {
-      const Json* e = field(s, key);
-      return e && e->is_boolean() && e->get<bool>();
-    };
-    read("minimum", false, draft4("exclusiveMinimum"));
-    read("maximum", true, draft4("exclusiveMaximum"));
+    read("minimum", false, is_bool(field(s, "exclusiveMinimum"), true));
+    read("maximum", true, is_bool(field(s, "exclusiveMaximum"), true));
     read("exclusiveMinimum", false, true);
     read("exclusiveMaximum", true, true);
     return r;
@@ -453,7 +444,7 @@ class Compiler {
     if (!props || props->empty()) {
       // A map: keys free, values after additionalProperties (absent or true: any value).
       const Json* add = field(s, "additionalProperties");
-      if (add && add->is_boolean() && !add->get<bool>()) return seq({ch('{'), ws_, ch('}')});
+      if (is_bool(add, false)) return seq({ch('{'), ws_, ch('}')});
       const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
                                                : free_value(kFreeDepth);
       return enclose('{', list(member(free_string(), v), sep_, 0, -1), true, '}');
@@ -470,9 +461,9 @@ class Compiler {
     const auto [min, max] = bounds(s, path, "minItems", "maxItems");
     // The further items: any value when "items" is absent, none when it is false.
     const Json* items = field(s, "items");
-    const Expr item = !items                                       ? free_value(kFreeDepth)
-                      : items->is_boolean() && !items->get<bool>() ? nullptr
-                                                                   : value(*items, path + ".items");
+    const Expr item = !items                  ? free_value(kFreeDepth)
+                      : is_bool(items, false) ? nullptr
+                                              : value(*items, path + ".items");
     if (const Json* pre = field(s, "prefixItems")) {
       if (!pre->is_array() || pre->empty())
         fail(path + ".prefixItems", "expected a non-empty array");
