@@ -524,8 +524,7 @@ JsonSchema::JsonSchema(std::string_view schema_json, int32_t max_length)
 JsonSchema::~JsonSchema() = default;
 
 Expr JsonSchema::value() const {
-  Compiler c(impl_->root, impl_->max_length);
-  return c.value(impl_->root, "schema");
+  return Compiler(impl_->root, impl_->max_length).value(impl_->root, "schema");
 }
 
 std::vector<JsonSchema::Property> JsonSchema::properties() const {
@@ -552,9 +551,7 @@ std::vector<JsonSchema::Property> JsonSchema::properties() const {
 }
 
 Expr json_object_expr() {
-  const Json root = Json::object();
-  Compiler c(root, 0);  // no lengths to bound
-  return c.free_object(kFreeDepth);
+  return Compiler(Json::object(), /*max_length=*/0).free_object(kFreeDepth);
 }
 
 }  // namespace deepinfer::grammar

@@ -356,9 +356,7 @@ namespace {
 
 // Delimiters as the block grammar reads them; several stop short of their closing '>', which
 // the next step then expects in ">\n".
-constexpr std::string_view kInvokeStart = cf::kInvokeOpen;  // "<｜DSML｜ invoke"
 constexpr std::string_view kInvokeEnd = "</｜DSML｜ invoke";
-constexpr std::string_view kParamStart = cf::kParamOpen;  // "<｜DSML｜ parameter"
 constexpr std::string_view kParamEnd = "/｜DSML｜ parameter";
 constexpr std::string_view kStringTrue = "\" string=\"true\">";
 constexpr std::string_view kStringFalse = "\" string=\"false\">";
@@ -423,16 +421,16 @@ void CompletionParser::finish_call(Delta& delta) {
 
 // Parses as much of the tool-call block in buffer_ as has arrived. Grammar, after the opener
 // "\n\n<｜DSML｜ calls": ">\n", then invokes each followed by ">\n", then "</｜DSML｜ calls>".
-// An invoke is kInvokeStart ' name="NAME">\n' parameters kInvokeEnd; a parameter is kParamStart
-// ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n". Each step reads up to the first
-// delimiter that can end it, and that delimiter decides the next step.
+// An invoke is cf::kInvokeOpen ' name="NAME">\n' parameters kInvokeEnd; a parameter is
+// cf::kParamOpen ' name="KEY" string="true|false">VALUE<' kParamEnd ">\n". Each step reads up to
+// the first delimiter that can end it, and that delimiter decides the next step.
 void CompletionParser::parse_calls(Delta& delta, bool final) {
   while (state_ == State::kCalls) {
     const CallStep step = call_step_;
     const auto [at, stop] =
-        step == CallStep::kSeek    ? find_first(buffer_, {kInvokeStart, cf::kCallsClose})
+        step == CallStep::kSeek    ? find_first(buffer_, {cf::kInvokeOpen, cf::kCallsClose})
         : step == CallStep::kParam ? find_first(buffer_, {kParamEnd})
-                                   : find_first(buffer_, {kParamStart, kInvokeEnd});
+                                   : find_first(buffer_, {cf::kParamOpen, kInvokeEnd});
     std::string_view head = std::string_view(buffer_).substr(0, at);
     if (at == std::string::npos) {
       if (final)
@@ -476,9 +474,9 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
       finish_call(delta);
       call_step_ = CallStep::kSeek;
     } else {
-      call_step_ = stop == kInvokeStart  ? CallStep::kName
-                   : stop == kParamStart ? CallStep::kParam
-                                         : CallStep::kParamTail;
+      call_step_ = stop == cf::kInvokeOpen  ? CallStep::kName
+                   : stop == cf::kParamOpen ? CallStep::kParam
+                                            : CallStep::kParamTail;
     }
   }
 }
