@@ -51,15 +51,12 @@ EngramTokenMap build_engram_token_map(const Tokenizer& tokenizer) {
   std::unordered_map<std::string, int32_t> key_to_id;
   key_to_id.reserve(size_t(n));
   for (int32_t id = 0; id < n; ++id) {
-    const int32_t one[1] = {id};
-    const std::string text = tokenizer.decode(one);
-    std::string key;
-    if (text.find(utf8::kReplacement) != std::string::npos) {
-      key = std::string(tokenizer.id_to_token(id));
-    } else {
-      key = engram_normalize(text);
-      if (key.empty()) key = text;
-    }
+    const std::string text = tokenizer.decode({&id, 1});
+    // A token with U+FFFD in its text is never empty, so only a normalised key can be.
+    std::string key = text.find(utf8::kReplacement) != std::string::npos
+                          ? std::string(tokenizer.id_to_token(id))
+                          : engram_normalize(text);
+    if (key.empty()) key = text;
     const auto [it, inserted] = key_to_id.emplace(std::move(key), int32_t(key_to_id.size()));
     map.compressed[size_t(id)] = it->second;
   }
