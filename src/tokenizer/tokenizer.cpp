@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 #include "tokenizer/detokenizer.h"
@@ -305,8 +306,7 @@ class AddedTokenMatcher {
   void split(std::string_view text, std::vector<Segment>& out) const {
     out.clear();
     size_t emitted = 0;  // end of the last segment pushed
-    size_t pos = 0;
-    while (pos < text.size()) {
+    for (size_t pos = 0; pos < text.size();) {
       const auto [len, t] = longest_at(text, pos);
       if (t < 0 || (tokens_[t].single_word && !is_whole_word(text, pos, pos + len))) {
         ++pos;
@@ -542,9 +542,9 @@ using nlohmann::json;
 // GPT-2's reversible byte <-> printable character map: byte b is represented by code point
 // to_char[b]; to_byte[cp] is -1 for code points outside the alphabet.
 struct ByteAlphabet {
-  char32_t to_char[256];
-  int to_byte[512];
-  ByteAlphabet() {
+  char32_t to_char[256] = {};
+  int to_byte[512] = {};
+  constexpr ByteAlphabet() {
     // Printable Latin-1 bytes stand for themselves; the others are shifted past U+00FF in
     // byte order.
     std::fill(std::begin(to_byte), std::end(to_byte), -1);
@@ -557,19 +557,16 @@ struct ByteAlphabet {
   }
 };
 
-const ByteAlphabet& alphabet() {
-  static const ByteAlphabet a;
-  return a;
-}
+constexpr ByteAlphabet kAlphabet;
 
 // The raw bytes of a token made only of byte-level characters; false for any other token.
 bool byte_level_bytes(const std::string& token, std::string& out) {
   out.clear();
   for (size_t p = 0; p < token.size();) {
     const utf8::Step st = utf8::step(token, p);
-    if (st.kind != utf8::Step::Kind::kChar || st.cp >= 512 || alphabet().to_byte[st.cp] < 0)
+    if (st.kind != utf8::Step::Kind::kChar || st.cp >= 512 || kAlphabet.to_byte[st.cp] < 0)
       return false;
-    out.push_back(char(alphabet().to_byte[st.cp]));
+    out.push_back(char(kAlphabet.to_byte[st.cp]));
     p += st.len;
   }
   return true;
@@ -759,7 +756,7 @@ void read_model(const Reader& r, const json& model, TokenizerState& impl) {
   // The initial symbols of a word are the ids of its bytes' characters.
   for (int b = 0; b < 256; ++b) {
     std::string ch;
-    utf8::append(ch, alphabet().to_char[b]);
+    utf8::append(ch, kAlphabet.to_char[b]);
     const auto it = impl.vocab.find(ch);
     impl.bpe.byte_ids[b] = it != impl.vocab.end() ? it->second : -1;
   }
@@ -989,9 +986,7 @@ std::string IncrementalDetokenizer::push(int32_t id) {
 }
 
 std::string IncrementalDetokenizer::flush() {
-  std::string out = utf8::lossy(pending_);
-  pending_.clear();
-  return out;
+  return utf8::lossy(std::exchange(pending_, {}));
 }
 
 }  // namespace deepinfer

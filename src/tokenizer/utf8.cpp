@@ -13,24 +13,13 @@ Step step(std::string_view s, size_t pos) {
   const uint8_t b0 = byte(pos);
   if (b0 < 0x80) return {Step::Kind::kChar, 1, char32_t(b0)};
 
-  // Table 3-7 of the Unicode standard: the lead byte fixes the length and the range allowed
-  // for the second byte; later bytes are always 80..BF.
-  uint32_t len = 0;
-  uint8_t lo = 0x80, hi = 0xBF;
-  char32_t cp = 0;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    len = 2, cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    len = 3, cp = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    len = 4, cp = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
-    return {Step::Kind::kInvalid, 1, 0};
-  }
+  // Table 3-7 of the Unicode standard: the lead byte (C2..F4) fixes the length, the payload
+  // bits it carries and the range allowed for the second byte; later bytes are always 80..BF.
+  if (b0 < 0xC2 || b0 > 0xF4) return {Step::Kind::kInvalid, 1, 0};
+  const uint32_t len = b0 < 0xE0 ? 2 : b0 < 0xF0 ? 3 : 4;
+  char32_t cp = b0 & (0x7F >> len);
+  const uint8_t lo = b0 == 0xE0 ? 0xA0 : b0 == 0xF0 ? 0x90 : 0x80;
+  const uint8_t hi = b0 == 0xED ? 0x9F : b0 == 0xF4 ? 0x8F : 0xBF;
   for (uint32_t k = 1; k < len; ++k) {
     if (pos + k >= s.size()) return {Step::Kind::kTruncated, k, 0};
     const uint8_t b = byte(pos + k);
