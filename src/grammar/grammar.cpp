@@ -113,9 +113,8 @@ Expr until(std::string terminator) {
 }
 
 Expr utf8_char(std::string_view excluded_ascii) {
-  using R = std::pair<uint8_t, uint8_t>;
   // ASCII minus the excluded bytes, as ranges.
-  std::vector<R> ascii;
+  std::vector<std::pair<uint8_t, uint8_t>> ascii;
   for (int c = 0; c < 0x80; ++c) {
     if (excluded_ascii.find(char(c)) != std::string_view::npos) continue;
     if (!ascii.empty() && ascii.back().second == c - 1)

@@ -302,16 +302,14 @@ class Compiler {
 
   std::pair<int32_t, int32_t> bounds(const Json& s, const std::string& path, const char* lo_key,
                                      const char* hi_key) {
-    int32_t lo = 0, hi = -1;
-    auto get = [&](const char* key, int32_t* out) {
-      if (const Json* v = field(s, key)) {
-        if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max_length_)
-          fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", max_length_, "]"));
-        *out = int32_t(v->get<int64_t>());
-      }
+    const auto get = [&](const char* key, int32_t absent) {
+      const Json* v = field(s, key);
+      if (!v) return absent;
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max_length_)
+        fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", max_length_, "]"));
+      return int32_t(v->get<int64_t>());
     };
-    get(lo_key, &lo);
-    get(hi_key, &hi);
+    const int32_t lo = get(lo_key, 0), hi = get(hi_key, -1);
     if (hi >= 0 && hi < lo) fail(path, str_cat(hi_key, " is below ", lo_key));
     return {lo, hi};
   }
@@ -366,13 +364,14 @@ class Compiler {
       const Json* v = field(s, key);
       // Draft 4 spells exclusivity as a boolean beside minimum/maximum.
       if (!v || v->is_boolean()) return;
-      if (!v->is_number()) fail(str_cat(path, ".", key), "expected a number");
+      const std::string where = str_cat(path, ".", key);
+      if (!v->is_number()) fail(where, "expected a number");
       const double x = v->get<double>();
-      if (!std::isfinite(x)) fail(str_cat(path, ".", key), "expected a finite number");
+      if (!std::isfinite(x)) fail(where, "expected a finite number");
       // Values have at most 15 integer digits: a bound beyond that is no bound, or none is left.
       if (upper ? x > double(kIntMax) : x < -double(kIntMax)) return;
       if (upper ? x < -double(kIntMax) : x > double(kIntMax))
-        fail(str_cat(path, ".", key), str_cat("no value of at most 15 digits meets the bound"));
+        fail(where, "no value of at most 15 digits meets the bound");
       Bound b{true, 0, exclusive};
       if (integral) {
         // Rounded inward, exclusive ones made inclusive.
@@ -382,8 +381,7 @@ class Compiler {
         b.exclusive = false;
       } else {
         if (x != std::floor(x))
-          fail(str_cat(path, ".", key),
-               "number bounds with a fraction are not supported (integral ones are)");
+          fail(where, "number bounds with a fraction are not supported (integral ones are)");
         b.value = int64_t(x);
       }
       Bound& slot = upper ? r.hi : r.lo;
