@@ -28,12 +28,6 @@ namespace {
 // Headers beyond this are not checkpoints (the released files have headers of a few hundred KiB).
 constexpr uint64_t kMaxHeaderBytes = uint64_t(256) << 20;
 
-uint64_t read_u64_le(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
-  return v;
-}
-
 // Parses JSON and rejects duplicate top-level keys (a name listed twice is ambiguous).
 json parse_header_json(const char* begin, const char* end, const std::string& label) {
   std::set<std::string> seen;
@@ -78,9 +72,8 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
     DI_REQUIRE(n <= uint64_t(std::numeric_limits<int64_t>::max()), where,
                ": shape entry too large");
     // Bound the element count so that its bit count (up to 64 per element) fits in 64 bits.
-    if (n != 0 && numel > std::numeric_limits<uint64_t>::max() / 64 / n) {
-      throw Error(str_cat(where, ": shape ", show_json(*sh), " overflows"));
-    }
+    DI_REQUIRE(n == 0 || numel <= std::numeric_limits<uint64_t>::max() / 64 / n, where, ": shape ",
+               show_json(*sh), " overflows");
     numel *= n;
     t.shape.dim[t.shape.ndim++] = int64_t(n);
   }
@@ -102,13 +95,32 @@ TensorInfo parse_entry(const std::string& name, const json& e, const std::string
   return t;
 }
 
+void write_file(const std::string& path,
+                const std::vector<std::pair<const void*, uint64_t>>& parts) {
+  // Write to a temporary name and rename, so a reader never sees a half-written file.
+  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  DI_REQUIRE(f, path, ": cannot create: ", std::strerror(errno));
+  bool ok = true;
+  for (const auto& [data, size] : parts)
+    ok = ok && (size == 0 || std::fwrite(data, 1, size, f) == size);
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw Error(str_cat(path, ": write failed (disk full?)"));
+  }
+  DI_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, path,
+             ": rename failed: ", std::strerror(errno));
+}
+
 }  // namespace
 
 SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_size,
                                            const std::string& label) {
   DI_REQUIRE(file_size >= 8, label, ": file is ", file_size,
              " bytes, too short for a safetensors header length (8 bytes)");
-  const uint64_t hlen = read_u64_le(bytes);
+  uint64_t hlen;  // little-endian, as is the host (stored tensors are read in place)
+  std::memcpy(&hlen, bytes, 8);
   DI_REQUIRE(hlen <= file_size - 8, label, ": header length ", hlen, " runs past the end of the ",
              file_size, "-byte file (truncated file?)");
   DI_REQUIRE(hlen <= kMaxHeaderBytes, label, ": header length ", hlen, " exceeds the ",
@@ -272,7 +284,6 @@ const TensorInfo& TensorStore::get(const std::string& name) const {
 
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> v;
-  v.reserve(by_name_.size());
   for (const auto& [n, t] : by_name_) v.push_back(n);
   return v;
 }
@@ -306,28 +317,6 @@ std::vector<std::string> SafetensorsWriter::names() const {
   return v;
 }
 
-namespace {
-
-void write_file(const std::string& path,
-                const std::vector<std::pair<const void*, uint64_t>>& parts) {
-  // Write to a temporary name and rename, so a reader never sees a half-written file.
-  const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  DI_REQUIRE(f, path, ": cannot create: ", std::strerror(errno));
-  bool ok = true;
-  for (const auto& [data, size] : parts)
-    ok = ok && (size == 0 || std::fwrite(data, 1, size, f) == size);
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    throw Error(str_cat(path, ": write failed (disk full?)"));
-  }
-  DI_REQUIRE(std::rename(tmp.c_str(), path.c_str()) == 0, path,
-             ": rename failed: ", std::strerror(errno));
-}
-
-}  // namespace
-
 void SafetensorsWriter::write(const std::string& path) const {
   nlohmann::ordered_json h = nlohmann::ordered_json::object();
   if (!metadata_.empty()) h["__metadata__"] = metadata_;
@@ -341,9 +330,8 @@ void SafetensorsWriter::write(const std::string& path) const {
   }
   std::string header = h.dump();
   while ((8 + header.size()) % 8) header.push_back(' ');
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(header.size()) >> (8 * i));
-  std::vector<std::pair<const void*, uint64_t>> parts = {{len, 8}, {header.data(), header.size()}};
+  const uint64_t len = header.size();  // little-endian, as is the host
+  std::vector<std::pair<const void*, uint64_t>> parts = {{&len, 8}, {header.data(), header.size()}};
   for (const auto& e : entries_) parts.emplace_back(e.bytes.data(), e.bytes.size());
   write_file(path, parts);
 }
@@ -360,10 +348,10 @@ void write_safetensors_index(const std::string& dir,
              {{text.data(), text.size()}});
 }
 
-namespace {
-
-// The index of each shard's first group, then sizes.size(); one shard when there are none.
-std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t max_shard_bytes) {
+uint64_t write_safetensors_shards(const std::string& dir, const std::vector<uint64_t>& sizes,
+                                  uint64_t max_shard_bytes,
+                                  const std::function<void(size_t, SafetensorsWriter&)>& add) {
+  // The index of each shard's first group, then sizes.size(); one shard when there are none.
   std::vector<size_t> starts = {0};
   uint64_t cur = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -374,15 +362,6 @@ std::vector<size_t> shard_starts(const std::vector<uint64_t>& sizes, uint64_t ma
     cur += sizes[i];
   }
   starts.push_back(sizes.size());
-  return starts;
-}
-
-}  // namespace
-
-uint64_t write_safetensors_shards(const std::string& dir, const std::vector<uint64_t>& sizes,
-                                  uint64_t max_shard_bytes,
-                                  const std::function<void(size_t, SafetensorsWriter&)>& add) {
-  const std::vector<size_t> starts = shard_starts(sizes, max_shard_bytes);
   std::error_code ec;
   fs::create_directories(dir, ec);
   DI_REQUIRE(!ec, dir, ": cannot create directory: ", ec.message());
