@@ -51,11 +51,10 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
 }
 
 uint64_t KvCache::bytes() const {
-  uint64_t n = (history_.size() + snapshot_history_.size()) * 8;
+  uint64_t n = (history_.size() + snapshot_history_.size() + backup_history_.size()) * 8;
   for (const auto& L : layers_)
     n += L.paged[0].size() + L.paged[1].size() + L.window.size() + L.snapshot_window.size() +
          L.backup_window.size() + (L.carry.size() + L.backup_carry.size()) * 4;
-  n += backup_history_.size() * 8;
   return n;
 }
 
@@ -111,14 +110,6 @@ void KvCache::restore_snapshot(int32_t snap, int32_t slot) {
   std::copy_n(snapshot_history(snap), history_len_, engram_history(slot));
 }
 
-namespace {
-// Copies slot `slot` of a per-slot array of `per` elements from `from` to `to`.
-template <typename T>
-void copy_slot(const std::vector<T>& from, std::vector<T>& to, int32_t slot, size_t per) {
-  std::copy_n(from.data() + size_t(slot) * per, per, to.data() + size_t(slot) * per);
-}
-}  // namespace
-
 void KvCache::backup_slot(int32_t slot) {
   copy_slot_state(slot, true);
 }
@@ -129,18 +120,18 @@ void KvCache::restore_slot(int32_t slot) {
 
 void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
   DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
-  auto copy = [&](auto& live, auto& backup, size_t per) {
-    if (to_backup)
-      copy_slot(live, backup, slot, per);
-    else
-      copy_slot(backup, live, slot, per);
+  // The slot's part of a per-slot array, copied into its backup or back.
+  auto copy = [&](auto& live, auto& backup) {
+    const size_t per = live.size() / size_t(max_seqs_);
+    auto *a = live.data() + size_t(slot) * per, *b = backup.data() + size_t(slot) * per;
+    std::copy_n(to_backup ? a : b, per, to_backup ? b : a);
   };
   for (LayerRegion& L : layers_) {
-    copy(L.window, L.backup_window, L.window.size() / size_t(max_seqs_));
-    copy(L.carry, L.backup_carry, L.carry.size() / size_t(max_seqs_));
+    copy(L.window, L.backup_window);
+    copy(L.carry, L.backup_carry);
   }
-  copy(history_, backup_history_, size_t(history_len_));
-  copy(last_key_layer_, backup_key_layer_, 1);
+  copy(history_, backup_history_);
+  copy(last_key_layer_, backup_key_layer_);
 }
 
 // --- footprint ---
@@ -163,8 +154,7 @@ KvFootprint kv_footprint(const ModelConfig& c, int draft_layers) {
 }
 
 int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens) {
-  const KvFootprint f = kv_footprint(c);
-  return int64_t(f.bytes_per_token * double(block_tokens) + 0.5);
+  return int64_t(kv_footprint(c).bytes_per_token * double(block_tokens) + 0.5);
 }
 
 }  // namespace deepinfer
