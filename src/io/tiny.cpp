@@ -70,6 +70,14 @@ const std::pair<const char*, const char*> kPresets[] = {
       "dspark_markov_rank": 256, "dspark_n_routed_experts": 32, "dspark_n_activated_experts": 3})"},
 };
 
+// The random stream of random configs and weights.
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
 std::vector<std::string> tiny_preset_names() {
@@ -93,17 +101,6 @@ ModelConfig tiny_preset_config(const std::string& name) {
 }
 
 // --- random configs ---
-
-namespace {
-
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 ModelConfig random_tiny_config(uint64_t seed) {
   uint64_t st = seed * 0x2545f4914f6cdd1dull + 0x51ed27;
@@ -263,18 +260,12 @@ struct Encoded {
 // The form a tensor is written in under `layout` (TinyLayout in tiny.h).
 WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
   if (layout == TinyLayout::Release) return s.format;
-  switch (s.kind) {
-    case SlotKind::Bf16Linear:
-      return WeightFormat::BF16;
-    case SlotKind::Fp32Linear:
-      return s.name == "head.weight" ? WeightFormat::BF16 : WeightFormat::F32;
-    case SlotKind::Bf16:
-      return s.name.ends_with("norm.weight") || s.name.ends_with("gate.weight")
-                 ? WeightFormat::F32
-                 : WeightFormat::BF16;
-    default:
-      return s.format;
-  }
+  if (s.kind == SlotKind::Bf16Linear) return WeightFormat::BF16;
+  if (s.kind == SlotKind::Fp32Linear)
+    return s.name == "head.weight" ? WeightFormat::BF16 : WeightFormat::F32;
+  // Bf16 slots are stored BF16 (s.format) but for the norms and the router gate.
+  const bool f32 = s.name.ends_with("norm.weight") || s.name.ends_with("gate.weight");
+  return s.kind == SlotKind::Bf16 && f32 ? WeightFormat::F32 : s.format;
 }
 
 Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
@@ -291,61 +282,54 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
   e.shape = s.shape;
   auto draw = [&] { return in.center + amp * uniform(); };
   const WeightFormat format = stored_format(s, layout);
-  switch (format) {
-    case WeightFormat::F32:
-    case WeightFormat::BF16: {
-      const bool f32 = format == WeightFormat::F32;
-      e.dtype = f32 ? DType::F32 : DType::BF16;
-      e.bytes.resize(size_t(n) * (f32 ? 4 : 2));
-      for (int64_t i = 0; i < n; ++i) {
-        const float v = draw();
-        const uint16_t h = f32_to_bf16(v);
-        std::memcpy(e.bytes.data() + (f32 ? 4 : 2) * i, f32 ? &v : static_cast<const void*>(&h),
-                    f32 ? 4 : 2);
-      }
-      break;
+  if (format == WeightFormat::F32 || format == WeightFormat::BF16) {
+    const bool f32 = format == WeightFormat::F32;
+    e.dtype = f32 ? DType::F32 : DType::BF16;
+    e.bytes.resize(size_t(n) * (f32 ? 4 : 2));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = draw();
+      const uint16_t h = f32_to_bf16(v);
+      std::memcpy(e.bytes.data() + (f32 ? 4 : 2) * i, f32 ? &v : static_cast<const void*>(&h),
+                  f32 ? 4 : 2);
     }
-    case WeightFormat::Fp8Block:
-    case WeightFormat::Fp8Row:
-    case WeightFormat::Fp4Row: {
-      const int64_t R = s.shape[0], C = s.shape[1];
-      const bool fp4 = format == WeightFormat::Fp4Row;
-      const bool block = format == WeightFormat::Fp8Block;
-      std::vector<float> w(static_cast<size_t>(n));
-      for (auto& v : w) v = draw();
-      const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
-      e.scale_shape = Shape{br, bc};
-      e.scale.assign(size_t(br * bc), 0);
-      for (int64_t bi = 0; bi < br; ++bi)
-        for (int64_t bj = 0; bj < bc; ++bj) {
-          // A per-block magnitude factor in {1/2, 1, 2}, so the scale grid is not uniform.
-          const float factor = std::ldexp(1.0f, int((splitmix64(rng) % 3)) - 1);
-          const int64_t r0 = block ? bi * 32 : bi, r1 = block ? std::min(R, r0 + 32) : r0 + 1;
-          const int64_t c0 = bj * 32, c1 = std::min(C, c0 + 32);
-          float amax = 0;
-          for (int64_t r = r0; r < r1; ++r)
-            for (int64_t k = c0; k < c1; ++k) {
-              float& v = w[size_t(r * C + k)];
-              v *= factor;
-              amax = std::max(amax, std::fabs(v));
-            }
-          e.scale[size_t(bi * bc + bj)] = pow2ceil_e8m0(amax, fp4 ? 1.0f / 6.0f : 1.0f / 448.0f);
-        }
-      e.dtype = fp4 ? DType::I8 : DType::E4M3;
-      if (fp4) e.shape = Shape{R, C / 2};
-      e.bytes.assign(size_t(fp4 ? n / 2 : n), 0);
-      for (int64_t r = 0; r < R; ++r)
-        for (int64_t k = 0; k < C; ++k) {
-          const size_t i = size_t(r * C + k);
-          const float v = w[i] / e8m0_to_f32(e.scale[size_t((block ? r / 32 : r) * bc + k / 32)]);
-          if (fp4)
-            e.bytes[i / 2] |= uint8_t(f32_to_e2m1(v) << (4 * (i & 1)));
-          else
-            e.bytes[i] = f32_to_e4m3(std::max(-448.0f, std::min(448.0f, v)));
-        }
-      break;
-    }
+    return e;
   }
+  // fp8 / fp4: random values, per-block scales, then the quantized values.
+  const int64_t R = s.shape[0], C = s.shape[1];
+  const bool fp4 = format == WeightFormat::Fp4Row;
+  const bool block = format == WeightFormat::Fp8Block;
+  std::vector<float> w(static_cast<size_t>(n));
+  for (auto& v : w) v = draw();
+  const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
+  e.scale_shape = Shape{br, bc};
+  e.scale.assign(size_t(br * bc), 0);
+  for (int64_t bi = 0; bi < br; ++bi)
+    for (int64_t bj = 0; bj < bc; ++bj) {
+      // A per-block magnitude factor in {1/2, 1, 2}, so the scale grid is not uniform.
+      const float factor = std::ldexp(1.0f, int((splitmix64(rng) % 3)) - 1);
+      const int64_t r0 = block ? bi * 32 : bi, r1 = block ? std::min(R, r0 + 32) : r0 + 1;
+      const int64_t c0 = bj * 32, c1 = std::min(C, c0 + 32);
+      float amax = 0;
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t k = c0; k < c1; ++k) {
+          float& v = w[size_t(r * C + k)];
+          v *= factor;
+          amax = std::max(amax, std::fabs(v));
+        }
+      e.scale[size_t(bi * bc + bj)] = pow2ceil_e8m0(amax, fp4 ? 1.0f / 6.0f : 1.0f / 448.0f);
+    }
+  e.dtype = fp4 ? DType::I8 : DType::E4M3;
+  if (fp4) e.shape = Shape{R, C / 2};
+  e.bytes.assign(size_t(fp4 ? n / 2 : n), 0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < C; ++k) {
+      const size_t i = size_t(r * C + k);
+      const float v = w[i] / e8m0_to_f32(e.scale[size_t((block ? r / 32 : r) * bc + k / 32)]);
+      if (fp4)
+        e.bytes[i / 2] |= uint8_t(f32_to_e2m1(v) << (4 * (i & 1)));
+      else
+        e.bytes[i] = f32_to_e4m3(std::max(-448.0f, std::min(448.0f, v)));
+    }
   return e;
 }
 
