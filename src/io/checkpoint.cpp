@@ -16,9 +16,68 @@ std::string scale_name(const std::string& weight_name) {
   return weight_name + ".scale";
 }
 
-// --- schema ---
-
 namespace {
+
+// --- loading helpers ---
+
+bool is_skipped_part(const std::string& name) {
+  for (const char* p : {"mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline"})
+    if (name.rfind(p, 0) == 0) return true;
+  const std::string vl = ".ffn.gate.bias_vl";  // router bias for image tokens
+  return name.size() > vl.size() && name.ends_with(vl);
+}
+
+// The slot kinds whose weights may be stored quantized, with a `.scale` tensor.
+bool takes_scale(SlotKind k) {
+  return k == SlotKind::QLinear || k == SlotKind::Bf16Linear || k == SlotKind::Fp8Table;
+}
+
+std::string describe(const TensorInfo& t) {
+  return str_cat(dtype_name(t.dtype), " ", t.shape.str());
+}
+
+// Checks that `raw` (an E8M0/U8 scale tensor, or F32 holding exact powers of two) has `shape`;
+// returns e8m0 bytes, converting F32 into `owned` when needed.
+const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::string& dir,
+                          std::vector<std::vector<uint8_t>>& owned, uint64_t& converted) {
+  DI_REQUIRE(t.shape == shape, dir, ": tensor '", t.name, "' is ", describe(t), ", expected shape ",
+             shape.str());
+  if (t.dtype == DType::E8M0 || t.dtype == DType::U8) return t.data;
+  DI_REQUIRE(t.dtype == DType::F32, dir, ": tensor '", t.name, "' is ", describe(t),
+             ", expected F8_E8M0 scales (or F32 powers of two)");
+  std::vector<uint8_t> out(size_t(shape.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    float v;
+    std::memcpy(&v, t.data + 4 * i, 4);
+    const uint8_t b = f32_to_e8m0(v);
+    DI_REQUIRE(v > 0 && e8m0_to_f32(b) == v, dir, ": tensor '", t.name, "' element ", i, " = ", v,
+               " is not a power of two (scales must be e8m0-representable)");
+    out[i] = b;
+  }
+  converted += out.size();
+  owned.push_back(std::move(out));
+  return owned.back().data();
+}
+
+// The stored forms a slot kind accepts, for refusals.
+std::string accepted_forms(SlotKind k, const Shape& shape) {
+  const std::string s = shape.str();
+  if (k == SlotKind::Fp32 || k == SlotKind::Fp32Linear)
+    return str_cat("F32 ", s, " (or BF16/F16, widened exactly)");
+  if (k == SlotKind::Bf16) return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16)");
+  if (k == SlotKind::Fp8Table)
+    return str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", shape[0], ", ", shape[1] / 32, "]");
+  const int64_t o = shape[0], i = shape[1];
+  const std::string fp8 =
+      str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", (o + 31) / 32, ", ", (i + 31) / 32, "]");
+  if (k == SlotKind::Bf16Linear)
+    return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16) without a scale, or ", fp8);
+  return str_cat(fp8, ", packed fp4 as I8 [", o, ", ", i / 2, "] (or F4 ", s,
+                 ") with F8_E8M0 scales [", o, ", ", i / 32, "], or BF16/F32/F16 ", s,
+                 " without a scale");
+}
+
+// --- schema ---
 
 // The schema and, when `ck` is given, the slot of it each tensor binds into (`slots`, in schema
 // order; `ck->layers` is sized here).
@@ -185,71 +244,6 @@ WeightFootprint weight_footprint(const ModelConfig& c) {
 
 // --- loading ---
 
-namespace {
-
-bool is_skipped_part(const std::string& name) {
-  for (const char* p : {"mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline"})
-    if (name.rfind(p, 0) == 0) return true;
-  const std::string vl = ".ffn.gate.bias_vl";  // router bias for image tokens
-  return name.size() > vl.size() && name.ends_with(vl);
-}
-
-// The slot kinds whose weights may be stored quantized, with a `.scale` tensor.
-bool takes_scale(SlotKind k) {
-  return k == SlotKind::QLinear || k == SlotKind::Bf16Linear || k == SlotKind::Fp8Table;
-}
-
-std::string describe(const TensorInfo& t) {
-  return str_cat(dtype_name(t.dtype), " ", t.shape.str());
-}
-
-// Checks that `raw` (an E8M0/U8 scale tensor, or F32 holding exact powers of two) has `shape`;
-// returns e8m0 bytes, converting F32 into `owned` when needed.
-const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::string& dir,
-                          std::vector<std::vector<uint8_t>>& owned, uint64_t& converted) {
-  DI_REQUIRE(t.shape == shape, dir, ": tensor '", t.name, "' is ", describe(t), ", expected shape ",
-             shape.str());
-  if (t.dtype == DType::E8M0 || t.dtype == DType::U8) return t.data;
-  DI_REQUIRE(t.dtype == DType::F32, dir, ": tensor '", t.name, "' is ", describe(t),
-             ", expected F8_E8M0 scales (or F32 powers of two)");
-  std::vector<uint8_t> out(size_t(shape.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    float v;
-    std::memcpy(&v, t.data + 4 * i, 4);
-    const uint8_t b = f32_to_e8m0(v);
-    DI_REQUIRE(v > 0 && e8m0_to_f32(b) == v, dir, ": tensor '", t.name, "' element ", i, " = ", v,
-               " is not a power of two (scales must be e8m0-representable)");
-    out[i] = b;
-  }
-  converted += out.size();
-  owned.push_back(std::move(out));
-  return owned.back().data();
-}
-
-bool is_float(DType d) {
-  return d == DType::F32 || d == DType::BF16 || d == DType::F16;
-}
-
-// The stored forms a slot kind accepts, for refusals.
-std::string accepted_forms(SlotKind k, const Shape& shape) {
-  const std::string s = shape.str();
-  if (k == SlotKind::Fp32 || k == SlotKind::Fp32Linear)
-    return str_cat("F32 ", s, " (or BF16/F16, widened exactly)");
-  if (k == SlotKind::Bf16) return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16)");
-  if (k == SlotKind::Fp8Table)
-    return str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", shape[0], ", ", shape[1] / 32, "]");
-  const int64_t o = shape[0], i = shape[1];
-  const std::string fp8 =
-      str_cat("F8_E4M3 ", s, " with F8_E8M0 scales [", (o + 31) / 32, ", ", (i + 31) / 32, "]");
-  if (k == SlotKind::Bf16Linear)
-    return str_cat("BF16 ", s, " (or F32/F16, rounded to bf16) without a scale, or ", fp8);
-  return str_cat(fp8, ", packed fp4 as I8 [", o, ", ", i / 2, "] (or F4 ", s,
-                 ") with F8_E8M0 scales [", o, ", ", i / 32, "], or BF16/F32/F16 ", s,
-                 " without a scale");
-}
-
-}  // namespace
-
 std::string loaded_form(SlotKind kind, const Weight& w) {
   const bool f32 = w.format == WeightFormat::F32, fp8 = w.format == WeightFormat::Fp8Block;
   switch (kind) {
@@ -310,7 +304,8 @@ Weight Checkpoint::bind(const TensorSpec& spec) {
   const bool fp4 = matrix && ((t->dtype == DType::E2M1 && t->shape == spec.shape) ||
                               ((t->dtype == DType::I8 || t->dtype == DType::U8) &&
                                t->shape == Shape{spec.shape[0], spec.shape[1] / 2}));
-  const bool flt = is_float(t->dtype) && t->shape == spec.shape;
+  const bool flt = (t->dtype == DType::F32 || t->dtype == DType::BF16 || t->dtype == DType::F16) &&
+                   t->shape == spec.shape;
   auto scales = [&](WeightFormat f) {
     const Shape ss = f == WeightFormat::Fp8Block ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
                                                  : Shape{w.rows(), w.cols() / 32};
