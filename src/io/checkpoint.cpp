@@ -103,21 +103,17 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D}, ck ? ck->embed : scratch);
   // One block: backbone layer `l` (prefix "layers.<l>.") or DSpark stage (prefix "mtp.<k>.",
   // window-only role, no Engram: z = -1), with the routed experts [e_begin, e_end) of n_experts.
-  auto add_layer = [&](const std::string& p, const LayerRole& r, LayerWeights* Lp, int n_experts,
+  auto add_layer = [&](const std::string& p, const LayerRole& r, LayerWeights& L, int n_experts,
                        int e_begin, int e_end, int z) {
-    LayerWeights& L = *Lp;
     L.experts.resize(size_t(e_end - e_begin));
     add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D}, L.attn_norm);
     add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D}, L.ffn_norm);
-    for (const char* part : {"attn", "ffn"}) {
-      const bool attn = part[0] == 'a';
-      add(p + "hc_" + part + "_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D},
-          attn ? L.hc_attn_fn : L.hc_ffn_fn);
-      add(p + "hc_" + part + "_base", SK::Fp32, WF::F32, {n_mix},
-          attn ? L.hc_attn_base : L.hc_ffn_base);
-      add(p + "hc_" + part + "_scale", SK::Fp32, WF::F32, {3},
-          attn ? L.hc_attn_scale : L.hc_ffn_scale);
-    }
+    add(p + "hc_attn_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D}, L.hc_attn_fn);
+    add(p + "hc_attn_base", SK::Fp32, WF::F32, {n_mix}, L.hc_attn_base);
+    add(p + "hc_attn_scale", SK::Fp32, WF::F32, {3}, L.hc_attn_scale);
+    add(p + "hc_ffn_fn", SK::Fp32Linear, WF::F32, {n_mix, M * D}, L.hc_ffn_fn);
+    add(p + "hc_ffn_base", SK::Fp32, WF::F32, {n_mix}, L.hc_ffn_base);
+    add(p + "hc_ffn_scale", SK::Fp32, WF::F32, {3}, L.hc_ffn_scale);
     const std::string a = p + "attn.";
     add(a + "wq_a.weight", SK::QLinear, dense, {Q, D}, L.wq_a);
     add(a + "q_norm.weight", SK::Bf16, WF::BF16, {Q}, L.q_norm);
@@ -167,36 +163,33 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   if (ck) ck->layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l)
     add_layer("layers." + std::to_string(l) + ".", roles[size_t(l)],
-              ck ? &ck->layers[size_t(l)] : &scratch_layer, c.n_routed_experts, expert_begin,
+              ck ? ck->layers[size_t(l)] : scratch_layer, c.n_routed_experts, expert_begin,
               expert_end, c.engram_index(l));
   add("norm.weight", SK::Bf16, WF::BF16, {D}, ck ? ck->norm : scratch);
   add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, ck ? ck->head : scratch);
   if (dspark && c.has_dspark()) {
     // The draft head (V41_SPEC.md §10.4): window-only stages with every one of their experts on
     // every rank, main_proj/main_norm in stage 0, the heads in the last stage.
-    DsparkWeights* dw = ck ? &ck->dspark : nullptr;
     DsparkWeights scratch_dspark;
-    if (!dw) dw = &scratch_dspark;
-    dw->stages.resize(size_t(c.n_mtp_layers));
+    DsparkWeights& dw = ck ? ck->dspark : scratch_dspark;
+    dw.stages.resize(size_t(c.n_mtp_layers));
     const int last = c.n_mtp_layers - 1;
     const int64_t R = c.dspark_markov_rank;
     for (int k = 0; k < c.n_mtp_layers; ++k) {
       const std::string p = "mtp." + std::to_string(k) + ".";
-      add_layer(p, LayerRole{}, &dw->stages[size_t(k)], c.dspark_experts(), 0, c.dspark_experts(),
+      add_layer(p, LayerRole{}, dw.stages[size_t(k)], c.dspark_experts(), 0, c.dspark_experts(),
                 -1);
       if (k == 0) {
         add(p + "main_proj.weight", SK::QLinear, dense,
-            {D, int64_t(c.dspark_target_layer_ids.size()) * D}, dw->main_proj);
-        add(p + "main_norm.weight", SK::Bf16, WF::BF16, {D}, dw->main_norm);
+            {D, int64_t(c.dspark_target_layer_ids.size()) * D}, dw.main_proj);
+        add(p + "main_norm.weight", SK::Bf16, WF::BF16, {D}, dw.main_norm);
       }
       if (k == last) {
-        add(p + "norm.weight", SK::Bf16, WF::BF16, {D}, dw->norm);
-        add(p + "markov_head.embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, R},
-            dw->markov_embed);
+        add(p + "norm.weight", SK::Bf16, WF::BF16, {D}, dw.norm);
+        add(p + "markov_head.embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, R}, dw.markov_embed);
         add(p + "markov_head.head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, R},
-            dw->markov_head);
-        add(p + "confidence_head.proj.weight", SK::Fp32Linear, WF::BF16, {1, D + R},
-            dw->confidence);
+            dw.markov_head);
+        add(p + "confidence_head.proj.weight", SK::Fp32Linear, WF::BF16, {1, D + R}, dw.confidence);
       }
     }
   }
