@@ -160,6 +160,36 @@ void assign(ModelConfig& c, const Field& f, const json& v, const std::string& wh
       f.ptr);
 }
 
+// --- validation helpers ---
+
+// The value of the integer field with reference key `ref`.
+int64_t int_field(const ModelConfig& c, const char* ref) {
+  for (const Field& f : kFields) {
+    if (std::strcmp(f.ref, ref) != 0) continue;
+    if (auto p = std::get_if<int ModelConfig::*>(&f.ptr)) return c.**p;
+    return c.*std::get<int64_t ModelConfig::*>(f.ptr);
+  }
+  DI_CHECK(false, "no config field ", ref);
+}
+
+void require_positive(const std::string& label, const char* name, int64_t v) {
+  DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
+}
+void require_mult(const std::string& label, const char* name, int64_t v, int64_t m,
+                  const char* why) {
+  DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
+}
+
+void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
+                        int n_layers) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
+               " is not a backbone layer id in [0, ", n_layers, ")");
+    DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
+               v[i - 1], " then ", v[i]);
+  }
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::parse(const std::string& text, const std::string& label, bool validate) {
@@ -249,37 +279,7 @@ int ModelConfig::engram_index(int layer) const {
 
 // --- validation ---
 
-namespace {
-
-// The value of the integer field with reference key `ref`.
-int64_t int_field(const ModelConfig& c, const char* ref) {
-  for (const Field& f : kFields) {
-    if (std::strcmp(f.ref, ref) != 0) continue;
-    if (auto p = std::get_if<int ModelConfig::*>(&f.ptr)) return c.**p;
-    return c.*std::get<int64_t ModelConfig::*>(f.ptr);
-  }
-  DI_CHECK(false, "no config field ", ref);
-}
-
-void require_positive(const std::string& label, const char* name, int64_t v) {
-  DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
-}
-void require_mult(const std::string& label, const char* name, int64_t v, int64_t m,
-                  const char* why) {
-  DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
-}
-
-void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
-                        int n_layers) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
-               " is not a backbone layer id in [0, ", n_layers, ")");
-    DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
-               v[i - 1], " then ", v[i]);
-  }
-}
-
-std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& label) {
+std::vector<LayerRole> layer_roles(const ModelConfig& c, const std::string& label) {
   std::vector<LayerRole> roles(size_t(c.n_layers));
   auto contains = [](const std::vector<int>& v, int x) {
     return std::find(v.begin(), v.end(), x) != v.end();
@@ -335,8 +335,6 @@ std::vector<LayerRole> derive_roles(const ModelConfig& c, const std::string& lab
   }
   return roles;
 }
-
-}  // namespace
 
 void ModelConfig::validate(const std::string& label) const {
   for (const char* name :
@@ -434,7 +432,7 @@ void ModelConfig::validate(const std::string& label) const {
                ") must be in [1, dspark_n_routed_experts = ", dspark_experts(), "]");
   }
   // Roles check the sharing structure (who reads whose KV, keys and top-k).
-  (void)derive_roles(*this, label);
+  (void)layer_roles(*this, label);
 
   // Engram.
   if (!engram_layer_ids.empty()) {
@@ -455,10 +453,6 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(engram_pad_id >= 0 && engram_pad_id < vocab_size, label,
                ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
   }
-}
-
-std::vector<LayerRole> layer_roles(const ModelConfig& c) {
-  return derive_roles(c, "config");
 }
 
 }  // namespace deepinfer

@@ -125,6 +125,8 @@ struct LayerRole {
   int topk_from = -1;  // layer whose top-k list it uses (itself for index sources)
 };
 
-std::vector<LayerRole> layer_roles(const ModelConfig& c);
+// The roles of the backbone layers; throws Error naming `label` where the sharing structure is
+// inconsistent (validate() checks it so).
+std::vector<LayerRole> layer_roles(const ModelConfig& c, const std::string& label = "config");
 
 }  // namespace deepinfer
