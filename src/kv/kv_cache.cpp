@@ -110,14 +110,6 @@ void KvCache::restore_snapshot(int32_t snap, int32_t slot) {
   std::copy_n(snapshot_history(snap), history_len_, engram_history(slot));
 }
 
-void KvCache::backup_slot(int32_t slot) {
-  copy_slot_state(slot, true);
-}
-
-void KvCache::restore_slot(int32_t slot) {
-  copy_slot_state(slot, false);
-}
-
 void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
   DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
   // The slot's part of a per-slot array, copied into its backup or back.

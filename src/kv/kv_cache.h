@@ -105,8 +105,8 @@ class KvCache {
   void restore_snapshot(int32_t snap, int32_t slot);
   // Speculative decoding: a copy of all of a slot's state (rings, carries, history, key layer)
   // taken before a step that verifies drafts, and put back when some were rejected.
-  void backup_slot(int32_t slot);
-  void restore_slot(int32_t slot);
+  void backup_slot(int32_t slot) { copy_slot_state(slot, true); }
+  void restore_slot(int32_t slot) { copy_slot_state(slot, false); }
 
   // Tokens of context a sequence with `n_blocks` blocks can hold (at every layer).
   int64_t capacity_tokens(int64_t n_blocks) const { return n_blocks * block_tokens_; }
