@@ -212,12 +212,6 @@ TinyLayout parse_tiny_layout(const std::string& name) {
 
 namespace {
 
-uint64_t name_hash(const std::string& s) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 0x100000001b3ull;
-  return h;
-}
-
 // How a tensor's values are drawn: uniform with this standard deviation around `center`, and for
 // quantized formats a random per-block magnitude factor so scales vary between blocks.
 struct Init {
@@ -269,7 +263,10 @@ WeightFormat stored_format(const TensorSpec& s, TinyLayout layout) {
 }
 
 Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
-  uint64_t rng = seed ^ name_hash(s.name);
+  // Each tensor's own stream: the FNV-1a hash of its name, xor the seed.
+  uint64_t rng = 0xcbf29ce484222325ull;
+  for (unsigned char ch : s.name) rng = (rng ^ ch) * 0x100000001b3ull;
+  rng ^= seed;
   // A deterministic stream of uniform values in [-1, 1) (integer arithmetic, so the same bytes on
   // every machine).
   auto uniform = [&] {
