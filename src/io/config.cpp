@@ -214,12 +214,9 @@ ModelConfig ModelConfig::parse(const std::string& text, const std::string& label
       v = lookup(src, f.ref);
       where = str_cat(label, ": ", f.ref);
     }
-    if (!v) {
-      DI_REQUIRE(!f.required, label, ": missing required field '", hf ? f.hf : f.ref, "'",
-                 hf ? " in text_config" : "");
-      continue;
-    }
-    assign(c, f, *v, where);
+    DI_REQUIRE(v || !f.required, label, ": missing required field '", hf ? f.hf : f.ref, "'",
+               hf ? " in text_config" : "");
+    if (v) assign(c, f, *v, where);
   }
   if (!hf) {
     // The reference's `expert_dtype: null`: experts stored in the model's dtype.
