@@ -21,27 +21,25 @@ namespace {
 // Engine limits that no model can run with, named by their flags (before anything loads).
 void check_engine_limits(const EngineOptions& o) {
   const SchedulerConfig& s = o.engine.sched;
-  auto need = [](bool ok, const char* flag, int64_t v, const char* rule) {
-    DI_REQUIRE(ok, flag, " ", v, ": must be ", rule);
+  auto at_least = [](const char* flag, int64_t v, int64_t min, const char* note = "") {
+    DI_REQUIRE(v >= min, flag, " ", v, ": must be >= ", min, note);
   };
-  need(s.max_num_seqs >= 1, "--max-num-seqs", s.max_num_seqs, ">= 1");
-  need(s.max_num_batched_tokens >= 1, "--max-num-batched-tokens", s.max_num_batched_tokens, ">= 1");
-  need(s.max_num_prefill_tokens >= 1, "--max-num-prefill-tokens", s.max_num_prefill_tokens, ">= 1");
-  need(s.max_model_len >= 1, "--max-model-len", s.max_model_len, ">= 1");
-  need(s.block_tokens >= 1, "--block-size", s.block_tokens, ">= 1");
-  need(s.prefill_bucket >= 0, "--prefill-bucket", s.prefill_bucket, ">= 0 (0: off)");
-  need(o.engine.num_kv_blocks >= 0, "--num-kv-blocks", o.engine.num_kv_blocks,
-       ">= 0 (0: from --kv-cache-memory)");
-  need(o.kv_cache_mib >= 1, "--kv-cache-memory", o.kv_cache_mib, ">= 1 (MiB)");
+  at_least("--max-num-seqs", s.max_num_seqs, 1);
+  at_least("--max-num-batched-tokens", s.max_num_batched_tokens, 1);
+  at_least("--max-num-prefill-tokens", s.max_num_prefill_tokens, 1);
+  at_least("--max-model-len", s.max_model_len, 1);
+  at_least("--block-size", s.block_tokens, 1);
+  at_least("--prefill-bucket", s.prefill_bucket, 0, " (0: off)");
+  at_least("--num-kv-blocks", o.engine.num_kv_blocks, 0, " (0: from --kv-cache-memory)");
+  at_least("--kv-cache-memory", o.kv_cache_mib, 1, " (MiB)");
   DI_REQUIRE(o.speculative_method == "none" || o.speculative_method == "ngram" ||
                  o.speculative_method == "dspark",
              "--speculative-method ", o.speculative_method, ": expected none, ngram or dspark");
-  need(o.num_speculative_tokens >= 0, "--num-speculative-tokens", o.num_speculative_tokens,
-       ">= 0 (0: the method's default)");
-  need(o.ngram_max >= 1, "--ngram-max", o.ngram_max, ">= 1");
-  need(o.prefix_cache_mib >= 0, "--prefix-cache-memory", o.prefix_cache_mib,
-       ">= 0 (MiB; 0: a quarter of --kv-cache-memory)");
-  need(o.threads >= 0, "--threads", o.threads, ">= 0 (0: all cores)");
+  at_least("--num-speculative-tokens", o.num_speculative_tokens, 0, " (0: the method's default)");
+  at_least("--ngram-max", o.ngram_max, 1);
+  at_least("--prefix-cache-memory", o.prefix_cache_mib, 0,
+           " (MiB; 0: a quarter of --kv-cache-memory)");
+  at_least("--threads", o.threads, 0, " (0: all cores)");
 }
 }  // namespace
 
