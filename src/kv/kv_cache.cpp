@@ -130,11 +130,8 @@ void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
 
 KvFootprint kv_footprint(const ModelConfig& c, int draft_layers) {
   KvFootprint f;
-  f.window_bytes = draft_layers * c.window_size * window_kv_row_bytes(c.head_dim);
-  const auto roles = layer_roles(c);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerRole& r = roles[size_t(l)];
-    f.window_bytes += c.window_size * window_kv_row_bytes(c.head_dim);
+  f.window_bytes = (c.n_layers + draft_layers) * c.window_size * window_kv_row_bytes(c.head_dim);
+  for (const LayerRole& r : layer_roles(c)) {
     if (!r.kv_source) continue;
     const int64_t idx = r.key_owner ? index_key_row_bytes(c.index_head_dim) : 0;
     f.bytes_per_token += double(compressed_kv_row_bytes(c.head_dim) + idx) / double(r.ratio);
