@@ -437,8 +437,7 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(engram_num_embeddings.size() == engram_layer_ids.size(), label,
                ": engram_num_embeddings has ", engram_num_embeddings.size(),
                " entries, expected one per Engram layer (", engram_layer_ids.size(), ")");
-    for (size_t z = 0; z < engram_num_embeddings.size(); ++z)
-      require_positive(label, "engram_num_embeddings[]", engram_num_embeddings[z]);
+    for (int64_t n : engram_num_embeddings) require_positive(label, "engram_num_embeddings[]", n);
     DI_REQUIRE(engram_max_ngram_size >= 2, label, ": engram_max_ngram_size must be >= 2, got ",
                engram_max_ngram_size);
     require_positive(label, "engram_n_heads", engram_n_heads);
