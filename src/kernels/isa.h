@@ -24,15 +24,13 @@ struct Job {
   // the partial over the codes q, so every path scales partials by the weight scale only.
   const float* x = nullptr;
   int64_t ldx = 0;
-  const uint16_t* xb = nullptr;  // [n, ldxb] the same x̃ as bf16 (exact) for vdpbf16ps, or null
-  int64_t ldxb = 0;
+  // The rows below are K = w->cols apart (K / 32 for xs).
+  const uint16_t* xb = nullptr;  // [n, K] the same x̃ as bf16 (exact) for vdpbf16ps, or null
   // Integer products (fp4 weights, AVX-512 GEMV), or null: per row and 32-block, x̃_k = A_k · 2^E
-  // with integers |A_k| < 2^15 in xi [n, ldxi], and xs [n, ldxs] = 2^(E-1) (the fp4 weights
+  // with integers |A_k| < 2^15 in xi [n, K], and xs [n, K/32] = 2^(E-1) (the fp4 weights
   // enter as twice their values), or 0 where the block is not so (it runs in fp32 FMAs).
   const int16_t* xi = nullptr;
-  int64_t ldxi = 0;
   const float* xs = nullptr;
-  int64_t ldxs = 0;
   int64_t n = 0;
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
   int64_t ldy = 0;

@@ -192,15 +192,9 @@ bool auto_int_products() {
 // Whether a call of n rows multiplies its bf16-exact products with vdpbf16ps (else fp32 FMAs,
 // same bits).
 bool use_bf16_products(int64_t n) {
-  if (!bf16_products_ok()) return false;
-  switch (linear_products()) {
-    case LinearProducts::Bf16Dot:
-      return true;
-    case LinearProducts::Fp32Fma:
-      return false;
-    default:
-      return auto_bf16_products(n);
-  }
+  const LinearProducts p = linear_products();
+  return bf16_products_ok() && p != LinearProducts::Fp32Fma &&
+         (p == LinearProducts::Bf16Dot || auto_bf16_products(n));
 }
 
 bool int_products_ok() {
@@ -210,15 +204,9 @@ bool int_products_ok() {
 
 // Whether a QLin GEMV over `w` multiplies as integers (fp4 weights; isa.h's Job::xi).
 bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
-  if (!kern.int_codes || !int_products_ok() || w.format != WeightFormat::Fp4Row) return false;
-  switch (linear_products()) {
-    case LinearProducts::Int16Dot:
-      return true;
-    case LinearProducts::Auto:
-      return auto_int_products();
-    default:
-      return false;
-  }
+  const LinearProducts p = linear_products();
+  return kern.int_codes && int_products_ok() && w.format == WeightFormat::Fp4Row &&
+         (p == LinearProducts::Int16Dot || (p == LinearProducts::Auto && auto_int_products()));
 }
 
 // Checks a call and returns its number of outputs.
@@ -271,11 +259,8 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
           .x = q ? reinterpret_cast<const float*>(q) : a.x,
           .ldx = q ? K : a.ldx,
           .xb = qb ? reinterpret_cast<const uint16_t*>(q + l.xqb) : nullptr,
-          .ldxb = qb ? K : 0,
           .xi = qi ? reinterpret_cast<const int16_t*>(q + l.xi) : nullptr,
-          .ldxi = qi ? K : 0,
           .xs = qi ? reinterpret_cast<const float*>(q + l.xs) : nullptr,
-          .ldxs = qi ? K / 32 : 0,
           .n = a.n,
           .y = a.y,
           .ldy = a.ldy,
@@ -288,13 +273,14 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
 // The part of a call's job for its rows [i0, i0 + n) and tiles [t0, t1).
 linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int64_t t0,
                         int64_t t1) {
+  const int64_t K = base.w->cols;
   linear_isa::Job j = base;
   j.n = n;
   j.x = base.x + i0 * base.ldx;
-  if (base.xb) j.xb = base.xb + i0 * base.ldxb;
+  if (base.xb) j.xb = base.xb + i0 * K;
   if (base.xi) {
-    j.xi = base.xi + i0 * base.ldxi;
-    j.xs = base.xs + i0 * base.ldxs;
+    j.xi = base.xi + i0 * K;
+    j.xs = base.xs + i0 * (K / 32);
   }
   j.y = base.y + i0 * base.ldy;
   j.t0 = t0;
@@ -336,10 +322,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
-    if (kern.to_bf16(a.x, a.ldx, n, K, xb)) {
-      base.xb = xb;
-      base.ldxb = K;
-    }
+    if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
   }
 
   const int64_t threads = pool.size();

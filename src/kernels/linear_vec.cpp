@@ -275,7 +275,7 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
         decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
 #pragma GCC unroll 16
         for (int r = 0; r < NR; ++r) {
-          const uint16_t* xr = j.xb + r * j.ldxb + (b0 + bb) * 32 + 4 * g;
+          const uint16_t* xr = j.xb + r * j.w->cols + (b0 + bb) * 32 + 4 * g;
           p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
           p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
         }
@@ -313,7 +313,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
                             F* acc) {
   const int16_t* xr[NR];
 #pragma GCC unroll 16
-  for (int r = 0; r < NR; ++r) xr[r] = j.xi + r * j.ldxi + b0 * 32;
+  for (int r = 0; r < NR; ++r) xr[r] = j.xi + r * j.w->cols + b0 * 32;
   const uint8_t* src = tile + b0 * 256;  // a block's 32 inputs: 4 groups of 8, 64 bytes each
   I p[NB][NR];
 #pragma GCC unroll 16
@@ -342,7 +342,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
-      part[bb][r] = mul(_mm512_cvtepi32_ps(p[bb][r]), set1(j.xs[r * j.ldxs + b0 + bb]));
+      part[bb][r] = mul(_mm512_cvtepi32_ps(p[bb][r]), set1(j.xs[r * (j.w->cols / 32) + b0 + bb]));
   add_partials<kFp4, NR, NB>(j, t, b0, 0, part, acc);
 }
 
@@ -354,7 +354,7 @@ inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int6
   auto ints = [&](int64_t b) {
     bool ok = true;
 #pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) ok &= j.xs[r * j.ldxs + b] != 0.0f;
+    for (int r = 0; r < NR; ++r) ok &= j.xs[r * (j.w->cols / 32) + b] != 0.0f;
     return ok;
   };
   bool all = true;
@@ -370,10 +370,23 @@ inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int6
 }
 #endif
 
+// Blocks b0 .. b0+NB-1 of tile t in any Mode.
+template <int Fm, int Mode, int NR, int NB>
+inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                       const Luts& L, F* acc) {
+#if defined(__AVX512F__)
+  if constexpr (Mode == 3) return gemv_blocks_mixed<NR, NB>(j, tile, t, b0, L, acc);
+#endif
+  gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b0, h, L, acc);
+}
+
 // Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
 // a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
 // reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
 constexpr int64_t kPrefetchAhead = 8192;
+
+// Rows one GEMV call runs against each weight block (Kernels::gemv_rows).
+constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
 // Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
 constexpr int blocks_in_flight(int nr) {
@@ -411,23 +424,9 @@ void gemv_rows(const Job& j) {
           for (int64_t o = 0; o < NB * block_bytes; o += 64)
             _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
         }
-#if defined(__AVX512F__)
-        if constexpr (Mode == 3) {
-          gemv_blocks_mixed<NR, NB>(j, tile, t, b, L, acc);
-          continue;
-        }
-#endif
-        gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
+        run_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
       }
-      for (; b < nb; ++b) {
-#if defined(__AVX512F__)
-        if constexpr (Mode == 3) {
-          gemv_blocks_mixed<NR, 1>(j, tile, t, b, L, acc);
-          continue;
-        }
-#endif
-        gemv_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
-      }
+      for (; b < nb; ++b) run_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) store(out[r] + h * kLanes, acc[r]);
     }
@@ -436,32 +435,24 @@ void gemv_rows(const Job& j) {
   }
 }
 
-template <int Fm, int Mode>
-void gemv_n(const Job& j) {
-  if constexpr (kIsa == Isa::Avx512) {
-    static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
-                                                    gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>,
-                                                    gemv_rows<Fm, Mode, 5>, gemv_rows<Fm, Mode, 6>,
-                                                    gemv_rows<Fm, Mode, 7>, gemv_rows<Fm, Mode, 8>};
-    kRows[(j.n < 8 ? j.n : 8) - 1](j);
-  } else {
-    static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, 1>, gemv_rows<Fm, Mode, 2>,
-                                                    gemv_rows<Fm, Mode, 3>, gemv_rows<Fm, Mode, 4>};
-    kRows[(j.n < 4 ? j.n : 4) - 1](j);
-  }
+template <int Fm, int Mode, int... NR>
+void gemv_n(const Job& j, std::integer_sequence<int, NR...>) {
+  static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, NR + 1>...};
+  kRows[(j.n < kGemvRows ? j.n : kGemvRows) - 1](j);
 }
 
 template <int Fm>
 void gemv_fmt(const Job& j) {
+  constexpr auto rows = std::make_integer_sequence<int, kGemvRows>();
 #if defined(__AVX512F__)
   if constexpr (Fm == kFp4) {
-    if (j.xi) return gemv_n<Fm, 3>(j);
+    if (j.xi) return gemv_n<Fm, 3>(j, rows);
   }
   if constexpr (Fm != kF32) {
-    if (j.xb) return gemv_n<Fm, 0>(j);
+    if (j.xb) return gemv_n<Fm, 0>(j, rows);
   }
 #endif
-  gemv_n<Fm, 1>(j);
+  gemv_n<Fm, 1>(j, rows);
 }
 
 void gemv(const Job& j) {
@@ -576,7 +567,7 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
               _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
-          const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.ldxb + kc0 + b * 32 + 2 * kk);
+          const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.w->cols + kc0 + b * 32 + 2 * kk);
 #pragma GCC unroll 16
           for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
         }
@@ -749,9 +740,10 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{quantize, to_bf16, int_codes, gemv, gemm, gemm_scratch_bytes, true, 8};
+const Kernels kAvx512{quantize,           to_bf16, int_codes, gemv, gemm,
+                      gemm_scratch_bytes, true,    kGemvRows};
 #else
-const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, 4};
+const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, kGemvRows};
 #endif
 
 #if defined(__AVX512F__)
