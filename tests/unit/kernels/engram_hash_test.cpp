@@ -12,7 +12,6 @@
 
 #include "core/error.h"
 #include "kernels/engram_hash.h"
-#include "kernels/numpy_rng.h"
 
 namespace deepinfer {
 namespace {
