@@ -25,36 +25,53 @@ using namespace simd::DI_SIMD_NS;
 
 constexpr int64_t kBlock = 64;
 
-// Scores of keys [j, j + KN) into z[.][kLanes].
-template <bool FM, int KN>
-inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* z) {
-  const int64_t Dh = a.Dh;
+// Dot products of keys [t, t + KN) (rows of `keys`, D apart) with HV vectors of heads of the
+// transposed query qT [D][HV·kLanes], each the canonical blocked sum (pairs odd input first).
+template <bool FM, int HV, int KN>
+inline void head_dots(const float* keys, int64_t D, const float* qT, int64_t t, F (&acc)[KN][HV]) {
   const float* k[KN];
 #pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) k[c] = a.keys + (j + c) * Dh;
-  F acc[KN];
+  for (int c = 0; c < KN; ++c) k[c] = keys + (t + c) * D;
 #pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) acc[c] = zero();
-  for (int64_t b = 0; b < Dh; b += 32) {
-    F p[KN];
+  for (int c = 0; c < KN; ++c)
+#pragma GCC unroll 8
+    for (int v = 0; v < HV; ++v) acc[c][v] = zero();
+  for (int64_t b = 0; b < D; b += 32) {
+    F p[KN][HV];
 #pragma GCC unroll 4
-    for (int c = 0; c < KN; ++c) p[c] = zero();
+    for (int c = 0; c < KN; ++c)
+#pragma GCC unroll 8
+      for (int v = 0; v < HV; ++v) p[c][v] = zero();
 #pragma GCC unroll 16
     for (int i = 0; i < 32; i += 2) {
-      const F q1 = load(qT + (b + i + 1) * kLanes);
-      const F q0 = load(qT + (b + i) * kLanes);
+#pragma GCC unroll 2
+      for (int odd = 1; odd >= 0; --odd) {
+        const int64_t d = b + i + odd;
+        F q[HV];
+#pragma GCC unroll 8
+        for (int v = 0; v < HV; ++v) q[v] = load(qT + (d * HV + v) * kLanes);
 #pragma GCC unroll 4
-      for (int c = 0; c < KN; ++c) {
-        p[c] = madd<FM>(set1(k[c][b + i + 1]), q1, p[c]);
-        p[c] = madd<FM>(set1(k[c][b + i]), q0, p[c]);
+        for (int c = 0; c < KN; ++c) {
+          const F kv = set1(k[c][d]);
+#pragma GCC unroll 8
+          for (int v = 0; v < HV; ++v) p[c][v] = madd<FM>(kv, q[v], p[c][v]);
+        }
       }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < KN; ++c) acc[c] = add(acc[c], p[c]);
+    for (int c = 0; c < KN; ++c)
+#pragma GCC unroll 8
+      for (int v = 0; v < HV; ++v) acc[c][v] = add(acc[c][v], p[c][v]);
   }
-  const F tau = set1(a.scale);
+}
+
+// Scores of keys [j, j + KN) into z[.][kLanes].
+template <bool FM, int KN>
+inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* z) {
+  F acc[KN][1];
+  head_dots<FM, 1, KN>(a.keys, a.Dh, qT, j, acc);
 #pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, mul(acc[c], tau));
+  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, mul(acc[c][0], set1(a.scale)));
 }
 
 // A_h = A_h·β_h + Σ_j p_j,h·k_j for keys [j0, j0 + nb) and dimensions [d, d + NV·kLanes).
@@ -168,42 +185,8 @@ inline float round_bf16_1(float f) {
 template <bool FM, int HV, int KN>
 inline void score_keys(const IndexerScoreArgs& a, const float* qT, const float* w, int64_t t,
                        float* terms) {
-  const int64_t Di = a.Di;
-  const float* k[KN];
-#pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) k[c] = a.keys + (t + c) * Di;
   F acc[KN][HV];
-#pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c)
-#pragma GCC unroll 8
-    for (int v = 0; v < HV; ++v) acc[c][v] = zero();
-  for (int64_t b = 0; b < Di; b += 32) {
-    F p[KN][HV];
-#pragma GCC unroll 4
-    for (int c = 0; c < KN; ++c)
-#pragma GCC unroll 8
-      for (int v = 0; v < HV; ++v) p[c][v] = zero();
-#pragma GCC unroll 2
-    for (int i = 0; i < 32; i += 2) {
-#pragma GCC unroll 2
-      for (int odd = 1; odd >= 0; --odd) {
-        const int64_t d = b + i + odd;
-        F q[HV];
-#pragma GCC unroll 8
-        for (int v = 0; v < HV; ++v) q[v] = load(qT + (d * HV + v) * kLanes);
-#pragma GCC unroll 4
-        for (int c = 0; c < KN; ++c) {
-          const F kv = set1(k[c][d]);
-#pragma GCC unroll 8
-          for (int v = 0; v < HV; ++v) p[c][v] = madd<FM>(kv, q[v], p[c][v]);
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < KN; ++c)
-#pragma GCC unroll 8
-      for (int v = 0; v < HV; ++v) acc[c][v] = add(acc[c][v], p[c][v]);
-  }
+  head_dots<FM, HV, KN>(a.keys, a.Di, qT, t, acc);
 #pragma GCC unroll 4
   for (int c = 0; c < KN; ++c)
 #pragma GCC unroll 8
