@@ -15,7 +15,6 @@
 #include "kernels/elementwise.h"
 #include "kernels/isa.h"
 #include "kernels/reduce.h"
-#include "kernels/scratch.h"
 
 namespace deepinfer {
 

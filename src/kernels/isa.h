@@ -1,14 +1,36 @@
 // Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, indexer.cpp,
 // quant.cpp: checks, scratch, threading) hands the vector code compiled per ISA (the *_vec.cpp
 // files, compiled once per ISA, and quant_avx512.cpp). Plain structs and function pointers only,
-// so the ISA objects share no inline code with the rest of the program.
+// so the ISA objects share no inline code with the rest of the program; AlignedScratch (below) is
+// for the dispatchers alone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/attention.h"
 #include "kernels/indexer.h"
 #include "kernels/linear.h"
+
+namespace deepinfer {
+
+// A growable, 64-byte aligned scratch buffer; kernels keep one per thread (thread_local), so a
+// call allocates only when it needs more than any call on that thread did before.
+class AlignedScratch {
+ public:
+  uint8_t* bytes(size_t n) {
+    if (buf_.size() < n + 64) buf_.resize(n + 64);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(buf_.data());
+    return buf_.data() + ((64 - (p & 63)) & 63);
+  }
+  float* floats(int64_t n) { return reinterpret_cast<float*>(bytes(size_t(n) * sizeof(float))); }
+
+ private:
+  std::vector<uint8_t> buf_;
+};
+
+}  // namespace deepinfer
 
 namespace deepinfer::linear_isa {
 

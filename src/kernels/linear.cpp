@@ -23,7 +23,6 @@
 #include "kernels/isa.h"
 #include "kernels/quant.h"
 #include "kernels/reduce.h"
-#include "kernels/scratch.h"
 
 namespace deepinfer {
 
@@ -311,13 +310,10 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
   const QuantScratch layout(n, K, bf16 && !ints, ints);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
-  if (quant) {
-    auto quantize = [&](int64_t i0, int64_t i1) { quantize_rows(kern, a, K, layout, q, i0, i1); };
-    if (n >= 16)
-      pool.parallel_for(n, 8, quantize);
-    else
-      quantize(0, n);
-  }
+  if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
+    pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
+      quantize_rows(kern, a, K, layout, q, i0, i1);
+    });
   linear_isa::Job base = call_job(pw, a, q, layout);
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.

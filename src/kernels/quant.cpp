@@ -10,10 +10,6 @@
 namespace deepinfer {
 
 namespace {
-bool use_avx512() {
-  return cpu_isa() == Isa::Avx512;
-}
-
 constexpr float kInv448 = 1.0f / 448.0f;  // f32(1/448)
 constexpr float kInv6 = 1.0f / 6.0f;      // f32(1/6)
 constexpr float kActFloor = 1e-4f;
@@ -95,8 +91,8 @@ void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, flo
   for (int64_t i = 0; i < n; ++i) out[i] = e4m3_to_f32(codes[i]) * e8m0_to_f32(scales[i / 32]);
 }
 void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
-  (use_avx512() && n % 32 == 0 ? quant_isa::fp8_dequant_avx512 : fp8_dequant_ref)(codes, scales, n,
-                                                                                  out);
+  (cpu_isa() == Isa::Avx512 && n % 32 == 0 ? quant_isa::fp8_dequant_avx512 : fp8_dequant_ref)(
+      codes, scales, n, out);
 }
 
 // --- fp4 I ---
@@ -110,8 +106,8 @@ void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
     out[i] = e2m1_packed_get(packed, size_t(i)) * e8m0_to_f32(scales[i / 32]);
 }
 void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  (use_avx512() && n % 32 == 0 ? quant_isa::fp4i_dequant_avx512 : fp4i_dequant_ref)(packed, scales,
-                                                                                    n, out);
+  (cpu_isa() == Isa::Avx512 && n % 32 == 0 ? quant_isa::fp4i_dequant_avx512 : fp4i_dequant_ref)(
+      packed, scales, n, out);
 }
 
 void fp4i_qdq(float* x, int64_t n) {
@@ -130,15 +126,15 @@ void fp4c_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, f
     out[i] = e2m1_packed_get(packed, size_t(i)) * e4m3_to_f32(scales[i / 16]);
 }
 void fp4c_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
-  (use_avx512() && n % 32 == 0 ? quant_isa::fp4c_dequant_avx512 : fp4c_dequant_ref)(packed, scales,
-                                                                                    n, out);
+  (cpu_isa() == Isa::Avx512 && n % 32 == 0 ? quant_isa::fp4c_dequant_avx512 : fp4c_dequant_ref)(
+      packed, scales, n, out);
 }
 
 void round_bf16_inplace_ref(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
 }
 void round_bf16_inplace(float* x, int64_t n) {
-  (use_avx512() ? quant_isa::round_bf16_avx512 : round_bf16_inplace_ref)(x, n);
+  (cpu_isa() == Isa::Avx512 ? quant_isa::round_bf16_avx512 : round_bf16_inplace_ref)(x, n);
 }
 
 }  // namespace deepinfer

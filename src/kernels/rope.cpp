@@ -24,14 +24,10 @@ RopeTable make_rope_table(int64_t rope_dim, double theta, int64_t original_seq_l
     const double lo = std::max(std::floor(c(beta_fast)), 0.0);
     const double hi = std::min(std::ceil(c(beta_slow)), double(rope_dim - 1));
     const float denom = float(std::max(hi - lo, 0.001));
-    const float f = float(factor);
     for (int64_t i = 0; i < half; ++i) {
-      const float ramp = std::clamp((float(i) - float(lo)) / denom, 0.0f, 1.0f);
-      const float sm = 1.0f - ramp;
+      const float sm = 1.0f - std::clamp((float(i) - float(lo)) / denom, 0.0f, 1.0f);
       const float w = t.omega[size_t(i)];
-      const float a = (w / f) * (1.0f - sm);
-      const float b = w * sm;
-      t.omega[size_t(i)] = a + b;
+      t.omega[size_t(i)] = (w / float(factor)) * (1.0f - sm) + w * sm;  // fp32 at every step
     }
   }
   return t;
