@@ -163,10 +163,10 @@ void run_group(const Job& jb) {
 }
 
 void group(const Job& j) {
-  if (j.fma_qk)
-    j.fma_pv ? run_group<true, true>(j) : run_group<true, false>(j);
-  else
-    j.fma_pv ? run_group<false, true>(j) : run_group<false, false>(j);
+  static constexpr void (*kRun[2][2])(const Job&) = {
+      {run_group<false, false>, run_group<false, true>},
+      {run_group<true, false>, run_group<true, true>}};
+  kRun[j.fma_qk][j.fma_pv](j);
 }
 
 bool all_bf16_of(const float* x, int64_t n) {
@@ -231,18 +231,16 @@ void index_rows(const IndexerJob& j) {
 
 constexpr int kMaxHv = int(kIndexerMaxHeads / kLanes);
 
-template <bool FM, int... H>
+template <int... H>
 void index_hv(const IndexerJob& j, std::integer_sequence<int, H...>) {
-  static constexpr void (*kRun[])(const IndexerJob&) = {index_rows<FM, H + 1>...};
+  static constexpr void (*kRun[2][kMaxHv])(const IndexerJob&) = {{index_rows<false, H + 1>...},
+                                                                 {index_rows<true, H + 1>...}};
   const int64_t hv = (j.a->Hi + kLanes - 1) / kLanes;
-  kRun[(hv < kMaxHv ? hv : kMaxHv) - 1](j);
+  kRun[j.fma][(hv < kMaxHv ? hv : kMaxHv) - 1](j);
 }
 
 void index_scores(const IndexerJob& j) {
-  if (j.fma)
-    index_hv<true>(j, std::make_integer_sequence<int, kMaxHv>());
-  else
-    index_hv<false>(j, std::make_integer_sequence<int, kMaxHv>());
+  index_hv(j, std::make_integer_sequence<int, kMaxHv>());
 }
 
 }  // namespace

@@ -15,21 +15,6 @@ constexpr int64_t kChunk = 256;  // elements summed at once by hc_pre / hc_post
 }  // namespace
 
 void sinkhorn(float* c, int64_t M, int iters, float eps) {
-  auto rows = [&](bool first) {
-    for (int64_t j = 0; j < M; ++j) {
-      float* row = c + j * M;
-      const float s = f32(sum_f64(row, M));
-      for (int64_t k = 0; k < M; ++k) row[k] = first ? (row[k] / s) + eps : row[k] / (s + eps);
-    }
-  };
-  auto cols = [&] {
-    for (int64_t k = 0; k < M; ++k) {
-      double s = 0;
-      for (int64_t j = 0; j < M; ++j) s += c[j * M + k];
-      const float d = f32(s) + eps;
-      for (int64_t j = 0; j < M; ++j) c[j * M + k] = c[j * M + k] / d;
-    }
-  };
   // Row softmax (+ eps), then column normalisation; then (iters - 1) rounds of row and column
   // normalisation (iters >= 1). fp32 results at every step.
   for (int64_t j = 0; j < M; ++j) {
@@ -39,8 +24,17 @@ void sinkhorn(float* c, int64_t M, int iters, float eps) {
     for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
   }
   for (int it = 0; it < iters; ++it) {
-    rows(it == 0);
-    cols();
+    for (int64_t j = 0; j < M; ++j) {  // rows (the first round ends the softmax, + eps)
+      float* row = c + j * M;
+      const float s = f32(sum_f64(row, M));
+      for (int64_t k = 0; k < M; ++k) row[k] = it == 0 ? (row[k] / s) + eps : row[k] / (s + eps);
+    }
+    for (int64_t k = 0; k < M; ++k) {  // columns
+      double s = 0;
+      for (int64_t j = 0; j < M; ++j) s += c[j * M + k];
+      const float d = f32(s) + eps;
+      for (int64_t j = 0; j < M; ++j) c[j * M + k] = c[j * M + k] / d;
+    }
   }
 }
 

@@ -133,10 +133,14 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
   }
 }
 
-inline __m512bh bcast_pair(const uint16_t* p) {
+// The 32 bits at p in every lane.
+inline I bcast32(const void* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
-  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+  return _mm512_set1_epi32(v);
+}
+inline __m512bh bcast_pair(const uint16_t* p) {
+  return reinterpret_cast<__m512bh>(bcast32(p));
 }
 
 #else  // AVX2
@@ -298,12 +302,6 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 }
 
 #if defined(__AVX512F__)
-inline I bcast_i32(const int16_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): vpdpwssd of
 // the integers A_k against twice the e2m1 values. The int32 sum S is exact and below 2^24, so
 // S · 2^(E-1) is exactly the block partial of the canonical order (none of whose fp32 partial
@@ -333,8 +331,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
       for (int r = 0; r < NR; ++r)
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q)
-          p[bb][r] =
-              _mm512_dpwssd_epi32(p[bb][r], w[q], bcast_i32(xr[r] + bb * 32 + g8 * 8 + 2 * q));
+          p[bb][r] = _mm512_dpwssd_epi32(p[bb][r], w[q], bcast32(xr[r] + bb * 32 + g8 * 8 + 2 * q));
     }
   }
   F part[NB][NR];
