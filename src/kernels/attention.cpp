@@ -87,6 +87,26 @@ void exp_n(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = float(std::exp(double(x[i])));
 }
 
+// One head's log-sum-exp merge of the partials (one every `part_stride`) with the sink, in T
+// (fp32 numerics: the max starts at the kernel's -1e30; exact: at the sink, all in double).
+// acc[Dh] holds the sum (T = float: the output itself).
+template <typename T>
+void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t Dh, float sink, T M,
+                T* acc, float* o) {
+  for (int r = 0; r < n_parts; ++r) M = std::max(M, T(parts[r * part_stride]));
+  T L = 0;
+  std::fill(acc, acc + Dh, T(0));
+  for (int r = 0; r < n_parts; ++r) {
+    const double* p = parts + r * part_stride;
+    if (p[1] == 0) continue;  // no keys on that rank
+    const T f = T(std::exp(double(T(p[0]) - M)));
+    L = L + T(p[1]) * f;
+    for (int64_t d = 0; d < Dh; ++d) acc[d] = acc[d] + T(p[2 + d]) * f;
+  }
+  L = L + T(std::exp(double(T(sink) - M)));
+  for (int64_t d = 0; d < Dh; ++d) o[d] = f32(acc[d] / L);
+}
+
 }  // namespace
 
 void sparse_attention_ref(const SparseAttnArgs& a) {
@@ -159,30 +179,6 @@ void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
     }
   }
 }
-
-namespace {
-
-// One head's log-sum-exp merge of the partials (one every `part_stride`) with the sink, in T
-// (fp32 numerics: the max starts at the kernel's -1e30; exact: at the sink, all in double).
-// acc[Dh] holds the sum (T = float: the output itself).
-template <typename T>
-void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t Dh, float sink, T M,
-                T* acc, float* o) {
-  for (int r = 0; r < n_parts; ++r) M = std::max(M, T(parts[r * part_stride]));
-  T L = 0;
-  std::fill(acc, acc + Dh, T(0));
-  for (int r = 0; r < n_parts; ++r) {
-    const double* p = parts + r * part_stride;
-    if (p[1] == 0) continue;  // no keys on that rank
-    const T f = T(std::exp(double(T(p[0]) - M)));
-    L = L + T(p[1]) * f;
-    for (int64_t d = 0; d < Dh; ++d) acc[d] = acc[d] + T(p[2 + d]) * f;
-  }
-  L = L + T(std::exp(double(T(sink) - M)));
-  for (int64_t d = 0; d < Dh; ++d) o[d] = f32(acc[d] / L);
-}
-
-}  // namespace
 
 void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
                               const float* sink, int64_t H, int64_t Dh, bool exact, float* out) {

@@ -12,33 +12,6 @@ namespace deepinfer {
 namespace {
 constexpr int64_t kMaxHcMult = 16;
 constexpr int64_t kChunk = 256;  // elements summed at once by hc_pre / hc_post
-}  // namespace
-
-void sinkhorn(float* c, int64_t M, int iters, float eps) {
-  // Row softmax (+ eps), then column normalisation; then (iters - 1) rounds of row and column
-  // normalisation (iters >= 1). fp32 results at every step.
-  for (int64_t j = 0; j < M; ++j) {
-    float* row = c + j * M;
-    float mx = row[0];
-    for (int64_t k = 1; k < M; ++k) mx = std::max(mx, row[k]);
-    for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
-  }
-  for (int it = 0; it < iters; ++it) {
-    for (int64_t j = 0; j < M; ++j) {  // rows (the first round ends the softmax, + eps)
-      float* row = c + j * M;
-      const float s = f32(sum_f64(row, M));
-      for (int64_t k = 0; k < M; ++k) row[k] = it == 0 ? (row[k] / s) + eps : row[k] / (s + eps);
-    }
-    for (int64_t k = 0; k < M; ++k) {  // columns
-      double s = 0;
-      for (int64_t j = 0; j < M; ++j) s += c[j * M + k];
-      const float d = f32(s) + eps;
-      for (int64_t j = 0; j < M; ++j) c[j * M + k] = c[j * M + k] / d;
-    }
-  }
-}
-
-namespace {
 
 // The mix coefficients of one token from its projections m[(2+M)M] (not yet scaled by rho).
 void mixes_from_projections(const HcParams& p, const float* x, float* m, float* pre, float* post,
@@ -53,32 +26,6 @@ void mixes_from_projections(const HcParams& p, const float* x, float* m, float* 
   for (int64_t i = 0; i < M * M; ++i) comb[i] = m[2 * M + i] * p.scale[2] + p.base[2 * M + i];
   sinkhorn(comb, M, p.sinkhorn_iters, p.hc_eps);
 }
-
-}  // namespace
-
-void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
-                   float* comb) {
-  const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
-  DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
-  thread_local std::vector<float> t_proj;  // reused: no allocation once it is large enough
-  t_proj.resize(size_t(n * n_mix));
-  float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
-  if (p.exact) {
-    const float* fn = p.fn->weight().f32();  // [n_mix, MD]
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t i = 0; i < n_mix; ++i)
-        proj[r * n_mix + i] = dot_f64(fn + i * MD, x + r * MD, MD);
-  } else {
-    linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
-  }
-  ThreadPool::global().parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
-                             comb + r * M * M);
-  });
-}
-
-namespace {
 
 // out[d] = wy · y[d] (none without y) + Σ_c w[c · w_stride] · x_c[d] for d < D, over the copies
 // x_c = x + c·D in order, summed in double and rounded once. Elementwise over d, so vector code
@@ -105,6 +52,52 @@ void mix_copies(const float* y, double wy, const float* x, const float* w, int64
 }
 
 }  // namespace
+
+void sinkhorn(float* c, int64_t M, int iters, float eps) {
+  // Row softmax (+ eps), then column normalisation; then (iters - 1) rounds of row and column
+  // normalisation (iters >= 1). fp32 results at every step.
+  for (int64_t j = 0; j < M; ++j) {
+    float* row = c + j * M;
+    float mx = row[0];
+    for (int64_t k = 1; k < M; ++k) mx = std::max(mx, row[k]);
+    for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
+  }
+  for (int it = 0; it < iters; ++it) {
+    for (int64_t j = 0; j < M; ++j) {  // rows (the first round ends the softmax, + eps)
+      float* row = c + j * M;
+      const float s = f32(sum_f64(row, M));
+      for (int64_t k = 0; k < M; ++k) row[k] = it == 0 ? (row[k] / s) + eps : row[k] / (s + eps);
+    }
+    for (int64_t k = 0; k < M; ++k) {  // columns
+      double s = 0;
+      for (int64_t j = 0; j < M; ++j) s += c[j * M + k];
+      const float d = f32(s) + eps;
+      for (int64_t j = 0; j < M; ++j) c[j * M + k] = c[j * M + k] / d;
+    }
+  }
+}
+
+void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, float* post,
+                   float* comb) {
+  const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
+  DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
+  thread_local std::vector<float> t_proj;  // reused: no allocation once it is large enough
+  t_proj.resize(size_t(n * n_mix));
+  float* proj = t_proj.data();  // this thread's buffer, also read by the pool's tasks below
+  if (p.exact) {
+    const float* fn = p.fn->weight().f32();  // [n_mix, MD]
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t i = 0; i < n_mix; ++i)
+        proj[r * n_mix + i] = dot_f64(fn + i * MD, x + r * MD, MD);
+  } else {
+    linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
+  }
+  ThreadPool::global().parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
+                             comb + r * M * M);
+  });
+}
 
 void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out) {
   mix_copies(nullptr, 0.0, x, pi, 1, M, D, out);

@@ -409,6 +409,37 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   });
 }
 
+// Products per second of fp32 FMAs (16 per instruction), vdpbf16ps (32) and vpdpwssd (32), each
+// the best of alternated samples of about 50 us, so that a busy moment shows in none.
+struct ProductRates {
+  double fma = 0, bf16 = 0, int16 = 0;
+};
+const ProductRates& product_rates() {
+  static const ProductRates r = [] {
+    using linear_isa::ProductKind;
+    ProductRates p;
+    if (cpu_best_isa() != Isa::Avx512) return p;
+    auto seconds = [](ProductKind k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      linear_isa::avx512_product_chains(k, 4096);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    double t[3] = {1e30, 1e30, 1e30};
+    const bool vnni = __builtin_cpu_supports("avx512vnni");
+    for (int rep = 0; rep < 7; ++rep) {
+      t[0] = std::min(t[0], seconds(ProductKind::Fp32));
+      t[1] = std::min(t[1], seconds(ProductKind::Bf16));
+      if (vnni) t[2] = std::min(t[2], seconds(ProductKind::Int16));
+    }
+    const double n = 16.0 * 16 * 4096;  // lanes x chains x rounds
+    p.fma = n / t[0];
+    p.bf16 = 2 * n / t[1];
+    p.int16 = vnni ? 2 * n / t[2] : 0.0;
+    return p;
+  }();
+  return r;
+}
+
 }  // namespace
 
 void linear_ref(const Weight& w, const LinearArgs& a) {
@@ -514,41 +545,6 @@ void set_linear_products(LinearProducts p) {
 LinearProducts linear_products() {
   return LinearProducts(current_products().load(std::memory_order_relaxed));
 }
-namespace {
-
-// Products per second of fp32 FMAs (16 per instruction), vdpbf16ps (32) and vpdpwssd (32), each
-// the best of alternated samples of about 50 us, so that a busy moment shows in none.
-struct ProductRates {
-  double fma = 0, bf16 = 0, int16 = 0;
-};
-const ProductRates& product_rates() {
-  static const ProductRates r = [] {
-    using linear_isa::ProductKind;
-    ProductRates p;
-    if (cpu_best_isa() != Isa::Avx512) return p;
-    auto seconds = [](ProductKind k) {
-      const auto t0 = std::chrono::steady_clock::now();
-      linear_isa::avx512_product_chains(k, 4096);
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    };
-    double t[3] = {1e30, 1e30, 1e30};
-    const bool vnni = __builtin_cpu_supports("avx512vnni");
-    for (int rep = 0; rep < 7; ++rep) {
-      t[0] = std::min(t[0], seconds(ProductKind::Fp32));
-      t[1] = std::min(t[1], seconds(ProductKind::Bf16));
-      if (vnni) t[2] = std::min(t[2], seconds(ProductKind::Int16));
-    }
-    const double n = 16.0 * 16 * 4096;  // lanes x chains x rounds
-    p.fma = n / t[0];
-    p.bf16 = 2 * n / t[1];
-    p.int16 = vnni ? 2 * n / t[2] : 0.0;
-    return p;
-  }();
-  return r;
-}
-
-}  // namespace
-
 double dpbf16_speedup() {
   // About 2 on Zen 4, where both issue once per cycle, 0.35-0.5 on Sapphire Rapids.
   return bf16_products_ok() ? product_rates().bf16 / product_rates().fma : 0.0;

@@ -21,15 +21,6 @@ float block_amax(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a = std::max(a, std::fabs(x[i]));
   return a;
 }
-}  // namespace
-
-uint8_t pow2ceil_e8m0(float a, float c) {
-  const uint32_t t = f32_bits(a * c);
-  const uint32_t e = (t >> 23) & 0xff, m = t & 0x7fffff;
-  return uint8_t(e + (m != 0 ? 1 : 0));
-}
-
-namespace {
 
 // fp4 over blocks of B: sigma = scale(block, block index), then out(i, e2m1 code of x[i], sigma).
 // x / sigma is exact (sigma is a power of two, or for variant C exact in e4m3), computed as a
@@ -74,6 +65,12 @@ auto fp4c_scale(uint8_t* scales) {
 }
 
 }  // namespace
+
+uint8_t pow2ceil_e8m0(float a, float c) {
+  const uint32_t t = f32_bits(a * c);
+  const uint32_t e = (t >> 23) & 0xff, m = t & 0x7fffff;
+  return uint8_t(e + (m != 0 ? 1 : 0));
+}
 
 // --- fp8 ---
 
