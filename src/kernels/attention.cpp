@@ -113,10 +113,8 @@ void sparse_attention_ref(const SparseAttnArgs& a) {
   // fp32 numerics: the exact formula, fp32 scores, softmax with the sink and the weighted sum in
   // double, rounded once. Independent of how the key list is split.
   std::vector<double>&z = t_z, &acc = t_acc;
-  if (a.exact) {
-    z.resize(size_t(a.nk));
-    acc.resize(size_t(a.Dh));
-  }
+  z.resize(size_t(a.nk));
+  acc.resize(size_t(a.Dh));
   for (int64_t h = 0; h < a.H; ++h) {
     float* o = a.out + h * a.Dh;
     if (a.exact) {
