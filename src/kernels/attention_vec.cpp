@@ -181,7 +181,7 @@ inline float round_bf16_1(float f) {
   return __builtin_bit_cast(float, (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
 }
 
-// HV vectors of heads, KN keys [t, t + KN).
+// Scores of keys [t, t + KN) over HV vectors of heads (terms: scratch [KN][HV·kLanes]).
 template <bool FM, int HV, int KN>
 inline void score_keys(const IndexerScoreArgs& a, const float* qT, const float* w, int64_t t,
                        float* terms) {
@@ -197,6 +197,11 @@ inline void score_keys(const IndexerScoreArgs& a, const float* qT, const float* 
       if (a.bf16) term = round_bf16(term);
       store(terms + (c * HV + v) * kLanes, term);
     }
+  for (int c = 0; c < KN; ++c) {  // the head sum, over the heads in order
+    float s = 0;
+    for (int64_t h = 0; h < a.Hi; ++h) s += terms[c * HV * kLanes + h];
+    a.scores[t + c] = a.bf16 ? round_bf16_1(s) : s;
+  }
 }
 
 template <bool FM, int HV>
@@ -211,22 +216,9 @@ void index_rows(const IndexerJob& j) {
       qT[d * HV * kLanes + h] = h < Hi ? a.qi[h * Di + d] : 0;
   for (int64_t h = 0; h < HV * kLanes; ++h) w[h] = h < Hi ? a.w[h] : 0;
   constexpr int KN = HV <= 2 ? 4 : HV <= 4 ? 2 : 1;  // keys in flight, within the registers
-  auto finish = [&](int64_t t, int kn) {
-    for (int c = 0; c < kn; ++c) {
-      float s = 0;
-      for (int64_t h = 0; h < Hi; ++h) s += terms[c * HV * kLanes + h];
-      a.scores[t + c] = a.bf16 ? round_bf16_1(s) : s;
-    }
-  };
   int64_t t = j.t0;
-  for (; t + KN <= j.t1; t += KN) {
-    score_keys<FM, HV, KN>(a, qT, w, t, terms);
-    finish(t, KN);
-  }
-  for (; t < j.t1; ++t) {
-    score_keys<FM, HV, 1>(a, qT, w, t, terms);
-    finish(t, 1);
-  }
+  for (; t + KN <= j.t1; t += KN) score_keys<FM, HV, KN>(a, qT, w, t, terms);
+  for (; t < j.t1; ++t) score_keys<FM, HV, 1>(a, qT, w, t, terms);
 }
 
 constexpr int kMaxHv = int(kIndexerMaxHeads / kLanes);
