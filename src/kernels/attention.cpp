@@ -63,7 +63,7 @@ float online_head(const SparseAttnArgs& a, const float* q, float* o, float* m_ou
     }
     const float beta = exp_f(m - m_new);
     for (int64_t j = 0; j < nb; ++j) p[j] = exp_f(z[j] - m_new);
-    l = l * beta + canonical_sum(p, nb);
+    l = l * beta + canonical_sum(p, nb, [](float v) { return v; });
     // Probabilities are stored like activations (bf16 in bf16 numerics) before the product.
     if (a.bf16_probs)
       for (int64_t j = 0; j < nb; ++j) p[j] = round_bf16(p[j]);

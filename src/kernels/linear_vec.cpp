@@ -90,16 +90,6 @@ inline Luts make_luts() {
           _mm512_load_si512(kE2m1Bf16),     _mm512_load_si512(kE2m1X2)};
 }
 
-// Input pairs 2g and 2g+1 of an fp4 tile through the word table `lut`: word 2o + s of the
-// 8-input group holds row o's inputs 2j + s in nibble j, so pairs 2g and 2g + 1 are nibbles 0
-// and 1 (g even) or 2 and 3 (g odd).
-inline void fp4_pairs(const uint8_t* tile, int64_t g, __m512i lut, I& p0, I& p1) {
-  I d = _mm512_loadu_si512(tile + (g / 2) * 64);
-  if (g & 1) d = _mm512_srli_epi16(d, 8);
-  p0 = _mm512_permutexvar_epi16(d, lut);
-  p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), lut);
-}
-
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
 // outputs for two consecutive inputs, the even input in the low half of each 32-bit lane, exactly
 // what vdpbf16ps multiplies with a broadcast pair of activations.
@@ -114,7 +104,12 @@ inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
   } else if constexpr (Fm == kFp4) {
-    fp4_pairs(tile, g, L.e2m1, p0, p1);
+    // Through the word table: word 2o + s of the 8-input group holds row o's inputs 2j + s in
+    // nibble j, so pairs 2g and 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
+    I d = _mm512_loadu_si512(tile + (g / 2) * 64);
+    if (g & 1) d = _mm512_srli_epi16(d, 8);
+    p0 = _mm512_permutexvar_epi16(d, L.e2m1);
+    p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1);
   } else {
     p0 = _mm512_loadu_si512(tile + g * 128);
     p1 = _mm512_loadu_si512(tile + g * 128 + 64);
@@ -321,7 +316,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
   for (int g8 = 0; g8 < 4; ++g8) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
-      // Pairs (8g8 + 2q, 8g8 + 2q + 1) are nibble q of the group's words (fp4_pairs).
+      // Pairs (8g8 + 2q, 8g8 + 2q + 1) are nibble q of the group's words (decode_pairs).
       const I d = _mm512_loadu_si512(src + bb * 256 + g8 * 64);
       const I w[4] = {_mm512_permutexvar_epi16(d, L.e2m1x2),
                       _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1x2),

@@ -66,10 +66,6 @@ inline float canonical_sum(const float* x, int64_t n, F f) {
   return lane[0];
 }
 
-inline float canonical_sum(const float* x, int64_t n) {
-  return canonical_sum(x, n, [](float v) { return v; });
-}
-
 // Index of the largest of x[0 .. n) (n >= 1), the one std::max_element picks: the first of equal
 // values (+0 equals -0), never a NaN unless x[0] is one (then 0). In vector passes (reduce.cpp):
 // max_element's loop-carried compare takes 0.46 ms over a 129k vocabulary on a Sapphire Rapids
