@@ -80,11 +80,9 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
     const int64_t r = t * 16 + o;
     if (r >= rows) break;  // padding rows stay zero
     switch (w.format) {
-      case WeightFormat::Fp8Block: {
-        const uint8_t* src = w.u8() + r * K;
-        for (int64_t k = 0; k < K; ++k) dst[fp8_offset(k, o)] = src[k];
+      case WeightFormat::Fp8Block:
+        for (int64_t k = 0; k < K; ++k) dst[fp8_offset(k, o)] = w.u8()[r * K + k];
         break;
-      }
       case WeightFormat::Fp4Row: {
         const uint8_t* src = w.u8() + r * (K / 2);
         for (int64_t k = 0; k < K; ++k) {
@@ -95,18 +93,14 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
         for (int64_t b = 0; b < K / 32; ++b) scale_dst[b * 16 + o] = s[b];
         break;
       }
-      case WeightFormat::BF16: {
-        const uint16_t* src = w.bf16() + r * K;
-        uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-        for (int64_t k = 0; k < K; ++k) d[(k / 2) * 32 + 2 * o + (k & 1)] = src[k];
+      case WeightFormat::BF16:
+        for (int64_t k = 0; k < K; ++k)
+          reinterpret_cast<uint16_t*>(dst)[(k / 2) * 32 + 2 * o + (k & 1)] = w.bf16()[r * K + k];
         break;
-      }
-      case WeightFormat::F32: {
-        const float* src = w.f32() + r * K;
-        float* d = reinterpret_cast<float*>(dst);
-        for (int64_t k = 0; k < K; ++k) d[k * 16 + o] = src[k];
+      case WeightFormat::F32:
+        for (int64_t k = 0; k < K; ++k)
+          reinterpret_cast<float*>(dst)[k * 16 + o] = w.f32()[r * K + k];
         break;
-      }
       case WeightFormat::Fp8Row:
         break;
     }
