@@ -65,10 +65,9 @@ uint64_t mulmod(uint64_t a, uint64_t b, uint64_t m) {
 uint64_t powmod(uint64_t b, uint64_t e, uint64_t m) {
   uint64_t r = 1 % m;
   b %= m;
-  while (e != 0) {
+  for (; e != 0; e >>= 1) {
     if (e & 1) r = mulmod(r, b, m);
     b = mulmod(b, b, m);
-    e >>= 1;
   }
   return r;
 }
@@ -197,21 +196,14 @@ bool is_prime_u64(uint64_t n) {
     if (n % p == 0) return n == p;
   // Miller-Rabin with the first 12 prime bases has no strong pseudoprime below 3.3e24, so it
   // is exact on the whole 64-bit range.
-  uint64_t d = n - 1;
-  int s = 0;
-  while ((d & 1) == 0) {
-    d >>= 1;
-    ++s;
-  }
+  const int s = __builtin_ctzll(n - 1);  // n - 1 = d · 2^s, d odd
+  const uint64_t d = (n - 1) >> s;
   for (uint64_t a : kBases) {
     uint64_t x = powmod(a, d, n);
-    if (x == 1 || x == n - 1) continue;
-    bool composite = true;
-    for (int i = 1; i < s && composite; ++i) {
-      x = mulmod(x, x, n);
-      if (x == n - 1) composite = false;
-    }
-    if (composite) return false;
+    if (x == 1) continue;
+    // a is a witness unless one of x, x^2, .. x^(2^(s-1)) is n - 1.
+    for (int i = 1; i < s && x != n - 1; ++i) x = mulmod(x, x, n);
+    if (x != n - 1) return false;
   }
   return true;
 }

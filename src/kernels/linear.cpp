@@ -320,9 +320,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     // Tasks are (group of up to gemv_rows rows, run of tiles). A small weight is not split
     // (nor worth waking the pool for, with one group of rows).
     const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
-    const int64_t bytes = n_tiles * pk.tile_bytes;
     const int64_t run =
-        bytes < (int64_t(64) << 10)
+        n_tiles * pk.tile_bytes < (int64_t(64) << 10)
             ? n_tiles
             : std::max<int64_t>(1, n_tiles / std::max<int64_t>(1, threads * 2 / groups));
     const int64_t runs = (n_tiles + run - 1) / run;
