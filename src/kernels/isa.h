@@ -1,8 +1,8 @@
 // Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, quant.cpp: checks,
 // scratch, threading) hands the vector code compiled per ISA (the *_vec.cpp files, compiled once
-// per ISA, and quant_avx512.cpp). Plain structs and function pointers only,
-// so the ISA objects share no inline code with the rest of the program; AlignedScratch (below) is
-// for the dispatchers alone.
+// per ISA, and quant_avx512.cpp). Plain structs and function pointers only, so the ISA objects
+// share no inline code with the rest of the program; AlignedScratch (below) is for the
+// dispatchers alone.
 #pragma once
 
 #include <cstddef>
