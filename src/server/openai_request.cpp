@@ -13,8 +13,6 @@
 
 namespace deepinfer::server {
 
-// --- typed fields ---
-
 namespace {
 
 // Deeper bodies are refused before parsing: the parser copes, but dumping and destroying nested
@@ -33,77 +31,7 @@ const char* type_name(const Json& v) {
   return "an unsupported value";
 }
 
-}  // namespace
-
-std::string error_body(const ApiError& e) {
-  Json err = {{"message", e.what()},
-              {"type", e.type},
-              {"param", e.param.empty() ? Json() : Json(e.param)},
-              {"code", e.code.empty() ? Json() : Json(e.code)}};
-  return dump_json(Json{{"error", std::move(err)}});
-}
-
-ApiError internal_error(const std::exception& e) {
-  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
-  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
-}
-
-std::string dump_json(const Json& j) {
-  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
-int json_nesting_depth(std::string_view text) {
-  int depth = 0, max_depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (escaped) {
-      escaped = false;
-    } else if (in_string) {
-      escaped = c == '\\';
-      in_string = c != '"';
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      max_depth = std::max(max_depth, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return max_depth;
-}
-
-const Json* find_field(const Json& obj, const char* key) {
-  const auto it = obj.find(key);
-  if (it == obj.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-void throw_bad_type(const std::string& name, const char* expected, const Json& got) {
-  throw ApiError(400,
-                 str_cat("Invalid type for '", name, "': expected ", expected, ", but got ",
-                         type_name(got), "."),
-                 name, "invalid_type");
-}
-
-void throw_bad_value(const std::string& name, const std::string& what) {
-  throw ApiError(400, str_cat("Invalid value for '", name, "': ", what), name, "invalid_value");
-}
-
-int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
-  // Unsigned values past the int64 range are outside every range asked for.
-  const bool in_range =
-      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
-  const int64_t x = in_range ? v.get<int64_t>() : 0;
-  if (!in_range || x < lo || x > hi)
-    throw_bad_value(name,
-                    str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
-  return x;
-}
-
 // --- requests ---
-
-namespace {
 
 constexpr int64_t kMaxChoices = 128;         // n
 constexpr int64_t kMaxEngineRequests = 256;  // prompts x n of one call
@@ -390,8 +318,9 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
       throw_bad_type("tool_choice", "a string or an object", *c);
     }
   }
+  const bool forced = choice == "required" || choice == "named";
   if (!tools) {
-    if (choice == "required" || choice == "named")
+    if (forced)
       throw ApiError(400, "tool_choice asks for a tool call, but no tools are given.",
                      "tool_choice", "invalid_value");
     return {};
@@ -399,73 +328,22 @@ std::string parse_tools(const Json& j, OutputShape* shape) {
   // tool_choice "none": the model is not told about the tools, so it cannot call them.
   const std::string text = tools_text(*tools, "tools");
   if (choice == "none") return {};
-  if (choice == "required" || choice == "named") {
-    shape->kind = OutputShape::Kind::kToolCalls;
-    for (const Json& t : *tools) {
-      const Json& f = t["function"];
-      ToolSpec spec;
-      spec.name = f["name"].get<std::string>();
-      if (choice == "named" && spec.name != named) continue;
-      if (const Json* params = find_field(f, "parameters"))
-        spec.parameters_json = tokenizer_internal::py_json_dumps(*params);
-      shape->tools.push_back(std::move(spec));
-    }
-    if (shape->tools.empty())
-      throw_bad_value("tool_choice.function.name",
-                      str_cat("no tool named '", named, "' is among the tools."));
-    read_bool(j, "parallel_tool_calls", &shape->parallel_tool_calls, "parallel_tool_calls");
+  if (!forced) return text;
+  shape->kind = OutputShape::Kind::kToolCalls;
+  for (const Json& t : *tools) {
+    const Json& f = t["function"];
+    std::string name = f["name"].get<std::string>();
+    if (choice == "named" && name != named) continue;
+    const Json* params = find_field(f, "parameters");
+    shape->tools.push_back(
+        {std::move(name), params ? tokenizer_internal::py_json_dumps(*params) : std::string()});
   }
+  if (shape->tools.empty())
+    throw_bad_value("tool_choice.function.name",
+                    str_cat("no tool named '", named, "' is among the tools."));
+  read_bool(j, "parallel_tool_calls", &shape->parallel_tool_calls, "parallel_tool_calls");
   return text;
 }
-
-}  // namespace
-
-std::string parse_response_format(const Json& j, OutputShape* shape) {
-  const Json* rf = find_field(j, "response_format");
-  if (!rf) return {};
-  if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
-  const std::string t = opt_string(*rf, "type", "response_format.type");
-  if (t == "json_object") {
-    shape->kind = OutputShape::Kind::kJsonObject;
-    return tokenizer_internal::py_json_dumps(*rf);
-  }
-  if (t == "json_schema") {
-    const Json& js = need(*rf, "json_schema", "response_format.json_schema",
-                          "A json_schema response format needs a 'json_schema' object.", true);
-    const Json* schema = find_field(js, "schema");
-    if (!schema || !(schema->is_object() || schema->is_boolean()))
-      throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
-                     "response_format.json_schema.schema", "missing");
-    shape->kind = OutputShape::Kind::kJsonSchema;
-    return shape->schema_json = tokenizer_internal::py_json_dumps(*schema);
-  }
-  if (t != "text")
-    throw_bad_value("response_format.type",
-                    str_cat("'", t, "' is not one of text, json_object, json_schema."));
-  return {};
-}
-
-void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* p) {
-  if (shape.kind == OutputShape::Kind::kFree) return;
-  const char* param =
-      shape.kind == OutputShape::Kind::kToolCalls ? "tool_choice" : "response_format";
-  if (!info.grammars)
-    throw ApiError(400, "Structured outputs need the model's tokenizer, and it has none.", param,
-                   "no_tokenizer");
-  try {
-    p->grammar = info.grammars->get(shape);
-    p->grammar_source = encode_output_shape(shape);
-  } catch (const Error& e) {
-    throw ApiError(400, str_cat("The output format cannot be enforced: ", e.what()),
-                   shape.kind == OutputShape::Kind::kToolCalls ? "tools"
-                   : shape.kind == OutputShape::Kind::kJsonSchema
-                       ? "response_format.json_schema.schema"
-                       : "response_format",
-                   "unsupported_schema");
-  }
-}
-
-namespace {
 
 // 1..100, or 0 for "none" (thinking off).
 int parse_effort(const Json& v, const std::string& name) {
@@ -551,50 +429,6 @@ std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, Ou
   return tok.encode(text, false);
 }
 
-}  // namespace
-
-void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p) {
-  // The number `key` within [lo, hi] into `*out` when it is given; whether it was.
-  auto number = [&](const char* key, float* out, double lo, double hi) {
-    const Json* v = find_field(j, key);
-    if (v) *out = float(get_number(*v, key, lo, hi));
-    return v != nullptr;
-  };
-  number("temperature", &p->temperature, 0, 1e6);
-  if (number("top_p", &p->top_p, 0, 1) && p->top_p <= 0)
-    throw_bad_value("top_p", "expected a number in (0, 1].");
-  if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
-    p->top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
-  number("min_p", &p->min_p, 0, 1);
-  number("presence_penalty", &p->presence_penalty, -2, 2);
-  number("frequency_penalty", &p->frequency_penalty, -2, 2);
-  if (number("repetition_penalty", &p->repetition_penalty, 0, 1e6) && p->repetition_penalty <= 0)
-    throw_bad_value("repetition_penalty", "expected a number > 0.");
-  if (const Json* v = find_field(j, "seed"))
-    p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
-  read_bool(j, "ignore_eos", &p->ignore_eos, "ignore_eos");
-  if (const Json* s = find_field(j, "stop")) {
-    p->stop.clear();
-    if (s->is_string()) {
-      p->stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      if (s->size() > kMaxStops)
-        throw_bad_value("stop", str_cat("at most ", kMaxStops, " stop strings are allowed."));
-      for (size_t i = 0; i < s->size(); ++i)
-        p->stop.push_back(get_string((*s)[i], str_cat("stop[", i, "]")));
-    } else {
-      throw_bad_type("stop", "a string or an array of strings", *s);
-    }
-    for (const auto& stop : p->stop)
-      if (stop.empty()) throw_bad_value("stop", "stop strings must not be empty.");
-    if (!p->stop.empty()) need_tokenizer(info, "stop", "stop strings");
-  }
-  if (const Json* s = find_field(j, "stop_token_ids"))
-    p->stop_token_ids = token_list(*s, "stop_token_ids", info.vocab_size);
-}
-
-namespace {
-
 // The fields of an API call beyond the sampling parameters.
 void parse_call_fields(const Json& j, const ModelInfo& info, ApiRequest* r) {
   parse_sampling_fields(j, info, &r->params);
@@ -667,6 +501,159 @@ void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
 }
 
 }  // namespace
+
+// --- typed fields (json_fields.h) and the requests (api_request.h) ---
+
+std::string error_body(const ApiError& e) {
+  Json err = {{"message", e.what()},
+              {"type", e.type},
+              {"param", e.param.empty() ? Json() : Json(e.param)},
+              {"code", e.code.empty() ? Json() : Json(e.code)}};
+  return dump_json(Json{{"error", std::move(err)}});
+}
+
+ApiError internal_error(const std::exception& e) {
+  std::fprintf(stderr, "deepinfer: internal error while serving a request: %s\n", e.what());
+  return ApiError(500, str_cat("Internal server error: ", e.what()), {}, "internal_error");
+}
+
+std::string dump_json(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+int json_nesting_depth(std::string_view text) {
+  int depth = 0, max_depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (escaped) {
+      escaped = false;
+    } else if (in_string) {
+      escaped = c == '\\';
+      in_string = c != '"';
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return max_depth;
+}
+
+const Json* find_field(const Json& obj, const char* key) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+void throw_bad_type(const std::string& name, const char* expected, const Json& got) {
+  throw ApiError(400,
+                 str_cat("Invalid type for '", name, "': expected ", expected, ", but got ",
+                         type_name(got), "."),
+                 name, "invalid_type");
+}
+
+void throw_bad_value(const std::string& name, const std::string& what) {
+  throw ApiError(400, str_cat("Invalid value for '", name, "': ", what), name, "invalid_value");
+}
+
+int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
+  // Unsigned values past the int64 range are outside every range asked for.
+  const bool in_range =
+      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+  const int64_t x = in_range ? v.get<int64_t>() : 0;
+  if (!in_range || x < lo || x > hi)
+    throw_bad_value(name,
+                    str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
+  return x;
+}
+
+std::string parse_response_format(const Json& j, OutputShape* shape) {
+  const Json* rf = find_field(j, "response_format");
+  if (!rf) return {};
+  if (!rf->is_object()) throw_bad_type("response_format", "an object", *rf);
+  const std::string t = opt_string(*rf, "type", "response_format.type");
+  if (t == "json_object") {
+    shape->kind = OutputShape::Kind::kJsonObject;
+    return tokenizer_internal::py_json_dumps(*rf);
+  }
+  if (t == "json_schema") {
+    const Json& js = need(*rf, "json_schema", "response_format.json_schema",
+                          "A json_schema response format needs a 'json_schema' object.", true);
+    const Json* schema = find_field(js, "schema");
+    if (!schema || !(schema->is_object() || schema->is_boolean()))
+      throw ApiError(400, "response_format.json_schema needs a 'schema' object.",
+                     "response_format.json_schema.schema", "missing");
+    shape->kind = OutputShape::Kind::kJsonSchema;
+    return shape->schema_json = tokenizer_internal::py_json_dumps(*schema);
+  }
+  if (t != "text")
+    throw_bad_value("response_format.type",
+                    str_cat("'", t, "' is not one of text, json_object, json_schema."));
+  return {};
+}
+
+void constrain(const OutputShape& shape, const ModelInfo& info, SamplingParams* p) {
+  if (shape.kind == OutputShape::Kind::kFree) return;
+  const char* param =
+      shape.kind == OutputShape::Kind::kToolCalls ? "tool_choice" : "response_format";
+  if (!info.grammars)
+    throw ApiError(400, "Structured outputs need the model's tokenizer, and it has none.", param,
+                   "no_tokenizer");
+  try {
+    p->grammar = info.grammars->get(shape);
+    p->grammar_source = encode_output_shape(shape);
+  } catch (const Error& e) {
+    throw ApiError(400, str_cat("The output format cannot be enforced: ", e.what()),
+                   shape.kind == OutputShape::Kind::kToolCalls ? "tools"
+                   : shape.kind == OutputShape::Kind::kJsonSchema
+                       ? "response_format.json_schema.schema"
+                       : "response_format",
+                   "unsupported_schema");
+  }
+}
+
+void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams* p) {
+  // The number `key` within [lo, hi] into `*out` when it is given; whether it was.
+  auto number = [&](const char* key, float* out, double lo, double hi) {
+    const Json* v = find_field(j, key);
+    if (v) *out = float(get_number(*v, key, lo, hi));
+    return v != nullptr;
+  };
+  number("temperature", &p->temperature, 0, 1e6);
+  if (number("top_p", &p->top_p, 0, 1) && p->top_p <= 0)
+    throw_bad_value("top_p", "expected a number in (0, 1].");
+  if (const Json* v = find_field(j, "top_k"))  // -1 means off, as in vLLM
+    p->top_k = std::max<int64_t>(0, get_int(*v, "top_k", -1, info.vocab_size));
+  number("min_p", &p->min_p, 0, 1);
+  number("presence_penalty", &p->presence_penalty, -2, 2);
+  number("frequency_penalty", &p->frequency_penalty, -2, 2);
+  if (number("repetition_penalty", &p->repetition_penalty, 0, 1e6) && p->repetition_penalty <= 0)
+    throw_bad_value("repetition_penalty", "expected a number > 0.");
+  if (const Json* v = find_field(j, "seed"))
+    p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
+  read_bool(j, "ignore_eos", &p->ignore_eos, "ignore_eos");
+  if (const Json* s = find_field(j, "stop")) {
+    p->stop.clear();
+    if (s->is_string()) {
+      p->stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > kMaxStops)
+        throw_bad_value("stop", str_cat("at most ", kMaxStops, " stop strings are allowed."));
+      for (size_t i = 0; i < s->size(); ++i)
+        p->stop.push_back(get_string((*s)[i], str_cat("stop[", i, "]")));
+    } else {
+      throw_bad_type("stop", "a string or an array of strings", *s);
+    }
+    for (const auto& stop : p->stop)
+      if (stop.empty()) throw_bad_value("stop", "stop strings must not be empty.");
+    if (!p->stop.empty()) need_tokenizer(info, "stop", "stop strings");
+  }
+  if (const Json* s = find_field(j, "stop_token_ids"))
+    p->stop_token_ids = token_list(*s, "stop_token_ids", info.vocab_size);
+}
 
 uint64_t choice_seed(uint64_t seed, int32_t i) {
   return seed + uint64_t(i) * 0x9e3779b97f4a7c15ull;
