@@ -21,13 +21,12 @@ bool is_digit(char c) {
 }
 
 bool is_tchar(unsigned char c) {
-  if (is_digit(c)) return true;
-  if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
-  return std::strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != 0;
+  return is_digit(c) || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') ||
+         (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
 bool is_token(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return is_tchar(c); });
+  return !s.empty() && std::ranges::all_of(s, is_tchar);
 }
 
 // A control character other than tab.
@@ -37,11 +36,6 @@ bool is_ctl(unsigned char c) {
 
 bool is_ows(char c) {
   return c == ' ' || c == '\t';
-}
-
-// A header field value: visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
-bool valid_field_value(std::string_view v) {
-  return std::none_of(v.begin(), v.end(), [](char c) { return is_ctl(c); });
 }
 
 // Printable for the messages that quote what the client sent.
@@ -60,32 +54,30 @@ bool valid_chunk_ext(std::string_view s) {
   auto skip_bws = [&] {
     while (i < s.size() && is_ows(s[i])) ++i;
   };
+  // Each skips BWS first, then takes what it names, or nothing and returns false.
+  auto take = [&](char ch) {
+    skip_bws();
+    if (i == s.size() || s[i] != ch) return false;
+    ++i;
+    return true;
+  };
   auto token = [&] {
+    skip_bws();
     const size_t start = i;
     while (i < s.size() && is_tchar(s[i])) ++i;
     return i > start;
   };
+  // After the opening quote: text and backslash-escaped characters up to the closing quote.
+  auto quoted_rest = [&] {
+    for (; i < s.size() && s[i] != '"'; ++i)
+      if ((s[i] == '\\' && ++i == s.size()) || is_ctl(s[i])) return false;
+    return i++ < s.size();  // false: no closing quote
+  };
   for (;;) {
     skip_bws();
     if (i == s.size()) return true;
-    if (s[i] != ';') return false;
-    ++i;
-    skip_bws();
-    if (!token()) return false;
-    skip_bws();
-    if (i < s.size() && s[i] == '=') {
-      ++i;
-      skip_bws();
-      if (i < s.size() && s[i] == '"') {
-        // A quoted-string: text and backslash-escaped characters up to the closing quote.
-        for (++i; i < s.size() && s[i] != '"'; ++i)
-          if ((s[i] == '\\' && ++i == s.size()) || is_ctl(s[i])) return false;
-        if (i == s.size()) return false;  // no closing quote
-        ++i;
-      } else if (!token()) {
-        return false;
-      }
-    }
+    if (!take(';') || !token()) return false;
+    if (take('=') && !(take('"') ? quoted_rest() : token())) return false;
   }
 }
 
@@ -268,7 +260,8 @@ void HttpParser::on_field_line(std::string_view line) {
   if (colon == std::string_view::npos || !is_token(line.substr(0, colon)))
     return fail(400, str_cat("Malformed ", section, " line '", quoted(line), "'."), code);
   const std::string_view value = trim_ows(line.substr(colon + 1));
-  if (!valid_field_value(value))
+  // Visible characters, spaces, tabs and obs-text (RFC 9110 §5.5).
+  if (std::ranges::any_of(value, is_ctl))
     return fail(400,
                 str_cat("The value of ", section, " '", quoted(line.substr(0, colon)),
                         "' contains a control character."),

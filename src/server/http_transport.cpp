@@ -349,9 +349,8 @@ void Transport::run() {
       if (id == kListenId) {
         if (listen_fd >= 0) accept_all();
       } else if (id == kWakeId) {
-        uint64_t count;
-        while (read(wake_fd, &count, sizeof(count)) > 0) {
-        }
+        uint64_t count;  // one read takes the eventfd's whole count
+        [[maybe_unused]] const ssize_t r = read(wake_fd, &count, sizeof(count));
       } else if (Connection* c = find(id)) {
         on_event(*c, events[i].events);
       }
@@ -491,17 +490,10 @@ void Transport::read_some(Connection& c) {
     c.in.resize(old + kReadChunk);
     const ssize_t n = recv(c.fd, c.in.data() + old, kReadChunk, 0);
     c.in.resize(old + size_t(std::max<ssize_t>(n, 0)));
-    if (n > 0) {
-      if (size_t(n) < kReadChunk) break;
-      continue;
-    }
-    if (n == 0) {
-      c.peer_gone = true;
-      break;
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    return close(c);
+    if (n == ssize_t(kReadChunk)) continue;  // there may be more
+    if (n == 0) c.peer_gone = true;
+    if (n >= 0 || errno == EAGAIN || errno == EWOULDBLOCK) break;
+    if (errno != EINTR) return close(c);
   }
   process(c);
 }
