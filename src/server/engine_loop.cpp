@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <iterator>
+#include <utility>
 
 #include "core/cpu.h"
 
@@ -31,25 +31,20 @@ void add_header(std::string* out, const char* name, const char* type, const char
 
 // --- Call ---
 
-bool Call::take(std::vector<CallUpdate>* out) {
+std::vector<CallUpdate> Call::take() {
   std::lock_guard lk(mu_);
   signalled_ = false;
-  if (updates_.empty()) return false;
-  std::move(updates_.begin(), updates_.end(), std::back_inserter(*out));
-  updates_.clear();
-  return true;
+  return std::exchange(updates_, {});
 }
 
-bool Call::admission(std::string* error) const {
+std::optional<std::string> Call::admission() const {
   std::lock_guard lk(mu_);
-  if (admitted_) *error = error_;
-  return admitted_;
+  return admission_;
 }
 
 void Call::admit(std::string error) {
   std::lock_guard lk(mu_);
-  error_ = std::move(error);
-  admitted_ = true;
+  admission_ = std::move(error);
 }
 
 void Call::signal() {

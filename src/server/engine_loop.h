@@ -46,11 +46,11 @@ struct CallUpdate {
 // reader (the HTTP side) and the engine thread.
 class Call {
  public:
-  // Reader side: moves the updates there are to `out` (false: none).
-  bool take(std::vector<CallUpdate>* out);
-  // Whether the engine thread has taken the call yet; if so, `*error` is its refusal ("" when
-  // every choice was admitted).
-  bool admission(std::string* error) const;
+  // Reader side: takes the updates there are (none: empty).
+  std::vector<CallUpdate> take();
+  // None until the engine thread has taken the call; then its refusal ("" when every choice was
+  // admitted).
+  std::optional<std::string> admission() const;
   // Called (from the engine thread, or the submitting one) when the call is admitted or refused
   // and when updates arrive while none are waiting untaken; set before submitting. It must not
   // block: it typically wakes the reader's event loop, which then take()s.
@@ -64,11 +64,9 @@ class Call {
   void admit(std::string error);
   void signal();  // runs notify_ unless a signal is still untaken
   mutable std::mutex mu_;
-  std::deque<CallUpdate> updates_;
-  bool signalled_ = false;  // notify_ ran and nothing was taken since
-  // Set by the engine thread at admission.
-  bool admitted_ = false;
-  std::string error_;
+  std::vector<CallUpdate> updates_;
+  bool signalled_ = false;                // notify_ ran and nothing was taken since
+  std::optional<std::string> admission_;  // set by the engine thread
   std::function<void()> notify_;
 };
 

@@ -276,13 +276,13 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
     if (!chunk.empty()) out += "data: " + chunk + "\n\n";
   };
   if (!c.admitted) {
-    std::string refused;
-    if (!c.call->admission(&refused)) return;
+    const std::optional<std::string> refused = c.call->admission();
+    if (!refused) return;
     c.admitted = true;
-    if (!refused.empty()) {
+    if (!refused->empty()) {
       end_call(c);
       send_error(*c.ex,
-                 loop.failed() ? engine_failed() : ApiError(400, refused, {}, "invalid_request"));
+                 loop.failed() ? engine_failed() : ApiError(400, *refused, {}, "invalid_request"));
       return;
     }
     if (c.stream) {
@@ -292,9 +292,8 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
   }
   // A client reading slower than tokens come: the updates wait in the call until it catches up.
   const bool backlog = c.ex->buffered() > (size_t(1) << 20);
-  std::vector<CallUpdate> updates;
-  if (!backlog) c.call->take(&updates);
-  for (const CallUpdate& u : updates) frame(c.builder->on_update(u));
+  if (!backlog)
+    for (const CallUpdate& u : c.call->take()) frame(c.builder->on_update(u));
   if (!c.builder->all_ended()) {
     if (c.stream && !out.empty()) c.ex->write(out);
     if (backlog) c.ex->when_drained(pumper(ctx));

@@ -55,15 +55,15 @@ struct Collected {
 std::string submit(EngineLoop& loop, const std::shared_ptr<Call>& call,
                    std::vector<Request> requests) {
   loop.submit(call, std::move(requests));
-  std::string error;
-  while (!call->admission(&error)) std::this_thread::sleep_for(1ms);
-  return error;
+  std::optional<std::string> error;
+  while (!(error = call->admission())) std::this_thread::sleep_for(1ms);
+  return *error;
 }
 
 // Waits up to `timeout` for updates and moves them to `out` (false: none came).
 bool wait(Call& call, std::vector<CallUpdate>* out, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!call.take(out) && std::chrono::steady_clock::now() < deadline)
+  while ((*out = call.take()).empty() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
   return !out->empty();
 }
