@@ -42,8 +42,6 @@ Clock::duration seconds(double s) {
 
 const char* reason(int status) {
   static const std::map<int, const char*> kReasons = {{100, "Continue"},
-                                                      {200, "OK"},
-                                                      {400, "Bad Request"},
                                                       {401, "Unauthorized"},
                                                       {404, "Not Found"},
                                                       {405, "Method Not Allowed"},
@@ -58,7 +56,7 @@ const char* reason(int status) {
                                                       {503, "Service Unavailable"},
                                                       {505, "HTTP Version Not Supported"}};
   if (auto it = kReasons.find(status); it != kReasons.end()) return it->second;
-  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";
+  return status < 400 ? "OK" : status < 500 ? "Bad Request" : "Server Error";  // 200, 400 too
 }
 
 // Drops the used front of a buffer: at once when all of it was used, else once it is this long.
@@ -204,11 +202,9 @@ void Exchange::send_head(int status, std::string_view content_type, const Header
   if (!content_type.empty()) h.append("Content-Type: ").append(content_type).append("\r\n");
   for (const auto& [k, v] : extra) h.append(k).append(": ").append(v).append("\r\n");
   h.append("Date: ").append(http_date()).append("\r\n");
-  if (keep_alive_)
-    h += str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=", int64_t(t.opt.idle_timeout_s),
-                 "\r\n");
-  else
-    h += "Connection: close\r\n";
+  h += keep_alive_ ? str_cat("Connection: keep-alive\r\nKeep-Alive: timeout=",
+                             int64_t(t.opt.idle_timeout_s), "\r\n")
+                   : "Connection: close\r\n";
   t.queue(c, h + "\r\n");
   head_sent_ = true;
   if (t.on_status) t.on_status(status);

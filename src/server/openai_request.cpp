@@ -483,13 +483,12 @@ void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
   const int64_t max_tokens = given ? get_int(*given, given_name, 1, INT64_MAX / 2) : 0;
   int64_t len = 0;  // the longest prompt
   for (const auto& p : r->prompts) len = std::max(len, int64_t(p.size()));
-  const char* prompt_param = chat ? "messages" : "prompt";
   if (len >= info.max_model_len)
     throw ApiError(
         400,
         str_cat("This model's maximum context length is ", info.max_model_len,
                 " tokens, and the prompt has ", len, ", which leaves no room for a completion."),
-        prompt_param, "context_length_exceeded");
+        chat ? "messages" : "prompt", "context_length_exceeded");
   if (given && len + max_tokens > info.max_model_len)
     throw ApiError(400,
                    str_cat("This model's maximum context length is ", info.max_model_len,

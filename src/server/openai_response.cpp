@@ -261,11 +261,9 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
   } else {
     choice["text"] = d.content;
   }
-  if (!logprobs)
-    choice["logprobs"] = Json();
-  else
-    choice["logprobs"] = chat ? chat_logprobs(tok, d.logprobs)
-                              : completion_logprobs(tok, d.logprobs, &c.text_offset);
+  choice["logprobs"] = !logprobs ? Json()
+                       : chat    ? chat_logprobs(tok, d.logprobs)
+                                 : completion_logprobs(tok, d.logprobs, &c.text_offset);
   choice["finish_reason"] = finish ? Json(finish) : Json();
   if (req_.return_token_ids) {
     if (first && !chat) choice["prompt_token_ids"] = req_.prompts[size_t(index / req_.n)];
