@@ -159,10 +159,9 @@ void EngineLoop::run() {
     }
     for (Submission& s : subs) s.call->signal();
     // Most passes have nothing to cancel: the per-request scan runs only when one does.
-    if (cancel_all || stopping || !cancels.empty()) {
+    if (cancel_all || stopping || !cancels.empty())
       for (const auto& [id, live] : live_)
         if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
-    }
     if (probe_ && !failed_) {
       const std::string dead = probe_();
       if (!dead.empty()) {

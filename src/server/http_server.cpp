@@ -32,9 +32,9 @@ ApiError shutting_down() {
   return ApiError(503, "The server is shutting down.", {}, "service_unavailable");
 }
 
-// An event-thread task that sends a JSON body with status 200.
-std::function<void()> reply(const std::shared_ptr<Exchange>& ex, std::string json) {
-  return [ex, json = std::move(json)]() mutable { send_json(*ex, 200, std::move(json)); };
+// An event-thread task that sends `body` with status 200 (dumped here, on the worker).
+std::function<void()> reply(const std::shared_ptr<Exchange>& ex, const Json& body) {
+  return [ex, json = dump_json(body)]() mutable { send_json(*ex, 200, std::move(json)); };
 }
 
 // Compares in time independent of where the strings differ. `key` is not empty.
@@ -153,29 +153,25 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) try {
                    "method_not_allowed");
   if (path == "/v1/completions") return generate(Endpoint::kCompletions, ex);
   if (path == "/v1/chat/completions") return generate(Endpoint::kChat, ex);
-  if (path == "/tokenize") {
+  if (path == "/tokenize")
     return on_worker(ex, [this, ex](const std::string& body) {
       const std::vector<int32_t> ids = parse_tokenize_request(body, info);
-      return reply(
-          ex, dump_json(
-                  {{"count", ids.size()}, {"max_model_len", info.max_model_len}, {"tokens", ids}}));
+      return reply(ex,
+                   {{"count", ids.size()}, {"max_model_len", info.max_model_len}, {"tokens", ids}});
     });
-  }
-  if (path == "/detokenize") {
+  if (path == "/detokenize")
     return on_worker(ex, [this, ex](const std::string& body) {
       const std::vector<int32_t> ids = parse_detokenize_request(body, info);
-      return reply(ex, dump_json({{"prompt", info.tokenizer->decode(ids, false)}}));
+      return reply(ex, {{"prompt", info.tokenizer->decode(ids, false)}});
     });
-  }
   if (path == "/health") {
     if (loop.failed()) throw engine_failed();
     if (draining) throw shutting_down();
     return send_json(*ex, 200, "{\"status\":\"ok\"}");
   }
-  if (path == "/metrics") {
+  if (path == "/metrics")
     return ex->respond(200, "text/plain; version=0.0.4; charset=utf-8",
                        metrics.render(loop.gauges(), int64_t(calls.size())));
-  }
   // /v1/models
   const std::string* auth = r.header("authorization");
   check_access(auth ? *auth : "");

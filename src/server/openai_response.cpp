@@ -114,8 +114,7 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
   ++num_tokens_;
   pending_.token_ids.push_back(ev.token);
   if (logprobs_) {
-    const auto sampled = std::find_if(ev.logprobs.begin(), ev.logprobs.end(),
-                                      [&](const auto& lp) { return lp.first == ev.token; });
+    const auto sampled = std::ranges::find(ev.logprobs, ev.token, &TopLogprobs::value_type::first);
     const auto top_end =
         ev.logprobs.begin() + std::min<ptrdiff_t>(top_logprobs_, ev.logprobs.size());
     pending_.logprobs.push_back({ev.token,
