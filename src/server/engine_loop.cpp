@@ -48,11 +48,9 @@ void Call::admit(std::string error) {
 }
 
 void Call::signal() {
-  if (!notify_) return;
   {
     std::lock_guard lk(mu_);
-    if (signalled_) return;
-    signalled_ = true;
+    if (!notify_ || std::exchange(signalled_, true)) return;  // none, or one still untaken
   }
   notify_();
 }

@@ -98,11 +98,8 @@ OutputShape decode_output_shape(std::string_view bytes) {
   s.schema_json = r.get_string();
   const auto n = r.get<uint64_t>();
   DI_REQUIRE(n <= r.remaining() / 16, "output shape: ", n, " tools in ", r.remaining(), " bytes");
-  for (uint64_t i = 0; i < n; ++i) {
-    ToolSpec& t = s.tools.emplace_back();
-    t.name = r.get_string();
-    t.parameters_json = r.get_string();
-  }
+  // A braced list is evaluated in order: the name, then the parameters.
+  for (uint64_t i = 0; i < n; ++i) s.tools.push_back({r.get_string(), r.get_string()});
   r.expect_end();
   return s;
 }
