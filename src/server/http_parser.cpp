@@ -132,9 +132,7 @@ size_t HttpParser::take_line(const char* data, size_t n, bool* complete) {
   const size_t content = lf ? size_t(lf - data) : n;
   line_.append(data, content);
   *complete = lf != nullptr;
-  if (phase_ == Phase::kRequestLine && !started_ && !line_.empty() &&
-      (line_.size() > 1 || line_[0] != '\r'))
-    started_ = true;
+  if (phase_ == Phase::kRequestLine && !line_.empty() && line_ != "\r") started_ = true;
   // The request line (once a request has begun), the header lines and the trailer lines count
   // against the header section's limit.
   const bool in_section = phase_ == Phase::kHeaderLines || phase_ == Phase::kTrailers ||

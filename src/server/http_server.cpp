@@ -277,9 +277,8 @@ void ApiServer::pump(const std::shared_ptr<CallContext>& ctx) {
     c.admitted = true;
     if (!refused->empty()) {
       end_call(c);
-      send_error(*c.ex,
-                 loop.failed() ? engine_failed() : ApiError(400, *refused, {}, "invalid_request"));
-      return;
+      return send_error(
+          *c.ex, loop.failed() ? engine_failed() : ApiError(400, *refused, {}, "invalid_request"));
     }
     if (c.stream) {
       c.ex->begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});

@@ -175,9 +175,7 @@ Transport::~Transport() {
 }
 
 bool Transport::watch(int op, int fd, uint32_t events, uint64_t id) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = id;
+  epoll_event ev{.events = events, .data = {.u64 = id}};
   return epoll_ctl(epoll_fd, op, fd, &ev) == 0;
 }
 
