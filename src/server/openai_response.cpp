@@ -172,12 +172,9 @@ void ChoiceDecoder::release(size_t end, bool final) {
     ++num_tool_calls_;
   }
   if (parser_failed_) {
-    // The raw text from the block's opener on becomes content.
-    size_t from = 0;
-    if (chat_.thinking) {
-      const size_t think_end = routed_.find(chat_format::kThinkEnd);
-      from = think_end == std::string::npos ? routed_.size() : think_end;
-    }
+    // The raw text from the block's opener on becomes content (after "</think>" when thinking).
+    const size_t from =
+        chat_.thinking ? std::min(routed_.find(chat_format::kThinkEnd), routed_.size()) : 0;
     const size_t at = routed_.find(chat_format::kCallsStart, from);
     if (at != std::string::npos) pending_.content += routed_.substr(at);
   }
@@ -244,11 +241,9 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
     Json delta = Json::object();
     if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
     if (!d.content.empty()) delta["content"] = d.content;
-    if (!d.tool_calls.empty()) {
-      // Indexed from the calls that went out before these.
-      const int64_t first_index = c.decoder.num_tool_calls() - int64_t(d.tool_calls.size());
-      delta["tool_calls"] = tool_calls_json(d.tool_calls, first_index, true);
-    }
+    if (!d.tool_calls.empty())  // indexed from the calls that went out before these
+      delta["tool_calls"] = tool_calls_json(
+          d.tool_calls, c.decoder.num_tool_calls() - int64_t(d.tool_calls.size()), true);
     choice["delta"] = std::move(delta);
   } else if (chat) {
     Json msg = {{"role", "assistant"}};
@@ -298,8 +293,7 @@ std::string ResponseBuilder::on_update(const CallUpdate& u) {
 }
 
 std::string ResponseBuilder::stream_end() {
-  if (!req_.include_usage) return {};
-  return envelope("[]", chunk_object(), usage());
+  return req_.include_usage ? envelope("[]", chunk_object(), usage()) : "";
 }
 
 std::string ResponseBuilder::full_body() {
