@@ -1,7 +1,5 @@
 #include "server/http_server.h"
 
-#include <strings.h>
-
 #include <condition_variable>
 #include <cstdio>
 #include <ctime>
@@ -188,7 +186,7 @@ void ApiServer::on_request(std::shared_ptr<Exchange> ex) try {
 void ApiServer::check_access(const std::string& auth) const {
   if (!options.api_key.empty()) {
     // The scheme is case-insensitive (RFC 9110 §11.1).
-    const bool bearer = auth.size() > 7 && strncasecmp(auth.c_str(), "bearer ", 7) == 0;
+    const bool bearer = auth.size() > 7 && http::iequals(auth.substr(0, 7), "bearer ");
     if (!bearer || !same_secret(auth.substr(7), options.api_key))
       throw ApiError(401, "Invalid or missing API key (send it as 'Authorization: Bearer KEY').",
                      {}, "invalid_api_key");
@@ -199,7 +197,7 @@ void ApiServer::check_access(const std::string& auth) const {
 void ApiServer::on_worker(const std::shared_ptr<Exchange>& ex,
                           std::function<std::function<void()>(const std::string&)> job) {
   const std::string* type = ex->request().header("content-type");
-  if (type && type->size() >= 19 && strncasecmp(type->c_str(), "multipart/form-data", 19) == 0)
+  if (type && http::iequals(type->substr(0, 19), "multipart/form-data"))
     return send_error(*ex, ApiError(415, "Request bodies must be JSON, not multipart form data.",
                                     {}, "unsupported_media_type"));
   const std::string* auth = ex->request().header("authorization");
