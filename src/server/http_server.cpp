@@ -317,8 +317,7 @@ std::function<void()> ApiServer::pumper(const std::shared_ptr<CallContext>& ctx)
 }
 
 void ApiServer::end_call(CallContext& c) {
-  if (c.finished) return;
-  c.finished = true;
+  if (std::exchange(c.finished, true)) return;
   if (calls.erase(&c)) check_drained();  // the caller still holds the context
 }
 

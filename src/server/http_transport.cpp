@@ -351,11 +351,9 @@ void Transport::run() {
     }
     run_posted();
     const auto now = Clock::now();
-    while (!timers.empty() && timers.begin()->first <= now) {
-      auto fn = std::move(timers.begin()->second);
-      timers.erase(timers.begin());
-      fn();
-    }
+    // Each timer is taken out before it runs (it may set others).
+    while (!timers.empty() && timers.begin()->first <= now)
+      timers.extract(timers.begin()).mapped()();
     while (!deadlines.empty() && deadlines.begin()->first <= now) {
       const uint64_t id = deadlines.begin()->second;
       deadlines.erase(deadlines.begin());
@@ -493,8 +491,7 @@ void Transport::read_some(Connection& c) {
 }
 
 void Transport::process(Connection& c) {
-  if (c.processing) return;
-  c.processing = true;
+  if (std::exchange(c.processing, true)) return;
   while (c.parsing() && c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
     const size_t used = c.parser.feed(c.in.data() + c.in_off, c.unparsed());
     c.in_off += used;
@@ -682,8 +679,7 @@ void Transport::stop_accepting() {
 }
 
 void Transport::end_keep_alive() {
-  if (ending) return;
-  ending = true;
+  if (std::exchange(ending, true)) return;
   std::vector<uint64_t> ids;
   for (const auto& [id, c] : conns) ids.push_back(id);
   const auto by = Clock::now() + seconds(kEndKeepAliveSeconds);

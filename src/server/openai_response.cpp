@@ -190,8 +190,7 @@ const char* api_finish_reason(FinishReason why, bool has_tool_calls) {
 ResponseBuilder::ResponseBuilder(const ApiRequest& req, const ModelInfo& info, std::string id,
                                  int64_t created)
     : req_(req), info_(info), id_(std::move(id)), created_(created) {
-  const size_t n = req_.prompts.size() * size_t(req_.n);
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < req_.prompts.size() * size_t(req_.n); ++i)
     choices_.emplace_back(ChoiceDecoder(info_.tokenizer, req_.params.stop, req_.chat, req_.logprobs,
                                         req_.top_logprobs));
 }
