@@ -317,13 +317,10 @@ int Transport::bind() {
   watch(EPOLL_CTL_ADD, listen_fd, EPOLLIN, kListenId);
   watch(EPOLL_CTL_ADD, wake_fd, EPOLLIN, kWakeId);
   // Room for the connections allowed, and a descriptor held back to shed one when out of them.
-  rlimit rl{};
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    const rlim_t want = rlim_t(opt.max_connections + kMaxRejecting + 256);
-    if (rl.rlim_cur < want) {
-      rl.rlim_cur = std::min(want, rl.rlim_max);
-      setrlimit(RLIMIT_NOFILE, &rl);
-    }
+  const rlim_t want = rlim_t(opt.max_connections + kMaxRejecting + 256);
+  if (rlimit rl{}; getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+    rl.rlim_cur = std::min(want, rl.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &rl);
   }
   spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   return bound;
