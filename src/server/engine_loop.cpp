@@ -273,11 +273,6 @@ void Histogram::render(const char* name, const char* help, std::string* out) con
   *out += str_cat(name, "_sum ", num(sum_), "\n", name, "_count ", cum, "\n");
 }
 
-Metrics::Metrics()
-    : ttft_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}),
-      itl_({0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}),
-      e2e_({0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320}) {}
-
 void Metrics::request_admitted(int64_t prompt_tokens) {
   std::lock_guard lk(mu_);
   ++requests_admitted_;
@@ -345,16 +340,15 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
     auto per_replica = [&](const char* type, const char* name, const char* help, auto field) {
       add_header(&out, name, type, help);
       for (size_t r = 0; r < g.replicas.size(); ++r)
-        out += str_cat(name, "{replica=\"", r, "\"} ", num(double(field(g.replicas[r]))), "\n");
+        out += str_cat(name, "{replica=\"", r, "\"} ",
+                       num(double(std::invoke(field, g.replicas[r]))), "\n");
     };
     per_replica("gauge", "deepinfer_replica_num_requests_running",
-                "Requests in a replica's running set.",
-                [](const EngineLoad& l) { return l.running; });
+                "Requests in a replica's running set.", &EngineLoad::running);
     per_replica("gauge", "deepinfer_replica_num_requests_waiting",
-                "Requests waiting for admission to a replica.",
-                [](const EngineLoad& l) { return l.waiting; });
+                "Requests waiting for admission to a replica.", &EngineLoad::waiting);
     per_replica("gauge", "deepinfer_replica_kv_blocks_used", "A replica's KV pool blocks in use.",
-                [](const EngineLoad& l) { return l.kv_blocks_used; });
+                &EngineLoad::kv_blocks_used);
     per_replica("counter", "deepinfer_replica_generation_tokens_total",
                 "Tokens a replica generated.",
                 [](const EngineLoad& l) { return l.stats.generated_tokens; });

@@ -92,8 +92,6 @@ class Histogram {
 
 class Metrics {
  public:
-  Metrics();
-
   // Engine thread.
   void request_admitted(int64_t prompt_tokens);
   void token_generated(double seconds_since_previous, bool first);  // TTFT when `first`
@@ -112,7 +110,11 @@ class Metrics {
   std::array<int64_t, size_t(FinishReason::Error) + 1> finished_{};  // by FinishReason
   std::map<int, int64_t> http_;                                      // responses by status
   int64_t disconnects_ = 0;
-  Histogram ttft_, itl_, e2e_;
+  // Bucket bounds in seconds.
+  Histogram ttft_{
+      {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}};
+  Histogram itl_{{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}};
+  Histogram e2e_{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320}};
 };
 
 // --- the loop ---
