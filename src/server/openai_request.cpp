@@ -218,7 +218,7 @@ std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& nam
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string c = str_cat(name, "[", i, "]");
     if (!v[i].is_object()) throw_bad_type(c, "an object", v[i]);
-    ChatToolCall call;
+    ChatToolCall& call = calls.emplace_back();
     call.id = opt_string(v[i], "id", c + ".id");
     const Json& f =
         need(v[i], "function", c + ".function", "A tool call needs a 'function' object.", true);
@@ -234,7 +234,6 @@ std::vector<ChatToolCall> parse_tool_calls(const Json& v, const std::string& nam
       call.arguments = tokenizer_internal::py_json_dumps(*args);
     else
       throw_bad_type(c + ".function.arguments", "a JSON string", *args);
-    calls.push_back(std::move(call));
   }
   return calls;
 }
@@ -266,7 +265,7 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
     const Json& e = m[i];
     const std::string name = str_cat("messages[", i, "]");
     if (!e.is_object()) throw_bad_type(name, "an object", e);
-    ChatMessage msg;
+    ChatMessage& msg = out.emplace_back();
     msg.role =
         parse_role(need(e, "role", name + ".role", "A message needs a 'role'."), name + ".role");
     if (const Json* c = find_field(e, "content"))
@@ -288,7 +287,6 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
       msg.response_format_json = tokenizer_internal::py_json_dumps(*rf);
     }
     if (msg.role == ChatRole::kUser || dev) msg.task = opt_string(e, "task", name + ".task");
-    out.push_back(std::move(msg));
   }
   return out;
 }
