@@ -28,16 +28,14 @@ Json token_bytes(const Tokenizer* tok, int32_t id) {
 
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}.
 Json chat_logprobs(const Tokenizer* tok, const std::vector<TokenLogprob>& lps) {
+  auto entry = [&](int32_t id, float v) {
+    return Json{{"token", token_text(tok, id)}, {"logprob", v}, {"bytes", token_bytes(tok, id)}};
+  };
   Json content = Json::array();
   for (const TokenLogprob& lp : lps) {
-    Json top = Json::array();
-    for (const auto& [id, v] : lp.top)
-      top.push_back(
-          {{"token", token_text(tok, id)}, {"logprob", v}, {"bytes", token_bytes(tok, id)}});
-    content.push_back({{"token", token_text(tok, lp.token)},
-                       {"logprob", lp.logprob},
-                       {"bytes", token_bytes(tok, lp.token)},
-                       {"top_logprobs", std::move(top)}});
+    Json& e = content.emplace_back(entry(lp.token, lp.logprob));
+    e["top_logprobs"] = Json::array();
+    for (const auto& [id, v] : lp.top) e["top_logprobs"].push_back(entry(id, v));
   }
   return {{"content", std::move(content)}, {"refusal", nullptr}};
 }
@@ -51,9 +49,8 @@ Json completion_logprobs(const Tokenizer* tok, const std::vector<TokenLogprob>& 
     const std::string t = token_text(tok, lp.token);
     tokens.push_back(t);
     values.push_back(lp.logprob);
-    Json top = Json::object();
+    Json& top = tops.emplace_back(Json::object());
     for (const auto& [id, v] : lp.top) top[token_text(tok, id)] = v;
-    tops.push_back(std::move(top));
     offsets.push_back(*text_offset);
     *text_offset += tok ? int64_t(t.size()) : 0;
   }
@@ -66,12 +63,11 @@ Json completion_logprobs(const Tokenizer* tok, const std::vector<TokenLogprob>& 
 Json tool_calls_json(const std::vector<ChatToolCall>& calls, int64_t first_index, bool indexed) {
   Json out = Json::array();
   for (size_t i = 0; i < calls.size(); ++i) {
-    Json c;
+    Json& c = out.emplace_back();
     if (indexed) c["index"] = first_index + int64_t(i);
     c["id"] = calls[i].id;
     c["type"] = "function";
     c["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
-    out.push_back(std::move(c));
   }
   return out;
 }
