@@ -490,8 +490,7 @@ void Transport::read_some(Connection& c) {
 void Transport::process(Connection& c) {
   if (std::exchange(c.processing, true)) return;
   while (c.parsing() && c.unparsed() > 0 && c.pending() < opt.max_output_bytes) {
-    const size_t used = c.parser.feed(c.in.data() + c.in_off, c.unparsed());
-    c.in_off += used;
+    c.in_off += c.parser.feed(c.in.data() + c.in_off, c.unparsed());
     if (c.phase == Phase::kIdle && c.parser.started()) {
       c.phase = Phase::kReading;
       c.request_start = Clock::now();
@@ -614,10 +613,7 @@ void Transport::update(Connection& c) {
   if (c.phase == Phase::kLinger || wants_input) want |= EPOLLIN | EPOLLRDHUP;
   if (!c.peer_gone && c.phase == Phase::kServing) want |= EPOLLRDHUP;  // a client that leaves
   if (c.pending() > 0) want |= EPOLLOUT;
-  if (want != c.events) {
-    watch(EPOLL_CTL_MOD, c.fd, want, c.id);
-    c.events = want;
-  }
+  if (std::exchange(c.events, want) != want) watch(EPOLL_CTL_MOD, c.fd, want, c.id);
   std::optional<Clock::time_point> d;
   auto earliest = [&](Clock::time_point t) { d = d ? std::min(*d, t) : t; };
   if (c.phase == Phase::kIdle && c.pending() == 0)
