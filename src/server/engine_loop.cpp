@@ -92,17 +92,16 @@ void EngineLoop::wake(const std::function<void()>& change) {
 }
 
 void EngineLoop::submit(const std::shared_ptr<Call>& call, std::vector<Request> requests) {
-  {
-    std::lock_guard lk(mu_);
+  bool stopped = false;
+  wake([&] {
     for (Request& r : requests) r.id = next_id_++;
-    if (!stop_) {
-      submissions_.push_back({call, std::move(requests)});
-      cv_.notify_all();
-      return;
-    }
+    stopped = stop_;
+    if (!stopped) submissions_.push_back({call, std::move(requests)});
+  });
+  if (stopped) {
     call->admit("the server is shutting down");
+    call->signal();
   }
-  call->signal();
 }
 
 void EngineLoop::cancel(const std::shared_ptr<Call>& call) {

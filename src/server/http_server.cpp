@@ -16,7 +16,6 @@ namespace deepinfer::server {
 namespace {
 
 using http::Exchange;
-using http::HttpRequest;
 
 void send_json(Exchange& ex, int status, std::string body) {
   ex.respond(status, "application/json", std::move(body));
@@ -136,7 +135,7 @@ ApiError ApiServer::engine_failed() const {
 
 // Refusals are thrown, and answered at the end.
 void ApiServer::on_request(std::shared_ptr<Exchange> ex) try {
-  const HttpRequest& r = ex->request();
+  const http::HttpRequest& r = ex->request();
   const std::string& path = r.path;
   static const std::map<std::string_view, std::string_view> kMethodOf = {
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"},
