@@ -633,17 +633,14 @@ void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams*
     p->seed = uint64_t(get_int(*v, "seed", INT64_MIN, INT64_MAX));
   read_bool(j, "ignore_eos", &p->ignore_eos, "ignore_eos");
   if (const Json* s = find_field(j, "stop")) {
-    p->stop.clear();
-    if (s->is_string()) {
-      p->stop.push_back(s->get<std::string>());
-    } else if (s->is_array()) {
-      if (s->size() > kMaxStops)
-        throw_bad_value("stop", str_cat("at most ", kMaxStops, " stop strings are allowed."));
-      for (size_t i = 0; i < s->size(); ++i)
-        p->stop.push_back(get_string((*s)[i], str_cat("stop[", i, "]")));
-    } else {
+    if (!s->is_string() && !s->is_array())
       throw_bad_type("stop", "a string or an array of strings", *s);
-    }
+    if (s->size() > kMaxStops)  // a string's size is 1
+      throw_bad_value("stop", str_cat("at most ", kMaxStops, " stop strings are allowed."));
+    p->stop.clear();
+    for (size_t i = 0; i < s->size(); ++i)
+      p->stop.push_back(s->is_string() ? s->get<std::string>()
+                                       : get_string((*s)[i], str_cat("stop[", i, "]")));
     for (const auto& stop : p->stop)
       if (stop.empty()) throw_bad_value("stop", "stop strings must not be empty.");
     if (!p->stop.empty()) need_tokenizer(info, "stop", "stop strings");
