@@ -215,8 +215,7 @@ void HttpParser::on_request_line(std::string_view line) {
   const std::string_view version = line.substr(sp2 + 1);
   if (!is_token(method))
     return malformed(str_cat("Malformed request method '", quoted(method), "'."));
-  if (std::any_of(target.begin(), target.end(),
-                  [](unsigned char c) { return c <= 0x20 || c == 0x7F; }))
+  if (std::ranges::any_of(target, [](unsigned char c) { return c <= 0x20 || c == 0x7F; }))
     return malformed("The request target contains a control character.");
   const bool digits =
       version.size() == 8 && version[6] == '.' && is_digit(version[5]) && is_digit(version[7]);
@@ -355,8 +354,7 @@ void HttpParser::on_chunk_size(std::string_view line) {
     return fail(413, body_too_large_message(limits_.max_body_bytes), "request_too_large");
   if (size == 0) {
     phase_ = Phase::kTrailers;
-    section_bytes_ = 0;
-    trailer_count_ = 0;
+    section_bytes_ = 0;  // the trailers count from here (trailer_count_ is still 0)
   } else {
     phase_ = Phase::kBody;
     remaining_ = size;
