@@ -431,12 +431,9 @@ void Transport::accept_all() {
       continue;
     }
     c.close_by = Clock::now() + seconds(kRejectSeconds);
-    fail(c,
-         {503,
-          str_cat("The server has reached its limit of ", opt.max_connections,
-                  " open connections; retry later."),
-          "too_many_connections"},
-         {{"Retry-After", "1"}});
+    const std::string full = str_cat("The server has reached its limit of ", opt.max_connections,
+                                     " open connections; retry later.");
+    fail(c, {503, full, "too_many_connections"}, {{"Retry-After", "1"}});
   }
 }
 
