@@ -159,12 +159,9 @@ void EngineLoop::run() {
     if (cancel_all || stopping || !cancels.empty())
       for (const auto& [id, live] : live_)
         if (cancel_all || stopping || std::ranges::count(cancels, live.call)) engine_.abort(id);
-    if (probe_ && !failed_) {
-      const std::string dead = probe_();
-      if (!dead.empty()) {
-        std::fprintf(stderr, "deepinfer: %s; ending %zu requests\n", dead.c_str(), live_.size());
-        fail(dead);
-      }
+    if (const std::string dead = probe_ && !failed_ ? probe_() : ""; !dead.empty()) {
+      std::fprintf(stderr, "deepinfer: %s; ending %zu requests\n", dead.c_str(), live_.size());
+      fail(dead);
     }
     if (engine_.has_unfinished() && !failed_) {
       try {
