@@ -250,9 +250,6 @@ void EngineLoop::publish_gauges() {
 
 // --- metrics ---
 
-Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
-
 void Histogram::observe(double v) {
   ++counts_[size_t(std::lower_bound(bounds_.begin(), bounds_.end(), v) - bounds_.begin())];
   sum_ += v;

@@ -79,7 +79,8 @@ struct EngineGauges : EngineLoad {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds);
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
   void observe(double v);
   // Appends the HELP and TYPE lines of `name`, then its _bucket, _sum and _count lines.
   void render(const char* name, const char* help, std::string* out) const;

@@ -72,8 +72,7 @@ void compact(std::string& buf, size_t& used, size_t at_least) {
 const std::string& http_date() {
   thread_local std::string text;
   thread_local time_t at = 0;
-  const time_t now = time(nullptr);
-  if (now != at) {
+  if (const time_t now = time(nullptr); now != at) {
     at = now;
     tm t{};
     gmtime_r(&now, &t);

@@ -49,7 +49,6 @@ struct TransportOptions {
 };
 
 class Connection;
-class Transport;
 
 // One request and its response. Owned jointly by the connection and whoever answers it; once the
 // connection is gone every call is a no-op.

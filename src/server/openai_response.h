@@ -109,7 +109,6 @@ class ResponseBuilder {
 
  private:
   struct Choice {
-    explicit Choice(ChoiceDecoder d) : decoder(std::move(d)) {}
     ChoiceDecoder decoder;
     ChoiceDelta all;  // everything so far (non-streaming)
     bool ended = false, started = false;

@@ -67,8 +67,7 @@ Expr output_shape_expr(const OutputShape& s) {
                 list(alt(std::move(invokes)), lit("\n"), 1, s.parallel_tool_calls ? 16 : 1),
                 lit(str_cat("\n", cf::kCallsClose))});
   }
-  if (s.after_thinking) return seq({until(std::string(cf::kThinkEnd)), body});
-  return body;
+  return s.after_thinking ? seq({until(std::string(cf::kThinkEnd)), body}) : body;
 }
 
 std::string encode_output_shape(const OutputShape& s) {
