@@ -68,10 +68,8 @@ class ApiServer::Workers {
     for (int i = 0; i < n; ++i) threads_.emplace_back([this](std::stop_token st) { work(st); });
   }
   void submit(std::function<void()> job) {
-    {
-      std::lock_guard lk(mu_);
-      jobs_.push_back(std::move(job));
-    }
+    std::lock_guard lk(mu_);
+    jobs_.push_back(std::move(job));
     cv_.notify_one();
   }
   // Finishes the jobs queued, then joins (a stopped worker still takes the jobs left).
