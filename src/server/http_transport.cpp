@@ -455,8 +455,7 @@ void Transport::on_event(Connection& c, uint32_t ev) {
   if (c.closed()) return;
   if (ev & EPOLLRDHUP) c.peer_gone = true;
   if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP)) read_some(c);
-  if (c.closed()) return;
-  settle(c);
+  settle(c);  // nothing if read_some() closed it
 }
 
 void Transport::read_some(Connection& c) {
@@ -593,8 +592,7 @@ void Transport::settle(Connection& c) {
     ::shutdown(c.fd, SHUT_WR);
     c.phase = Phase::kLinger;
     c.linger_until = Clock::now() + seconds(kLingerSeconds);
-    read_some(c);  // the client may have closed already
-    if (c.closed()) return;
+    read_some(c);  // the client may have closed already (then update() does nothing)
   }
   update(c);
 }
@@ -642,8 +640,7 @@ void Transport::close(Connection& c) {
   if (c.closed()) return;
   c.phase = Phase::kClosed;
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
-  ::close(c.fd);
-  c.fd = -1;
+  ::close(std::exchange(c.fd, -1));
   if (c.deadline) deadlines.erase({*c.deadline, c.id});
   c.deadline.reset();
   --(c.rejected ? rejecting : active);
@@ -663,8 +660,7 @@ void Transport::after(double seconds_from_now, std::function<void()> fn) {
 void Transport::stop_accepting() {
   if (listen_fd < 0) return;
   epoll_ctl(epoll_fd, EPOLL_CTL_DEL, listen_fd, nullptr);
-  ::close(listen_fd);
-  listen_fd = -1;
+  ::close(std::exchange(listen_fd, -1));
 }
 
 void Transport::end_keep_alive() {

@@ -522,11 +522,9 @@ int json_nesting_depth(std::string_view text) {
   int depth = 0, max_depth = 0;
   bool in_string = false, escaped = false;
   for (const char c : text) {
-    if (escaped) {
-      escaped = false;
-    } else if (in_string) {
-      escaped = c == '\\';
-      in_string = c != '"';
+    if (in_string) {  // an escaped character never ends it
+      in_string = escaped || c != '"';
+      escaped = !escaped && c == '\\';
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {

@@ -127,8 +127,7 @@ ChoiceDelta ChoiceDecoder::push(const TokenEvent& ev) {
         end, at != std::string::npos ? at : text_.size() - partial_marker_suffix(text_, {stop}));
   }
   if (end > sent_) release(end, false);
-  if (!pending_.has_output()) return {};
-  return std::exchange(pending_, {});
+  return pending_.has_output() ? std::exchange(pending_, {}) : ChoiceDelta();
 }
 
 ChoiceDelta ChoiceDecoder::finish(const std::string& stop_text) {

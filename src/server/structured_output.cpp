@@ -18,10 +18,9 @@ std::shared_ptr<const TokenVocab> make_grammar_vocab(const Tokenizer& tok, int64
                                                      int32_t eos_id) {
   const std::vector<int32_t> markers = chat_marker_tokens(tok);
   std::vector<std::string> bytes(static_cast<size_t>(vocab_size));
-  for (int32_t id = 0; id < int32_t(vocab_size) && id < tok.id_limit(); ++id) {
-    if (tok.is_special(id) && !std::binary_search(markers.begin(), markers.end(), id)) continue;
-    bytes[size_t(id)] = std::string(tok.token_bytes(id));
-  }
+  for (int32_t id = 0; id < int32_t(vocab_size) && id < tok.id_limit(); ++id)
+    if (!tok.is_special(id) || std::ranges::binary_search(markers, id))
+      bytes[size_t(id)] = tok.token_bytes(id);
   return std::make_shared<TokenVocab>(std::move(bytes), eos_id);
 }
 
@@ -104,8 +103,7 @@ OutputShape decode_output_shape(std::string_view bytes) {
 }
 
 std::shared_ptr<const Grammar> GrammarCache::find(const std::string& key) {
-  const auto it =
-      std::find_if(lru_.begin(), lru_.end(), [&](const auto& e) { return e.first == key; });
+  const auto it = std::ranges::find(lru_, key, &decltype(lru_)::value_type::first);
   if (it == lru_.end()) return nullptr;
   lru_.splice(lru_.begin(), lru_, it);
   return it->second;
