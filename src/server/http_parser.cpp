@@ -41,10 +41,7 @@ bool is_ows(char c) {
 // Printable for the messages that quote what the client sent.
 std::string quoted(std::string_view s) {
   std::string out;
-  for (char ch : s.substr(0, 32)) {
-    const auto c = static_cast<unsigned char>(ch);
-    out += c >= 0x20 && c < 0x7F ? ch : '?';
-  }
+  for (const unsigned char c : s.substr(0, 32)) out += c >= 0x20 && c < 0x7F ? char(c) : '?';
   return out;
 }
 
