@@ -48,18 +48,16 @@ void Call::admit(std::string error) {
 }
 
 void Call::signal() {
-  {
-    std::lock_guard lk(mu_);
-    if (!notify_ || std::exchange(signalled_, true)) return;  // none, or one still untaken
-  }
+  std::unique_lock lk(mu_);
+  if (!notify_ || std::exchange(signalled_, true)) return;  // none, or one still untaken
+  lk.unlock();
   notify_();
 }
 
 void Call::push(CallUpdate u) {
-  {
-    std::lock_guard lk(mu_);
-    updates_.push_back(std::move(u));
-  }
+  std::unique_lock lk(mu_);
+  updates_.push_back(std::move(u));
+  lk.unlock();
   signal();
 }
 
@@ -84,10 +82,9 @@ void EngineLoop::stop() {
 }
 
 void EngineLoop::wake(const std::function<void()>& change) {
-  {
-    std::lock_guard lk(mu_);
-    change();
-  }
+  std::unique_lock lk(mu_);
+  change();
+  lk.unlock();
   cv_.notify_all();
 }
 
@@ -115,10 +112,9 @@ void EngineLoop::cancel_all() {
 // Ends every request in flight with an error, refuses later ones, and tells the server once.
 void EngineLoop::fail(const std::string& why) {
   // Recorded before the calls learn of their end, so that their error responses name it.
-  {
-    std::lock_guard lk(mu_);
-    failure_ = why;
-  }
+  std::unique_lock lk(mu_);
+  failure_ = why;
+  lk.unlock();
   failed_ = true;
   for (const auto& [id, live] : live_) engine_.abort(id);
   finish_outputs(FinishReason::Error);
@@ -139,21 +135,16 @@ EngineGauges EngineLoop::gauges() const {
 
 void EngineLoop::run() {
   for (;;) {
-    std::deque<Submission> subs;
-    std::vector<std::shared_ptr<Call>> cancels;
-    bool cancel_all = false, stopping = false;
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait_for(lk, std::chrono::milliseconds(250), [&] {
-        return stop_ || cancel_all_ || !submissions_.empty() || !cancels_.empty() ||
-               (engine_.has_unfinished() && !failed_);
-      });
-      subs.swap(submissions_);
-      cancels.swap(cancels_);
-      std::swap(cancel_all, cancel_all_);
-      stopping = stop_;
-      for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
-    }
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::milliseconds(250), [&] {
+      return stop_ || cancel_all_ || !submissions_.empty() || !cancels_.empty() ||
+             (engine_.has_unfinished() && !failed_);
+    });
+    std::deque<Submission> subs = std::exchange(submissions_, {});
+    const std::vector<std::shared_ptr<Call>> cancels = std::exchange(cancels_, {});
+    const bool cancel_all = std::exchange(cancel_all_, false), stopping = stop_;
+    for (Submission& s : subs) admit(s);  // under mu_: it reads stop_ and failure_
+    lk.unlock();
     for (Submission& s : subs) s.call->signal();
     // Most passes have nothing to cancel: the per-request scan runs only when one does.
     if (cancel_all || stopping || !cancels.empty())

@@ -78,14 +78,12 @@ class ApiServer::Workers {
  private:
   void work(std::stop_token st) {
     for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lk(mu_);
-        cv_.wait(lk, st, [&] { return !jobs_.empty(); });
-        if (jobs_.empty()) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, st, [&] { return !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      const std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lk.unlock();
       job();
     }
   }

@@ -364,11 +364,9 @@ void Transport::run() {
 
 void Transport::run_posted() {
   for (int round = 0; round < 4; ++round) {
-    std::vector<std::function<void()>> fns;
-    {
-      std::lock_guard lk(post_mu);
-      fns.swap(posted);
-    }
+    std::unique_lock lk(post_mu);
+    std::vector<std::function<void()>> fns = std::exchange(posted, {});
+    lk.unlock();
     if (fns.empty()) return;
     for (auto& fn : fns) {
       try {
@@ -381,12 +379,10 @@ void Transport::run_posted() {
 }
 
 void Transport::post(std::function<void()> fn) {
-  bool wake;
-  {
-    std::lock_guard lk(post_mu);
-    wake = posted.empty();
-    posted.push_back(std::move(fn));
-  }
+  std::unique_lock lk(post_mu);
+  const bool wake = posted.empty();
+  posted.push_back(std::move(fn));
+  lk.unlock();
   if (wake && wake_fd >= 0) {
     const uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(wake_fd, &one, sizeof(one));

@@ -112,13 +112,12 @@ std::shared_ptr<const Grammar> GrammarCache::find(const std::string& key) {
 std::shared_ptr<const Grammar> GrammarCache::get(const OutputShape& s) {
   if (s.kind == OutputShape::Kind::kFree) return nullptr;
   std::string key = encode_output_shape(s);
-  {
-    std::lock_guard lk(mu_);
-    if (auto g = find(key)) return g;
-  }
+  std::unique_lock lk(mu_);
+  if (auto g = find(key)) return g;
+  lk.unlock();
   // Compiled outside the lock (a large schema takes a while); a race compiles it twice.
   std::shared_ptr<const Grammar> g = Grammar::compile(output_shape_expr(s), vocab_);
-  std::lock_guard lk(mu_);
+  lk.lock();
   if (auto found = find(key)) return found;
   lru_.emplace_front(std::move(key), g);
   if (lru_.size() > kCapacity) lru_.pop_back();
