@@ -15,8 +15,7 @@ namespace {
 // A token as text for logprobs: its bytes (which may be part of a character; the dump repairs
 // them), or "token_id:N" without a tokenizer.
 std::string token_text(const Tokenizer* tok, int32_t id) {
-  if (!tok) return str_cat("token_id:", id);
-  return std::string(tok->token_bytes(id));
+  return tok ? std::string(tok->token_bytes(id)) : str_cat("token_id:", id);
 }
 
 Json token_bytes(const Tokenizer* tok, int32_t id) {
