@@ -1,14 +1,18 @@
-// CSA2 attention of one layer (V41_SPEC.md §5, §12): query path, window KV, sparse attention over
-// the window and the selected compressed rows, output projection. The compressor and the indexer
-// live in compressor.cpp and indexer.cpp.
+// CSA2 attention of one layer (V41_SPEC.md §5, §6, §12): query path, window KV, the compressor of
+// a KV source, the indexer of an index source, sparse attention over the window and the selected
+// compressed rows, output projection.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/indexer.h"
 #include "kernels/linear.h"
 #include "kernels/quant.h"
+#include "kernels/rope.h"
 #include "kv/kv_cache.h"
 #include "model/model_impl.h"
 
@@ -96,30 +100,33 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       cx.attend(row, {&q[size_t(row * H * Dh)], t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
                       bf16, exact, &o[size_t(row * H * Dh)]});
     });
-    for (size_t s = 0; s < n_seqs; ++s) {
-      const ForwardSeq& sq = st.batch->seqs[s];
-      const int64_t r0 = st.row0[s], s0 = sq.start_pos;
-      const int64_t real = st.real_rows(s);
-      // Snapshots (prefix caching), before the ring moves on: entries of positions before the
-      // chunk from the ring, the chunk's own from its rows, each at its ring index.
-      for (const WindowSave& w : st.batch->saves) {
-        if (size_t(w.seq) != s) continue;
-        for (int64_t p = std::max<int64_t>(0, w.boundary - Wn); p < w.boundary; ++p)
-          std::copy_n(p >= s0 ? &kv_packed[size_t((r0 + p - s0) * wrow)]
-                              : st.kv->window_slot(l, sq.kv.slot, p % Wn),
-                      wrow, st.kv->snapshot_window(l, w.snap, p % Wn));
-      }
-      // Ring update after every query of the chunk has read it (§12.2): real rows only.
-      for (int64_t i = std::max<int64_t>(0, real - Wn); i < real; ++i)
-        std::copy_n(&kv_packed[size_t((r0 + i) * wrow)], wrow,
-                    st.kv->window_slot(l, sq.kv.slot, (s0 + i) % Wn));
-    }
+    // Ring update after every query of the chunk has read it (§12.2): real rows only.
+    for (size_t s = 0; s < n_seqs; ++s)
+      advance_ring(l, *st.kv, st.batch->seqs[s].kv.slot, st.batch->seqs[s].start_pos,
+                   st.real_rows(s), &kv_packed[size_t(st.row0[s] * wrow)], st.batch->saves,
+                   int32_t(s));
     cx.end_attention(W.attn_sink.f32(), exact, o.data());
     round(o.data(), N * H * Dh);
   }
   dump(st, l, "attn.o", o.data(), {N, H, Dh});
 
   output(l, st, rope, o.data(), out);
+}
+
+void Model::Impl::advance_ring(int l, KvCache& kv, int32_t slot, int64_t s0, int64_t n,
+                               const uint8_t* rows, std::span<const WindowSave> saves,
+                               int32_t seq) {
+  const int64_t Wn = c.window_size, wrow = window_kv_row_bytes(c.head_dim);
+  // Snapshots (prefix caching), before the ring moves on: entries of positions before s0 from
+  // the ring, the rows' own from the rows, each at its ring index.
+  for (const WindowSave& w : saves) {
+    if (w.seq != seq || w.boundary > s0 + n) continue;
+    for (int64_t p = std::max<int64_t>(0, w.boundary - Wn); p < w.boundary; ++p)
+      std::copy_n(p >= s0 ? rows + (p - s0) * wrow : kv.window_slot(l, slot, p % Wn), wrow,
+                  kv.snapshot_window(l, w.snap, p % Wn));
+  }
+  for (int64_t i = std::max<int64_t>(0, n - Wn); i < n; ++i)
+    std::copy_n(rows + i * wrow, wrow, kv.window_slot(l, slot, (s0 + i) % Wn));
 }
 
 void Model::Impl::query(int l, Step& st, const RopeTable& rope, const float* u, float* qr,
@@ -162,6 +169,242 @@ void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float
   round(a.data(), N * G * Ro);
   project(P.wo_b, a.data(), N, out);
   dump(st, l, "attn.out", out, {N, c.dim});
+}
+
+// The compressor of a KV source (V41_SPEC.md §5.3, §5.4, §6.1, §12.3): pools each complete group
+// of r tokens into a latent, derives the index key from the pre-RoPE latent (key owners), then
+// rotates and fp4-quantizes the latent into the compressed-KV cache. Partial groups wait in the
+// sequence's carry (fp32) until their last token arrives.
+void Model::Impl::compressor(int l, Step& st, const float* u) {
+  ArenaScope scope(arena);
+  const LayerWeights& W = ck.layers[size_t(l)];
+  const PreparedLayer& P = lin[size_t(l)];
+  const LayerRole& role = roles[size_t(l)];
+  const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
+  const int64_t r = role.ratio;
+  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
+
+  // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
+  ArenaVec<float> k(size_t(N * Dh), &arena), g(&arena);
+  linear(P.cmp_wkv, u, N, k.data(), exact);
+  if (r == 1) {
+    round_norm(k.data(), N, Dh, W.cmp_norm);
+  } else {
+    g.resize(size_t(N * Dh));
+    linear(P.cmp_wgate, u, N, g.data(), exact);
+  }
+
+  ArenaVec<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh)), &arena),
+      idx_scratch(static_cast<size_t>(index_key_row_bytes(Di)), &arena);
+  ArenaVec<float> latent(static_cast<size_t>(Dh), &arena), key(static_cast<size_t>(Di), &arena),
+      dump_cmp(&arena), dump_idx(&arena);
+  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    const ForwardSeq& sq = st.batch->seqs[s];
+    const int64_t r0 = st.row0[s], s0 = sq.start_pos, real = st.real_rows(s);
+    const int64_t j_begin = s0 / r, j_end = (s0 + real) / r;
+    float* carry = r > 1 ? st.kv->carry(l, sq.kv.slot) : nullptr;  // [r, 2, Dh]
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      const bool owned = owns_row(st, l, j);
+      if (r == 1) {
+        std::copy_n(&k[size_t((r0 + j - s0) * Dh)], Dh, latent.begin());
+      } else {
+        // Rows of group j: positions j*r .. j*r + r - 1, from the carry when before this call.
+        const float* kr[64];
+        const float* gr[64];
+        DI_CHECK(r <= 64, "compress ratio ", r, " above 64");
+        for (int64_t t = 0; t < r; ++t) {
+          const int64_t p = j * r + t;
+          if (p < s0) {
+            kr[t] = carry + (p % r) * 2 * Dh;
+            gr[t] = kr[t] + Dh;
+          } else {
+            kr[t] = &k[size_t((r0 + p - s0) * Dh)];
+            gr[t] = &g[size_t((r0 + p - s0) * Dh)];
+          }
+        }
+        // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
+        // fp32 results at each step; sums over the group in double.
+        for (int64_t d = 0; d < Dh; ++d) {
+          float mx = gr[0][d];
+          for (int64_t t = 1; t < r; ++t) mx = std::max(mx, gr[t][d]);
+          float e[64];
+          double sum = 0;
+          for (int64_t t = 0; t < r; ++t) sum += (e[t] = exp_f(gr[t][d] - mx));
+          const float es = f32(sum);
+          double pooled = 0;
+          for (int64_t t = 0; t < r; ++t) pooled += double(kr[t][d]) * (e[t] / es);
+          latent[size_t(d)] = f32(pooled);
+        }
+        round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
+      }
+      // The angles of the group's first position, for the index key and the latent.
+      rope_angles(rope_compressed, j * r, cs.data());
+      // Index key from the pre-RoPE latent (§6.1).
+      if (role.key_owner) {
+        project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
+        rope_rotate(key.data() + Di - R, cs.data(), R, false);
+        round(key.data(), Di);
+        // Every rank computes the row; its context-parallel owner stores it.
+        uint8_t* dst = owned ? st.kv->idx_row(l, sq.kv, j) : idx_scratch.data();
+        fp4i_quant(key.data(), Di, dst, dst + Di / 2);
+        if (st.dump) {
+          fp4i_dequant(dst, dst + Di / 2, Di, key.data());
+          dump_idx.insert(dump_idx.end(), key.begin(), key.end());
+        }
+      }
+      // RoPE at the group's first position, fp4-C, append (§5.4).
+      rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
+      round(latent.data(), Dh);
+      uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_scratch.data();
+      fp4c_quant(latent.data(), Dh, dst, dst + Dh / 2);
+      if (st.dump) {
+        fp4c_dequant(dst, dst + Dh / 2, Dh, latent.data());
+        dump_cmp.insert(dump_cmp.end(), latent.begin(), latent.end());
+      }
+    }
+    // Tokens of the group still open after this call wait in the carry.
+    if (r > 1)
+      for (int64_t p = std::max(j_end * r, s0); p < s0 + real; ++p) {
+        float* dst = carry + (p % r) * 2 * Dh;
+        std::copy_n(&k[size_t((r0 + p - s0) * Dh)], Dh, dst);
+        std::copy_n(&g[size_t((r0 + p - s0) * Dh)], Dh, dst + Dh);
+      }
+    if (role.key_owner && (j_end > j_begin || sq.n_tokens > 1))
+      st.kv->last_key_layer(sq.kv.slot) = l;
+  }
+  if (st.dump) {
+    dump(st, l, "attn.cmp", dump_cmp.data(), {int64_t(dump_cmp.size()) / Dh, Dh});
+    if (role.key_owner)
+      dump(st, l, "attn.idxk", dump_idx.data(), {int64_t(dump_idx.size()) / Di, Di});
+  }
+}
+
+// The indexer of an index source (V41_SPEC.md §6, §12.4): scores every visible compressed row
+// for each query, applies the candidate-block filter, and publishes the top-k list that this
+// layer and the consumers after it attend to.
+void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
+  ArenaScope scope(arena);
+  const PreparedLayer& P = lin[size_t(l)];
+  const LayerRole& role = roles[size_t(l)];
+  const int64_t N = st.N, Hi = c.index_n_heads, Di = c.index_head_dim;
+  const int64_t K = c.index_topk, r = role.ratio;
+
+  // Queries (§6.2): QLin, RoPE per head, fp4-I.
+  ArenaVec<float> qi(size_t(N * Hi * Di), &arena), w(size_t(N * Hi), &arena);
+  project(P.idx_wq_b, qr, N, qi.data());
+  rope_rows(st, rope_compressed, qi.data(), Hi, Di);
+  for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
+  // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
+  project(P.idx_weights_proj, u, N, w.data());
+  const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
+  for (auto& v : w) v *= wscale;
+  round(w.data(), N * Hi);
+
+  st.topk.resize(size_t(N * K));
+  st.topk_n.assign(size_t(N), 0);
+  if (role.candidate_source) {
+    st.cand.assign(size_t(N * c.candidate_topk_blocks), 0);
+    st.cand_n.assign(size_t(N), -1);
+  }
+  const int64_t Ck = c.candidate_topk_blocks, Cb = c.candidate_block_size;
+  // This rank's candidates: per row the best compressed rows it holds and, at the candidate
+  // source, the best candidate blocks it holds ((-inf, max) padding). They are merged over the
+  // context-parallel group below; a single rank merges its own lists with the same code.
+  const ScoredId pad{-INFINITY, INT32_MAX};
+  ArenaVec<ScoredId> top_local(size_t(N * K), pad, &arena), blk_local(&arena), work(&arena);
+  if (role.candidate_source) blk_local.assign(size_t(N * Ck), pad);
+  ArenaVec<int64_t> rows_of_seq(static_cast<size_t>(N), 0, &arena);  // T of each row's sequence
+  ArenaVec<int64_t> own(&arena);  // rows of the sequence this rank holds, ascending
+  ArenaVec<float> keys(&arena), scores(&arena);
+  ArenaVec<uint8_t> kept(&arena);
+  for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
+    const ForwardSeq& sq = st.batch->seqs[s];
+    const int64_t r0 = st.row0[s], s0 = sq.start_pos;
+    const int64_t T = (s0 + st.real_rows(s)) / r;  // rows that exist after this call's groups
+    if (T == 0) continue;                          // §6.7: nothing to select
+    // Which keys this layer scores: its KV source's (prefill semantics, §6.8), or, reproducing
+    // the demo's decode path, whichever key owner last published keys.
+    int keys_layer = role.keys_from;
+    const bool decode = sq.n_tokens == 1 && sq.n_padding == 0 && s0 > 0;
+    if (opt.demo_decode_defect && decode && st.kv->last_key_layer(sq.kv.slot) >= 0)
+      keys_layer = st.kv->last_key_layer(sq.kv.slot);
+    own.clear();
+    for (int64_t t = 0; t < T; ++t)
+      if (owns_row(st, keys_layer, t)) own.push_back(t);
+    const int64_t n_own = int64_t(own.size());
+    keys.resize(size_t(n_own * Di));
+    for (int64_t k = 0; k < n_own; ++k) {
+      const uint8_t* e = st.kv->idx_row(keys_layer, sq.kv, own[size_t(k)]);
+      fp4i_dequant(e, e + Di / 2, Di, &keys[size_t(k * Di)]);
+    }
+    scores.resize(static_cast<size_t>(n_own));
+    work.resize(size_t(std::max<int64_t>(n_own, 1)));
+    for (int64_t i = 0; i < sq.n_tokens; ++i) {
+      const int64_t row = r0 + i, p = s0 + i;
+      rows_of_seq[size_t(row)] = T;
+      const int64_t visible = std::min(T, (p + 1) / r);
+      const int64_t vis_own =
+          std::lower_bound(own.begin(), own.end(), visible) - own.begin();  // held and visible
+      indexer_scores({&qi[size_t(row * Hi * Di)], &w[size_t(row * Hi)], keys.data(), n_own, vis_own,
+                      Hi, Di, bf16, exact, scores.data()});
+      if (role.candidate_source) {
+        // Block scores (max over the block; held rows come in whole blocks), the block of the
+        // newest visible row forced in, the best Ck finite ones.
+        int64_t nb = 0;
+        for (int64_t k = 0; k < n_own;) {
+          const int32_t b = int32_t(own[size_t(k)] / Cb);
+          float bs = -INFINITY;
+          for (; k < n_own && own[size_t(k)] / Cb == b; ++k) bs = std::max(bs, scores[size_t(k)]);
+          if (visible > 0 && b == (visible - 1) / Cb) bs = INFINITY;
+          work[size_t(nb++)] = {bs, b};
+        }
+        select_top(work.data(), nb, Ck, &blk_local[size_t(row * Ck)]);
+      } else if (role.candidate_consumer && !st.cand_n.empty() && st.cand_n[size_t(row)] >= 0) {
+        kept.assign(size_t((T + Cb - 1) / Cb), 0);
+        for (int32_t j = 0; j < st.cand_n[size_t(row)]; ++j)
+          kept[size_t(st.cand[size_t(row * Ck + j)])] = 1;
+        for (int64_t k = 0; k < n_own; ++k)
+          if (!kept[size_t(own[size_t(k)] / Cb)]) scores[size_t(k)] = -INFINITY;
+      }
+      for (int64_t k = 0; k < vis_own; ++k)
+        work[size_t(k)] = {scores[size_t(k)], int32_t(own[size_t(k)])};
+      select_top(work.data(), vis_own, K, &top_local[size_t(row * K)]);
+    }
+  }
+  // Merge over the context-parallel group: the global best are among the ranks' local best.
+  auto merge = [&](ArenaVec<ScoredId>& local, int64_t width, auto&& store) {
+    ContextShard& cx = *opt.parallel.context;
+    const int n_parts = cx.parts();
+    ArenaVec<ScoredId> all(size_t(n_parts) * local.size(), &arena);
+    cx.all_gather(local.data(), local.size() * sizeof(ScoredId), all.data());
+    ArenaVec<ScoredId> cand(size_t(n_parts * width), &arena), best(size_t(n_parts * width), &arena);
+    for (int64_t i = 0; i < N; ++i) {
+      for (int pr = 0; pr < n_parts; ++pr)
+        std::copy_n(&all[size_t((int64_t(pr) * N + i) * width)], width, &cand[size_t(pr * width)]);
+      const int64_t n = select_top(cand.data(), n_parts * width, width, best.data());
+      std::sort(best.begin(), best.begin() + n,
+                [](const ScoredId& x, const ScoredId& y) { return x.id < y.id; });
+      store(i, best.data(), n);
+    }
+  };
+  if (role.candidate_source)
+    merge(blk_local, Ck, [&](int64_t i, const ScoredId* b, int64_t n) {
+      st.cand_n[size_t(i)] = rows_of_seq[size_t(i)] > 0 ? int32_t(n) : -1;
+      for (int64_t j = 0; j < n; ++j) st.cand[size_t(i * Ck + j)] = b[j].id;
+    });
+  merge(top_local, K, [&](int64_t i, const ScoredId* b, int64_t n) {
+    st.topk_n[size_t(i)] = int32_t(n);
+    for (int64_t j = 0; j < n; ++j) st.topk[size_t(i * K + j)] = b[j].id;
+  });
+  if (st.dump) {
+    int64_t width = 0;
+    for (int64_t i = 0; i < N; ++i) width = std::max(width, std::min(K, rows_of_seq[size_t(i)]));
+    ArenaVec<int32_t> list(size_t(N * width), -1, &arena);
+    for (int64_t i = 0; i < N; ++i)
+      for (int32_t j = 0; j < st.topk_n[size_t(i)]; ++j)
+        list[size_t(i * width + j)] = st.topk[size_t(i * K + j)];
+    dump(st, l, "attn.topk", list.data(), {N, width});
+  }
 }
 
 }  // namespace deepinfer

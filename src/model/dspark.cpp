@@ -58,9 +58,9 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
 }
 
 void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out) {
-  DI_REQUIRE(dspark, "this model was built without its draft head (ModelOptions::dspark)");
+  DI_REQUIRE(opt.dspark, "this model was built without its draft head (ModelOptions::dspark)");
   arena.reset();
-  const int64_t D = c.dim, M = c.hc_mult, Dh = c.head_dim, Wn = c.window_size;
+  const int64_t D = c.dim, M = c.hc_mult, Dh = c.head_dim;
   const int64_t nT = int64_t(c.dspark_target_layer_ids.size()), B = c.dspark_block_size;
   const int64_t V = c.vocab_size, R = c.dspark_markov_rank, wrow = window_kv_row_bytes(Dh);
   DI_CHECK(seqs.empty() || step.row0.size() == fw_seqs.size(),
@@ -72,7 +72,6 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   // --- the kept rows into every stage's ring (with the snapshots of this call's saves) ---
   Step& ss = seed_step;
   ss.kv = &kv;
-  ss.dump = false;
   ss.pos.clear();
   ss.row0.clear();  // per DraftSeq: its first row among the kept rows
   ArenaVec<float> tin(&arena);
@@ -98,22 +97,9 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
       const int l = c.n_layers + k;
       if (n > 0) window_keys(l, ss, rope_window, main_x.data(), kvs.data(), packed.data());
       for (size_t i = 0; i < seqs.size(); ++i) {
-        const DraftSeq& d = seqs[i];
-        const ForwardSeq& q = fw_seqs[size_t(d.seq)];
-        const int32_t slot = q.kv.slot;
-        const int64_t s0 = q.start_pos, at = ss.row0[i];
-        // Snapshots before the ring moves on: positions before the call from the ring, the
-        // call's own from its rows.
-        for (const WindowSave& w : fw_saves) {
-          if (w.seq != d.seq || w.boundary > s0 + d.kept) continue;
-          for (int64_t p = std::max<int64_t>(0, w.boundary - Wn); p < w.boundary; ++p)
-            std::copy_n(
-                p >= s0 ? &packed[size_t((at + p - s0) * wrow)] : kv.window_slot(l, slot, p % Wn),
-                wrow, kv.snapshot_window(l, w.snap, p % Wn));
-        }
-        for (int64_t r = std::max<int64_t>(0, d.kept - Wn); r < d.kept; ++r)
-          std::copy_n(&packed[size_t((at + r) * wrow)], wrow,
-                      kv.window_slot(l, slot, (s0 + r) % Wn));
+        const ForwardSeq& q = fw_seqs[size_t(seqs[i].seq)];
+        advance_ring(l, kv, q.kv.slot, q.start_pos, seqs[i].kept,
+                     &packed[size_t(ss.row0[i] * wrow)], fw_saves, seqs[i].seq);
       }
     }
   }
@@ -121,7 +107,6 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   // --- the draft block: B slots per drafting sequence ---
   Step& ds = draft_step;
   ds.kv = &kv;
-  ds.dump = false;
   ds.pos.clear();
   draft_slot.clear();
   draft_anchor.clear();

@@ -1,7 +1,9 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -89,12 +91,11 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     DI_REQUIRE(ck.has_dspark, ck.dir(),
                ": the checkpoint has no DSpark draft head (config dspark_block_size and "
                "n_mtp_layers > 0, and the mtp.* tensors)");
-  dspark = opt.dspark;
   // Sized once: `prepared` points into it.
-  lin.resize(size_t(c.n_layers + (dspark ? c.n_mtp_layers : 0)));
+  lin.resize(size_t(c.n_layers + (opt.dspark ? c.n_mtp_layers : 0)));
   for (int l = 0; l < c.n_layers; ++l) prep_layer(lin[size_t(l)], ck.layers[size_t(l)]);
   prep(head, ck.head);
-  if (dspark) {
+  if (opt.dspark) {
     for (int k = 0; k < c.n_mtp_layers; ++k)
       prep_layer(lin[size_t(c.n_layers + k)], ck.dspark.stages[size_t(k)]);
     prep(main_proj, ck.dspark.main_proj);
@@ -207,6 +208,60 @@ void Model::Impl::engram_ids(Step& st) {
   }
 }
 
+// Engram (V41_SPEC.md §9.5): before its block, each Engram layer looks up the table rows its
+// n-gram hashes name, projects them into per-copy keys and one value, and adds the value to each
+// copy of the stream through that copy's own gate.
+void Model::Impl::engram_layer(int l, Step& st, float* x) {
+  ArenaScope scope(arena);
+  const LayerWeights& W = ck.layers[size_t(l)];
+  const int z = c.engram_index(l);
+  const int64_t N = st.N, M = c.hc_mult, D = c.dim, Dm = c.engram_head_dim;
+  const int64_t NC = engram.n_cols, LE = engram.n_layers, rows = W.engram_table.rows();
+  const float eps = float(c.norm_eps);
+
+  // Table rows (exact bf16 values); ids past the table read as zero. Sharded over a group,
+  // each rank reads only the rows of its slice and the sum over the group (one non-zero term
+  // per row) completes every lookup exactly.
+  ranks::Group* shard = opt.parallel.engram;
+  const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
+  const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
+  ArenaVec<float> ev(size_t(N * NC * Dm), &arena);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t col = 0; col < NC; ++col) {
+      const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
+      float* dst = &ev[size_t((i * NC + col) * Dm)];
+      if (id < lo || id >= hi)
+        std::fill(dst, dst + Dm, 0.0f);
+      else
+        weight_row(W.engram_table, id, dst);
+    }
+  if (shard) {
+    DI_REGION("comm.engram_lookup");
+    shard->all_reduce(ev.data(), ev.size());
+  }
+  ArenaVec<float> kv(size_t(N * (M + 1) * D), &arena);
+  project(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data());
+
+  const float inv_sqrt_d = float(std::pow(double(D), -0.5));
+  const std::vector<float>& omega = engram_omega[size_t(z)];
+  for (int64_t i = 0; i < N; ++i) {
+    const float* V = &kv[size_t((i * (M + 1) + M) * D)];
+    for (int64_t cpy = 0; cpy < M; ++cpy) {
+      float* h = x + (i * M + cpy) * D;
+      const float* Kc = &kv[size_t((i * (M + 1) + cpy) * D)];
+      const float* om = &omega[size_t(cpy * D)];
+      const float rc = rms_inv(h, D, eps) * rms_inv(Kc, D, eps);
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) dot += double(h[d]) * om[d] * Kc[d];
+      const float delta = (f32(dot) * rc) * inv_sqrt_d;
+      const float mag = f32(std::sqrt(std::max(double(std::fabs(delta)), double(1e-6f))));
+      const float gate = f32(sigmoid_d(std::copysign(mag, delta)));  // the sign of ±0 is kept
+      for (int64_t d = 0; d < D; ++d) h[d] = f32(double(h[d]) + double(gate) * V[d]);
+      round(h, D);
+    }
+  }
+}
+
 Model::Impl::Stream::Stream(int64_t N, int64_t M, int64_t D, Arena* a)
     : x(size_t(N * M * D), a),
       x1(size_t(N * M * D), a),
@@ -301,7 +356,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
     DI_REGION("model.embed");
     embed_rows(batch.tokens.data(), b, N);
   }
-  const int64_t n_taps = dspark ? int64_t(c.dspark_target_layer_ids.size()) : 0;
+  const int64_t n_taps = opt.dspark ? int64_t(c.dspark_target_layer_ids.size()) : 0;
   taps.resize(size_t(N * n_taps * D));
   for (int l = 0, t = 0; l < c.n_layers; ++l) {
     if (c.is_engram_layer(l)) {
@@ -310,27 +365,23 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
       dump(st, l, "engram.x", b.x.data(), {N, M, D});
     }
     if (t < n_taps && c.dspark_target_layer_ids[size_t(t)] == l) {
-      // The draft head's tap: the mean of the stream's copies entering the block, rounded once.
+      // The draft head's tap: the mean of the stream's copies entering the block (summed in
+      // double or float as the numerics say), rounded once.
+      auto mean = [&](auto sum, const float* xi) {
+        for (int64_t cpy = 0; cpy < M; ++cpy) sum += xi[cpy * D];
+        return float(sum / decltype(sum)(M));
+      };
       for (int64_t i = 0; i < N; ++i)
         for (int64_t d = 0; d < D; ++d) {
           const float* xi = &b.x[size_t(i * MD + d)];
-          float& dst = taps[size_t((i * n_taps + t) * D + d)];
-          if (exact) {
-            double sum = 0;
-            for (int64_t cpy = 0; cpy < M; ++cpy) sum += xi[cpy * D];
-            dst = float(sum / double(M));
-          } else {
-            float sum = 0;
-            for (int64_t cpy = 0; cpy < M; ++cpy) sum += xi[cpy * D];
-            dst = sum / float(M);
-          }
+          taps[size_t((i * n_taps + t) * D + d)] = exact ? mean(0.0, xi) : mean(0.0f, xi);
         }
       ++t;
     }
     block(l, st, b);
   }
   round(taps.data(), int64_t(taps.size()));  // each tap is rounded once
-  if (dspark) {  // what draft() needs of this call, which may outlive the batch
+  if (opt.dspark) {  // what draft() needs of this call, which may outlive the batch
     fw_seqs.assign(batch.seqs.begin(), batch.seqs.end());
     fw_saves.assign(batch.saves.begin(), batch.saves.end());
   }
@@ -380,10 +431,10 @@ void Model::forward(const ForwardBatch& batch, KvCache& kv, float* logits) {
   impl_->forward(batch, kv, logits);
 }
 bool Model::has_draft_head() const {
-  return impl_->dspark;
+  return impl_->opt.dspark;
 }
 int Model::draft_block_size() const {
-  return impl_->dspark ? impl_->c.dspark_block_size : 0;
+  return impl_->opt.dspark ? impl_->c.dspark_block_size : 0;
 }
 void Model::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out) {
   impl_->draft(seqs, kv, out);

@@ -1,5 +1,5 @@
-// Internals of Model shared by its source files (model.cpp, attention.cpp, moe.cpp,
-// engram.cpp). Not part of the public interface.
+// Internals of Model shared by its source files (model.cpp, attention.cpp, moe.cpp, dspark.cpp).
+// Not part of the public interface.
 #pragma once
 
 #include <span>
@@ -87,8 +87,7 @@ struct Model::Impl {
   NpyActivationDump* sink = nullptr;
   std::vector<PreparedLayer> lin;  // [n_layers], then the draft stages with the draft head
   PreparedLinear head;
-  // The DSpark draft head (model/dspark.cpp), when the checkpoint has one and the options ask.
-  bool dspark = false;
+  // The DSpark draft head (model/dspark.cpp), when the options ask (opt.dspark).
   PreparedLinear main_proj, markov_head, confidence;
   std::vector<float> taps;  // [N, nT * D]: the last forward call's taps (rows of its batch)
   // The last forward call's sequences and snapshot saves (`step` keeps its row metadata).
@@ -158,6 +157,11 @@ struct Model::Impl {
   void window_keys(int l, Step& st, const RopeTable& rope, const float* u, float* kv,
                    uint8_t* packed);
   void output(int l, Step& st, const RopeTable& rope, float* o, float* out);
+  // Layer l's window ring of the sequence in `slot`, whose rows for positions [s0, s0 + n) are
+  // the packed `rows`: the snapshots in `saves` of sequence `seq` whose boundary lies in those
+  // rows take their entries, then the ring takes the rows.
+  void advance_ring(int l, KvCache& kv, int32_t slot, int64_t s0, int64_t n, const uint8_t* rows,
+                    std::span<const WindowSave> saves, int32_t seq);
   // The draft stage l's attention: queries of the draft block over the stage's ring and the
   // block's own keys (docs/numerics.md).
   void draft_attention(int l, Step& st, const float* u, float* out);
