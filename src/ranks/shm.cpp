@@ -316,9 +316,8 @@ void arm_signal_cleanup(const std::string& shm_name) {
 
 // Microseconds on the monotonic clock.
 uint64_t now_us() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000 + uint64_t(ts.tv_nsec) / 1000;
+  const auto t = std::chrono::steady_clock::now().time_since_epoch();
+  return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(t).count());
 }
 
 int open_pidfd(int pid) {
@@ -436,9 +435,7 @@ class Liveness {
       if (!reaped_[r]) kill(pids_[r], SIGKILL);
     for (size_t r = 1; r < pids_.size(); ++r) {
       if (reaped_[r]) continue;
-      int status = 0;
-      while (waitpid(pids_[r], &status, 0) < 0 && errno == EINTR) {
-      }
+      while (waitpid(pids_[r], nullptr, 0) < 0 && errno == EINTR) continue;
       reaped_[r] = true;
     }
   }
@@ -522,13 +519,10 @@ bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_
   // that lets a late rank run when there are more ranks than cores.
   for (int i = 0; i < 256; ++i) {
     if (ready()) return true;
-    if (i >= 128) {
+    if (i >= 128)
       sched_yield();
-    } else {
-#if defined(__x86_64__) || defined(__i386__)
+    else
       __builtin_ia32_pause();
-#endif
-    }
   }
   uint64_t next_check = 0;
   for (;;) {
