@@ -8,7 +8,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "core/thread_pool.h"
 #include "io/npy.h"
 #include "kernels/elementwise.h"
 #include "kernels/hyper.h"

@@ -45,16 +45,16 @@ class EpDispatch : public ExpertExchange {
     ids_.clear();
     ws_.clear();
     count_.clear();
+    auto append = [](auto& dst, const auto& v) {
+      dst.insert(dst.end(), v.begin(), v.end());
+      return int64_t(v.size());
+    };
     for (const auto& part : parts) {
       ranks::Reader r(part, "expert dispatch message");
-      const auto pv = r.get_vector<float>();
-      const auto pi = r.get_vector<int32_t>();
-      const auto pw = r.get_vector<float>();
+      append(xs_, r.get_vector<float>());
+      count_.push_back(append(ids_, r.get_vector<int32_t>()) / k);
+      append(ws_, r.get_vector<float>());
       r.expect_end();
-      count_.push_back(int64_t(pi.size()) / k);
-      xs_.insert(xs_.end(), pv.begin(), pv.end());
-      ids_.insert(ids_.end(), pi.begin(), pi.end());
-      ws_.insert(ws_.end(), pw.begin(), pw.end());
     }
     slots_.assign(ids_.size() * size_t(dim), 0.0f);
     return {xs_.data(), ids_.data(), ws_.data(), int64_t(ids_.size()) / k, slots_.data()};
