@@ -28,10 +28,6 @@ bool install() {
 
 bool RegionTimer::enabled_ = install();
 
-void RegionTimer::set_enabled(bool on) {
-  enabled_ = on;
-}
-
 void RegionTimer::add(const char* name, double ms) {
   auto [t, lock] = locked_table();
   for (auto& r : t.rows)

@@ -21,7 +21,7 @@ class RegionTimer {
  public:
   static bool enabled() { return enabled_; }
   // Overrides the environment (tests, benchmarks).
-  static void set_enabled(bool on);
+  static void set_enabled(bool on) { enabled_ = on; }
   static void add(const char* name, double ms);
   static std::vector<RegionStat> snapshot();  // in first-use order
   static void reset();
