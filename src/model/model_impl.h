@@ -87,7 +87,7 @@ struct Model::Impl {
   NpyActivationDump* sink = nullptr;
   std::vector<PreparedLayer> lin;  // [n_layers], then the draft stages with the draft head
   PreparedLinear head;
-  // The DSpark draft head (model/dspark.cpp), when the options ask (opt.dspark).
+  // The DSpark draft head's linears (model/dspark.cpp), prepared when opt.dspark asks for it.
   PreparedLinear main_proj, markov_head, confidence;
   std::vector<float> taps;  // [N, nT * D]: the last forward call's taps (rows of its batch)
   // The last forward call's sequences and snapshot saves (`step` keeps its row metadata).
