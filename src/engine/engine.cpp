@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "engine/parallel.h"
+#include "kernels/reduce.h"
 
 namespace deepinfer {
 
@@ -65,8 +67,6 @@ Engine::Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder, const
   runner_ = std::make_unique<ModelRunner>(model_, *kv_, true, layout);
 }
 
-Engine::~Engine() = default;
-
 std::string check_sampling_params(const SamplingParams& p) {
   if (p.max_tokens < 1) return str_cat("max_tokens must be >= 1, got ", p.max_tokens);
   if (!(p.temperature >= 0)) return str_cat("temperature must be >= 0, got ", p.temperature);
@@ -107,15 +107,13 @@ std::string Engine::check_request(const Request& req) const {
   return scheduler_->check(req);
 }
 
-FinishReason Engine::token_stop(const Sequence& s) const {
+bool Engine::token_stop(const Sequence& s) const {
   const SamplingParams& p = s.req.params;
   const int32_t t = s.tokens.back();
-  if (!p.ignore_eos && t == model_.config().eos_token_id) return FinishReason::Stop;
   // A grammar's end is the end, whatever ignore_eos says (nothing else could follow).
-  if (s.matcher && s.matcher->finished()) return FinishReason::Stop;
-  if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end())
-    return FinishReason::Stop;
-  return FinishReason::None;
+  return (!p.ignore_eos && t == model_.config().eos_token_id) ||
+         (s.matcher && s.matcher->finished()) ||
+         std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
 }
 
 bool Engine::length_stop(const Sequence& s) const {
@@ -125,7 +123,7 @@ bool Engine::length_stop(const Sequence& s) const {
 
 void Engine::check_stop(Sequence* s) {
   const SamplingParams& p = s->req.params;
-  FinishReason why = token_stop(*s);
+  FinishReason why = token_stop(*s) ? FinishReason::Stop : FinishReason::None;
   if (why == FinishReason::None && !p.stop.empty()) {
     // Only a stop string that ends in the newest token can be new, and it lies within the last
     // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
@@ -201,9 +199,7 @@ std::vector<TokenEvent> Engine::step() {
         }
         sampled.push_back(t);
         s->tokens.push_back(t);  // the next row's history
-        if (j == q.n_drafts || t != drafts[j] || token_stop(*s) != FinishReason::None ||
-            length_stop(*s))
-          break;
+        if (j == q.n_drafts || t != drafts[j] || token_stop(*s) || length_stop(*s)) break;
       }
       row += 1 + size_t(q.n_drafts);
       const size_t k = sampled.size() - first;
@@ -234,34 +230,32 @@ std::vector<TokenEvent> Engine::step() {
 
 void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) {
   DI_REGION("engine.draft");
-  // Every sequence of the step keeps its real rows and the drafts it accepted; one that sampled
-  // drafts from its newest token when its next step may take drafts.
-  draft_accepted_.clear();
-  draft_from_.clear();
+  // Every sequence of the step keeps its real rows and the drafts it accepted (their positions
+  // enter the draft head's rings); one that sampled drafts from its newest token when its next
+  // step may take drafts.
+  draft_in_.clear();
   size_t at = 0, si = 0;
-  for (const SchedSeq& q : out.seqs) {
+  for (size_t i = 0; i < out.seqs.size(); ++i) {
+    const SchedSeq& q = out.seqs[i];
     int32_t accepted = 0, from = -1;
     if (q.sample) {
       const int32_t k = counts_[si++];
       accepted = k - 1;
       at += size_t(k);
       const Sequence& s = *scheduler_->find(q.seq_id);
-      if (scheduler_->may_draft(s) && token_stop(s) == FinishReason::None && !length_stop(s))
-        from = sampled[at - 1];
+      if (scheduler_->may_draft(s) && !token_stop(s) && !length_stop(s)) from = sampled[at - 1];
     }
-    draft_accepted_.push_back(accepted);
-    draft_from_.push_back(from);
+    draft_in_.push_back({int32_t(i), int64_t(q.tokens.size()) - q.n_drafts + accepted, from});
   }
-  const int slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
-  const DraftOutput& d = runner_->draft(out, draft_accepted_, draft_from_, slots);
-  size_t j = 0;
-  for (size_t i = 0; i < out.seqs.size(); ++i) {
-    Sequence* s = scheduler_->find(out.seqs[i].seq_id);
+  draft_out_.slots = std::min(cfg_.sched.num_speculative_tokens, model_.draft_block_size());
+  if (!draft_in_.empty()) model_.draft(draft_in_, *kv_, draft_out_);
+  auto block = draft_out_.tokens.begin();  // the drafting sequences' blocks, in order
+  for (const DraftSeq& d : draft_in_) {
+    Sequence* s = scheduler_->find(out.seqs[size_t(d.seq)].seq_id);
     s->model_drafts.clear();
-    if (draft_from_[i] < 0) continue;
-    s->model_drafts.assign(d.tokens.begin() + long(j * size_t(slots)),
-                           d.tokens.begin() + long((j + 1) * size_t(slots)));
-    ++j;
+    if (d.token < 0) continue;
+    s->model_drafts.assign(block, block + draft_out_.slots);
+    block += draft_out_.slots;
     if (draft_observer_) draft_observer_(s->req.id, int64_t(s->tokens.size()), s->model_drafts);
   }
 }
@@ -269,14 +263,9 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
 std::vector<RequestOutput> Engine::take_finished() {
   std::vector<RequestOutput> res;
   for (auto& s : scheduler_->take_finished()) {
-    res.push_back({s->req.id,
-                   s->req.prompt_ids,
-                   {s->tokens.begin() + s->num_prompt, s->tokens.end()},
-                   std::move(s->logprobs),
-                   s->finish,
-                   s->stop_text,
-                   s->drafted,
-                   s->accepted});
+    std::vector<int32_t> output(s->tokens.begin() + s->num_prompt, s->tokens.end());
+    res.push_back({s->req.id, s->req.prompt_ids, std::move(output), std::move(s->logprobs),
+                   s->finish, s->stop_text, s->drafted, s->accepted});
   }
   return res;
 }
@@ -285,6 +274,136 @@ EngineStats Engine::stats() const {
   EngineStats s = stats_;
   static_cast<SchedulerStats&>(s) = scheduler_->stats();
   return s;
+}
+
+// Sampler (next-token selection).
+
+namespace {
+uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Higher value first, then lower id: the order every selection here uses.
+struct ByValueThenId {
+  const float* v;
+  bool operator()(int32_t a, int32_t b) const { return v[a] != v[b] ? v[a] > v[b] : a < b; }
+};
+
+// A uniform draw in [0, 1) for (seed, index): counter-based, no state.
+double sample_uniform(uint64_t seed, uint64_t index) {
+  const uint64_t r = mix64(mix64(seed) ^ mix64(index + 0x632be59bd9b4e019ull));
+  return double(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+}  // namespace
+
+int32_t Sampler::sample(const SampleInput& in, TopLogprobs* top) {
+  const SamplingParams& p = *in.params;
+  const int64_t V = vocab_;
+  const float* raw = in.logits;
+  float lse = 0;
+  const bool want = p.logprobs > 0 && top;
+  if (want) {
+    const float mx = *std::max_element(raw, raw + V);
+    const float sum = canonical_sum(raw, V, [mx](float v) { return std::exp(v - mx); });
+    lse = mx + std::log(sum);
+    ids_.resize(size_t(V));
+    std::iota(ids_.begin(), ids_.end(), 0);
+    const int64_t k = std::min<int64_t>(p.logprobs, V);
+    std::partial_sort(ids_.begin(), ids_.begin() + k, ids_.end(), ByValueThenId{raw});
+    top->clear();
+    for (int64_t i = 0; i < k; ++i) top->emplace_back(ids_[size_t(i)], raw[ids_[size_t(i)]] - lse);
+  }
+  const int32_t t = choose(in);
+  // The chosen token's own logprob, from the same softmax, follows the top-K when it is not
+  // among them (as vLLM reports it).
+  if (want && std::none_of(top->begin(), top->end(), [t](const auto& e) { return e.first == t; }))
+    top->emplace_back(t, raw[t] - lse);
+  return t;
+}
+
+int32_t Sampler::choose(const SampleInput& in) {
+  const SamplingParams& p = *in.params;
+  const int64_t V = vocab_;
+  const float* raw = in.logits;
+  const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+  if (greedy && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+      p.frequency_penalty == 0.0f && !in.allowed)
+    return int32_t(argmax(raw, V));  // nothing to change in the logits: no copy
+  work_.assign(raw, raw + V);
+  float* l = work_.data();
+  const auto& toks = *in.tokens;
+  // Penalties: repetition over prompt and output, presence/frequency over output. `count_` is
+  // all zero between calls: only the entries of this history's tokens are touched, then reset.
+  if (p.repetition_penalty != 1.0f) {
+    count_.resize(size_t(V));
+    for (int32_t t : toks)
+      if (!count_[size_t(t)]++)
+        l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
+    for (int32_t t : toks) count_[size_t(t)] = 0;
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    count_.resize(size_t(V));
+    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count_[size_t(toks[i])];
+    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) {
+      const int32_t t = toks[i];
+      if (const int32_t n = count_[size_t(t)]) {
+        l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
+        count_[size_t(t)] = 0;
+      }
+    }
+  }
+  if (in.allowed) {
+    const uint64_t* a = in.allowed;
+    for (int64_t i = 0; i < V; ++i)
+      if (!((a[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
+  }
+  if (greedy) return int32_t(argmax(l, V));
+  for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
+  // Candidates: the top-k tokens, or all. The top-p and min-p cuts walk them in (value desc,
+  // id asc) order; without those cuts id order serves as well and the vocabulary is not sorted.
+  ids_.resize(size_t(V));
+  std::iota(ids_.begin(), ids_.end(), 0);
+  int64_t n = V;
+  if (p.top_k > 0 && p.top_k < V) {
+    n = p.top_k;
+    std::partial_sort(ids_.begin(), ids_.begin() + n, ids_.end(), ByValueThenId{l});
+  } else if (p.top_p < 1.0f || p.min_p > 0.0f) {
+    std::sort(ids_.begin(), ids_.end(), ByValueThenId{l});
+  }
+  // Probabilities of the candidates (softmax over them), then top-p and min-p cuts.
+  float mx = l[ids_[0]];
+  for (int64_t i = 1; i < n; ++i) mx = std::max(mx, l[ids_[size_t(i)]]);
+  prob_.resize(size_t(n));
+  std::vector<double>& prob = prob_;
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i)
+    total += (prob[size_t(i)] = std::exp(double(l[ids_[size_t(i)]] - mx)));
+  int64_t keep = n;
+  if (p.top_p < 1.0f) {  // the fewest candidates whose mass reaches top_p
+    keep = 0;
+    for (double cum = 0; keep < n && cum < double(p.top_p); ++keep)
+      cum += prob[size_t(keep)] / total;
+  }
+  if (p.min_p > 0.0f) {
+    const double floor = double(p.min_p) * prob[0];
+    int64_t m = 1;
+    while (m < keep && prob[size_t(m)] >= floor) ++m;
+    keep = m;
+  }
+  const double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
+  const double u = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt))) * kept;
+  double cum = 0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += prob[size_t(i)];
+    if (u < cum) return ids_[size_t(i)];
+  }
+  int64_t last = keep - 1;  // rounding left u at the very top: the last candidate with mass
+  while (last > 0 && prob[size_t(last)] == 0) --last;
+  return ids_[size_t(last)];
 }
 
 }  // namespace deepinfer

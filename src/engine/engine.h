@@ -10,23 +10,50 @@
 #include <string>
 #include <vector>
 
-#include "engine/model_runner.h"
-#include "engine/sampler.h"
+#include "engine/parallel.h"
 #include "engine/scheduler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace deepinfer {
 
-struct RankLayout;
+// Next-token selection from one row of logits (leader rank only). Deterministic: the random draw
+// of a request's i-th token depends only on its seed and i, so the same request and seed give the
+// same tokens whatever else is in the batch, and after preemption.
+struct SampleInput {
+  const float* logits;  // [vocab]
+  const SamplingParams* params;
+  const std::vector<int32_t>* tokens;  // prompt + generated so far
+  int64_t num_prompt;
+  uint64_t seed;  // the request's seed (or one derived for it)
+  // With a grammar: the tokens that may be chosen (bit t % 64 of word t / 64); null: all.
+  // Logprobs stay those of the model's distribution.
+  const uint64_t* allowed = nullptr;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(int64_t vocab) : vocab_(vocab) {}
+  // The chosen token; fills `top` with the top-K logprobs of the raw distribution when K > 0,
+  // followed by the chosen token's when it is not among them.
+  int32_t sample(const SampleInput& in, TopLogprobs* top);
+
+ private:
+  int32_t choose(const SampleInput& in);
+  int64_t vocab_;
+  std::vector<float> work_;
+  std::vector<int32_t> ids_;
+  std::vector<double> prob_;
+  std::vector<int32_t> count_;  // per-token counts of one history, zero between calls
+};
 
 struct EngineConfig {
   SchedulerConfig sched;
   int32_t num_kv_blocks = 0;  // 0: size the pool from kv_cache_memory
   uint64_t kv_cache_memory = uint64_t(512) << 20;
   uint64_t seed = 0;  // seeds requests that bring none
-  // Prefix caching (engine/prefix_cache.h), with slot-state snapshots in this much memory (0: a
-  // quarter of kv_cache_memory).
+  // Prefix caching (PrefixCache in engine/scheduler.h), with slot-state snapshots in this much
+  // memory (0: a quarter of kv_cache_memory).
   bool prefix_caching = true;
   uint64_t prefix_cache_memory = 0;
 };
@@ -55,7 +82,6 @@ class Engine {
   // replica's other ranks, and with data parallelism steps in lockstep with the other replicas.
   Engine(Model& model, const EngineConfig& cfg, TextDecoder decoder = nullptr,
          const RankLayout* layout = nullptr);
-  ~Engine();
 
   // The pool this engine sized (blocks, tokens per block, bytes).
   int32_t num_kv_blocks() const { return stats_.kv_blocks_total; }
@@ -89,7 +115,7 @@ class Engine {
   void check_stop(Sequence* s);
   // Whether the newest token ends `s` by itself (end of sequence, a stop id, the grammar's end),
   // and whether `s` reached its length limit; stop strings aside.
-  FinishReason token_stop(const Sequence& s) const;
+  bool token_stop(const Sequence& s) const;
   bool length_stop(const Sequence& s) const;
   // DSpark: the step's kept rows into the draft head, and each sampling sequence's next drafts.
   void draft(const SchedOutput& out, const std::vector<int32_t>& sampled);
@@ -105,7 +131,8 @@ class Engine {
   SchedOutput sched_out_;
   std::vector<int32_t> sampled_, counts_;
   std::vector<TopLogprobs> tops_;
-  std::vector<int32_t> draft_accepted_, draft_from_;
+  std::vector<DraftSeq> draft_in_;
+  DraftOutput draft_out_;
   DraftObserver draft_observer_;
   EngineStats stats_;
 };

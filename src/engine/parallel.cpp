@@ -1,7 +1,7 @@
 #include "engine/parallel.h"
 
 #include "core/error.h"
-#include "ranks/serial.h"
+#include "core/region_timer.h"
 
 namespace deepinfer {
 
@@ -56,55 +56,101 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   return L;
 }
 
+void fields(auto& io, FieldsOf<SchedSeq> auto& q) {
+  io(q.seq_id, q.slot, q.start_pos, q.tokens, q.n_padding, q.reset_blocks, q.new_blocks, q.sample,
+     q.decode, q.restore, q.n_drafts, q.backup, q.rollback, q.saves);
+}
+
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
   ranks::Writer w;
-  w.put<uint64_t>(out.seqs.size());
-  for (const SchedSeq& q : out.seqs) {
-    w.put<uint64_t>(q.seq_id);
-    w.put<int32_t>(q.slot);
-    w.put<int64_t>(q.start_pos);
-    w.put_vector(q.tokens);
-    w.put<int64_t>(q.n_padding);
-    w.put<uint8_t>(q.reset_blocks);
-    w.put_vector(q.new_blocks);
-    w.put<uint8_t>(q.sample);
-    w.put<uint8_t>(q.decode);
-    w.put<int32_t>(q.restore);
-    w.put<int32_t>(q.n_drafts);
-    w.put<uint8_t>(q.backup);
-    w.put<uint8_t>(q.rollback);
-    w.put_vector(q.saves);
-  }
-  w.put_vector(out.released);
+  PutFields{w}(out.seqs, out.released);
   return w.take();
 }
 
 SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
   ranks::Reader r(bytes, "step message");
   SchedOutput out;
-  const uint64_t n = r.get<uint64_t>();
-  DI_REQUIRE(n <= r.remaining(), "step message: ", n, " sequences in ", r.remaining(), " bytes");
-  for (uint64_t i = 0; i < n; ++i) {
-    SchedSeq q;
-    q.seq_id = r.get<uint64_t>();
-    q.slot = r.get<int32_t>();
-    q.start_pos = r.get<int64_t>();
-    q.tokens = r.get_vector<int32_t>();
-    q.n_padding = r.get<int64_t>();
-    q.reset_blocks = r.get<uint8_t>();
-    q.new_blocks = r.get_vector<int32_t>();
-    q.sample = r.get<uint8_t>();
-    q.decode = r.get<uint8_t>();
-    q.restore = r.get<int32_t>();
-    q.n_drafts = r.get<int32_t>();
-    q.backup = r.get<uint8_t>();
-    q.rollback = r.get<uint8_t>();
-    q.saves = r.get_vector<SchedSeq::Save>();
-    out.seqs.push_back(std::move(q));
-  }
-  out.released = r.get_vector<uint64_t>();
+  GetFields{r, "step message"}(out.seqs, out.released);
   r.expect_end();
   return out;
+}
+
+ModelRunner::ModelRunner(Model& model, KvCache& kv, bool logits, const RankLayout* layout)
+    : model_(model), kv_(kv), want_logits_(logits) {
+  if (!layout) return;
+  followers_ = layout->channel;
+  if (layout->cfg.dp == 1) return;
+  dp_ = layout->dp.get();
+  interval_ = layout->cfg.prefill_attempt_interval;
+  empty_steps_ = layout->cfg.ep > 1;
+}
+
+bool ModelRunner::begin_step(const Scheduler& s, bool* allow_prefill) {
+  *allow_prefill = true;
+  if (!dp_) return true;
+  DI_REGION("comm.dp_vote");
+  float v[2] = {s.has_work() ? 1.0f : 0.0f, s.wants_prefill() ? 1.0f : 0.0f};
+  dp_->all_reduce(v, 2);
+  busy_ = v[0] > 0;
+  if (!busy_) return false;
+  *allow_prefill = v[1] > 0 && steps_ % interval_ == 0;
+  ++steps_;
+  return true;
+}
+
+const std::vector<float>* ModelRunner::run(const SchedOutput& out) {
+  if (followers_) {
+    DI_REGION("comm.step_send");
+    followers_->send(encode_sched_output(out));
+  }
+  if (out.empty() && !empty_steps_) return nullptr;
+  return &execute(out);
+}
+
+const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
+  {
+    DI_REGION("engine.prepare");
+    for (uint64_t id : out.released) tables_.erase(id);
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    batch_.saves.clear();
+    for (const SchedSeq& q : out.seqs) {
+      for (const SchedSeq::Save& v : q.saves)
+        if (v.snap >= 0) batch_.saves.push_back({int32_t(batch_.seqs.size()), v.boundary, v.snap});
+      std::vector<int32_t>& table = tables_[q.seq_id];
+      if (q.reset_blocks) table.clear();
+      table.insert(table.end(), q.new_blocks.begin(), q.new_blocks.end());
+      const int64_t real = int64_t(q.tokens.size());
+      batch_.seqs.push_back({.start_pos = q.start_pos,
+                             .n_tokens = real + q.n_padding,
+                             .n_padding = q.n_padding,
+                             .kv = {q.slot, table.data(), int64_t(table.size())},
+                             .logits_from = q.sample && want_logits_ ? real - 1 - q.n_drafts : real,
+                             .restore = q.restore,
+                             .rollback = q.rollback,
+                             .backup = q.backup});
+      batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
+      // Placeholder rows repeat the last real token; they write no state and nobody sees them.
+      batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());
+    }
+  }
+  logits_.resize(size_t(batch_.n_logit_rows() * model_.config().vocab_size));
+  {
+    DI_REGION("engine.forward");
+    if (!batch_.seqs.empty() || empty_steps_) model_.forward(batch_, kv_, logits_.data());
+  }
+  return logits_;
+}
+
+void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel) {
+  std::vector<uint8_t> msg;
+  for (;;) {
+    {
+      DI_REGION("comm.step_receive");
+      if (!channel.receive(msg)) return;
+    }
+    runner.execute(decode_sched_output(msg));
+  }
 }
 
 }  // namespace deepinfer

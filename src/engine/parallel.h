@@ -1,4 +1,4 @@
-// Ranks of one run and who does what (DESIGN.md §1, §3).
+// Ranks of one run, who does what (DESIGN.md §1, §3), and the model runner that runs each step.
 //
 // A run has dp data-parallel replicas. Inside a replica all ranks see the same tokens: with
 // context parallelism (cp) they split each sequence's compressed KV and index keys (block i of a
@@ -14,14 +14,20 @@
 // ep in {1, dp}.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "ranks/group.h"
+#include "ranks/serial.h"
 #include "ranks/world.h"
 
 namespace deepinfer {
@@ -56,5 +62,138 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
 // The step message replica followers replay.
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out);
 SchedOutput decode_sched_output(std::span<const uint8_t> bytes);
+
+// The model runner, the only place that knows both scheduling structs and tensors (DESIGN.md §3):
+// turns a SchedOutput into a ForwardBatch (flat tokens, positions, block tables, bucket padding),
+// runs the model, and hands back the logits of the rows that sample. Keeps a mirror of every
+// running sequence's block table, updated from the differences in each SchedOutput — the same
+// code runs on follower ranks, which replay the leader's SchedOutputs.
+//
+// A scheduling rank's runner also says how its steps go with the other ranks, so that the engine
+// loop is the same for every layout: alone (sending each step to the replica's followers, if
+// any), or in lockstep with the other data-parallel replicas.
+class ModelRunner {
+ public:
+  // With logits = false (replica followers, which do not sample) no logits are computed.
+  // `layout`: that of a scheduling rank (null: a single rank).
+  ModelRunner(Model& model, KvCache& kv, bool logits = true, const RankLayout* layout = nullptr);
+
+  // Before scheduling: false when no rank has anything to do (no step), else whether this step
+  // may prefill.
+  bool begin_step(const Scheduler& s, bool* allow_prefill);
+  // Runs a scheduled step; returns its logits, or null when nothing ran.
+  const std::vector<float>* run(const SchedOutput& out);
+  // Other ranks still have work, so this one must keep stepping with them.
+  bool others_busy() const { return dp_ && busy_; }
+
+  // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
+  // An empty step runs the model only on a rank that takes empty steps (an idle data-parallel
+  // rank's placeholder).
+  const std::vector<float>& execute(const SchedOutput& out);
+
+ private:
+  Model& model_;
+  KvCache& kv_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> tables_;
+  ForwardBatch batch_;
+  std::vector<float> logits_;
+  bool want_logits_ = true;
+  ranks::StepChannel* followers_ = nullptr;  // where every step run goes first
+  // Data-parallel replicas step together: every step all of them learn whether anyone has work,
+  // and every `interval_` steps they vote on whether the step may prefill. With experts split
+  // over the replicas an idle rank still runs the (empty) step: the experts' collectives need it.
+  ranks::Group* dp_ = nullptr;
+  int64_t interval_ = 1, steps_ = 0;
+  bool empty_steps_ = false, busy_ = true;
+};
+
+// A replica follower: replays the leader's step messages until the shutdown message.
+void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel);
+
+// The ranks' messages are lists of fields, each list serving both directions: PutFields writes
+// the fields in turn, GetFields reads them back in the same order. A bool takes one byte, an
+// optional a presence byte then its value, a vector of other than plain values its length then
+// each item, and a struct its field list: a fields(io, s) overload next to its message.
+struct PutFields {
+  ranks::Writer& w;
+  template <typename... T>
+  void operator()(const T&... v) {
+    (put(v), ...);
+  }
+  template <ranks::Pod T>
+  void put(const T& v) {
+    w.put(v);
+  }
+  void put(bool b) { w.put<uint8_t>(b); }
+  void put(const std::string& s) { w.put_string(s); }
+  template <typename T>
+  void put(const std::optional<T>& v) {
+    (*this)(v.has_value(), v.value_or(T()));
+  }
+  template <typename A, typename B>
+  void put(const std::pair<A, B>& v) {
+    (*this)(v.first, v.second);
+  }
+  template <typename T>
+  void put(const std::vector<T>& v) {
+    if constexpr (ranks::Pod<T>) {
+      w.put_vector(v);
+    } else {
+      w.put<uint64_t>(v.size());
+      for (const T& x : v) put(x);
+    }
+  }
+  template <typename T>
+  void put(const T& v) {
+    fields(*this, v);
+  }
+};
+
+struct GetFields {
+  ranks::Reader& r;
+  const char* what;  // the message, for errors
+  template <typename... T>
+  void operator()(T&... v) {
+    (get(v), ...);
+  }
+  template <ranks::Pod T>
+  void get(T& v) {
+    v = r.get<T>();
+  }
+  void get(bool& b) { b = r.get<uint8_t>() != 0; }
+  void get(std::string& s) { s = r.get_string(); }
+  template <typename T>
+  void get(std::optional<T>& v) {
+    bool has = false;
+    T x;
+    (*this)(has, x);
+    v = has ? std::optional<T>(x) : std::nullopt;
+  }
+  template <typename A, typename B>
+  void get(std::pair<A, B>& v) {
+    (*this)(v.first, v.second);
+  }
+  template <typename T>
+  void get(std::vector<T>& v) {
+    if constexpr (ranks::Pod<T>) {
+      v = r.get_vector<T>();
+    } else {
+      // Every item of these messages takes 8 bytes at least.
+      const auto n = r.get<uint64_t>();
+      DI_REQUIRE(n <= r.remaining() / 8, what, ": a list of ", n, " items in ", r.remaining(),
+                 " bytes");
+      v.resize(n);
+      for (T& x : v) get(x);
+    }
+  }
+  template <typename T>
+  void get(T& v) {
+    fields(*this, v);
+  }
+};
+
+// A field list's struct: T is U, const (written) or not (read).
+template <typename T, typename U>
+concept FieldsOf = std::same_as<std::remove_const_t<T>, U>;
 
 }  // namespace deepinfer

@@ -5,131 +5,29 @@
 
 #include "core/error.h"
 #include "core/region_timer.h"
-#include "ranks/serial.h"
+#include "engine/parallel.h"
 
 namespace deepinfer {
 
-namespace {
-
 // The messages of one exchange. The front's: a shutdown flag, then per other replica (in rank
 // order) a length-prefixed part holding its new requests and its aborts. A replica's: its load,
-// then the tokens and the endings of its latest step.
+// then the tokens and the endings of its latest step. Their field lists follow (in this namespace,
+// where PutFields and GetFields find them); a request's grammar travels as its source.
 
-void put_logprobs(ranks::Writer& w, const TopLogprobs& lp) {
-  w.put<uint64_t>(lp.size());
-  for (const auto& [id, logprob] : lp) {
-    w.put(id);
-    w.put(logprob);
-  }
+void fields(auto& io, FieldsOf<Request> auto& q) {
+  auto& p = q.params;
+  io(q.id, q.prompt_ids, p.max_tokens, p.temperature, p.top_k, p.top_p, p.min_p,
+     p.repetition_penalty, p.presence_penalty, p.frequency_penalty, p.seed, p.stop_token_ids,
+     p.stop, p.ignore_eos, p.logprobs, p.grammar_source, p.draft_reference);
 }
 
-TopLogprobs get_logprobs(ranks::Reader& r) {
-  const auto n = r.get<uint64_t>();
-  DI_REQUIRE(n <= r.remaining() / 8, "replica report: ", n, " logprobs in ", r.remaining(),
-             " bytes");
-  TopLogprobs lp(n);
-  for (auto& [id, logprob] : lp) {
-    id = r.get<int32_t>();
-    logprob = r.get<float>();
-  }
-  return lp;
+void fields(auto& io, FieldsOf<TokenEvent> auto& ev) {
+  io(ev.id, ev.token, ev.logprobs);
 }
 
-void put_request(ranks::Writer& w, const Request& q) {
-  const SamplingParams& p = q.params;
-  w.put(q.id);
-  w.put_vector(q.prompt_ids);
-  w.put(p.max_tokens);
-  w.put(p.temperature);
-  w.put(p.top_k);
-  w.put(p.top_p);
-  w.put(p.min_p);
-  w.put(p.repetition_penalty);
-  w.put(p.presence_penalty);
-  w.put(p.frequency_penalty);
-  w.put<uint8_t>(p.seed.has_value());
-  w.put<uint64_t>(p.seed.value_or(0));
-  w.put_vector(p.stop_token_ids);
-  w.put<uint64_t>(p.stop.size());
-  for (const std::string& s : p.stop) w.put_string(s);
-  w.put<uint8_t>(p.ignore_eos);
-  w.put(p.logprobs);
-  w.put_string(p.grammar_source);
-  w.put_vector(p.draft_reference);
+void fields(auto& io, FieldsOf<RequestOutput> auto& o) {
+  io(o.id, o.prompt_ids, o.output_ids, o.logprobs, o.finish, o.stop_text, o.drafted, o.accepted);
 }
-
-Request get_request(ranks::Reader& r) {
-  Request q;
-  SamplingParams& p = q.params;
-  q.id = r.get<RequestId>();
-  q.prompt_ids = r.get_vector<int32_t>();
-  p.max_tokens = r.get<int64_t>();
-  p.temperature = r.get<float>();
-  p.top_k = r.get<int64_t>();
-  p.top_p = r.get<float>();
-  p.min_p = r.get<float>();
-  p.repetition_penalty = r.get<float>();
-  p.presence_penalty = r.get<float>();
-  p.frequency_penalty = r.get<float>();
-  const bool seeded = r.get<uint8_t>() != 0;
-  const auto seed = r.get<uint64_t>();
-  if (seeded) p.seed = seed;
-  p.stop_token_ids = r.get_vector<int32_t>();
-  const auto n_stop = r.get<uint64_t>();
-  DI_REQUIRE(n_stop <= r.remaining() / 8, "replica message: ", n_stop, " stop strings in ",
-             r.remaining(), " bytes");
-  for (uint64_t i = 0; i < n_stop; ++i) p.stop.push_back(r.get_string());
-  p.ignore_eos = r.get<uint8_t>() != 0;
-  p.logprobs = r.get<int64_t>();
-  p.grammar_source = r.get_string();
-  p.draft_reference = r.get_vector<int32_t>();
-  return q;
-}
-
-void put_output(ranks::Writer& w, const RequestOutput& o) {
-  w.put(o.id);
-  w.put_vector(o.prompt_ids);
-  w.put_vector(o.output_ids);
-  w.put<uint64_t>(o.logprobs.size());
-  for (const TopLogprobs& lp : o.logprobs) put_logprobs(w, lp);
-  w.put(o.finish);
-  w.put_string(o.stop_text);
-  w.put(o.drafted);
-  w.put(o.accepted);
-}
-
-RequestOutput get_output(ranks::Reader& r) {
-  RequestOutput o;
-  o.id = r.get<RequestId>();
-  o.prompt_ids = r.get_vector<int32_t>();
-  o.output_ids = r.get_vector<int32_t>();
-  const auto n = r.get<uint64_t>();
-  DI_REQUIRE(n <= r.remaining() / 8, "replica message: ", n, " logprob rows in ", r.remaining(),
-             " bytes");
-  for (uint64_t i = 0; i < n; ++i) o.logprobs.push_back(get_logprobs(r));
-  o.finish = r.get<FinishReason>();
-  DI_REQUIRE(o.finish <= FinishReason::Error, "replica message: finish reason ", int(o.finish),
-             " is unknown");
-  o.stop_text = r.get_string();
-  o.drafted = r.get<int64_t>();
-  o.accepted = r.get<int64_t>();
-  return o;
-}
-
-void put_report(ranks::Writer& w, const EngineLoad& load, const std::vector<TokenEvent>& events,
-                const std::vector<RequestOutput>& finished) {
-  w.put(load);
-  w.put<uint64_t>(events.size());
-  for (const TokenEvent& ev : events) {
-    w.put(ev.id);
-    w.put(ev.token);
-    put_logprobs(w, ev.logprobs);
-  }
-  w.put<uint64_t>(finished.size());
-  for (const RequestOutput& o : finished) put_output(w, o);
-}
-
-}  // namespace
 
 EngineLoad engine_load(const Engine& e) {
   return {int64_t(e.num_running()), int64_t(e.num_waiting()), e.kv_blocks_used(), e.stats()};
@@ -216,36 +114,27 @@ void Replicas::exchange(bool shutdown) {
   w.put<uint8_t>(shutdown);
   for (size_t i = 0; i < queued_.size(); ++i) {
     part = {};
-    part.put<uint64_t>(queued_[i].size());
-    for (const Request& q : queued_[i]) put_request(part, q);
-    part.put_vector(aborts_[i]);
+    PutFields{part}(queued_[i], aborts_[i]);
     w.put_vector(part.bytes());
   }
   const auto parts = dp_->all_gather_v(w.bytes());
+  std::vector<TokenEvent> events;
+  std::vector<RequestOutput> done;
   for (size_t i = 0; i < queued_.size(); ++i) {
     // Its report was made before it took what was just sent.
     unreported_[i] = int64_t(queued_[i].size());
     queued_[i].clear();
     aborts_[i].clear();
     ranks::Reader r(parts[i + 1], "replica report");
-    remote_loads_[i] = r.get<EngineLoad>();
-    const auto n_events = r.get<uint64_t>();
-    DI_REQUIRE(n_events <= r.remaining() / 12, "replica report: ", n_events, " tokens in ",
-               r.remaining(), " bytes");
-    for (uint64_t e = 0; e < n_events; ++e) {
-      TokenEvent& ev = remote_events_.emplace_back();
-      ev.id = r.get<RequestId>();
-      ev.token = r.get<int32_t>();
-      ev.logprobs = get_logprobs(r);
-    }
-    const auto n_done = r.get<uint64_t>();
-    DI_REQUIRE(n_done <= r.remaining() / 8, "replica report: ", n_done, " endings in ",
-               r.remaining(), " bytes");
-    for (uint64_t e = 0; e < n_done; ++e) {
-      remote_finished_.push_back(get_output(r));
-      remote_.erase(remote_finished_.back().id);
-    }
+    GetFields{r, "replica report"}(remote_loads_[i], events, done);
     r.expect_end();
+    std::move(events.begin(), events.end(), std::back_inserter(remote_events_));
+    for (RequestOutput& o : done) {
+      DI_REQUIRE(o.finish <= FinishReason::Error, "replica report: finish reason ", int(o.finish),
+                 " is unknown");
+      remote_.erase(o.id);
+      remote_finished_.push_back(std::move(o));
+    }
   }
 }
 
@@ -256,26 +145,23 @@ std::vector<EngineLoad> Replicas::loads() const {
 }
 
 EngineLoad Replicas::total() const {
+  using S = EngineStats;
+  static constexpr int64_t S::*kCounts[] = {
+      &S::prompt_tokens,  &S::generated_tokens, &S::preemptions,
+      &S::prefix_queries, &S::prefix_hits,      &S::prefix_hit_tokens,
+      &S::spec_steps,     &S::spec_drafted,     &S::spec_accepted};
+  static constexpr int32_t S::*kBlocks[] = {&S::kv_blocks_total, &S::peak_blocks_used,
+                                            &S::prefix_snapshots};
+  // Counts add up (the KV peak too), seconds are the longest replica's, steps this one's.
   EngineLoad t = engine_load(local_);
   for (const EngineLoad& l : remote_loads_) {
     t.running += l.running;
     t.waiting += l.waiting;
     t.kv_blocks_used += l.kv_blocks_used;
-    EngineStats& s = t.stats;
-    s.prompt_tokens += l.stats.prompt_tokens;
-    s.generated_tokens += l.stats.generated_tokens;
-    s.prefill_seconds = std::max(s.prefill_seconds, l.stats.prefill_seconds);
-    s.decode_seconds = std::max(s.decode_seconds, l.stats.decode_seconds);
-    s.kv_blocks_total += l.stats.kv_blocks_total;
-    s.peak_blocks_used += l.stats.peak_blocks_used;
-    s.preemptions += l.stats.preemptions;
-    s.prefix_queries += l.stats.prefix_queries;
-    s.prefix_hits += l.stats.prefix_hits;
-    s.prefix_hit_tokens += l.stats.prefix_hit_tokens;
-    s.prefix_snapshots += l.stats.prefix_snapshots;
-    s.spec_steps += l.stats.spec_steps;
-    s.spec_drafted += l.stats.spec_drafted;
-    s.spec_accepted += l.stats.spec_accepted;
+    for (auto m : kCounts) t.stats.*m += l.stats.*m;
+    for (auto m : kBlocks) t.stats.*m += l.stats.*m;
+    for (auto m : {&S::prefill_seconds, &S::decode_seconds})
+      t.stats.*m = std::max(t.stats.*m, l.stats.*m);
   }
   return t;
 }
@@ -286,7 +172,7 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
   std::vector<RequestOutput> finished;
   for (;;) {
     ranks::Writer w;
-    put_report(w, engine_load(engine), events, finished);
+    PutFields{w}(engine_load(engine), events, finished);
     std::vector<std::vector<uint8_t>> parts;
     {
       DI_REGION("comm.dp_exchange");
@@ -298,11 +184,11 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
     std::vector<uint8_t> mine;
     for (int r = 1; r <= dp.rank(); ++r) mine = front.get_vector<uint8_t>();
     ranks::Reader rd(mine, "replica requests");
-    const auto n = rd.get<uint64_t>();
-    DI_REQUIRE(n <= rd.remaining(), "replica requests: ", n, " requests in ", rd.remaining(),
-               " bytes");
-    for (uint64_t i = 0; i < n; ++i) {
-      Request q = get_request(rd);
+    std::vector<Request> requests;
+    std::vector<RequestId> aborts;
+    GetFields{rd, "replica requests"}(requests, aborts);
+    rd.expect_end();
+    for (Request& q : requests) {
       std::string error;
       try {
         if (!q.params.grammar_source.empty()) {
@@ -321,8 +207,7 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
         finished.push_back({.id = id, .finish = FinishReason::Error});
       }
     }
-    for (RequestId id : rd.get_vector<RequestId>()) engine.abort(id);
-    rd.expect_end();
+    for (RequestId id : aborts) engine.abort(id);
     events = engine.step();
     for (RequestOutput& o : engine.take_finished()) finished.push_back(std::move(o));
   }

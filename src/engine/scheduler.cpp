@@ -46,6 +46,102 @@ int64_t CpBlockPools::reachable_blocks(size_t held) const {
   return n;
 }
 
+namespace {
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+PrefixCache::PrefixCache(int64_t block_tokens, int32_t n_pools, int32_t blocks_per_pool,
+                         int32_t num_snapshots)
+    : block_tokens_(block_tokens),
+      n_pools_(n_pools),
+      blocks_per_pool_(blocks_per_pool),
+      key_of_(size_t(n_pools) * size_t(blocks_per_pool)),
+      snap_owner_(size_t(num_snapshots)),
+      snap_used_(size_t(num_snapshots), 0) {}
+
+void PrefixCache::extend_hashes(std::span<const int32_t> tokens,
+                                std::vector<uint64_t>* hashes) const {
+  const size_t B = size_t(block_tokens_);
+  for (size_t i = hashes->size(); (i + 1) * B <= tokens.size(); ++i) {
+    uint64_t h = mix((i ? (*hashes)[i - 1] : uint64_t(block_tokens_)) + 0x9e3779b97f4a7c15ull);
+    for (size_t t = i * B; t < (i + 1) * B; ++t) h = mix(h ^ uint32_t(tokens[t]));
+    hashes->push_back(h);
+  }
+}
+
+PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> tokens,
+                                     std::span<const uint64_t> hashes, int64_t max_blocks) {
+  Hit hit;
+  if (!enabled()) return hit;
+  const size_t B = size_t(block_tokens_);
+  size_t usable = 0;  // blocks up to the deepest with a snapshot
+  for (size_t i = 0; i < hashes.size() && int64_t(i) < max_blocks; ++i) {
+    const auto it = entries_.find(hashes[i]);
+    if (it == entries_.end()) break;
+    const Entry& e = it->second;
+    if (e.parent != (i ? hashes[i - 1] : 0) ||
+        !std::equal(e.tokens.begin(), e.tokens.end(), tokens.begin() + long(i * B)))
+      break;
+    hit.blocks.push_back(e.block);
+    if (e.snapshot >= 0) {
+      usable = i + 1;
+      hit.snapshot = e.snapshot;
+    }
+  }
+  hit.blocks.resize(usable);
+  if (usable) snap_used_[size_t(hit.snapshot)] = ++tick_;
+  return hit;
+}
+
+int32_t PrefixCache::take_snapshot() {
+  const auto it = std::min_element(snap_used_.begin(), snap_used_.end());
+  const auto snap = int32_t(it - snap_used_.begin());
+  drop_snapshot(snap);
+  *it = ++tick_;
+  return snap;
+}
+
+bool PrefixCache::publish(std::span<const uint64_t> hashes, size_t index,
+                          std::span<const int32_t> tokens, int32_t block, int32_t snapshot) {
+  const uint64_t key = hashes[index];
+  const size_t slot = (index % size_t(n_pools_)) * size_t(blocks_per_pool_) + size_t(block);
+  if (entries_.count(key) || key_of_[slot]) {
+    if (snapshot >= 0) snap_used_[size_t(snapshot)] = 0;  // first to go
+    return false;
+  }
+  const auto first = tokens.begin() + long(index * size_t(block_tokens_));
+  entries_[key] = {index ? hashes[index - 1] : 0, {first, first + block_tokens_}, block, snapshot};
+  key_of_[slot] = key;
+  if (snapshot >= 0) snap_owner_[size_t(snapshot)] = key;
+  return true;
+}
+
+void PrefixCache::evict(int32_t pool, int32_t block) {
+  const size_t slot = size_t(pool) * size_t(blocks_per_pool_) + size_t(block);
+  if (!enabled() || !key_of_[slot]) return;
+  const auto it = entries_.find(*std::exchange(key_of_[slot], std::nullopt));
+  DI_CHECK(it != entries_.end(), "prefix cache: block ", block, " keyed but not entered");
+  if (it->second.snapshot >= 0) {
+    snap_owner_[size_t(it->second.snapshot)].reset();
+    snap_used_[size_t(it->second.snapshot)] = 0;
+  }
+  entries_.erase(it);
+}
+
+void PrefixCache::drop_snapshot(int32_t snap) {
+  if (!snap_owner_[size_t(snap)]) return;
+  const auto it = entries_.find(*std::exchange(snap_owner_[size_t(snap)], std::nullopt));
+  if (it != entries_.end()) it->second.snapshot = -1;
+}
+
 Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp,
                      int32_t num_snapshots)
     : cfg_(cfg), pools_(cp, num_blocks), cache_(cfg.block_tokens, cp, num_blocks, num_snapshots) {
@@ -75,12 +171,11 @@ std::string Scheduler::check(const Request& req) const {
 
 std::string Scheduler::add(Request req) {
   if (std::string e = check(req); !e.empty()) return e;
-  const int64_t n_prompt = int64_t(req.prompt_ids.size());
   DI_CHECK(!seqs_.count(req.id), "duplicate request id ", req.id);
   auto s = std::make_unique<Sequence>();
   s->arrival = next_arrival_++;
   s->tokens = req.prompt_ids;
-  s->num_prompt = n_prompt;
+  s->num_prompt = int64_t(req.prompt_ids.size());
   if (req.params.grammar) s->matcher = std::make_unique<grammar::Matcher>(req.params.grammar);
   s->req = std::move(req);
   waiting_.push_back(s.get());
@@ -228,8 +323,7 @@ void Scheduler::note_acceptance(Sequence* s, int64_t accepted) {
 
 void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
   int64_t rows = cfg_.max_num_batched_tokens, prompt_rows = cfg_.max_num_prefill_tokens;
-  std::vector<std::pair<Sequence*, int64_t>>& picked = picked_;
-  picked.clear();
+  picked_.clear();
   const int64_t preemptions_before = stats_.preemptions;
   // Decoding: a single pending token, or the tokens a rejected draft left to compute again.
   auto decoding = [](const Sequence* s) { return s->num_pending() == 1 || s->rollback; };
@@ -246,17 +340,17 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     return padded ? cfg_.prefill_bucket : n;
   };
   auto take = [&](Sequence* s, int64_t n) {
-    picked.emplace_back(s, n);
+    picked_.emplace_back(s, n);
     rows -= rows_of(s, n);
     if (!decoding(s)) prompt_rows -= n;
   };
   auto unpick = [&](Sequence* v) {
-    auto p = std::find_if(picked.begin(), picked.end(), [&](auto& e) { return e.first == v; });
-    if (p == picked.end()) return;
+    auto p = std::find_if(picked_.begin(), picked_.end(), [&](auto& e) { return e.first == v; });
+    if (p == picked_.end()) return;
     rows += rows_of(v, p->second);
     if (!decoding(v)) prompt_rows += p->second;
     v->drafts.clear();
-    picked.erase(p);
+    picked_.erase(p);
   };
   // 1 + 2: running sequences, decode rows first, then prompt chunks (each phase oldest first).
   for (int phase = 0; phase < (allow_prefill ? 2 : 1); ++phase) {
@@ -277,20 +371,17 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       }
       if (!ok) continue;
       s->drafts.clear();
-      const SamplingParams& p = s->req.params;
       // A sequence computing rejected drafts' accepted tokens again takes new drafts only while
       // that tail is short: a run of rejections would otherwise grow it step after step (each
       // rejection keeps nothing of its step), and a step without drafts commits it.
-      const bool drafting =
-          phase == 0 && may_draft(*s) && s->num_pending() <= 1 + cfg_.num_speculative_tokens;
-      if (phase == 0 && s->spec_pause > 0) --s->spec_pause;  // this step is one of the pause
-      if (drafting) {
+      if (phase == 0 && may_draft(*s) && s->num_pending() <= 1 + cfg_.num_speculative_tokens) {
         // Drafts that fit the step, the free blocks, max_tokens and max_model_len.
-        const int64_t len = int64_t(s->tokens.size());
         propose(s, std::min({int64_t(cfg_.num_speculative_tokens), rows - n,
-                             room(s) - s->num_computed - n, p.max_tokens - s->num_generated() - 1,
-                             cfg_.max_model_len - len - 1}));
+                             room(s) - s->num_computed - n,
+                             s->req.params.max_tokens - s->num_generated() - 1,
+                             cfg_.max_model_len - int64_t(s->tokens.size()) - 1}));
       }
+      if (phase == 0 && s->spec_pause > 0) --s->spec_pause;  // this step is one of the pause
       n += int64_t(s->drafts.size());
       grow_blocks(s, s->num_computed + n);
       take(s, n);
@@ -319,10 +410,10 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     grow_blocks(s, s->num_computed + n);
     take(s, n);
   }
-  out.seqs.resize(picked.size());  // the entries keep their buffers from earlier steps
+  out.seqs.resize(picked_.size());  // the entries keep their buffers from earlier steps
   pending_.clear();
-  for (size_t i = 0; i < picked.size(); ++i) {
-    auto [s, n] = picked[i];
+  for (size_t i = 0; i < picked_.size(); ++i) {
+    auto [s, n] = picked_[i];
     SchedSeq& q = out.seqs[i];
     q.seq_id = s->req.id;
     q.slot = s->slot;

@@ -1,6 +1,6 @@
 // PrefixCache bookkeeping: chain hashes, matching on parent and tokens, snapshots (least recently
 // used first out), eviction of reused blocks.
-#include "engine/prefix_cache.h"
+#include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
 
