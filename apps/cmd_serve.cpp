@@ -60,8 +60,6 @@ void serve(ServeOptions& o) {
   resolve_api_key(o);
   o.so.limits.max_body_bytes = size_t(o.max_body_mib) << 20;
   LoadedEngine le = load_engine(o.eo);
-  const int64_t vocab = le.checkpoint->config().vocab_size;
-  const int32_t eos = le.checkpoint->config().eos_token_id;
   if (le.world->rank() != 0) {
     // A context/expert-parallel rank replays the leader's steps, a data-parallel replica serves
     // the requests the leader sends it, until the server stops. The leader handles
@@ -71,15 +69,19 @@ void serve(ServeOptions& o) {
     signal(SIGTERM, SIG_IGN);
     pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
     if (le.is_follower()) return le.run_follower();
-    std::unique_ptr<server::GrammarCache> grammars;
+  }
+  const ModelConfig& c = le.checkpoint->config();
+  // Structured outputs: the vocabulary as grammar bytes, built once (a trie of every token).
+  std::unique_ptr<server::GrammarCache> grammars;
+  if (le.tokenizer)
+    grammars = std::make_unique<server::GrammarCache>(
+        server::make_grammar_vocab(*le.tokenizer, c.vocab_size, c.eos_token_id));
+  if (le.world->rank() != 0) {
     GrammarResolver resolve;
-    if (le.tokenizer) {
-      grammars = std::make_unique<server::GrammarCache>(
-          server::make_grammar_vocab(*le.tokenizer, vocab, eos));
+    if (grammars)
       resolve = [&grammars](std::string_view source) {
         return grammars->get(server::decode_output_shape(source));
       };
-    }
     serve_replica(*le.engine, *le.layout.dp, resolve);
     return le.finish();
   }
@@ -91,16 +93,10 @@ void serve(ServeOptions& o) {
   if (name.empty()) name = given;  // a path ending in '/'
   info.names = {name, given};
   info.tokenizer = le.tokenizer.get();
-  info.vocab_size = vocab;
+  info.vocab_size = c.vocab_size;
   info.max_model_len = o.eo.engine.sched.max_model_len;
   info.created = int64_t(std::time(nullptr));
-  // Structured outputs: the vocabulary as grammar bytes, built once (a trie of every token).
-  std::unique_ptr<server::GrammarCache> grammars;
-  if (le.tokenizer) {
-    grammars = std::make_unique<server::GrammarCache>(
-        server::make_grammar_vocab(*le.tokenizer, vocab, eos));
-    info.grammars = grammars.get();
-  }
+  info.grammars = grammars.get();
 
   server::ApiServer srv(*le.engine, info, o.so,
                         le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);
@@ -150,10 +146,9 @@ void add_serve(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   add_engine_options(cmd, &o->eo, /*serving=*/true);
   server::ServerOptions& so = o->so;
-  env_option(cmd, "--host", so.host, "Address to listen on")->capture_default_str();
+  env_option(cmd, "--host", so.host, "Address to listen on");
   env_option(cmd, "--port", so.port, "Port to listen on (0: any free port)")
-      ->check(CLI::Range(0, 65535))
-      ->capture_default_str();
+      ->check(CLI::Range(0, 65535));
   CLI::Option* key =
       env_option(cmd, "--api-key", so.api_key,
                  "Require 'Authorization: Bearer KEY' on the API (visible in ps: prefer "
