@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "server/json_fields.h"
-#include "tokenizer/chat_format.h"
+#include "tokenizer/chat.h"
 
 namespace deepinfer::server {
 

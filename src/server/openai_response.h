@@ -26,7 +26,7 @@
 #include "server/api_request.h"
 #include "server/engine_loop.h"
 #include "tokenizer/chat.h"
-#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {
 

@@ -6,7 +6,6 @@
 #include "grammar/json_schema.h"
 #include "ranks/serial.h"
 #include "tokenizer/chat.h"
-#include "tokenizer/chat_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::server {

@@ -16,7 +16,6 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "tokenizer/chat_format.h"
 #include "tokenizer/py_json.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"

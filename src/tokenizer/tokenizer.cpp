@@ -26,7 +26,6 @@
 #include <utility>
 
 #include "core/error.h"
-#include "tokenizer/detokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer_internal {

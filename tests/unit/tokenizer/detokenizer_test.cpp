@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "test_data.h"
-#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer {
