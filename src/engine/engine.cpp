@@ -279,11 +279,8 @@ EngineStats Engine::stats() const {
 // Sampler (next-token selection).
 
 namespace {
-uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+uint64_t mix64(uint64_t z) {  // splitmix64's step and finaliser
+  return splitmix_finalise(z + 0x9e3779b97f4a7c15ull);
 }
 
 // Higher value first, then lower id: the order every selection here uses.

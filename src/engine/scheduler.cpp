@@ -46,18 +46,6 @@ int64_t CpBlockPools::reachable_blocks(size_t held) const {
   return n;
 }
 
-namespace {
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 PrefixCache::PrefixCache(int64_t block_tokens, int32_t n_pools, int32_t blocks_per_pool,
                          int32_t num_snapshots)
     : block_tokens_(block_tokens),
@@ -71,8 +59,9 @@ void PrefixCache::extend_hashes(std::span<const int32_t> tokens,
                                 std::vector<uint64_t>* hashes) const {
   const size_t B = size_t(block_tokens_);
   for (size_t i = hashes->size(); (i + 1) * B <= tokens.size(); ++i) {
-    uint64_t h = mix((i ? (*hashes)[i - 1] : uint64_t(block_tokens_)) + 0x9e3779b97f4a7c15ull);
-    for (size_t t = i * B; t < (i + 1) * B; ++t) h = mix(h ^ uint32_t(tokens[t]));
+    uint64_t h =
+        splitmix_finalise((i ? (*hashes)[i - 1] : uint64_t(block_tokens_)) + 0x9e3779b97f4a7c15ull);
+    for (size_t t = i * B; t < (i + 1) * B; ++t) h = splitmix_finalise(h ^ uint32_t(tokens[t]));
     hashes->push_back(h);
   }
 }

@@ -126,6 +126,13 @@ class CpBlockPools {
   std::vector<BlockPool> pools_;
 };
 
+// splitmix64's finaliser: the prefix cache's block hashes and the sampler's counter-based draws.
+inline uint64_t splitmix_finalise(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
 // Prefix caching (DESIGN.md §1): full KV blocks stay cached after their sequences end, keyed by a
 // hash chain of the tokens up to their end, and a new sequence whose prompt starts with cached
 // blocks takes them (shared, read-only, reference-counted in the BlockPool) instead of computing
