@@ -213,7 +213,7 @@ std::vector<TokenEvent> Engine::step() {
   for (size_t i = 0, at = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
     for (int32_t j = 0; j < counts_[i]; ++j, ++at) {
-      TokenEvent& ev = events.emplace_back(TokenEvent{s->req.id, sampled[at]});
+      TokenEvent& ev = events.emplace_back(TokenEvent{s->req.id, sampled[at], {}});
       if (s->req.params.logprobs > 0) {
         ev.logprobs = tops_[at];
         s->logprobs.push_back(std::move(tops_[at]));
