@@ -53,6 +53,8 @@ struct Job {
   // enter as twice their values), or 0 where the block is not so (it runs in fp32 FMAs).
   const int16_t* xi = nullptr;
   const float* xs = nullptr;
+  // GEMM over fp4 weights with xb and xs set: integer blocks run on AMX tiles (linear_vec.cpp).
+  bool amx = false;
   int64_t n = 0;
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
   int64_t ldy = 0;

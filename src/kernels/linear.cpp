@@ -4,6 +4,12 @@
 // split nor the thread count changes a bit).
 #include "kernels/linear.h"
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,14 +35,16 @@ namespace deepinfer {
 namespace {
 
 std::atomic<int> g_path{int(LinearPath::Auto)};
-// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32|int16 forces one way of multiplying (A/B runs of the model).
+// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32|int16|amx forces one way of multiplying (A/B runs of the
+// model).
 LinearProducts products_from_env() {
   const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
   const std::string m = e ? e : "";
   if (m == "bf16") return LinearProducts::Bf16Dot;
   if (m == "fp32") return LinearProducts::Fp32Fma;
   if (m == "int16") return LinearProducts::Int16Dot;
-  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16, fp32 or int16");
+  if (m == "amx") return LinearProducts::Amx;
+  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16, fp32, int16 or amx");
   return LinearProducts::Auto;
 }
 // The choice in effect: read from the environment on first use.
@@ -199,7 +207,16 @@ bool int_products_ok() {
 bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
   const LinearProducts p = linear_products();
   return kern.int_codes && int_products_ok() && w.format == WeightFormat::Fp4Row &&
-         (p == LinearProducts::Int16Dot || (p == LinearProducts::Auto && auto_int_products()));
+         (p == LinearProducts::Int16Dot ||
+          ((p == LinearProducts::Auto || p == LinearProducts::Amx) && auto_int_products()));
+}
+
+// Whether a QLin GEMM over `w` runs its integer blocks on AMX tiles (isa.h's Job::amx).
+bool use_amx(const linear_isa::Kernels& kern, const Weight& w) {
+  const LinearProducts p = linear_products();
+  return (p == LinearProducts::Auto || p == LinearProducts::Amx) && &kern == &linear_isa::kAvx512 &&
+         w.format == WeightFormat::Fp4Row && bf16_products_ok() && int_products_ok() &&
+         amx_available();
 }
 
 // Checks a call and returns its number of outputs.
@@ -297,18 +314,21 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (path == LinearPath::Auto)
     path = n <= kern.gemv_rows || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                              : LinearPath::Gemm;
-  const bool bf16 = quant && kern.bf16 && use_bf16_products(n);  // bf16 codes, vdpbf16ps
-  const bool ints = quant && path == LinearPath::Gemv && use_int_products(kern, w);
+  // AMX tiles take the bf16 codes and need to know which blocks are integers.
+  const bool amx = quant && path == LinearPath::Gemm && use_amx(kern, w);
+  const bool bf16 = quant && kern.bf16 && (amx || use_bf16_products(n));  // bf16 codes
+  const bool ints = quant && (amx || (path == LinearPath::Gemv && use_int_products(kern, w)));
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  const QuantScratch layout(n, K, bf16 && !ints, ints);
+  const QuantScratch layout(n, K, bf16 && (amx || !ints), ints);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
     pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
       quantize_rows(kern, a, K, layout, q, i0, i1);
     });
   linear_isa::Job base = call_job(pw, a, q, layout);
+  base.amx = amx;
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
@@ -547,7 +567,24 @@ std::string auto_products_summary() {
   if (!bf16_products_ok()) return "fp32 FMAs";
   std::string s = auto_bf16_products(2) ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
   if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpwssd; other " + s;
+  if (int_products_ok() && amx_available()) s = "fp4 GEMMs AMX tiles; " + s;
   return s;
+}
+
+bool amx_available() {
+  static const bool ok = [] {
+#if defined(__x86_64__) && defined(__linux__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
+    // Linux hands the tile state to a process that asks (ARCH_REQ_XCOMP_PERM, XTILEDATA);
+    // the permission holds for all its threads.
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0 && cpu_best_isa() == Isa::Avx512;
+#else
+    return false;
+#endif
+  }();
+  return ok;
 }
 
 double int16_speedup() {

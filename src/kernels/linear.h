@@ -128,14 +128,19 @@ LinearPath linear_path();
 // 1/4000 of it with low bits set); such a block's partial is an exact integer sum, which is the
 // canonical partial (no fp32 addition of the canonical order rounds there). Other blocks take FMAs.
 // Auto takes it where vpdpwssd multiplies at least 1.2x faster than both other ways (Sapphire
-// Rapids: 2x).
-enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot };
+// Rapids: 2x). Amx (and Auto, where the CPU has AMX-BF16 and the kernel lets the process use its
+// tiles): GEMMs over fp4 weights with quantized inputs multiply those integer blocks on AMX tiles
+// (TDPBF16PS: exact products, and every partial sum exact, so any order is canonical); the other
+// blocks, and every other call, as Auto.
+enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot, Amx };
 void set_linear_products(LinearProducts p);  // process-wide; Auto by default
 LinearProducts linear_products();
 // Products per second of vdpbf16ps over fp32 FMAs on this CPU (0 without AVX512_BF16).
 double dpbf16_speedup();
 // Products per second of vpdpwssd over the faster of the other two (0 without AVX512_VNNI).
 double int16_speedup();
+// Whether this CPU and kernel let fp4 GEMMs use AMX tiles (see Amx above).
+bool amx_available();
 // What Auto multiplies with on this CPU, in words (benchmarks print it next to the rates).
 std::string auto_products_summary();
 

@@ -605,6 +605,92 @@ MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
   return fn;
 }
 
+#if defined(__AVX512F__)
+// --- AMX (Job::amx: fp4 weights, quantized inputs) ---
+// Where a block of a row is integers (Job::xs, as in gemv_blocks_int), its products are exact
+// and so is every partial sum in fp32 (multiples of xs below 2^24 xs, none subnormal), so the
+// block partial is the same in any order: TDPBF16PS of up to 16 rows against one tile's 16 bf16
+// pair rows (the packed chunk, read with a stride) gives it. Rows whose block is not integer take
+// vdpbf16ps in the canonical order, as micro's Mode 0 does.
+
+// The tile registers: 0 the rows' block (m x 32 bf16), 1..3 the panel's tiles (16 pairs x 16
+// outputs), 4..6 their partials (m x 16 fp32). `rows`: the m this task configured last (-1:
+// none); a task configures the tiles itself and releases them at its end, since other code on
+// the thread (oneDNN) may use them in between.
+void amx_configure(int m, int& rows) {
+  if (rows == m) return;
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int t = 0; t < 7; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = uint8_t(t >= 1 && t <= 3 ? 16 : m);
+  }
+  // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+  rows = m;
+}
+
+// Smallest Job::xs whose products stay normal (the tiles flush subnormals to zero).
+constexpr float kAmxMinScale = 0x1p-126f;
+
+template <int NT>
+void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s,
+               int& rows) {
+  const int64_t K = j.w->cols, nb = kc / 32;
+  alignas(64) float part[2][NT][16][16];  // two blocks' partials: one scaled, one in the tiles
+  amx_configure(m, rows);
+  // Block b's products into the partial tiles (not yet stored).
+  auto issue = [&](int64_t b) {
+    const uint8_t* wb = s.b + b * 16 * NT * 64;  // pair kk of tile t at (kk * NT + t) * 64
+    _tile_loadd(0, j.xb + i0 * K + kc0 + b * 32, K * 2);
+    _tile_zero(4);
+    _tile_loadd(1, wb, NT * 64);
+    _tile_dpbf16ps(4, 0, 1);
+    if constexpr (NT > 1) {
+      _tile_zero(5);
+      _tile_loadd(2, wb + 64, NT * 64);
+      _tile_dpbf16ps(5, 0, 2);
+    }
+    if constexpr (NT > 2) {
+      _tile_zero(6);
+      _tile_loadd(3, wb + 128, NT * 64);
+      _tile_dpbf16ps(6, 0, 3);
+    }
+  };
+  issue(0);
+  for (int64_t b = 0; b < nb; ++b) {
+    float(*pb)[16][16] = part[b & 1];
+    _tile_stored(4, pb[0], 64);
+    if constexpr (NT > 1) _tile_stored(5, pb[1], 64);
+    if constexpr (NT > 2) _tile_stored(6, pb[2], 64);
+    if (b + 1 < nb) issue(b + 1);  // the tiles run the next block while this one is scaled
+    const uint8_t* wb = s.b + b * 16 * NT * 64;
+    for (int i = 0; i < m; ++i) {
+      const int64_t r = i0 + i;
+      const bool exact = j.xs[r * (K / 32) + kc0 / 32 + b] >= kAmxMinScale;
+      const uint16_t* xr = j.xb + r * K + kc0 + b * 32;
+#pragma GCC unroll 3
+      for (int t = 0; t < NT; ++t) {
+        F p = load(pb[t][i]);
+        if (!exact) {
+          p = zero();
+          for (int kk = 0; kk < 16; ++kk)
+            p = _mm512_dpbf16_ps(
+                p, bcast_pair(xr + 2 * kk),
+                reinterpret_cast<__m512bh>(_mm512_load_si512(wb + (kk * NT + t) * 64)));
+        }
+        float* c = s.c + r * (kNt * 16) + t * 16;
+        store(c, fmadd(p, load(s.ws + (b * NT + t) * 16), load(c)));
+      }
+    }
+  }
+}
+#endif
+
 template <int Fm>
 void gemm_fmt(const Job& j) {
   const int64_t K = j.w->cols, nt = j.t1 - j.t0, cols = nt * kH;
@@ -612,9 +698,22 @@ void gemm_fmt(const Job& j) {
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
   for (int64_t i = 0; i < j.n * kNt * 16; ++i) s.c[i] = 0.0f;
+  [[maybe_unused]] int amx_rows = -1;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
+#if defined(__AVX512F__)
+    if constexpr (Fm == kFp4) {
+      if (j.amx && bf16) {
+        static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
+                                        const GemmScratch&,
+                                        int&) = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
+        for (int64_t i0 = 0; i0 < j.n; i0 += 16)
+          kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s, amx_rows);
+        continue;
+      }
+    }
+#endif
     for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
@@ -625,6 +724,9 @@ void gemm_fmt(const Job& j) {
       }
     }
   }
+#if defined(__AVX512F__)
+  if (amx_rows >= 0) _tile_release();
+#endif
   for (int64_t i = 0; i < j.n; ++i)
     for (int64_t t = 0; t < nt; ++t) store_tile(j, i, j.t0 + t, s.c + i * (kNt * 16) + t * 16);
 }

@@ -69,10 +69,10 @@ std::vector<float> make_activations(int64_t n, int64_t cols, int64_t ld, uint64_
       const float mag = std::ldexp(1.0f, int(rng() % 40) - 20);
       for (int64_t k = b; k < std::min(cols, b + 32); ++k) {
         float v = nd(rng) * mag;
-        if (kind == 0) v = 0.0f;                             // an all-zero block
-        if (kind == 1 && k % 3 == 0) v = 0.0f;               // scattered zeros
-        if (kind == 2) v = mag * float(int(rng() % 9) - 4);  // ties in the block maximum
-        if (kind == 3) v = std::ldexp(v, -110);              // below the act_quant floor
+        if (kind == 0) v = 0.0f;                              // an all-zero block
+        if (kind == 1 && k % 3 == 0) v = 0.0f;                // scattered zeros
+        if (kind == 2) v = mag * float(int(rng() % 9) - 4);   // ties in the block maximum
+        if (kind == 3) v = std::ldexp(v, -110);               // below the act_quant floor
         if (kind == 4 && k == b + 5) v = std::ldexp(v, -12);  // too fine for 16-bit integers
         x[size_t(i * ld + k)] = bf16_values ? round_bf16(v) : v;
       }
@@ -91,6 +91,7 @@ std::vector<LinearProducts> machine_products() {
   if (cpu_best_isa() != Isa::Avx512) return {LinearProducts::Auto};
   std::vector<LinearProducts> v = {LinearProducts::Bf16Dot, LinearProducts::Fp32Fma};
   if (int16_speedup() > 0) v.push_back(LinearProducts::Int16Dot);
+  if (amx_available()) v.push_back(LinearProducts::Amx);
   return v;
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <tuple>
 
 #include "core/dtype.h"
@@ -213,6 +214,43 @@ TEST(LinearFast, RowsAreIndependentOfBatch) {
       }
     }
   }
+}
+
+TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
+  // Blocks whose partial rounds differently in another order: 30 products 448 x 6 (a sum above
+  // 2^16, where the fp32 step is 2^-7), then two of 3·2^-9 x 0.5, each below half a step (lost
+  // one at a time, as the canonical order adds them) but not together. Such a block is not
+  // integers within 16 bits, so AMX tiles (whose order differs) must leave it to vdpbf16ps; a
+  // GEMM of 40 rows runs groups of 16 and a tail.
+  KernelEnvGuard guard;
+  const int64_t n = 40, K = 256, rows = 48;
+  std::vector<uint8_t> codes(size_t(rows * K / 2), 0x77), scales(size_t(rows * K / 32), 127);
+  for (size_t b = 15; b < codes.size(); b += 16) codes[b] = 0x11;  // inputs 30, 31: 0.5
+  Weight w;
+  w.name = "fp4 6 and 0.5";
+  w.shape = Shape{rows, K};
+  w.format = WeightFormat::Fp4Row;
+  w.quant_input = true;
+  w.data = codes.data();
+  w.scale = scales.data();
+  w.scale_cols = K / 32;
+  const PreparedLinear pw(w);
+  std::vector<float> x(size_t(n * K));
+  for (size_t k = 0; k < x.size(); ++k) x[k] = k % 32 < 30 ? 448.0f : 3 * 0x1p-9f;
+  for (int64_t i = 1; i < n; i += 2) x[size_t(i * K + 3)] = 224.0f;  // rows differ
+  std::vector<float> want(size_t(n * rows)), got(want.size());
+  linear_ref(w, {x.data(), n, K, want.data(), rows});
+  for (Isa isa : machine_isas())
+    for (LinearProducts products : machine_products())
+      for (LinearPath path : {LinearPath::Gemv, LinearPath::Gemm}) {
+        set_cpu_isa(isa);
+        set_linear_products(products);
+        set_linear_path(path);
+        std::fill(got.begin(), got.end(), -7.0f);
+        linear(pw, x.data(), n, got.data());
+        ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+            << isa_name(isa) << " products=" << int(products) << " path=" << int(path);
+      }
 }
 
 // The reference against double precision from the spec's definitions (dequantized weights,
