@@ -613,10 +613,10 @@ MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
 // pair rows (the packed chunk, read with a stride) gives it. Rows whose block is not integer take
 // vdpbf16ps in the canonical order, as micro's Mode 0 does.
 
-// The tile registers: 0 the rows' block (m x 32 bf16), 1..3 the panel's tiles (16 pairs x 16
-// outputs), 4..6 their partials (m x 16 fp32). `rows`: the m this task configured last (-1:
-// none); a task configures the tiles itself and releases them at its end, since other code on
-// the thread (oneDNN) may use them in between.
+// The tile registers: 0 and 1 a block of the rows (m x 32 bf16), 2 and 3 a tile's block (16
+// pairs x 16 outputs), 4 and 5 their partials (m x 16 fp32): two blocks in flight. `rows`: the m
+// this task configured last (-1: none); a task configures the tiles itself and releases them at
+// its end, since other code on the thread (oneDNN) may use them in between.
 void amx_configure(int m, int& rows) {
   if (rows == m) return;
   struct alignas(64) {
@@ -624,9 +624,9 @@ void amx_configure(int m, int& rows) {
     uint16_t colsb[16] = {};
     uint8_t rows[16] = {};
   } cfg;
-  for (int t = 0; t < 7; ++t) {
+  for (int t = 0; t < 6; ++t) {
     cfg.colsb[t] = 64;
-    cfg.rows[t] = uint8_t(t >= 1 && t <= 3 ? 16 : m);
+    cfg.rows[t] = uint8_t(t == 2 || t == 3 ? 16 : m);
   }
   // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
   asm volatile("" : : "r"(&cfg) : "memory");
@@ -637,56 +637,63 @@ void amx_configure(int m, int& rows) {
 // Smallest Job::xs whose products stay normal (the tiles flush subnormals to zero).
 constexpr float kAmxMinScale = 0x1p-126f;
 
+// Rows i0 .. i0+m (m <= 16) against the NT tiles of a packed chunk of bf16 pairs: per tile, the
+// blocks' partials come from the tiles one block ahead of their scaling into accumulators held
+// in registers.
 template <int NT>
 void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s,
                int& rows) {
   const int64_t K = j.w->cols, nb = kc / 32;
-  alignas(64) float part[2][NT][16][16];  // two blocks' partials: one scaled, one in the tiles
+  const uint16_t* xa = j.xb + i0 * K + kc0;
+  alignas(64) float part[2][16][16];
   amx_configure(m, rows);
-  // Block b's products into the partial tiles (not yet stored).
-  auto issue = [&](int64_t b) {
-    const uint8_t* wb = s.b + b * 16 * NT * 64;  // pair kk of tile t at (kk * NT + t) * 64
-    _tile_loadd(0, j.xb + i0 * K + kc0 + b * 32, K * 2);
-    _tile_zero(4);
-    _tile_loadd(1, wb, NT * 64);
-    _tile_dpbf16ps(4, 0, 1);
-    if constexpr (NT > 1) {
+  // Tile t's partials of block b into partial tile 4 + (b & 1).
+  auto issue = [&](int64_t b, int t) {
+    const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;  // pair kk at + kk * NT * 64
+    if (b & 1) {
+      _tile_loadd(1, xa + b * 32, K * 2);
+      _tile_loadd(3, wb, NT * 64);
       _tile_zero(5);
-      _tile_loadd(2, wb + 64, NT * 64);
-      _tile_dpbf16ps(5, 0, 2);
-    }
-    if constexpr (NT > 2) {
-      _tile_zero(6);
-      _tile_loadd(3, wb + 128, NT * 64);
-      _tile_dpbf16ps(6, 0, 3);
+      _tile_dpbf16ps(5, 1, 3);
+    } else {
+      _tile_loadd(0, xa + b * 32, K * 2);
+      _tile_loadd(2, wb, NT * 64);
+      _tile_zero(4);
+      _tile_dpbf16ps(4, 0, 2);
     }
   };
-  issue(0);
-  for (int64_t b = 0; b < nb; ++b) {
-    float(*pb)[16][16] = part[b & 1];
-    _tile_stored(4, pb[0], 64);
-    if constexpr (NT > 1) _tile_stored(5, pb[1], 64);
-    if constexpr (NT > 2) _tile_stored(6, pb[2], 64);
-    if (b + 1 < nb) issue(b + 1);  // the tiles run the next block while this one is scaled
-    const uint8_t* wb = s.b + b * 16 * NT * 64;
-    for (int i = 0; i < m; ++i) {
-      const int64_t r = i0 + i;
-      const bool exact = j.xs[r * (K / 32) + kc0 / 32 + b] >= kAmxMinScale;
-      const uint16_t* xr = j.xb + r * K + kc0 + b * 32;
-#pragma GCC unroll 3
-      for (int t = 0; t < NT; ++t) {
-        F p = load(pb[t][i]);
-        if (!exact) {
+  for (int t = 0; t < NT; ++t) {
+    F acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      if (i < m) acc[i] = load(s.c + (i0 + i) * (kNt * 16) + t * 16);
+    issue(0, t);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b & 1)
+        _tile_stored(5, part[1], 64);
+      else
+        _tile_stored(4, part[0], 64);
+      if (b + 1 < nb) issue(b + 1, t);  // the tiles run the next block while this one is scaled
+      const F ws = load(s.ws + (b * NT + t) * 16);
+      const float* xs = j.xs + i0 * (K / 32) + kc0 / 32 + b;
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        if (i >= m) break;
+        F p = load(part[b & 1][i]);
+        if (!(xs[i * (K / 32)] >= kAmxMinScale)) {  // not integers: the canonical order
+          const uint16_t* xr = xa + i * K + b * 32;
+          const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;
           p = zero();
           for (int kk = 0; kk < 16; ++kk)
-            p = _mm512_dpbf16_ps(
-                p, bcast_pair(xr + 2 * kk),
-                reinterpret_cast<__m512bh>(_mm512_load_si512(wb + (kk * NT + t) * 64)));
+            p = _mm512_dpbf16_ps(p, bcast_pair(xr + 2 * kk),
+                                 reinterpret_cast<__m512bh>(_mm512_load_si512(wb + kk * NT * 64)));
         }
-        float* c = s.c + r * (kNt * 16) + t * 16;
-        store(c, fmadd(p, load(s.ws + (b * NT + t) * 16), load(c)));
+        acc[i] = fmadd(p, ws, acc[i]);
       }
     }
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i)
+      if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
   }
 }
 #endif
