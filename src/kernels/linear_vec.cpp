@@ -484,8 +484,12 @@ GemmScratch scratch_of(const Job& j) {
 template <int Fm>
 void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
   const Luts L = make_luts();
+  const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
+    // The next chunk of this tile into L2 while this one decodes (three streams, far apart).
+    for (int64_t o = (kc0 + kc) * in_bytes; o < min64(K, kc0 + 2 * kc) * in_bytes; o += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(tile + o), _MM_HINT_T1);
     for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
       const int64_t k = g * 4 - kc0;
 #if defined(__AVX512F__)
@@ -613,12 +617,12 @@ MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
 // pair rows (the packed chunk, read with a stride) gives it. Rows whose block is not integer take
 // vdpbf16ps in the canonical order, as micro's Mode 0 does.
 
-// The tile registers: 0 and 1 a block of the rows (m x 32 bf16), 2 and 3 a tile's block (16
-// pairs x 16 outputs), 4 and 5 their partials (m x 16 fp32): two blocks in flight. `rows`: the m
-// this task configured last (-1: none); a task configures the tiles itself and releases them at
-// its end, since other code on the thread (oneDNN) may use them in between.
-void amx_configure(int m, int& rows) {
-  if (rows == m) return;
+// The tile registers: 0 and 1 a block of 16 rows (16 x 32 bf16; rows past the job's last are
+// read but not used: the quantized rows are followed by 15 zero rows), 2 and 3 a tile's block
+// (16 pairs x 16 outputs), 4 and 5 their partials (16 x 16 fp32): two blocks in flight. A task
+// configures the tiles itself and releases them at its end, since other code on the thread
+// (oneDNN) may use them in between.
+void amx_configure() {
   struct alignas(64) {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -626,31 +630,29 @@ void amx_configure(int m, int& rows) {
   } cfg;
   for (int t = 0; t < 6; ++t) {
     cfg.colsb[t] = 64;
-    cfg.rows[t] = uint8_t(t == 2 || t == 3 ? 16 : m);
+    cfg.rows[t] = 16;
   }
   // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
   asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
-  rows = m;
 }
 
 // Smallest Job::xs whose products stay normal (the tiles flush subnormals to zero).
 constexpr float kAmxMinScale = 0x1p-126f;
 
-// Rows i0 .. i0+m (m <= 16) against the NT tiles of a packed chunk of bf16 pairs: per tile, the
-// blocks' partials come from the tiles one block ahead of their scaling into accumulators held
-// in registers.
+// Rows i0 .. i0+m (m <= 16) against the NT tiles of a packed chunk of bf16 pairs: the partials
+// of each (tile, block), in that order, come from the tiles one step ahead of their scaling into
+// accumulators held in registers.
 template <int NT>
-void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s,
-               int& rows) {
-  const int64_t K = j.w->cols, nb = kc / 32;
+void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s) {
+  const int64_t K = j.w->cols, nb = kc / 32, steps = NT * nb;
   const uint16_t* xa = j.xb + i0 * K + kc0;
   alignas(64) float part[2][16][16];
-  amx_configure(m, rows);
-  // Tile t's partials of block b into partial tile 4 + (b & 1).
-  auto issue = [&](int64_t b, int t) {
+  // Step u (tile u / nb, block u % nb) into partial tile 4 + (u & 1).
+  auto issue = [&](int64_t u) {
+    const int64_t t = u / nb, b = u % nb;
     const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;  // pair kk at + kk * NT * 64
-    if (b & 1) {
+    if (u & 1) {
       _tile_loadd(1, xa + b * 32, K * 2);
       _tile_loadd(3, wb, NT * 64);
       _tile_zero(5);
@@ -662,38 +664,41 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
       _tile_dpbf16ps(4, 0, 2);
     }
   };
-  for (int t = 0; t < NT; ++t) {
-    F acc[16];
+  F acc[16];
+  issue(0);
+  for (int64_t u = 0; u < steps; ++u) {
+    const int64_t t = u / nb, b = u % nb;
+    if (b == 0) {
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i)
-      if (i < m) acc[i] = load(s.c + (i0 + i) * (kNt * 16) + t * 16);
-    issue(0, t);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b & 1)
-        _tile_stored(5, part[1], 64);
-      else
-        _tile_stored(4, part[0], 64);
-      if (b + 1 < nb) issue(b + 1, t);  // the tiles run the next block while this one is scaled
-      const F ws = load(s.ws + (b * NT + t) * 16);
-      const float* xs = j.xs + i0 * (K / 32) + kc0 / 32 + b;
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i) {
-        if (i >= m) break;
-        F p = load(part[b & 1][i]);
-        if (!(xs[i * (K / 32)] >= kAmxMinScale)) {  // not integers: the canonical order
-          const uint16_t* xr = xa + i * K + b * 32;
-          const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;
-          p = zero();
-          for (int kk = 0; kk < 16; ++kk)
-            p = _mm512_dpbf16_ps(p, bcast_pair(xr + 2 * kk),
-                                 reinterpret_cast<__m512bh>(_mm512_load_si512(wb + kk * NT * 64)));
-        }
-        acc[i] = fmadd(p, ws, acc[i]);
-      }
+      for (int i = 0; i < 16; ++i)
+        if (i < m) acc[i] = load(s.c + (i0 + i) * (kNt * 16) + t * 16);
     }
+    if (u & 1)
+      _tile_stored(5, part[1], 64);
+    else
+      _tile_stored(4, part[0], 64);
+    if (u + 1 < steps) issue(u + 1);  // the tiles run the next step while this one is scaled
+    const F ws = load(s.ws + (b * NT + t) * 16);
+    const float* xs = j.xs + i0 * (K / 32) + kc0 / 32 + b;
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i)
-      if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
+    for (int i = 0; i < 16; ++i) {
+      if (i >= m) break;
+      F p = load(part[u & 1][i]);
+      if (!(xs[i * (K / 32)] >= kAmxMinScale)) {  // not integers: the canonical order
+        const uint16_t* xr = xa + i * K + b * 32;
+        const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;
+        p = zero();
+        for (int kk = 0; kk < 16; ++kk)
+          p = _mm512_dpbf16_ps(p, bcast_pair(xr + 2 * kk),
+                               reinterpret_cast<__m512bh>(_mm512_load_si512(wb + kk * NT * 64)));
+      }
+      acc[i] = fmadd(p, ws, acc[i]);
+    }
+    if (b == nb - 1) {
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
+    }
   }
 }
 #endif
@@ -705,7 +710,7 @@ void gemm_fmt(const Job& j) {
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
   for (int64_t i = 0; i < j.n * kNt * 16; ++i) s.c[i] = 0.0f;
-  [[maybe_unused]] int amx_rows = -1;
+  [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
@@ -713,10 +718,11 @@ void gemm_fmt(const Job& j) {
     if constexpr (Fm == kFp4) {
       if (j.amx && bf16) {
         static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
-                                        const GemmScratch&,
-                                        int&) = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
+                                        const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
+                                                               micro_amx<3>};
+        if (!std::exchange(amx_on, true)) amx_configure();
         for (int64_t i0 = 0; i0 < j.n; i0 += 16)
-          kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s, amx_rows);
+          kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s);
         continue;
       }
     }
@@ -732,7 +738,7 @@ void gemm_fmt(const Job& j) {
     }
   }
 #if defined(__AVX512F__)
-  if (amx_rows >= 0) _tile_release();
+  if (amx_on) _tile_release();
 #endif
   for (int64_t i = 0; i < j.n; ++i)
     for (int64_t t = 0; t < nt; ++t) store_tile(j, i, j.t0 + t, s.c + i * (kNt * 16) + t * 16);
