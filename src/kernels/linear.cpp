@@ -241,7 +241,8 @@ struct QuantScratch {
   int64_t xqb = 0, xi = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
   QuantScratch(int64_t n, int64_t K, bool bf16, bool ints) {
     bytes = round_up(n * K * 4, 64);
-    // (AMX tiles read groups of 16 rows: 15 more, zero, after the last)
+    // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
+    // the scratch held before, always initialised memory, and their outputs are never read.)
     if (bf16) xqb = std::exchange(bytes, bytes + round_up((n + 15) * K * 2, 64));
     if (ints) {
       xi = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
@@ -331,7 +332,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     });
   linear_isa::Job base = call_job(pw, a, q, layout);
   base.amx = amx;
-  if (amx) std::memset(q + layout.xqb + n * K * 2, 0, size_t(15 * K * 2));
   if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));

@@ -618,7 +618,7 @@ MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
 // vdpbf16ps in the canonical order, as micro's Mode 0 does.
 
 // The tile registers: 0 and 1 a block of 16 rows (16 x 32 bf16; rows past the job's last are
-// read but not used: the quantized rows are followed by 15 zero rows), 2 and 3 a tile's block
+// read but not used: the quantized rows are followed by room for 15 more), 2 and 3 a tile's block
 // (16 pairs x 16 outputs), 4 and 5 their partials (16 x 16 fp32): two blocks in flight. A task
 // configures the tiles itself and releases them at its end, since other code on the thread
 // (oneDNN) may use them in between.
