@@ -5,7 +5,8 @@
 //   GEMV  one pass over a tile's contiguous values for up to 8 rows (AVX2: 4), software-prefetched
 //         into L2.
 //         Dense inputs (or codes without bf16 or integer products): weights decoded to fp32
-//         lanes and fused multiply-adds in the pair order.
+//         lanes and fused multiply-adds in the pair order; with several rows (AVX-512) two tiles
+//         per pass, so that each broadcast input feeds two FMAs.
 //         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
 //         weight pairs, or for fp4 weights 16-bit integer products (vpdpwssd) in every block whose
 //         inputs are integers times a power of two; several blocks in flight so the chains
