@@ -1,0 +1,373 @@
+// Image decoding and the reference's preprocessing (docs/vision.md): what Pillow does, bit for bit.
+#include "vision/image.h"
+
+#include <csetjmp>
+#include <cstdio>
+#include <cstring>
+
+#include <jpeglib.h>
+
+#include <jerror.h>  // after jpeglib.h
+#include <png.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace deepinfer::vision {
+
+namespace {
+
+// --- decoding ---
+
+// libpng and libjpeg report errors through a callback that must not return: it records the
+// message here and jumps back to the decoder's setjmp. Everything the decoder owns is declared
+// before that point, so the jump skips no destructor.
+thread_local char t_error[JMSG_LENGTH_MAX + 64];
+
+void check_size(int64_t w, int64_t h, int64_t max_pixels, const std::string& what) {
+  DI_REQUIRE(w > 0 && h > 0 && w * h <= max_pixels, what, ": a ", w, "x", h,
+             " image; expected at least one pixel and at most ", max_pixels, " pixels");
+}
+
+struct PngInput {
+  const uint8_t* p;
+  size_t n, at;
+};
+
+void png_fail(png_structp png, png_const_charp msg) {
+  std::snprintf(t_error, sizeof t_error, "%s", msg);
+  longjmp(png_jmpbuf(png), 1);
+}
+void png_warn(png_structp, png_const_charp) {}
+void png_read_bytes(png_structp png, png_bytep out, png_size_t len) {
+  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
+  if (len > in->n - in->at) png_error(png, "the data ends early");
+  std::memcpy(out, in->p + in->at, len);
+  in->at += len;
+}
+
+RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max_pixels) {
+  PngInput in{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0};
+  RgbImage out;
+  std::vector<uint8_t> pixels;
+  std::vector<png_bytep> rows;
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, png_fail, png_warn);
+  DI_REQUIRE(png, what, ": out of memory reading a PNG");
+  png_infop info = png_create_info_struct(png);
+  // Read after a jump back: volatile.
+  volatile bool ok = false, sized = true, gray16 = false;
+  volatile int channels = 0;
+  png_uint_32 w = 0, h = 0;
+  int depth = 0, color = 0;
+  if (info && setjmp(png_jmpbuf(png)) == 0) {
+    png_set_read_fn(png, &in, png_read_bytes);
+    png_read_info(png, info);
+    png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
+    sized = w > 0 && h > 0 && int64_t(w) * int64_t(h) <= max_pixels;
+    if (sized) {
+      // Pillow opens 16-bit gray as 32-bit integers and clips them to 0..255 for RGB; every
+      // other 16-bit sample keeps its high byte.
+      gray16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
+      if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+      if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+      if (depth == 16 && !gray16) png_set_strip_16(png);
+      png_set_interlace_handling(png);
+      png_read_update_info(png, info);
+      channels = png_get_channels(png, info);
+      const size_t stride = png_get_rowbytes(png, info);
+      pixels.resize(stride * h);
+      rows.resize(h);
+      for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels.data() + y * stride;
+      png_read_image(png, rows.data());
+      ok = true;
+    }
+  }
+  png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+  if (!sized) check_size(w, h, max_pixels, what);
+  DI_REQUIRE(ok, what, ": not a readable PNG image (", t_error, ")");
+  out.width = w;
+  out.height = h;
+  out.rgb.resize(size_t(w) * h * 3);
+  const size_t stride = pixels.size() / h;
+  for (png_uint_32 y = 0; y < h; ++y) {
+    const uint8_t* r = pixels.data() + y * stride;
+    uint8_t* o = out.rgb.data() + size_t(y) * w * 3;
+    for (png_uint_32 x = 0; x < w; ++x, o += 3) {
+      if (gray16) {
+        const int v = r[2 * x] << 8 | r[2 * x + 1];
+        o[0] = o[1] = o[2] = uint8_t(std::min(v, 255));
+      } else if (channels <= 2) {  // gray, gray + alpha (tRNS included): alpha dropped
+        o[0] = o[1] = o[2] = r[x * channels];
+      } else {  // RGB, RGBA (palettes with tRNS included)
+        std::memcpy(o, r + x * channels, 3);
+      }
+    }
+  }
+  return out;
+}
+
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  jmp_buf jump;
+};
+
+void jpeg_fail(j_common_ptr c) {
+  (*c->err->format_message)(c, t_error);
+  longjmp(reinterpret_cast<JpegErrors*>(c->err)->jump, 1);
+}
+
+RgbImage decode_jpeg(std::string_view bytes, const std::string& what, int64_t max_pixels) {
+  RgbImage out;
+  jpeg_decompress_struct c;
+  JpegErrors err;
+  c.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_fail;
+  err.mgr.output_message = [](j_common_ptr) {};
+  // Data that ends early is an error, as in Pillow (libjpeg would warn and fill in grey).
+  err.mgr.emit_message = [](j_common_ptr c, int level) {
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_fail(c);
+  };
+  volatile bool ok = false, supported = true, sized = true;  // read after a jump back
+  volatile int64_t w = 0, h = 0;
+  jpeg_create_decompress(&c);
+  if (setjmp(err.jump) == 0) {
+    jpeg_mem_src(&c, reinterpret_cast<const unsigned char*>(bytes.data()),
+                 static_cast<unsigned long>(bytes.size()));
+    jpeg_read_header(&c, TRUE);
+    w = c.image_width;
+    h = c.image_height;
+    sized = w > 0 && h > 0 && w * h <= max_pixels;
+    // Pillow decodes with libjpeg's defaults (islow DCT, fancy upsampling); gray stays gray.
+    const bool gray = c.jpeg_color_space == JCS_GRAYSCALE;
+    supported = gray || c.jpeg_color_space == JCS_YCbCr || c.jpeg_color_space == JCS_RGB;
+    if (sized && supported) {
+      c.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+      jpeg_start_decompress(&c);
+      out.width = w;
+      out.height = h;
+      out.rgb.resize(size_t(out.width * out.height * 3));
+      while (c.output_scanline < c.output_height) {
+        uint8_t* row = out.rgb.data() + size_t(c.output_scanline) * size_t(out.width) * 3;
+        JSAMPROW r = row;
+        jpeg_read_scanlines(&c, &r, 1);
+        if (gray)  // spread in place, from the end
+          for (int64_t x = out.width - 1; x >= 0; --x)
+            row[3 * x] = row[3 * x + 1] = row[3 * x + 2] = row[x];
+      }
+      jpeg_finish_decompress(&c);
+      ok = true;
+    }
+  }
+  jpeg_destroy_decompress(&c);
+  if (!sized) check_size(w, h, max_pixels, what);
+  DI_REQUIRE(supported, what, ": a CMYK or YCCK JPEG; expected RGB, YCbCr or grayscale");
+  DI_REQUIRE(ok, what, ": not a readable JPEG image (", t_error, ")");
+  return out;
+}
+
+// --- Pillow's bicubic resampling (Resample.c, 8 bits per sample) ---
+
+constexpr int kPrecision = 22;  // fixed-point bits of a coefficient
+
+double bicubic(double x) {
+  constexpr double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
+// Per output index of one axis: the first input it reads, how many, and their fixed-point
+// weights (ksize apart).
+struct Taps {
+  int64_t ksize = 0;
+  std::vector<int64_t> first, count;
+  std::vector<int32_t> k;
+};
+
+Taps taps(int64_t in_size, int64_t out_size) {
+  Taps t;
+  const double scale = double(float(in_size)) / double(out_size);
+  const double fs = std::max(scale, 1.0), support = 2.0 * fs, ss = 1.0 / fs;
+  t.ksize = int64_t(std::ceil(support)) * 2 + 1;
+  t.first.resize(size_t(out_size));
+  t.count.resize(size_t(out_size));
+  t.k.assign(size_t(out_size * t.ksize), 0);
+  std::vector<double> w(size_t(t.ksize));
+  for (int64_t o = 0; o < out_size; ++o) {
+    const double center = (double(o) + 0.5) * scale;
+    const int64_t lo = std::max<int64_t>(0, int64_t(int(center - support + 0.5)));
+    const int64_t n = std::min<int64_t>(in_size, int64_t(int(center + support + 0.5))) - lo;
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i)
+      sum += w[size_t(i)] = bicubic((double(i + lo) - center + 0.5) * ss);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = sum != 0.0 ? w[size_t(i)] / sum : w[size_t(i)];
+      t.k[size_t(o * t.ksize + i)] =
+          int32_t(v < 0 ? -0.5 + v * (1 << kPrecision) : 0.5 + v * (1 << kPrecision));
+    }
+    t.first[size_t(o)] = lo;
+    t.count[size_t(o)] = n;
+  }
+  return t;
+}
+
+uint8_t clip8(int32_t v) {
+  return v <= 0 ? 0 : v >= (255 << kPrecision) ? 255 : uint8_t(v >> kPrecision);
+}
+
+// One tap sum: `n` samples `step` bytes apart.
+uint8_t tap_sum(const uint8_t* s, int64_t step, const int32_t* k, int64_t n) {
+  int32_t acc = 1 << (kPrecision - 1);
+  for (int64_t i = 0; i < n; ++i) acc += int32_t(s[i * step]) * k[i];
+  return clip8(acc);
+}
+
+}  // namespace
+
+RgbImage decode_image(std::string_view bytes, const std::string& what, int64_t max_pixels) {
+  const auto starts = [&](std::string_view magic) {
+    return bytes.substr(0, magic.size()) == magic;
+  };
+  if (starts("\x89PNG\r\n\x1a\n")) return decode_png(bytes, what, max_pixels);
+  if (starts("\xff\xd8\xff")) return decode_jpeg(bytes, what, max_pixels);
+  throw Error(str_cat(what, ": not a PNG or JPEG image (", bytes.size(), " bytes)"));
+}
+
+ImagePlan plan_image(int64_t width, int64_t height, const VisionLimits& v) {
+  DI_REQUIRE(width > 0 && height > 0 && v.patch > 0 && v.downsample > 0 && v.max_tokens > 3,
+             "plan_image: bad arguments");
+  const int64_t p = v.patch, r = v.downsample, cell = p * r, N = v.max_tokens;
+  // In doubles with Python's semantics, as the reference plans (docs/vision.md).
+  double W = double(width), H = double(height);
+  if (v.max_wh_ratio > 0 && W > H * v.max_wh_ratio) W = H * v.max_wh_ratio;
+  if (W * H > 0 && W * H < double(v.min_pixels)) {
+    const double s = std::pow(double(v.min_pixels) / (W * H), 0.5);
+    W = std::trunc(W * s);
+    H = std::trunc(H * s);
+  }
+  ImagePlan pl;
+  pl.width = int64_t(std::ceil(W / double(p))) * p;
+  pl.height = int64_t(std::ceil(H / double(p))) * p;
+  const auto grid = [&] {
+    pl.llm_h = (pl.height / p + r - 1) / r;
+    pl.llm_w = (pl.width / p + r - 1) / r;
+  };
+  grid();
+  if (pl.span_tokens() > N) {  // the largest aspect-preserving size that fits
+    const double q = H / W, mw = std::sqrt(double(N - 2) / q + 0.25) - 0.5, mh = mw * q;
+    if (mw < 1.0) {
+      pl.height = (N - 2) / 2 * cell;
+      pl.width = cell;
+    } else if (mh < 1.0) {
+      pl.height = cell;
+      pl.width = (N - 3) * cell;
+    } else {
+      const double beta = std::min(double(int64_t(std::floor(mw)) * cell) / W,
+                                   double(int64_t(std::floor(mh)) * cell) / H);
+      pl.height = int64_t(std::floor(H * beta / double(p))) * p;
+      pl.width = int64_t(std::floor(W * beta / double(p))) * p;
+    }
+    grid();
+    DI_REQUIRE(pl.span_tokens() <= N && pl.width > 0 && pl.height > 0, "a ", width, "x", height,
+               " image does not fit in ", N, " image tokens");
+  }
+  pl.vit_h = pl.height / p;
+  pl.vit_w = pl.width / p;
+  return pl;
+}
+
+RgbImage resize_bicubic(const RgbImage& in, int64_t width, int64_t height) {
+  DI_REQUIRE(width > 0 && height > 0, "an image of ", in.width, "x", in.height,
+             " pixels resized to ", width, "x", height, ": too elongated");
+  if (width == in.width && height == in.height) return in;
+  const Taps th = taps(in.width, width), tv = taps(in.height, height);
+  // Horizontal pass first, over the input rows the vertical pass reads, into 8-bit rows.
+  const int64_t y0 = tv.first[0], y1 = tv.first.back() + tv.count.back();
+  RgbImage mid;
+  const RgbImage* src = &in;
+  if (width != in.width) {
+    mid.width = width;
+    mid.height = y1 - y0;
+    mid.rgb.resize(size_t(mid.width * mid.height * 3));
+    for (int64_t y = 0; y < mid.height; ++y)
+      for (int64_t x = 0; x < width; ++x)
+        for (int c = 0; c < 3; ++c)
+          mid.rgb[size_t((y * width + x) * 3 + c)] =
+              tap_sum(&in.rgb[size_t(((y + y0) * in.width + th.first[size_t(x)]) * 3 + c)], 3,
+                      &th.k[size_t(x * th.ksize)], th.count[size_t(x)]);
+    src = &mid;
+  }
+  if (height == in.height) return mid;
+  const int64_t off = src == &mid ? y0 : 0;
+  RgbImage out;
+  out.width = width;
+  out.height = height;
+  out.rgb.resize(size_t(width * height * 3));
+  const int64_t row = width * 3;
+  for (int64_t y = 0; y < height; ++y)
+    for (int64_t i = 0; i < row; ++i)
+      out.rgb[size_t(y * row + i)] =
+          tap_sum(&src->rgb[size_t((tv.first[size_t(y)] - off) * row + i)], row,
+                  &tv.k[size_t(y * tv.ksize)], tv.count[size_t(y)]);
+  return out;
+}
+
+RgbImage fit_and_pad(const RgbImage& in, int64_t width, int64_t height) {
+  const double ratio = double(in.width) / double(in.height), dest = double(width) / double(height);
+  int64_t w = width, h = height;
+  if (ratio > dest)
+    h = int64_t(std::nearbyint(double(in.height) / double(in.width) * double(width)));
+  else if (ratio < dest)
+    w = int64_t(std::nearbyint(double(in.width) / double(in.height) * double(height)));
+  RgbImage fit = resize_bicubic(in, w, h);
+  if (w == width && h == height) return fit;
+  RgbImage out;
+  out.width = width;
+  out.height = height;
+  out.rgb.assign(size_t(width * height * 3), 127);
+  const int64_t x0 = w != width ? int64_t(std::nearbyint(double(width - w) * 0.5)) : 0;
+  const int64_t y0 = w != width ? 0 : int64_t(std::nearbyint(double(height - h) * 0.5));
+  for (int64_t y = 0; y < h; ++y)
+    std::memcpy(&out.rgb[size_t(((y + y0) * width + x0) * 3)], &fit.rgb[size_t(y * w * 3)],
+                size_t(w * 3));
+  return out;
+}
+
+std::vector<int8_t> image_span_types(const ImagePlan& plan) {
+  std::vector<int8_t> t{kImageStart};
+  for (int64_t y = 0; y < plan.llm_h; ++y) {
+    t.insert(t.end(), size_t(plan.llm_w), kImage);
+    t.push_back(kImageNewLine);
+  }
+  t.push_back(kImageEnd);
+  return t;
+}
+
+ImagePatches preprocess(const RgbImage& img, const VisionLimits& v) {
+  ImagePatches out;
+  out.plan = plan_image(img.width, img.height, v);
+  const ImagePlan& pl = out.plan;
+  const bool stretch =
+      v.max_wh_ratio > 0 && double(img.width) >= v.max_wh_ratio * double(img.height);
+  const RgbImage px =
+      stretch ? resize_bicubic(img, pl.width, pl.height) : fit_and_pad(img, pl.width, pl.height);
+  // bf16((u / 255 - 0.5) / 0.5), each step an fp32 operation, as the reference computes it.
+  uint16_t lut[256];
+  for (int u = 0; u < 256; ++u) lut[u] = f32_to_bf16((float(u) / 255.0f - 0.5f) / 0.5f);
+  const int64_t p = v.patch;
+  out.patches.resize(size_t(pl.vit_h * pl.vit_w * 3 * p * p));
+  uint16_t* o = out.patches.data();
+  for (int64_t ph = 0; ph < pl.vit_h; ++ph)
+    for (int64_t pw = 0; pw < pl.vit_w; ++pw)
+      for (int c = 0; c < 3; ++c)
+        for (int64_t y = 0; y < p; ++y)
+          for (int64_t x = 0; x < p; ++x)
+            *o++ = lut[px.rgb[size_t(((ph * p + y) * pl.width + pw * p + x) * 3 + c)]];
+  return out;
+}
+
+}  // namespace deepinfer::vision

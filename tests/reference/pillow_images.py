@@ -1,0 +1,116 @@
+"""Images and what Pillow makes of them, for the C++ image preprocessing test (vision/image.h).
+
+    pillow_images.py OUT_DIR PATCH DOWNSAMPLE MAX_TOKENS MIN_PIXELS
+
+writes test images of many sizes, modes and formats into OUT_DIR and, per image, what the reference
+preprocessing computes with Pillow: NAME.decoded (RGB bytes of open().convert("RGB")), NAME.padded
+(RGB bytes after ImageOps.pad to the planned size, grey 127) and NAME.patches (bf16 bits, uint16
+little-endian, [grid, 3 * PATCH^2], channel-major patches in row-major grid order), and one line per
+image in OUT_DIR/manifest.txt: NAME FILE WIDTH HEIGHT PLAN_WIDTH PLAN_HEIGHT VIT_H VIT_W LLM_H LLM_W.
+The plan follows the reference's arithmetic, written here independently of the C++ code.
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+from PIL import Image, ImageOps
+
+
+def plan(width, height, p, r, n, min_pixels):
+    if 0 < width * height < min_pixels:
+        s = (min_pixels / (width * height)) ** 0.5
+        width, height = int(width * s), int(height * s)
+    bw, bh = math.ceil(width / p) * p, math.ceil(height / p) * p
+
+    def grid(bh, bw):
+        return math.ceil((bh // p) / r), math.ceil((bw // p) / r)
+
+    lh, lw = grid(bh, bw)
+    if lh * (lw + 1) + 2 > n:
+        q = height / width
+        mw = math.sqrt((n - 2) / q + 0.25) - 0.5
+        mh = mw * q
+        cell = p * r
+        if mw < 1.0:
+            bh, bw = (n - 2) // 2 * cell, cell
+        elif mh < 1.0:
+            bh, bw = cell, (n - 3) * cell
+        else:
+            beta = min(math.floor(mw) * cell / width, math.floor(mh) * cell / height)
+            bh, bw = math.floor(height * beta / p) * p, math.floor(width * beta / p) * p
+        lh, lw = grid(bh, bw)
+        assert lh * (lw + 1) + 2 <= n
+    return bw, bh, bh // p, bw // p, lh, lw
+
+
+def bf16_bits(x):
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def images(rng):
+    """(name, file name, PIL save arguments, image) for every case."""
+    def rgb(w, h):
+        return Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8), "RGB")
+
+    def smooth(w, h):  # a photo-like gradient with noise, so JPEG artefacts stay mild
+        y, x = np.mgrid[0:h, 0:w]
+        a = np.stack([x * 255 // max(w - 1, 1), y * 255 // max(h - 1, 1), (x + y) % 256], -1)
+        a = a + rng.integers(-20, 21, a.shape)
+        return Image.fromarray(np.clip(a, 0, 255).astype(np.uint8), "RGB")
+
+    rgba = Image.fromarray(rng.integers(0, 256, (31, 45, 4), dtype=np.uint8), "RGBA")
+    la = Image.fromarray(rng.integers(0, 256, (19, 27, 2), dtype=np.uint8), "LA")
+    pal = rgb(33, 21).convert("P", palette=Image.Palette.ADAPTIVE, colors=200)
+    pal.info["transparency"] = 5
+    one = Image.fromarray(rng.integers(0, 2, (13, 50), dtype=np.uint8).astype(bool))
+    g16 = Image.fromarray((rng.integers(0, 600, (23, 17))).astype(np.uint16))
+    return [
+        ("rgb_37x23", "rgb_37x23.png", {}, rgb(37, 23)),
+        ("rgb_1x1", "rgb_1x1.png", {}, rgb(1, 1)),
+        ("rgb_1000x1000", "rgb_1000x1000.png", {}, smooth(1000, 1000)),
+        ("wide_3000x40", "wide_3000x40.png", {}, rgb(3000, 40)),
+        ("tall_40x3000", "tall_40x3000.png", {}, rgb(40, 3000)),
+        ("line_2000x3", "line_2000x3.png", {}, rgb(2000, 3)),
+        ("column_3x2000", "column_3x2000.png", {}, rgb(3, 2000)),
+        ("strip_60000x8", "strip_60000x8.png", {}, rgb(60000, 8)),
+        ("strip_10x20000", "strip_10x20000.png", {}, rgb(10, 20000)),
+        ("rgba", "rgba.png", {}, rgba),
+        ("la", "la.png", {}, la),
+        ("palette_trns", "palette_trns.png", {}, pal),
+        ("bits1", "bits1.png", {}, one),
+        ("gray16", "gray16.png", {}, g16),
+        ("gray", "gray.png", {}, rgb(29, 41).convert("L")),
+        ("photo_640x480", "photo_640x480.jpg", {"quality": 90}, smooth(640, 480)),
+        ("photo_1920x1080", "photo_1920x1080.jpg", {"quality": 85}, smooth(1920, 1080)),
+        ("photo_444", "photo_444.jpg", {"quality": 95, "subsampling": 0}, smooth(301, 97)),
+        ("photo_progressive", "photo_progressive.jpg", {"progressive": True}, smooth(97, 301)),
+        ("photo_gray", "photo_gray.jpg", {}, smooth(123, 77).convert("L")),
+    ]
+
+
+def main():
+    out, p, r, n, min_pixels = sys.argv[1], *map(int, sys.argv[2:6])
+    os.makedirs(out, exist_ok=True)
+    rng = np.random.default_rng(7)
+    lut = bf16_bits((np.arange(256, dtype=np.float32) / np.float32(255) - np.float32(0.5)) / np.float32(0.5))
+    with open(os.path.join(out, "manifest.txt"), "w") as m:
+        for name, file, args, im in images(rng):
+            path = os.path.join(out, file)
+            im.save(path, **args)
+            with Image.open(path) as src:
+                img = src.convert("RGB")
+            bw, bh, vh, vw, lh, lw = plan(img.width, img.height, p, r, n, min_pixels)
+            padded = ImageOps.pad(img, (bw, bh), color=(127, 127, 127))
+            a = np.asarray(padded, dtype=np.uint8)
+            patches = lut[a].transpose(2, 0, 1).reshape(3, vh, p, vw, p).transpose(1, 3, 0, 2, 4)
+            np.asarray(img, dtype=np.uint8).tofile(os.path.join(out, name + ".decoded"))
+            a.tofile(os.path.join(out, name + ".padded"))
+            np.ascontiguousarray(patches).astype("<u2").tofile(os.path.join(out, name + ".patches"))
+            m.write(f"{name} {file} {img.width} {img.height} {bw} {bh} {vh} {vw} {lh} {lw}\n")
+
+
+if __name__ == "__main__":
+    main()
