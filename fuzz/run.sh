@@ -9,7 +9,7 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-target=${1:?usage: fuzz/run.sh safetensors|config|request|http|schema [seconds] [libFuzzer flags...]}
+target=${1:?usage: fuzz/run.sh safetensors|config|request|http|schema|image [seconds] [libFuzzer flags...]}
 seconds=${2:-60}
 shift $(($# >= 2 ? 2 : 1))
 case $target in
@@ -18,7 +18,8 @@ case $target in
   request) max_len=16384 ;;  # request bodies (the seeds are under 1 KB)
   http) max_len=4096 ;;  # HTTP/1.1 request streams (the seeds are under 300 bytes)
   schema) max_len=2048 ;;  # JSON schemas (the seeds are under 600 bytes)
-  *) echo "unknown fuzz target '$target' (safetensors, config, request, http or schema)" >&2; exit 2 ;;
+  image) max_len=4096 ;;  # PNG and JPEG files (the seeds are under 1 KB)
+  *) echo "unknown fuzz target '$target' (safetensors, config, request, http, schema or image)" >&2; exit 2 ;;
 esac
 
 build=${DEEPINFER_FUZZ_BUILD:-$root/build-fuzz}
