@@ -18,7 +18,7 @@ case $target in
   request) max_len=16384 ;;  # request bodies (the seeds are under 1 KB)
   http) max_len=4096 ;;  # HTTP/1.1 request streams (the seeds are under 300 bytes)
   schema) max_len=2048 ;;  # JSON schemas (the seeds are under 600 bytes)
-  image) max_len=4096 ;;  # PNG and JPEG files (the seeds are under 1 KB)
+  image) max_len=4096 ;;  # PNG, JPEG, GIF and WebP files (the seeds are under 1 KB)
   *) echo "unknown fuzz target '$target' (safetensors, config, request, http, schema or image)" >&2; exit 2 ;;
 esac
 

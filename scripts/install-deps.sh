@@ -12,7 +12,7 @@ PKGS=(
   libutf8proc-dev                                  # Unicode normalisation (Engram token map)
   libpcre2-dev                                     # Unicode regexes (tokenizer pre-split)
   python3 python3-numpy                            # the independent numpy reference
-  libpng-dev libjpeg62-turbo-dev                   # image decoding (vision)
+  libpng-dev libjpeg62-turbo-dev libgif-dev libwebp-dev  # image decoding (vision)
   python3-pil                                      # Pillow: the reference's image preprocessing, in tests
   clang libclang-rt-14-dev                         # libFuzzer targets
   zlib1g-dev                                       # gzip for the server's JSON responses

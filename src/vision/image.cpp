@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include <gif_lib.h>
 #include <jpeglib.h>
+#include <webp/demux.h>
 
 #include <jerror.h>  // after jpeglib.h
 #include <png.h>
@@ -168,6 +170,121 @@ RgbImage decode_jpeg(std::string_view bytes, const std::string& what, int64_t ma
   return out;
 }
 
+// WebP as Pillow (with libwebp's animation support) opens every WebP file: the first frame of
+// WebPAnimDecoder, RGBA over a transparent canvas, alpha dropped.
+RgbImage decode_webp(std::string_view bytes, const std::string& what, int64_t max_pixels) {
+  WebPAnimDecoderOptions opt;
+  DI_REQUIRE(WebPAnimDecoderOptionsInit(&opt), what, ": libwebp version mismatch");
+  opt.color_mode = MODE_RGBA;
+  opt.use_threads = 0;
+  const WebPData data{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
+  WebPAnimDecoder* dec = WebPAnimDecoderNew(&data, &opt);
+  DI_REQUIRE(dec, what, ": not a readable WebP image");
+  WebPAnimInfo info;
+  uint8_t* canvas = nullptr;
+  int ts = 0;
+  const bool got = WebPAnimDecoderGetInfo(dec, &info);
+  const int64_t w = got ? info.canvas_width : 0, h = got ? info.canvas_height : 0;
+  const bool sized = w > 0 && h > 0 && w * h <= max_pixels;
+  const bool ok = got && sized && WebPAnimDecoderGetNext(dec, &canvas, &ts);
+  RgbImage out;
+  if (ok) {
+    out.width = w;
+    out.height = h;
+    out.rgb.resize(size_t(w * h * 3));
+    for (int64_t i = 0; i < w * h; ++i) std::memcpy(&out.rgb[size_t(3 * i)], canvas + 4 * i, 3);
+  }
+  WebPAnimDecoderDelete(dec);
+  if (got && !sized) check_size(w, h, max_pixels, what);
+  DI_REQUIRE(ok, what, ": not a readable WebP image");
+  return out;
+}
+
+struct GifInput {
+  const uint8_t* p;
+  size_t n, at;
+};
+
+int gif_read(GifFileType* g, GifByteType* out, int len) {
+  auto* in = static_cast<GifInput*>(g->UserData);
+  const size_t k = std::min(size_t(len), in->n - in->at);
+  std::memcpy(out, in->p + in->at, k);
+  in->at += k;
+  return int(k);
+}
+
+// GIF as Pillow opens it: the first frame's palette indices on a canvas of the logical screen
+// (grown to hold the frame), filled with the frame's transparent index (or 0), mapped through
+// the local palette, else the global one; an index past the palette (or with none) is grey
+// (i, i, i), as in Pillow's initial palette ramp.
+RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max_pixels) {
+  GifInput in{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0};
+  int err = 0;
+  GifFileType* g = DGifOpen(&in, gif_read, &err);
+  DI_REQUIRE(g, what, ": not a readable GIF image (", GifErrorString(err), ")");
+  int transparent = -1;
+  bool ok = false, sized = true;
+  int64_t w = g->SWidth, h = g->SHeight;
+  RgbImage out;
+  std::vector<uint8_t> idx;
+  GifRecordType rec;
+  while (!ok && DGifGetRecordType(g, &rec) == GIF_OK && rec != TERMINATE_RECORD_TYPE) {
+    if (rec == EXTENSION_RECORD_TYPE) {
+      int code = 0;
+      GifByteType* ext = nullptr;
+      if (DGifGetExtension(g, &code, &ext) != GIF_OK) break;
+      if (code == GRAPHICS_EXT_FUNC_CODE && ext && ext[0] >= 4 && (ext[1] & 1))
+        transparent = ext[4];
+      while (ext && DGifGetExtensionNext(g, &ext) == GIF_OK) {
+      }
+      if (ext) break;  // an error inside the extension
+      continue;
+    }
+    if (rec != IMAGE_DESC_RECORD_TYPE || DGifGetImageDesc(g) != GIF_OK) break;
+    const GifImageDesc& d = g->Image;
+    w = std::max<int64_t>(w, d.Left + d.Width);
+    h = std::max<int64_t>(h, d.Top + d.Height);
+    sized = w > 0 && h > 0 && w * h <= max_pixels && d.Width > 0 && d.Height > 0;
+    if (!sized) break;
+    std::vector<uint8_t> frame(size_t(d.Width) * size_t(d.Height));
+    bool lines = true;
+    // Interlaced frames store rows in four passes (every 8th from 0, every 8th from 4, every
+    // 4th from 2, every 2nd from 1).
+    const int first[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
+    for (int pass = 0; pass < (d.Interlace ? 4 : 1) && lines; ++pass)
+      for (int y = d.Interlace ? first[pass] : 0; y < d.Height && lines;
+           y += d.Interlace ? step[pass] : 1)
+        lines = DGifGetLine(g, &frame[size_t(y) * size_t(d.Width)], d.Width) == GIF_OK;
+    if (!lines) break;
+    idx.assign(size_t(w * h), uint8_t(transparent >= 0 ? transparent : 0));
+    for (int y = 0; y < d.Height; ++y)
+      std::memcpy(&idx[size_t((d.Top + y) * w + d.Left)], &frame[size_t(y) * size_t(d.Width)],
+                  size_t(d.Width));
+    const ColorMapObject* cm = d.ColorMap ? d.ColorMap : g->SColorMap;
+    out.width = w;
+    out.height = h;
+    out.rgb.resize(size_t(w * h * 3));
+    for (size_t i = 0; i < idx.size(); ++i) {
+      const int v = idx[i];
+      uint8_t* o = &out.rgb[3 * i];
+      if (cm && v < cm->ColorCount) {
+        o[0] = cm->Colors[v].Red;
+        o[1] = cm->Colors[v].Green;
+        o[2] = cm->Colors[v].Blue;
+      } else {
+        o[0] = o[1] = o[2] = uint8_t(v);
+      }
+    }
+    ok = true;
+  }
+  const int last = g->Error;
+  DGifCloseFile(g, &err);
+  if (!sized) check_size(w, h, max_pixels, what);
+  DI_REQUIRE(ok, what, ": not a readable GIF image (",
+             last ? GifErrorString(last) : "no image in the file", ")");
+  return out;
+}
+
 // --- Pillow's bicubic resampling (Resample.c, 8 bits per sample) ---
 
 constexpr int kPrecision = 22;  // fixed-point bits of a coefficient
@@ -234,7 +351,10 @@ RgbImage decode_image(std::string_view bytes, const std::string& what, int64_t m
   };
   if (starts("\x89PNG\r\n\x1a\n")) return decode_png(bytes, what, max_pixels);
   if (starts("\xff\xd8\xff")) return decode_jpeg(bytes, what, max_pixels);
-  throw Error(str_cat(what, ": not a PNG or JPEG image (", bytes.size(), " bytes)"));
+  if (starts("GIF87a") || starts("GIF89a")) return decode_gif(bytes, what, max_pixels);
+  if (bytes.size() >= 12 && starts("RIFF") && bytes.substr(8, 4) == "WEBP")
+    return decode_webp(bytes, what, max_pixels);
+  throw Error(str_cat(what, ": not a PNG, JPEG, GIF or WebP image (", bytes.size(), " bytes)"));
 }
 
 ImagePlan plan_image(int64_t width, int64_t height, const VisionLimits& v) {

@@ -17,11 +17,11 @@ struct RgbImage {
   std::vector<uint8_t> rgb;
 };
 
-// Decodes PNG or JPEG bytes (the first image of the file) into RGB as Pillow does: alpha dropped
-// (not composited), palettes mapped, gray replicated, 16-bit samples reduced to their high byte
-// (16-bit gray, which Pillow opens as 32-bit integers, clipped to 0..255 instead), no EXIF
-// rotation. Throws Error naming `what` for anything else (other formats, corrupt data, CMYK
-// JPEGs, more than `max_pixels` pixels).
+// Decodes PNG, JPEG, GIF or WebP bytes (the first image of the file) into RGB as Pillow does:
+// alpha dropped (not composited), palettes mapped, gray replicated, 16-bit samples reduced to
+// their high byte (16-bit gray, which Pillow opens as 32-bit integers, clipped to 0..255
+// instead), no EXIF rotation. Throws Error naming `what` for anything else (other formats,
+// corrupt or truncated data, CMYK JPEGs, more than `max_pixels` pixels).
 RgbImage decode_image(std::string_view bytes, const std::string& what,
                       int64_t max_pixels = int64_t(1) << 26);
 

@@ -67,7 +67,7 @@ int64_t first_diff(const std::string& want, const void* got, size_t n) {
 
 TEST(Image, DecodeAndPreprocessMatchPillow) {
   const std::vector<Case> all = cases();
-  ASSERT_GE(all.size(), 20u);
+  ASSERT_GE(all.size(), 30u);
   for (const Case& c : all) {
     SCOPED_TRACE(c.name);
     const fs::path d = pillow_dir();
@@ -112,8 +112,15 @@ TEST(Image, BadBytesNameTheImage) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message("GIF89a....").find("messages[0].content[1]: not a PNG or JPEG"),
+  EXPECT_NE(message("RIFF").find("not a PNG, JPEG, GIF or WebP"), std::string::npos);
+  EXPECT_NE(message("BM......").find("messages[0].content[1]: not a PNG, JPEG, GIF or WebP"),
             std::string::npos);
+  const std::string gif = read_file(pillow_dir() / "gif_offset.gif");
+  const std::string webp = read_file(pillow_dir() / "webp_lossy.webp");
+  for (size_t cut : {size_t(6), size_t(13), size_t(40), gif.size() - 3})
+    EXPECT_NE(message(gif.substr(0, cut)).find("not a readable GIF"), std::string::npos) << cut;
+  for (size_t cut : {size_t(12), size_t(30), webp.size() / 2})
+    EXPECT_NE(message(webp.substr(0, cut)).find("not a readable WebP"), std::string::npos) << cut;
   const std::string png = read_file(pillow_dir() / "rgb_37x23.png");
   const std::string jpg = read_file(pillow_dir() / "photo_640x480.jpg");
   for (size_t cut : {size_t(8), size_t(40), png.size() / 2})
