@@ -47,6 +47,8 @@ void add_make_tiny(CLI::App& app) {
                   "state after loading: wo_a BF16, ratio>1 compressor F32, norms and gate F32)")
       ->check(CLI::IsMember({"release", "runtime"}))
       ->capture_default_str();
+  cmd->add_flag("--vision", t.vision,
+                "Add a small vision tower (2 ViT blocks, patch 14, 3x3 aligner) and bias_vl");
   cmd->add_option("--tokenizer", t.tokenizer,
                   "Copy this tokenizer (tokenizer.json or its directory) into the checkpoint");
   cmd->callback([o, random] {

@@ -32,7 +32,7 @@ double step_bytes(const ModelConfig& c, const WeightFootprint& f, int batch) {
 double macs_per_token(const ModelConfig& c, int prompt) {
   double macs = 0;
   const double share = double(c.n_activated_experts) / double(c.n_routed_experts);
-  for (const TensorSpec& s : checkpoint_schema(c, 0, -1, /*dspark=*/false)) {
+  for (const TensorSpec& s : checkpoint_schema(c, 0, -1, /*dspark=*/false, /*vision=*/false)) {
     if (s.shape.ndim != 2 || s.name.find(".scale") != std::string::npos) continue;
     const std::string& n = s.name;
     if (n == "embed.weight" || n.find(".engram.embed.") != std::string::npos) continue;

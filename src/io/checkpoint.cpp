@@ -82,7 +82,7 @@ std::string accepted_forms(SlotKind k, const Shape& shape) {
 // The schema and, when `ck` is given, the slot of it each tensor binds into (`slots`, in schema
 // order; `ck->layers` is sized here).
 std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int expert_end, bool dspark,
-                               Checkpoint* ck, std::vector<Weight*>* slots) {
+                               bool vision, Checkpoint* ck, std::vector<Weight*>* slots) {
   if (expert_end < 0) expert_end = c.n_routed_experts;
   const auto roles = layer_roles(c);
   const int64_t D = c.dim, M = c.hc_mult, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
@@ -104,7 +104,7 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   // One block: backbone layer `l` (prefix "layers.<l>.") or DSpark stage (prefix "mtp.<k>.",
   // window-only role, no Engram: z = -1), with the routed experts [e_begin, e_end) of n_experts.
   auto add_layer = [&](const std::string& p, const LayerRole& r, LayerWeights& L, int n_experts,
-                       int e_begin, int e_end, int z) {
+                       int e_begin, int e_end, int z, bool vl) {
     L.experts.resize(size_t(e_end - e_begin));
     add(p + "attn_norm.weight", SK::Bf16, WF::BF16, {D}, L.attn_norm);
     add(p + "ffn_norm.weight", SK::Bf16, WF::BF16, {D}, L.ffn_norm);
@@ -142,6 +142,7 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
     const std::string f = p + "ffn.";
     add(f + "gate.weight", SK::Bf16, WF::BF16, {n_experts, D}, L.gate);
     add(f + "gate.bias", SK::Fp32, WF::F32, {n_experts}, L.gate_bias);
+    if (vl) add(f + "gate.bias_vl", SK::Fp32, WF::F32, {n_experts}, L.gate_bias_vl);
     auto add_expert = [&](const std::string& x, WF format, ExpertWeights& e) {
       add(x + "w1.weight", SK::QLinear, format, {F, D}, e.w1);
       add(x + "w2.weight", SK::QLinear, format, {D, F}, e.w2);
@@ -164,7 +165,7 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   for (int l = 0; l < c.n_layers; ++l)
     add_layer("layers." + std::to_string(l) + ".", roles[size_t(l)],
               ck ? ck->layers[size_t(l)] : scratch_layer, c.n_routed_experts, expert_begin,
-              expert_end, c.engram_index(l));
+              expert_end, c.engram_index(l), vision && c.has_vision());
   add("norm.weight", SK::Bf16, WF::BF16, {D}, ck ? ck->norm : scratch);
   add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, ck ? ck->head : scratch);
   if (dspark && c.has_dspark()) {
@@ -177,8 +178,8 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
     const int64_t R = c.dspark_markov_rank;
     for (int k = 0; k < c.n_mtp_layers; ++k) {
       const std::string p = "mtp." + std::to_string(k) + ".";
-      add_layer(p, LayerRole{}, dw.stages[size_t(k)], c.dspark_experts(), 0, c.dspark_experts(),
-                -1);
+      add_layer(p, LayerRole{}, dw.stages[size_t(k)], c.dspark_experts(), 0, c.dspark_experts(), -1,
+                false);
       if (k == 0) {
         add(p + "main_proj.weight", SK::QLinear, dense,
             {D, int64_t(c.dspark_target_layer_ids.size()) * D}, dw.main_proj);
@@ -193,14 +194,43 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
       }
     }
   }
+  if (vision && c.has_vision()) {
+    const int64_t Dv = c.vision_dim, Fv = c.vision_inter_dim, p = c.vision_patch_size;
+    const int64_t r = c.vision_downsample_ratio;
+    VisionWeights scratch_vision;
+    VisionWeights& v = ck ? ck->vision : scratch_vision;
+    v.blocks.resize(size_t(c.vision_n_layers));
+    add("vision.patch_embed.proj.weight", SK::Bf16, WF::BF16, {Dv, 3 * p * p}, v.patch_embed);
+    add("vision.patch_embed.proj.bias", SK::Bf16, WF::BF16, {Dv}, v.patch_embed_bias);
+    for (int i = 0; i < c.vision_n_layers; ++i) {
+      const std::string b = "vision.blocks." + std::to_string(i) + ".";
+      VisionBlockWeights& B = v.blocks[size_t(i)];
+      add(b + "norm1.weight", SK::Bf16, WF::BF16, {Dv}, B.norm1);
+      add(b + "attn.wqkv.weight", SK::Bf16, WF::BF16, {3 * Dv, Dv}, B.wqkv);
+      add(b + "attn.wqkv.bias", SK::Bf16, WF::BF16, {3 * Dv}, B.wqkv_bias);
+      add(b + "attn.wo.weight", SK::Bf16, WF::BF16, {Dv, Dv}, B.wo);
+      add(b + "attn.wo.bias", SK::Bf16, WF::BF16, {Dv}, B.wo_bias);
+      add(b + "norm2.weight", SK::Bf16, WF::BF16, {Dv}, B.norm2);
+      add(b + "mlp.w1.weight", SK::Bf16, WF::BF16, {2 * Fv, Dv}, B.w1);
+      add(b + "mlp.w2.weight", SK::Bf16, WF::BF16, {Dv, Fv}, B.w2);
+    }
+    add("vision.norm.weight", SK::Bf16, WF::BF16, {Dv}, v.norm);
+    add("aligner.w1.weight", SK::Bf16, WF::BF16, {D, Dv * r * r}, v.aligner_w1);
+    add("aligner.w1.bias", SK::Bf16, WF::BF16, {D}, v.aligner_b1);
+    add("aligner.w2.weight", SK::Bf16, WF::BF16, {D, D}, v.aligner_w2);
+    add("aligner.w2.bias", SK::Bf16, WF::BF16, {D}, v.aligner_b2);
+    add("image_start", SK::Bf16, WF::BF16, {D}, v.image_start);
+    add("image_end", SK::Bf16, WF::BF16, {D}, v.image_end);
+    add("image_newline", SK::Bf16, WF::BF16, {D}, v.image_newline);
+  }
   return s;
 }
 
 }  // namespace
 
 std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end,
-                                          bool dspark) {
-  return schema(c, expert_begin, expert_end, dspark, nullptr, nullptr);
+                                          bool dspark, bool vision) {
+  return schema(c, expert_begin, expert_end, dspark, vision, nullptr, nullptr);
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
@@ -220,6 +250,9 @@ WeightFootprint weight_footprint(const ModelConfig& c) {
     const std::string& n = s.name;
     if (n.starts_with("mtp.")) {
       f.draft_head += b;
+    } else if (n.starts_with("vision.") || n.starts_with("aligner.") || n.starts_with("image_") ||
+               n.ends_with(".bias_vl")) {
+      f.vision += b;  // read per image, not per token
     } else if (n == "embed.weight") {
       f.dense_per_token += b / uint64_t(c.vocab_size);
     } else if (n.find(".ffn.experts.") != std::string::npos) {
@@ -353,10 +386,15 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
 
   // Every tensor in the files must be part of the schema (all experts) or a known unused part.
   // The draft head is loaded when the files hold any of it (then all of it is required).
-  bool any_mtp = false;
-  for (const std::string& name : ck->store_->names()) any_mtp |= name.rfind("mtp.", 0) == 0;
+  bool any_mtp = false, any_vision = false;
+  for (const std::string& name : ck->store_->names()) {
+    any_mtp |= name.rfind("mtp.", 0) == 0;
+    any_vision |= name.rfind("vision.", 0) == 0;
+  }
   ck->has_dspark = any_mtp && c.has_dspark();
-  const std::vector<TensorSpec> all = checkpoint_schema(c, 0, -1, ck->has_dspark);
+  // The vision tower too is loaded when the files hold any of it.
+  ck->has_vision = any_vision && c.has_vision();
+  const std::vector<TensorSpec> all = checkpoint_schema(c, 0, -1, ck->has_dspark, ck->has_vision);
   std::set<std::string> known;
   for (const auto& s : all) {
     known.insert(s.name);
@@ -394,7 +432,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
   // Bind in schema order, each tensor into its slot.
   std::vector<Weight*> slots;
   const std::vector<TensorSpec> mine =
-      schema(c, ck->expert_begin, ck->expert_end, ck->has_dspark, ck.get(), &slots);
+      schema(c, ck->expert_begin, ck->expert_end, ck->has_dspark, ck->has_vision, ck.get(), &slots);
   for (size_t i = 0; i < mine.size(); ++i) {
     const TensorSpec& s = mine[i];
     *slots[i] = ck->bind(s);

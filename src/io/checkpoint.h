@@ -61,12 +61,13 @@ struct TensorSpec {
   Shape shape;
 };
 
-// Every tensor of the text model for this config, in a stable order (embedding, layers, norm,
-// head, then with `dspark` the draft head's `mtp.<k>.*` stages when the config has one), including
-// only the backbone experts in [expert_begin, expert_end) (all when end < 0; the draft stages'
-// experts are always all listed).
+// Every tensor of the model for this config, in a stable order (embedding, layers, norm, head,
+// then with `dspark` the draft head's `mtp.<k>.*` stages when the config has one, then with
+// `vision` the vision tower when the config has one), including only the backbone experts in
+// [expert_begin, expert_end) (all when end < 0; the draft stages' experts are always all listed).
 std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin = 0,
-                                          int expert_end = -1, bool dspark = true);
+                                          int expert_end = -1, bool dspark = true,
+                                          bool vision = true);
 
 // The name of a quantized weight's scale tensor (`x.weight` -> `x.scale`).
 std::string scale_name(const std::string& weight_name);
@@ -81,6 +82,7 @@ struct WeightFootprint {
   uint64_t experts_per_token = 0;
   uint64_t head = 0;
   uint64_t draft_head = 0;  // the DSpark stages (in total, not read per token)
+  uint64_t vision = 0;      // the vision tower and bias_vl (in total, read per image)
 };
 WeightFootprint weight_footprint(const ModelConfig& c);
 uint64_t tensor_spec_bytes(const TensorSpec& s);
@@ -104,6 +106,7 @@ struct LayerWeights {
   Weight idx_wq_b, idx_weights_proj, idx_wk, idx_k_norm;  // [Hi*Di, Q] fp8, [Hi, D], [Di, Dh], [Di]
   // --- MoE ---
   Weight gate, gate_bias;              // [E, D] bf16, [E] f32
+  Weight gate_bias_vl;                 // [E] f32: image tokens' selection bias (with vision)
   std::vector<ExpertWeights> experts;  // indexed by expert id - expert_begin
   ExpertWeights shared;                // fp8
   // --- Engram (Engram layers) ---
@@ -121,6 +124,22 @@ struct DsparkWeights {
   Weight norm;                       // [D] bf16
   Weight markov_embed, markov_head;  // [V, R] bf16, [V, R] (used as f32)
   Weight confidence;                 // [1, D + R] (used as f32)
+};
+
+// The vision tower (docs/vision.md), plain bf16: the ViT blocks, the
+// aligner and the image span's delimiter embeddings.
+struct VisionBlockWeights {
+  Weight norm1, norm2;     // [Dv]
+  Weight wqkv, wqkv_bias;  // [3 Dv, Dv], [3 Dv]
+  Weight wo, wo_bias;      // [Dv, Dv], [Dv]
+  Weight w1, w2;           // [2 F, Dv] (gate rows, then up rows), [Dv, F]
+};
+struct VisionWeights {
+  Weight patch_embed, patch_embed_bias;  // [Dv, 3 p^2], [Dv]
+  std::vector<VisionBlockWeights> blocks;
+  Weight norm;                                            // [Dv]
+  Weight aligner_w1, aligner_b1, aligner_w2, aligner_b2;  // [D, Dv r^2], [D], [D, D], [D]
+  Weight image_start, image_end, image_newline;           // [D]
 };
 
 // What a weight loaded into a slot of `kind` is computed as, in words ("fp8 e4m3 + e8m0 32x32 ->
@@ -149,6 +168,10 @@ class Checkpoint {
   // stored without them loads, without a draft head).
   bool has_dspark = false;
   DsparkWeights dspark;
+  // The vision tower, when the config has one and the files hold its `vision.*` tensors (then
+  // every vision tensor, `bias_vl` included, is required).
+  bool has_vision = false;
+  VisionWeights vision;
 
   // Tensors in the files that the model does not run (vision; DSpark without its config).
   std::vector<std::string> skipped_tensors;

@@ -428,6 +428,22 @@ void ModelConfig::validate(const std::string& label) const {
                label, ": dspark_num_experts_per_tok (", dspark_topk(),
                ") must be in [1, dspark_n_routed_experts = ", dspark_experts(), "]");
   }
+  if (has_vision()) {
+    for (auto [k, v] : {std::pair<const char*, int64_t>{"vision_dim", vision_dim},
+                        {"vision_n_heads", vision_n_heads},
+                        {"vision_inter_dim", vision_inter_dim},
+                        {"vision_patch_size", vision_patch_size},
+                        {"vision_downsample_ratio", vision_downsample_ratio},
+                        {"vision_max_n_token", vision_max_n_token}})
+      require_positive(label, k, v);
+    DI_REQUIRE(vision_dim % (4 * vision_n_heads) == 0, label, ": vision_dim (", vision_dim,
+               ") must be a multiple of 4 x vision_n_heads (", vision_n_heads,
+               "): each head's 2D rotary halves");
+    DI_REQUIRE(vision_max_n_token >= 4, label, ": vision_max_n_token = ", vision_max_n_token,
+               " must hold a span of at least one image token (4)");
+    DI_REQUIRE(image_token_id >= 0 && image_token_id < vocab_size, label,
+               ": image_token_id = ", image_token_id, " must be a token id in [0, vocab_size)");
+  }
   // Roles check the sharing structure (who reads whose KV, keys and top-k).
   (void)layer_roles(*this, label);
 

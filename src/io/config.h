@@ -71,7 +71,7 @@ struct ModelConfig {
   // --- tokens ---
   int64_t bos_token_id = 0, eos_token_id = 1, pad_token_id = 2;
   int64_t max_position_embeddings = 0;
-  // --- DSpark draft head (V41_SPEC.md §10.4, docs/numerics.md); vision (parsed, not run) ---
+  // --- DSpark draft head (V41_SPEC.md §10.4, docs/numerics.md); vision (docs/vision.md) ---
   int dspark_block_size = 0;  // B draft slots; 0 (or n_mtp_layers 0): no draft head
   int64_t dspark_noise_token_id = -1;
   std::vector<int> dspark_target_layer_ids = {};
@@ -103,6 +103,7 @@ struct ModelConfig {
   int engram_index(int layer) const;                                                   // z, or -1
   int engram_columns() const { return (engram_max_ngram_size - 1) * engram_n_heads; }  // NC
   bool has_dspark() const { return dspark_block_size > 0 && n_mtp_layers > 0; }
+  bool has_vision() const { return vision_n_layers > 0; }
   // The draft stages' routed experts and top-k (0 in the config: the backbone's).
   int dspark_experts() const {
     return dspark_n_routed_experts > 0 ? dspark_n_routed_experts : n_routed_experts;

@@ -222,7 +222,9 @@ Init init_for(const TensorSpec& s) {
   const std::string& n = s.name;
   auto ends = [&](const char* suffix) { return n.ends_with(suffix); };
   const float fan_in = s.shape.ndim > 1 ? float(s.shape[1]) : 1.0f;
-  if (ends("norm.weight")) return {1.0f, 0.1f};
+  if (ends("norm.weight") || ends("norm1.weight") || ends("norm2.weight")) return {1.0f, 0.1f};
+  if (ends(".bias") || ends("bias_vl")) return {0, 0.05f};
+  if (n.starts_with("image_")) return {0, 1.0f};  // the span delimiters, as embeddings
   if (n == "embed.weight") return {0, 1.0f};
   if (n == "head.weight") return {0, 3.0f / std::sqrt(fan_in)};
   if (ends("_fn")) return {0, 1.0f / std::sqrt(fan_in)};

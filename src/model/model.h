@@ -196,6 +196,13 @@ class Model {
   // Resets the sequence-slot state it needs when a sequence starts at position 0.
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
 
+  // The vision tower (docs/vision.md): present when the checkpoint has one.
+  bool has_vision() const;
+  // One image through the ViT and the aligner: patches bf16 [vit_h * vit_w, 3 p^2] (as
+  // vision::preprocess makes them) -> out [ceil(vit_h / r) * ceil(vit_w / r), dim], the image
+  // tokens' embeddings in reading order, in the activation dtype. Not concurrent with itself.
+  void encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w, std::vector<float>& out);
+
   // The draft head: present when ModelOptions::dspark asked for it; B tokens per draft.
   bool has_draft_head() const;
   int draft_block_size() const;

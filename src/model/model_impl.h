@@ -97,6 +97,8 @@ struct Model::Impl {
   Step draft_step;                    // the draft block's rows
   std::vector<int32_t> draft_slot;    // per draft sequence: its KV slot
   std::vector<int64_t> draft_anchor;  // per draft sequence: p, the position its block follows
+  // The vision tower's linears (model/vision.cpp), prepared on the first image.
+  std::vector<PreparedLinear> vision_lin;
   uint64_t prepared_bytes = 0;
   std::vector<const PreparedLinear*> prepared;  // every present one, in construction order
   // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the

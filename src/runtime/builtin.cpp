@@ -27,6 +27,17 @@ std::string cache_dir() {
 uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
   ModelConfig c =
       spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset);
+  if (spec.vision) {
+    c.vision_n_layers = 2;
+    c.vision_dim = 64;
+    c.vision_n_heads = 4;
+    c.vision_inter_dim = 96;
+    c.vision_patch_size = 14;
+    c.vision_downsample_ratio = 3;
+    c.vision_max_n_token = 64;
+    c.vision_min_pixels = 56 * 56;
+    c.image_token_id = c.vocab_size - 2;
+  }
   const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
   if (!tokenizer.empty()) {

@@ -22,6 +22,9 @@ struct TinyCheckpoint : TinyWriteOptions {
   // A tokenizer.json, or a directory holding it and tokenizer_config.json: copied in, and
   // engram_compressed_vocab_size set to the size of its Engram token map, so text prompts work.
   std::string tokenizer;
+  // Add a small vision tower (2 ViT blocks of 64, 4 heads, patch 14, 3x3 aligner, at most 64
+  // image tokens; the image token is vocab_size - 2) to the preset.
+  bool vision = false;
 
   // Where the config comes from, as messages name it: "preset NAME" or "random config SEED".
   std::string label() const {

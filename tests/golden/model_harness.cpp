@@ -19,6 +19,10 @@ std::string preset_dir(const std::string& model, uint64_t seed) {
     fs::create_directories(dir.parent_path());
     TinyCheckpoint t;
     std::string name = model;
+    if (const size_t at = name.find("+vision"); at != std::string::npos) {
+      t.vision = true;
+      name.erase(at, 7);
+    }
     if (const size_t at = name.find('@'); at != std::string::npos) {
       t.layout = parse_tiny_layout(name.substr(at + 1));
       name.resize(at);

@@ -14,7 +14,7 @@ namespace deepinfer::testing {
 
 // The checkpoint directory of `model` (weights seed `seed`), created once under the test cache.
 // `model` is a preset name or `random-<config seed>` (io/tiny.h's random_tiny_config), with
-// `@runtime` for the runtime layout (default: release).
+// `+vision` for a vision tower and `@runtime` for the runtime layout (default: release).
 std::string preset_dir(const std::string& model, uint64_t seed = 0);
 
 struct LoadedModel {

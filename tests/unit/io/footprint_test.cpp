@@ -57,7 +57,14 @@ TEST(Footprint, ReleasedWeights) {
                          (384006168ull + 384016682ull) * kEngramRow + 2 * kEngramRest + kEmbed +
                          kHead + kNorm;
   EXPECT_EQ(total, 501382549968ull);
-  EXPECT_EQ(f.total - f.draft_head, total);  // the DSpark stages come on top
+  EXPECT_EQ(f.total - f.draft_head - f.vision, total);  // the DSpark stages and vision on top
+  // The vision tower (bf16: 32 blocks of 1024, SwiGLU 2816, patch 14, 3x3 aligner to 5120, the
+  // span delimiters) and bias_vl (f32, every layer).
+  constexpr uint64_t kDv = 1024, kFv = 2816,
+                     kBlock = 2 * kDv * 2 + (3 * kDv * kDv + 3 * kDv) * 2 + (kDv * kDv + kDv) * 2 +
+                              2 * kFv * kDv * 2 + kDv * kFv * 2;
+  EXPECT_EQ(f.vision, (kDv * 588 + kDv) * 2 + 32 * kBlock + kDv * 2 + (kD * kDv * 9 + kD) * 2 +
+                          (kD * kD + kD) * 2 + 3 * kD * 2 + 40 * kE * 4);
   EXPECT_EQ(f.head, kHead);
   // Per decoded token: one embedding row, every dense weight, 6 of 384 experts per layer and the
   // 24 Engram rows each Engram layer hashes to.

@@ -1,0 +1,178 @@
+// The vision tower (docs/vision.md): ViT blocks and the aligner over one image's patches. Its
+// roundings follow the model's numerics: every value the reference holds in bf16 is rounded to
+// the activation dtype (bf16, or fp32 in fp32 numerics), sums run in double and round once, and
+// each fp32 operation of the reference (rotary products and sums, softmax steps, bias adds) is
+// one fp32 rounding; tests/reference/v41ref/vision.py computes the same.
+#include <cmath>
+
+#include "kernels/elementwise.h"
+#include "model/model_impl.h"
+
+namespace deepinfer {
+
+namespace {
+
+// The prepared linears in order: per block wqkv, wo, w1, w2, then the aligner's two (the patch
+// embedding's 3 p^2 inputs are no multiple of the kernels' blocks of 32: it sums directly).
+constexpr int kPerBlock = 4;
+
+}  // namespace
+
+bool Model::has_vision() const {
+  return impl_->ck.has_vision;
+}
+
+void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
+                         std::vector<float>& out) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  DI_REQUIRE(m.ck.has_vision,
+             "this checkpoint has no vision tower (vision_n_layers = ", c.vision_n_layers,
+             ", or no vision.* tensors)");
+  DI_REQUIRE(vit_h > 0 && vit_w > 0, "encode_image: an empty patch grid");
+  const VisionWeights& V = m.ck.vision;
+  const int64_t n = vit_h * vit_w, Dv = c.vision_dim, H = c.vision_n_heads, hd = Dv / H;
+  const int64_t F = c.vision_inter_dim, p = c.vision_patch_size, r = c.vision_downsample_ratio;
+  const int64_t D = c.dim, half = hd / 2, quarter = half / 2;
+  if (m.vision_lin.empty()) {
+    for (const VisionBlockWeights& b : V.blocks)
+      for (const Weight* w : {&b.wqkv, &b.wo, &b.w1, &b.w2}) m.vision_lin.emplace_back(*w);
+    m.vision_lin.emplace_back(V.aligner_w1);
+    m.vision_lin.emplace_back(V.aligner_w2);
+  }
+  // y [rows, out] = x W^T (+ b), each step rounded as the reference rounds it.
+  auto lin = [&](const PreparedLinear& w, const Weight* b, const float* x, int64_t rows,
+                 std::vector<float>& y) {
+    y.resize(size_t(rows * w.rows()));
+    linear(w, x, rows, y.data(), /*exact=*/true);  // the sum in double, one fp32 rounding
+    if (b)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t o = 0; o < w.rows(); ++o)
+          y[size_t(i * w.rows() + o)] += bf16_to_f32(b->bf16()[o]);
+    m.round(y.data(), int64_t(y.size()));
+  };
+  auto norm = [&](std::vector<float>& x, int64_t rows, int64_t d, const Weight& w) {
+    rmsnorm(x.data(), rows, d, w.bf16(), 1e-6f);
+    m.round(x.data(), rows * d);
+  };
+
+  std::vector<float> h, u, qkv, o, t;
+  {
+    const int64_t K = 3 * p * p;
+    std::vector<float> x(size_t(n * K)), w(size_t(Dv * K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(patches[i]);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(V.patch_embed.bf16()[i]);
+    h.resize(size_t(n * Dv));
+    for_rows(n, [&](int64_t i) {
+      for (int64_t d = 0; d < Dv; ++d)
+        h[size_t(i * Dv + d)] = dot_f64(&x[size_t(i * K)], &w[size_t(d * K)], K) +
+                                bf16_to_f32(V.patch_embed_bias.bf16()[d]);
+    });
+    m.round(h.data(), int64_t(h.size()));
+  }
+
+  // 2D rotary angles: the first quarter of a head's pairs by the patch row, the second by its
+  // column, frequency f_j = 1 / theta^(2j / half) (fp32 steps, the power in double).
+  std::vector<float> cs(size_t(n * half)), sn(size_t(n * half));
+  {
+    std::vector<float> inv(static_cast<size_t>(quarter));
+    for (int64_t j = 0; j < quarter; ++j) {
+      const float e = float(2 * j) / float(half);
+      inv[size_t(j)] = 1.0f / f32(std::pow(c.vision_rope_theta, double(e)));
+    }
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < half; ++j) {
+        const float pos = float(j < quarter ? i / vit_w : i % vit_w);
+        const float a = pos * inv[size_t(j % quarter)];
+        cs[size_t(i * half + j)] = f32(std::cos(double(a)));
+        sn[size_t(i * half + j)] = f32(std::sin(double(a)));
+      }
+  }
+  auto rotate = [&](float* v, int64_t i) {  // one head's vector of row i
+    for (int64_t j = 0; j < half; ++j) {
+      const float a = v[j], b = v[j + half], cj = cs[size_t(i * half + j)],
+                  sj = sn[size_t(i * half + j)];
+      v[j] = (a * cj) - (b * sj);
+      v[j + half] = (b * cj) + (a * sj);
+    }
+  };
+
+  for (size_t l = 0; l < V.blocks.size(); ++l) {
+    const VisionBlockWeights& B = V.blocks[l];
+    const PreparedLinear* L = &m.vision_lin[l * kPerBlock];
+    // Attention: q, k, v are the thirds of wqkv's output, heads of hd; full, bidirectional.
+    u = h;
+    norm(u, n, Dv, B.norm1);
+    lin(L[0], &B.wqkv_bias, u.data(), n, qkv);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t hh = 0; hh < H; ++hh)
+        for (int64_t part = 0; part < 2; ++part)
+          rotate(&qkv[size_t(i * 3 * Dv + part * Dv + hh * hd)], i);
+    m.round(qkv.data(), int64_t(qkv.size()));
+    o.assign(size_t(n * Dv), 0.0f);
+    for_rows(n * H, [&](int64_t ih) {
+      const int64_t i = ih / H, hh = ih % H;
+      const float* q = &qkv[size_t(i * 3 * Dv + hh * hd)];
+      std::vector<float> s(static_cast<size_t>(n));
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < n; ++j) {
+        s[size_t(j)] = dot_f64(q, &qkv[size_t(j * 3 * Dv + Dv + hh * hd)], hd) * 0.125f;
+        mx = std::max(mx, s[size_t(j)]);
+      }
+      double sum = 0;
+      for (float& v : s) sum += v = exp_f(v - mx);
+      const float total = f32(sum);
+      for (float& v : s) v = m.bf16 ? round_bf16(v / total) : v / total;
+      for (int64_t d = 0; d < hd; ++d) {
+        double acc = 0;
+        for (int64_t j = 0; j < n; ++j)
+          acc += double(s[size_t(j)]) * double(qkv[size_t(j * 3 * Dv + 2 * Dv + hh * hd + d)]);
+        o[size_t(i * Dv + hh * hd + d)] = f32(acc);
+      }
+    });
+    m.round(o.data(), int64_t(o.size()));
+    lin(L[1], &B.wo_bias, o.data(), n, t);
+    for (size_t i = 0; i < h.size(); ++i) h[i] += t[i];
+    m.round(h.data(), int64_t(h.size()));
+    // SwiGLU: w1's first F outputs are the gate, the next F the up projection.
+    u = h;
+    norm(u, n, Dv, B.norm2);
+    lin(L[2], nullptr, u.data(), n, t);
+    o.resize(size_t(n * F));
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t f = 0; f < F; ++f) {
+        const double g = t[size_t(i * 2 * F + f)];
+        float a = f32(g / (1.0 + std::exp(-g)));
+        if (m.bf16) a = round_bf16(a);
+        o[size_t(i * F + f)] = a * t[size_t(i * 2 * F + F + f)];
+      }
+    m.round(o.data(), int64_t(o.size()));
+    lin(L[3], nullptr, o.data(), n, t);
+    for (size_t i = 0; i < h.size(); ++i) h[i] += t[i];
+    m.round(h.data(), int64_t(h.size()));
+  }
+  norm(h, n, Dv, V.norm);
+
+  // Aligner: r x r blocks of the grid (zero-padded at the right and bottom), each block's
+  // features ordered channel, then row, then column within the block.
+  const int64_t bh = (vit_h + r - 1) / r, bw = (vit_w + r - 1) / r, L = bh * bw, Z = Dv * r * r;
+  std::vector<float> z(size_t(L * Z), 0.0f);
+  for (int64_t by = 0; by < bh; ++by)
+    for (int64_t bx = 0; bx < bw; ++bx)
+      for (int64_t ky = 0; ky < r; ++ky)
+        for (int64_t kx = 0; kx < r; ++kx) {
+          const int64_t y = by * r + ky, xx = bx * r + kx;
+          if (y >= vit_h || xx >= vit_w) continue;
+          for (int64_t ch = 0; ch < Dv; ++ch)
+            z[size_t((by * bw + bx) * Z + ch * r * r + ky * r + kx)] =
+                h[size_t((y * vit_w + xx) * Dv + ch)];
+        }
+  const PreparedLinear* A = &m.vision_lin[m.vision_lin.size() - 2];
+  lin(A[0], &V.aligner_b1, z.data(), L, t);
+  for (float& v : t) v = f32(0.5 * double(v) * (1.0 + std::erf(double(v) / std::sqrt(2.0))));
+  m.round(t.data(), int64_t(t.size()));
+  lin(A[1], &V.aligner_b2, t.data(), L, out);
+  DI_CHECK(int64_t(out.size()) == L * D);
+}
+
+}  // namespace deepinfer
