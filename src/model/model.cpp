@@ -184,8 +184,11 @@ void Model::Impl::engram_ids(Step& st) {
     const ForwardSeq& q = st.batch->seqs[s];
     const int64_t r0 = st.row0[s];
     chunk.resize(size_t(q.n_tokens));
+    const auto& img = st.batch->image_embeds;
     for (int64_t i = 0; i < q.n_tokens; ++i)
-      chunk[size_t(i)] = map(st.batch->tokens[size_t(r0 + i)]);
+      chunk[size_t(i)] = !img.empty() && img[size_t(r0 + i)]
+                             ? kEngramDead  // an image row blocks the n-grams reaching it
+                             : map(st.batch->tokens[size_t(r0 + i)]);
     int64_t* hist = st.kv->engram_history(q.kv.slot);
     const int64_t n_hist = std::min(q.start_pos, hist_max);
     // The history holds the last n_hist ids, oldest first, at the front of the buffer.
@@ -254,6 +257,8 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
       for (int64_t d = 0; d < D; ++d) dot += double(h[d]) * om[d] * Kc[d];
       const float delta = (f32(dot) * rc) * inv_sqrt_d;
       const float mag = f32(std::sqrt(std::max(double(std::fabs(delta)), double(1e-6f))));
+      const bool image = !st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)];
+      if (image) continue;  // gate 0: image rows pass through
       const float gate = f32(sigmoid_d(std::copysign(mag, delta)));  // the sign of ±0 is kept
       for (int64_t d = 0; d < D; ++d) h[d] = f32(double(h[d]) + double(gate) * V[d]);
       round(h, D);
@@ -275,12 +280,14 @@ Model::Impl::Stream::Stream(int64_t N, int64_t M, int64_t D, Arena* a)
       post_f(size_t(N * M), a),
       comb_f(size_t(N * M * M), a) {}
 
-void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N) {
+void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N,
+                             const float* const* image) {
   const int64_t M = c.hc_mult, D = c.dim, MD = M * D;
   for (int64_t i = 0; i < N; ++i) {
     const uint16_t* e = ck.embed.bf16() + int64_t(tokens[i]) * D;
     for (int64_t cpy = 0; cpy < M; ++cpy)
-      for (int64_t d = 0; d < D; ++d) b.x[size_t(i * MD + cpy * D + d)] = bf16_to_f32(e[d]);
+      for (int64_t d = 0; d < D; ++d)
+        b.x[size_t(i * MD + cpy * D + d)] = image && image[i] ? image[i][d] : bf16_to_f32(e[d]);
     b.pi[size_t(i * M)] = 1.0f;
   }
 }
@@ -353,7 +360,10 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   Stream b(N, M, D, &arena);
   {
     DI_REGION("model.embed");
-    embed_rows(batch.tokens.data(), b, N);
+    DI_REQUIRE(batch.image_embeds.empty() || int64_t(batch.image_embeds.size()) == N,
+               "forward: image_embeds has ", batch.image_embeds.size(), " rows, expected ", N);
+    embed_rows(batch.tokens.data(), b, N,
+               batch.image_embeds.empty() ? nullptr : batch.image_embeds.data());
   }
   const int64_t n_taps = opt.dspark ? int64_t(c.dspark_target_layer_ids.size()) : 0;
   taps.resize(size_t(N * n_taps * D));

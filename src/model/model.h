@@ -56,7 +56,12 @@ struct WindowSave {
 };
 
 struct ForwardBatch {
-  std::vector<int32_t> tokens;    // [total rows]
+  std::vector<int32_t> tokens;  // [total rows]
+  // Image-span rows (docs/vision.md): empty, or [total rows] with the row's embedding (dim
+  // values, Model::encode_image's rows or the span delimiters) for rows of an image span and null
+  // for text. Image rows route with bias_vl and are dead to Engram (gate 0, no n-gram reaches
+  // across them).
+  std::vector<const float*> image_embeds;
   std::vector<ForwardSeq> seqs;   // in the order their rows appear in `tokens`
   std::vector<WindowSave> saves;  // taken in this order (a later one may reuse a snapshot)
 
@@ -202,6 +207,9 @@ class Model {
   // vision::preprocess makes them) -> out [ceil(vit_h / r) * ceil(vit_w / r), dim], the image
   // tokens' embeddings in reading order, in the activation dtype. Not concurrent with itself.
   void encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w, std::vector<float>& out);
+  // The embedding of a span delimiter (vision::ImageTokenType kImageStart, kImageNewLine,
+  // kImageEnd): dim values.
+  const float* image_delimiter(int type) const;
 
   // The draft head: present when ModelOptions::dspark asked for it; B tokens per draft.
   bool has_draft_head() const;

@@ -99,6 +99,7 @@ struct Model::Impl {
   std::vector<int64_t> draft_anchor;  // per draft sequence: p, the position its block follows
   // The vision tower's linears (model/vision.cpp), prepared on the first image.
   std::vector<PreparedLinear> vision_lin;
+  std::vector<float> image_delims;  // [3, D]: image_start, image_newline, image_end
   uint64_t prepared_bytes = 0;
   std::vector<const PreparedLinear*> prepared;  // every present one, in construction order
   // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the
@@ -138,7 +139,8 @@ struct Model::Impl {
   void forward(const ForwardBatch& batch, KvCache& kv, float* logits);
   void draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput& out);
   // Embedding rows of `tokens` replicated into the copies, pre-mix one-hot on copy 0.
-  void embed_rows(const int32_t* tokens, Stream& b, int64_t N);
+  // Image rows (image[i] non-null) take their embedding from there.
+  void embed_rows(const int32_t* tokens, Stream& b, int64_t N, const float* const* image = nullptr);
   // b.u = norm(hc_pre(xs, pre)), rounded as the spec says.
   void collapse(Step& st, Stream& b, const float* xs, const float* pre, const Weight& norm);
   // Block l (backbone layer or draft stage) on the stream, with the single-pass hc schedule.

@@ -22,6 +22,23 @@ bool Model::has_vision() const {
   return impl_->ck.has_vision;
 }
 
+const float* Model::image_delimiter(int type) const {
+  Impl& m = *impl_;
+  DI_REQUIRE(m.ck.has_vision, "this checkpoint has no vision tower");
+  DI_REQUIRE(type == 0 || type == 2 || type == 3, "image_delimiter: type ", type,
+             " is no delimiter (0 start, 2 new line, 3 end)");
+  const int64_t D = m.c.dim;
+  if (m.image_delims.empty()) {
+    m.image_delims.resize(size_t(3 * D));
+    const Weight* w[3] = {&m.ck.vision.image_start, &m.ck.vision.image_newline,
+                          &m.ck.vision.image_end};
+    for (int k = 0; k < 3; ++k)
+      for (int64_t d = 0; d < D; ++d)
+        m.image_delims[size_t(k * D + d)] = bf16_to_f32(w[k]->bf16()[d]);
+  }
+  return &m.image_delims[size_t((type == 0 ? 0 : type == 2 ? 1 : 2) * D)];
+}
+
 void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
                          std::vector<float>& out) {
   Impl& m = *impl_;

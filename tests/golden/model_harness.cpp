@@ -68,7 +68,8 @@ KvCache make_cache(const ModelConfig& c, int64_t tokens, int32_t seqs, std::vect
 }  // namespace
 
 std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
-                              const std::vector<int64_t>& chunks) {
+                              const std::vector<int64_t>& chunks,
+                              const std::vector<const float*>& image_embeds) {
   const int64_t V = m.config().vocab_size;
   std::vector<int32_t> blocks;
   int64_t per_seq;
@@ -78,6 +79,8 @@ std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
   for (int64_t n : chunks) {
     ForwardBatch b;
     b.tokens.assign(tokens.begin() + pos, tokens.begin() + pos + n);
+    if (!image_embeds.empty())
+      b.image_embeds.assign(image_embeds.begin() + pos, image_embeds.begin() + pos + n);
     ForwardSeq s;
     s.start_pos = pos;
     s.n_tokens = n;

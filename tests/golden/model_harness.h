@@ -26,9 +26,11 @@ LoadedModel load_model(const std::string& preset, Numerics numerics, bool defect
                        bool dspark = false);
 
 // Logits of every position of `tokens`, fed as consecutive chunks of the given sizes (summing to
-// the length) through a fresh cache slot. Returns [n, vocab].
+// the length) through a fresh cache slot, with the image-span rows' embeddings when given
+// (ForwardBatch::image_embeds, one per token). Returns [n, vocab].
 std::vector<float> run_chunks(Model& m, const std::vector<int32_t>& tokens,
-                              const std::vector<int64_t>& chunks);
+                              const std::vector<int64_t>& chunks,
+                              const std::vector<const float*>& image_embeds = {});
 // One step holding several sequences at once: each sequence i is fed its chunk
 // [starts[i], starts[i] + lens[i]) after earlier chunks were fed alone. Returns per sequence the
 // logits of its rows in that step.

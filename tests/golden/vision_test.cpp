@@ -93,3 +93,83 @@ TEST(Vision, TextModelWithoutTowerRefusesImages) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+// A prompt with an image span in the middle: the span's rows take the tower's rows and the
+// delimiters, route with bias_vl and are dead to Engram. Logits equal the reference's in fp32,
+// fed whole, in chunks that cut the span, and token by token.
+TEST(Vision, ImagePromptMatchesReferenceFp32) {
+  const std::string preset = "tiny+vision";
+  LoadedModel m = load_model(preset, Numerics::Fp32);
+  const ModelConfig& c = m.model->config();
+  const int64_t D = c.dim, V = c.vocab_size, vit_h = 5, vit_w = 7, llm_h = 2, llm_w = 3;
+  const auto patches = random_patches(vit_h * vit_w, 3 * 14 * 14, 9);
+  std::vector<float> rows;
+  m.model->encode_image(patches.data(), vit_h, vit_w, rows);
+  ASSERT_EQ(int64_t(rows.size()), llm_h * llm_w * D);
+  // [IMAGE_START] + ([IMAGE] * 3 + [IMAGE_NEW_LINE]) * 2 + [IMAGE_END] between text.
+  std::vector<int32_t> tokens = random_tokens(5, V - 2, 31);
+  std::vector<const float*> embeds(tokens.size(), nullptr);
+  std::vector<int64_t> image_rows;
+  auto span = [&](const float* e) {
+    image_rows.push_back(int64_t(tokens.size()));
+    tokens.push_back(int32_t(c.image_token_id));
+    embeds.push_back(e);
+  };
+  span(m.model->image_delimiter(0));
+  for (int64_t y = 0, k = 0; y < llm_h; ++y) {
+    for (int64_t x = 0; x < llm_w; ++x, ++k) span(&rows[size_t(k * D)]);
+    span(m.model->image_delimiter(2));
+  }
+  span(m.model->image_delimiter(3));
+  for (int32_t t : random_tokens(5, V - 2, 32)) {
+    tokens.push_back(t);
+    embeds.push_back(nullptr);
+  }
+  const int64_t T = int64_t(tokens.size());
+
+  // The reference, with the span rows' embeddings as an array.
+  std::vector<float> dense(size_t(T * D), 0.0f);
+  std::string ids, at;
+  for (int64_t i = 0; i < T; ++i) {
+    if (embeds[size_t(i)])
+      std::copy(embeds[size_t(i)], embeds[size_t(i)] + D, &dense[size_t(i * D)]);
+    ids += (i ? "," : "") + std::to_string(tokens[size_t(i)]);
+  }
+  for (size_t i = 0; i < image_rows.size(); ++i)
+    at += (i ? "," : "") + std::to_string(image_rows[i]);
+  const fs::path e =
+      fs::temp_directory_path() / ("deepinfer-image-" + std::to_string(::getpid()) + ".npy");
+  const fs::path out =
+      fs::temp_directory_path() / ("deepinfer-image-" + std::to_string(::getpid()) + ".npz");
+  npy_write_f32(e.string(), dense.data(), {T, D});
+  run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
+              "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
+              " --prompt-ids " + ids + " --dtype fp32 --image-embeds " + e.string() +
+              " --image-rows " + at + " --out " + out.string());
+  const auto want = npz_read(out.string()).at("logits").as<double>();
+  fs::remove(e);
+  fs::remove(out);
+  ASSERT_EQ(int64_t(want.size()), T * V);
+
+  std::vector<int64_t> one_by_one(size_t(T), 1);
+  for (const std::vector<int64_t>& chunks :
+       {std::vector<int64_t>{T}, std::vector<int64_t>{3, 9, T - 12}, one_by_one}) {
+    const auto got = run_chunks(*m.model, tokens, chunks, embeds);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
+    EXPECT_LE(worst, 1e-3) << chunks.size() << " chunks";
+  }
+  // The image matters: the same tokens as text give other logits after the span.
+  const auto text = run_chunks(*m.model, tokens, {T});
+  double moved = 0;
+  for (int64_t i = (image_rows.back() + 1) * V; i < T * V; ++i)
+    moved = std::max(moved, std::fabs(double(text[size_t(i)]) - want[size_t(i)]));
+  EXPECT_GT(moved, 1e-2);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

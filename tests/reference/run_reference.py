@@ -51,6 +51,9 @@ def main(argv=None):
                     help="reproduce the public demo's index-key pointer on one-token decode calls")
     ap.add_argument("--draft", action="store_true", help="DSpark drafts at every greedy step")
     ap.add_argument("--dump-dir", help="write <dir>/call<k>/<name>.npy activations per call")
+    ap.add_argument("--image-embeds", help=".npy [prompt length, dim]: image-span rows' embeddings "
+                    "(docs/vision.md), with --image-rows")
+    ap.add_argument("--image-rows", help="comma-separated prompt positions of image-span rows")
     ap.add_argument("--out", required=True, help="output .npz")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -65,7 +68,12 @@ def main(argv=None):
         t0 = time.time()
         model = load_model(a.model, dtype=a.dtype, token_map=a.token_map, demo_decode_defect=a.demo_decode_defect)
         t1 = time.time()
-        logits = run_prompt(model, ids, chunks=chunks, stepwise=a.stepwise, dump_dir=a.dump_dir)
+        image = None
+        if a.image_rows:
+            mask = np.zeros(len(ids), dtype=bool)
+            mask[int_list(a.image_rows, "--image-rows")] = True
+            image = (mask, np.load(a.image_embeds).astype(np.float64))
+        logits = run_prompt(model, ids, chunks=chunks, stepwise=a.stepwise, dump_dir=a.dump_dir, image=image)
         out = {"logits": logits}
         if a.greedy:
             g_ids, g_logits = [greedy_argmax(logits[-1])], [logits[-1]]

@@ -7,9 +7,10 @@ from .safetensors_io import Checkpoint, CheckpointError
 from .tiny import ALT_CONFIG, TINY_CONFIG, fill_engram_sizes, make_tiny_checkpoint
 
 
-def run_prompt(model, ids, chunks=None, stepwise=False, dump_dir=None):
+def run_prompt(model, ids, chunks=None, stepwise=False, dump_dir=None, image=None):
     """Feed ids from position 0 (model is reset) as one call, as `chunks` sizes, or one token at a
-    time; returns logits [len(ids), vocab] stacked from all calls."""
+    time; returns logits [len(ids), vocab] stacked from all calls. `image`: None or (mask [n],
+    embeds [n, dim]) over the whole prompt (Model.forward)."""
     import numpy as np
 
     model.reset()
@@ -22,7 +23,8 @@ def run_prompt(model, ids, chunks=None, stepwise=False, dump_dir=None):
         raise ValueError(f"chunks {chunks} do not split a prompt of {len(ids)} tokens")
     out, at = [], 0
     for n in chunks:
-        out.append(model.forward(ids[at : at + n], dump_dir=dump_dir))
+        part = None if image is None else (image[0][at : at + n], image[1][at : at + n])
+        out.append(model.forward(ids[at : at + n], dump_dir=dump_dir, image=part))
         at += n
     return np.concatenate(out)
 

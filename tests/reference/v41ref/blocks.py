@@ -48,8 +48,9 @@ def hc_post(y, x, post, comb, mode):
 # --- MoE --------------------------------------------------------------------------------------
 
 
-def route(v, lw, cfg, mode):
-    """Router (spec 8.1): returns (expert ids [T, k] in selection order, weights [T, k])."""
+def route(v, lw, cfg, mode, image_mask=None):
+    """Router (spec 8.1): returns (expert ids [T, k] in selection order, weights [T, k]). Rows of
+    `image_mask` select with bias_vl (docs/vision.md)."""
     rf = mode.rf
     s = rf(rf(v @ lw.gate_w.T) / mode.const(cfg.gate_temp))
     if cfg.score_func == "sqrtsoftplus":
@@ -62,7 +63,10 @@ def route(v, lw, cfg, mode):
     else:
         raise ValueError(f"{cfg.source}: score_func: unknown {cfg.score_func!r}")
     k = getattr(lw, "topk", cfg.n_activated_experts)  # draft stages have their own
-    ids = nx.stable_topk_desc(rf(sc + lw.gate_bias), k)
+    bias = lw.gate_bias[None, :]
+    if image_mask is not None and image_mask.any():
+        bias = np.where(image_mask[:, None], lw.gate_bias_vl[None, :], bias)
+    ids = nx.stable_topk_desc(rf(sc + bias), k)
     w = np.take_along_axis(sc, ids, axis=-1)
     if cfg.norm_topk_prob and k > 1:
         w = rf(w / rf(rf(w.sum(axis=-1, keepdims=True)) + mode.const(1e-20)))
@@ -83,9 +87,9 @@ def expert(v, w1, w2, w3, weight, cfg, mode):
     return w2(mode.ra(a), mode)
 
 
-def moe(v, lw, cfg, mode):
+def moe(v, lw, cfg, mode, image_mask=None):
     """Routed experts in ascending id order, then the shared expert, fp32 sum, one final rounding."""
-    ids, w = route(v, lw, cfg, mode)
+    ids, w = route(v, lw, cfg, mode, image_mask)
     y = np.zeros_like(v)
     for e in np.unique(ids):
         tok, slot = np.nonzero(ids == e)
@@ -99,8 +103,9 @@ def moe(v, lw, cfg, mode):
 # --- Engram (spec 9.5) ------------------------------------------------------------------------
 
 
-def engram_update(x, ids, lw, cfg, mode):
-    """x [T, M, D] stream, ids [T, NC] hash ids of this layer -> updated stream."""
+def engram_update(x, ids, lw, cfg, mode, image_mask=None):
+    """x [T, M, D] stream, ids [T, NC] hash ids of this layer -> updated stream. Image rows
+    (`image_mask`) have gate 0: they pass through."""
     rf, T, M, D = mode.rf, x.shape[0], cfg.hc_mult, cfg.dim
     eps = mode.const(cfg.norm_eps)
     ev = lw.eng_table.lookup(ids).reshape(T, -1)  # [T, NC*Dm] bf16 rows, n-gram order major
@@ -112,6 +117,8 @@ def engram_update(x, ids, lw, cfg, mode):
     dot = rf(rf(rf(np.sum(x * omega[None] * key, axis=-1)) * r) * mode.const(D**-0.5))
     mag = np.sqrt(np.maximum(np.abs(dot), mode.const(1e-6)))
     gate = rf(nx.sigmoid(np.copysign(rf(mag), dot)))  # sign of +-0 kept
+    if image_mask is not None:
+        gate = np.where(image_mask[:, None], 0.0, gate)
     return mode.ra(x + gate[..., None] * val[:, None, :])
 
 

@@ -122,9 +122,12 @@ class EngramHasher:
             out[..., cols] = rolling[..., None] % self.flat_primes[None, :, cols] + self.offsets[None, :, cols]
         return out
 
-    def step(self, raw_ids, start_pos):
-        """Hash ids of one chunk and the history update (spec 12.5)."""
+    def step(self, raw_ids, start_pos, dead=None):
+        """Hash ids of one chunk and the history update (spec 12.5); positions of `dead` (image
+        rows) are DEAD."""
         comp = self.compress(raw_ids)
+        if dead is not None and np.any(dead):
+            comp = np.where(np.asarray(dead, dtype=bool), DEAD, comp)
         need = min(self.ng - 1, start_pos)
         if len(self.history) < need:
             raise ValueError("engram history shorter than the chunk's start position requires")

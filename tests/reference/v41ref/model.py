@@ -61,6 +61,8 @@ def _load_layer(rd, cfg, l, prefix=None, n_experts=None):
     E = n_experts or cfg.n_routed_experts
     lw.gate_w = rd.floats(f + "gate.weight", (E, D))  # bf16 parameter used as fp32
     lw.gate_bias = rd.floats(f + "gate.bias", (E,), eff="f32")
+    if rd.has(f + "gate.bias_vl") and not p.startswith("mtp."):  # image rows' selection bias
+        lw.gate_bias_vl = rd.floats(f + "gate.bias_vl", (E,), eff="f32")
     lw.experts = [
         (rd.qlinear(f"{f}experts.{e}.w1", F, D), rd.qlinear(f"{f}experts.{e}.w2", D, F),
          rd.qlinear(f"{f}experts.{e}.w3", F, D))
@@ -148,9 +150,11 @@ class Model:
         if self.draft_head is not None:
             self.draft_head.reset()
 
-    def forward(self, tokens, dump_dir=None):
+    def forward(self, tokens, dump_dir=None, image=None):
         """Process tokens at positions [pos, pos+n); returns logits [n, vocab] (fp32, or float64 in
-        fp64 mode). With dump_dir, writes <dump_dir>/call<k>/<name>.npy for this call."""
+        fp64 mode). With dump_dir, writes <dump_dir>/call<k>/<name>.npy for this call. `image`:
+        None, or (mask [n] bool, embeds [n, dim]): the image-span rows (docs/vision.md) take their
+        embedding from `embeds`, select experts with bias_vl and are dead to Engram."""
         cfg, mode = self.cfg, self.mode
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
@@ -164,20 +168,24 @@ class Model:
         self.calls += 1
         s, T, M = self.state.pos, tokens.size, cfg.hc_mult
         call = Call(s, T, call_dir, mode.out_dtype)
-        ids = self.hasher.step(tokens, s) if self.hasher is not None else None
+        mask = np.zeros(T, dtype=bool) if image is None else np.asarray(image[0], dtype=bool)
+        ids = self.hasher.step(tokens, s, dead=mask) if self.hasher is not None else None
 
-        x = np.repeat(self.embed.lookup(tokens)[:, None, :], M, axis=1)  # [T, M, D], replicated
+        e = self.embed.lookup(tokens)
+        if image is not None:
+            e = np.where(mask[:, None], np.asarray(image[1], dtype=np.float64), e)
+        x = np.repeat(e[:, None, :], M, axis=1)  # [T, M, D], replicated
         pi = np.zeros((T, M))
         pi[:, 0] = 1.0
         taps = []
         for l in range(cfg.n_layers):
             lw = self.layers[l]
             if l in cfg.engram_layer_ids:
-                x = engram_update(x, ids[:, cfg.engram_layer_ids.index(l)], lw, cfg, mode)
+                x = engram_update(x, ids[:, cfg.engram_layer_ids.index(l)], lw, cfg, mode, mask)
                 call.dump(f"L{l}.engram.x", x)
             if l in cfg.dspark_target_layer_ids:
                 taps.append(mode.ra(np.mean(x, axis=1)))  # the draft head's tap (spec 10.4)
-            x, pi = self._block(l, x, pi, call)
+            x, pi = self._block(l, x, pi, call, image_mask=mask)
         h = final_hidden(x, pi, self.norm, cfg, mode)
         call.dump("final.h", h)
         logits = mode.rf(h @ self.head.T)
@@ -193,7 +201,7 @@ class Model:
             raise ValueError(f"{self.cfg.source}: the checkpoint has no DSpark draft head")
         return self.draft_head.draft(token, self.state.pos - 1)
 
-    def _block(self, l, x, pi_in, call, lw=None, attention=None):
+    def _block(self, l, x, pi_in, call, lw=None, attention=None, image_mask=None):
         """One block with the single-pass hc schedule (spec 7.3); a draft stage brings its weights
         and its attention (u -> output)."""
         cfg, mode = self.cfg, self.mode
@@ -209,7 +217,7 @@ class Model:
         pre_f, post_f, comb_f = hc_mixes(x1, lw.hc_ffn_fn, lw.hc_ffn_scale, lw.hc_ffn_base, cfg, mode)
         v = rmsnorm(hc_pre(x1, pre_a, mode), lw.ffn_norm, mode, eps)  # the attention's pre
         call.dump(f"L{l}.ffn.v", v)
-        y = moe(v, lw, cfg, mode)
+        y = moe(v, lw, cfg, mode, image_mask)
         call.dump(f"L{l}.ffn.out", y)
         x2 = hc_post(y, x1, post_f, comb_f, mode)
         call.dump(f"L{l}.hc.x2", x2)
