@@ -82,9 +82,85 @@ std::string check_sampling_params(const SamplingParams& p) {
 }
 
 std::string Engine::add_request(Request req) {
+  std::vector<float> rows;
+  std::vector<const float*> at;
+  if (!req.images.empty()) {
+    if (std::string e = expand_images(req, rows, at); !e.empty()) return e;
+  }
   if (std::string e = check_request(req); !e.empty()) return e;
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  return scheduler_->add(std::move(req));
+  const RequestId id = req.id;
+  if (std::string e = scheduler_->add(std::move(req)); !e.empty()) return e;
+  if (!at.empty()) {
+    Sequence* s = scheduler_->find(id);
+    s->image_rows = std::move(rows);  // the pointers into it stay valid: the buffer moves
+    s->image_at = std::move(at);
+  }
+  return "";
+}
+
+std::string Engine::expand_images(Request& req, std::vector<float>& rows,
+                                  std::vector<const float*>& at) {
+  const ModelConfig& c = model_.config();
+  if (!model_.has_vision())
+    return str_cat("the request has ", req.images.size(),
+                   " image(s), and this model has no vision tower");
+  if (!runner_->alone()) return "images are served by a single rank (no cp/ep/dp ranks) for now";
+  const int32_t image = int32_t(c.image_token_id);
+  const size_t holders = size_t(std::count(req.prompt_ids.begin(), req.prompt_ids.end(), image));
+  if (holders != req.images.size())
+    return str_cat("the prompt has ", holders, " image placeholder(s) (token ", image, ") for ",
+                   req.images.size(), " image(s)");
+  const int64_t D = c.dim, r = c.vision_downsample_ratio, P = c.vision_patch_size;
+  // The tower's rows of every image, then each span position's embedding.
+  std::vector<int64_t> first;  // each image's first row in `rows`
+  for (size_t k = 0; k < req.images.size(); ++k) {
+    const RequestImage& im = req.images[k];
+    if (im.vit_h <= 0 || im.vit_w <= 0 ||
+        int64_t(im.patches.size()) != im.vit_h * im.vit_w * 3 * P * P)
+      return str_cat("image ", k, ": ", im.patches.size(), " patch values for a ", im.vit_h, "x",
+                     im.vit_w, " grid of ", 3 * P * P);
+    std::vector<float> out;
+    model_.encode_image(im.patches.data(), im.vit_h, im.vit_w, out);
+    first.push_back(int64_t(rows.size()) / D);
+    rows.insert(rows.end(), out.begin(), out.end());
+  }
+  std::vector<int32_t> ids;
+  std::vector<int64_t> row_of;  // per position: a row of `rows`, or -(1 + delimiter type), or 0
+  size_t k = 0;
+  for (int32_t t : req.prompt_ids) {
+    if (t != image) {
+      ids.push_back(t);
+      row_of.push_back(INT64_MIN);
+      continue;
+    }
+    const RequestImage& im = req.images[k];
+    const int64_t lh = (im.vit_h + r - 1) / r, lw = (im.vit_w + r - 1) / r;
+    if (lh * (lw + 1) + 2 > c.vision_max_n_token)
+      return str_cat("image ", k, ": a span of ", lh * (lw + 1) + 2, " tokens, more than ",
+                     c.vision_max_n_token, " (vision_max_n_token)");
+    auto push = [&](int64_t v) {
+      ids.push_back(image);
+      row_of.push_back(v);
+    };
+    push(-1);  // IMAGE_START
+    for (int64_t y = 0; y < lh; ++y) {
+      for (int64_t x = 0; x < lw; ++x) push(first[k] + y * lw + x);
+      push(-3);  // IMAGE_NEW_LINE
+    }
+    push(-4);  // IMAGE_END
+    ++k;
+  }
+  at.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t v = row_of[i];
+    at[i] = v == INT64_MIN ? nullptr
+            : v < 0        ? model_.image_delimiter(int(-v - 1))
+                           : rows.data() + v * D;
+  }
+  req.prompt_ids = std::move(ids);
+  req.images.clear();
+  return "";
 }
 
 std::string Engine::check_request(const Request& req) const {

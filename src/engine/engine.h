@@ -126,6 +126,9 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  // Images of a request: its placeholders replaced by spans, the tower run; `rows` and `at` go
+  // to its Sequence (image_rows, image_at). Returns an error, or "".
+  std::string expand_images(Request& req, std::vector<float>& rows, std::vector<const float*>& at);
   Sampler sampler_;
   // Per-step buffers, kept for their capacity.
   SchedOutput sched_out_;

@@ -1,5 +1,7 @@
 #include "engine/parallel.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/region_timer.h"
 
@@ -114,6 +116,9 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
     batch_.tokens.clear();
     batch_.seqs.clear();
     batch_.saves.clear();
+    batch_.image_embeds.clear();
+    const bool images = std::any_of(out.seqs.begin(), out.seqs.end(),
+                                    [](const SchedSeq& q) { return q.image_at != nullptr; });
     for (const SchedSeq& q : out.seqs) {
       for (const SchedSeq::Save& v : q.saves)
         if (v.snap >= 0) batch_.saves.push_back({int32_t(batch_.seqs.size()), v.boundary, v.snap});
@@ -132,6 +137,14 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
       batch_.tokens.insert(batch_.tokens.end(), q.tokens.begin(), q.tokens.end());
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());
+      if (images) {  // the rows' embeddings of image spans (drafts and padding are text)
+        for (int64_t i = 0; i < real; ++i) {
+          const int64_t p = q.start_pos + i;
+          batch_.image_embeds.push_back(
+              q.image_at && p < q.image_len && i < real - q.n_drafts ? q.image_at[p] : nullptr);
+        }
+        batch_.image_embeds.insert(batch_.image_embeds.end(), size_t(q.n_padding), nullptr);
+      }
     }
   }
   logits_.resize(size_t(batch_.n_logit_rows() * model_.config().vocab_size));

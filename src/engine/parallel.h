@@ -85,6 +85,8 @@ class ModelRunner {
   const std::vector<float>* run(const SchedOutput& out);
   // Other ranks still have work, so this one must keep stepping with them.
   bool others_busy() const { return dp_ && busy_; }
+  // Other ranks run this rank's steps (image rows' embeddings are not sent to them).
+  bool alone() const { return !followers_ && !dp_; }
 
   // Runs the step; returns [number of sampling sequences, vocab] logits in SchedOutput order.
   // An empty step runs the model only on a rank that takes empty steps (an idle data-parallel

@@ -45,10 +45,19 @@ struct SamplingParams {
   std::vector<int32_t> draft_reference;
 };
 
+// An image of a prompt (docs/vision.md) as vision::preprocess makes it: its patch grid.
+struct RequestImage {
+  std::vector<uint16_t> patches;  // bf16 [vit_h * vit_w, 3 p^2]
+  int64_t vit_h = 0, vit_w = 0;
+};
+
 struct Request {
   RequestId id = 0;
+  // With images, each image_token_id here stands for one image, in order: the engine replaces it
+  // by the image's span and runs the vision tower before the request is scheduled.
   std::vector<int32_t> prompt_ids;
   SamplingParams params;
+  std::vector<RequestImage> images;
 };
 
 enum class FinishReason { None, Length, Stop, Abort, Error };

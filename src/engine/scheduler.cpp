@@ -223,7 +223,7 @@ void Scheduler::admit(Sequence* s) {
 }
 
 bool Scheduler::take_hit(Sequence* s) {
-  if (!cache_.enabled() || s->num_computed > 0) return false;
+  if (!cache_.enabled() || s->num_computed > 0 || !s->image_at.empty()) return false;
   cache_.extend_hashes(s->tokens, &s->block_hashes);
   // At least the last token is computed: its logits pick the next one.
   const int64_t max_blocks = (int64_t(s->tokens.size()) - 1) / cfg_.block_tokens;
@@ -243,7 +243,7 @@ void Scheduler::drop_hit(Sequence* s) {
 }
 
 void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {
-  if (!cache_.enabled()) return;
+  if (!cache_.enabled() || !s->image_at.empty()) return;
   // Drafts are not the sequence's tokens yet: blocks they complete are entered (without a
   // snapshot) by the next step, once accepted.
   const int64_t B = cfg_.block_tokens, start = s->num_computed,
@@ -416,6 +416,8 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     q.n_padding = rows_of(s, n) - n;
     q.decode = decoding(s);
     q.rollback = std::exchange(s->rollback, false);
+    q.image_at = s->image_at.empty() ? nullptr : s->image_at.data();
+    q.image_len = int64_t(s->image_at.size());
     // A scheduled sequence holds a block, so nothing announced means a table not yet started.
     q.reset_blocks = s->blocks_sent == 0;
     q.new_blocks.assign(s->blocks.begin() + long(s->blocks_sent), s->blocks.end());

@@ -54,6 +54,11 @@ struct Sequence {
   // Back-off while drafts keep missing: verify steps in a row that accepted nothing, and decode
   // steps left before the next drafts (Scheduler::note_acceptance).
   int32_t spec_misses = 0, spec_pause = 0, spec_pause_len = 0;
+  // Images: the embedding of each prompt position of an image span (null for text), into
+  // image_rows or the model's delimiters. Such a sequence takes no part in prefix caching (its
+  // span's token ids do not tell images apart).
+  std::vector<float> image_rows;
+  std::vector<const float*> image_at;
 
   bool running() const { return slot >= 0; }
 
@@ -101,6 +106,9 @@ struct SchedSeq {
     int32_t snap = 0, unused = 0;
   };
   std::vector<Save> saves;
+  // Image-span rows: the embedding of positions [0, image_len) (null for text), or null.
+  const float* const* image_at = nullptr;
+  int64_t image_len = 0;
 };
 
 struct SchedOutput {

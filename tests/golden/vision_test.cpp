@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/dtype.h"
+#include "engine/engine.h"
 #include "io/npy.h"
 #include "model_harness.h"
 #include "npy_reader.h"
@@ -169,6 +170,109 @@ TEST(Vision, ImagePromptMatchesReferenceFp32) {
   for (int64_t i = (image_rows.back() + 1) * V; i < T * V; ++i)
     moved = std::max(moved, std::fabs(double(text[size_t(i)]) - want[size_t(i)]));
   EXPECT_GT(moved, 1e-2);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+// An image request through the engine: its placeholder becomes the image's span, the tower runs,
+// and greedy decoding gives the reference's tokens, alone and batched with text requests in
+// chunks of 7 prompt rows (the span cut across steps), prefix caching on.
+TEST(Vision, EngineImageRequestMatchesReference) {
+  const std::string preset = "tiny+vision";
+  LoadedModel m = load_model(preset, Numerics::Fp32);
+  const ModelConfig& c = m.model->config();
+  const int64_t D = c.dim, V = c.vocab_size, vit_h = 4, vit_w = 8;  // llm grid 2 x 3
+  Request img;
+  img.id = 1;
+  img.prompt_ids = random_tokens(4, V - 2, 41);
+  img.prompt_ids.push_back(int32_t(c.image_token_id));
+  for (int32_t t : random_tokens(3, V - 2, 42)) img.prompt_ids.push_back(t);
+  img.images.push_back({random_patches(vit_h * vit_w, 3 * 14 * 14, 43), vit_h, vit_w});
+  img.params.max_tokens = 6;
+  img.params.temperature = 0;
+  img.params.ignore_eos = true;
+
+  // The reference's prompt: the span written out, with the tower's rows and the delimiters.
+  std::vector<float> rows;
+  m.model->encode_image(img.images[0].patches.data(), vit_h, vit_w, rows);
+  std::vector<int32_t> ids(img.prompt_ids.begin(), img.prompt_ids.begin() + 4);
+  std::vector<const float*> at(4, nullptr);
+  auto span = [&](const float* e) {
+    ids.push_back(int32_t(c.image_token_id));
+    at.push_back(e);
+  };
+  span(m.model->image_delimiter(0));
+  for (int64_t y = 0; y < 2; ++y) {
+    for (int64_t x = 0; x < 3; ++x) span(&rows[size_t((y * 3 + x) * D)]);
+    span(m.model->image_delimiter(2));
+  }
+  span(m.model->image_delimiter(3));
+  for (size_t i = 5; i < img.prompt_ids.size(); ++i) {
+    ids.push_back(img.prompt_ids[i]);
+    at.push_back(nullptr);
+  }
+  const int64_t T = int64_t(ids.size());
+  std::vector<float> dense(size_t(T * D), 0.0f);
+  std::string list, where;
+  for (int64_t i = 0; i < T; ++i) {
+    if (at[size_t(i)]) {
+      std::copy(at[size_t(i)], at[size_t(i)] + D, &dense[size_t(i * D)]);
+      where += (where.empty() ? "" : ",") + std::to_string(i);
+    }
+    list += (i ? "," : "") + std::to_string(ids[size_t(i)]);
+  }
+  const std::string tag = std::to_string(::getpid());
+  const fs::path e = fs::temp_directory_path() / ("deepinfer-engine-image-" + tag + ".npy");
+  const fs::path out = fs::temp_directory_path() / ("deepinfer-engine-image-" + tag + ".npz");
+  npy_write_f32(e.string(), dense.data(), {T, D});
+  run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
+              "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
+              " --prompt-ids " + list + " --dtype fp32 --greedy 6 --image-embeds " + e.string() +
+              " --image-rows " + where + " --out " + out.string());
+  const auto want = npz_read(out.string()).at("greedy_ids").as<int64_t>();
+  fs::remove(e);
+  fs::remove(out);
+
+  Request text;
+  text.id = 2;
+  text.prompt_ids = random_tokens(11, V - 2, 44);
+  text.params = img.params;
+  for (bool batched : {false, true}) {
+    EngineConfig cfg;
+    cfg.sched.max_num_seqs = 4;
+    cfg.sched.max_num_prefill_tokens = 7;
+    cfg.sched.max_num_batched_tokens = 11;
+    cfg.sched.block_tokens = 16;
+    Engine eng(*m.model, cfg);
+    ASSERT_EQ(eng.add_request(img), "");
+    if (batched) ASSERT_EQ(eng.add_request(text), "");
+    std::map<RequestId, std::vector<int32_t>> got;
+    for (int guard = 0; eng.has_unfinished() && guard < 1000; ++guard) {
+      eng.step();
+      for (auto& o : eng.take_finished()) got[o.id] = o.output_ids;
+    }
+    ASSERT_EQ(got[1].size(), want.size()) << "batched " << batched;
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_EQ(got[1][i], int32_t(want[i])) << "token " << i << ", batched " << batched;
+  }
+
+  // Refusals name what is wrong.
+  Engine eng(*m.model, EngineConfig{});
+  Request two = img;
+  two.id = 3;
+  two.images.push_back(two.images[0]);
+  EXPECT_NE(eng.add_request(two).find("1 image placeholder(s)"), std::string::npos);
+  Request bad = img;
+  bad.id = 4;
+  bad.images[0].vit_w = 9;
+  EXPECT_NE(eng.add_request(bad).find("patch values"), std::string::npos);
+  LoadedModel plain = load_model("tiny", Numerics::Fp32);
+  Engine text_only(*plain.model, EngineConfig{});
+  EXPECT_NE(text_only.add_request(img).find("no vision tower"), std::string::npos);
 }
 
 }  // namespace
