@@ -17,6 +17,7 @@
 #include "server/json_fields.h"
 #include "server/structured_output.h"
 #include "tokenizer/chat.h"
+#include "vision/image.h"
 
 namespace deepinfer::app {
 
@@ -97,7 +98,19 @@ void apply_request_fields(const json& j, const GenerateOptions& o, server::Model
   server::constrain(shape, info, p);
 }
 
+// An image of a JSONL line: its bytes decoded as Pillow decodes them and preprocessed for the
+// model's tower (docs/vision.md).
+RequestImage load_image(const vision::VisionLimits& v, const std::string& source,
+                        const std::string& what) {
+  DI_REQUIRE(v.max_tokens > 0, what, ": this model has no vision tower (vision_n_layers = 0)");
+  const vision::RgbImage img =
+      vision::decode_image(vision::image_source_bytes(source, what, /*allow_files=*/true), what);
+  vision::ImagePatches p = vision::preprocess(img, v);
+  return {std::move(p.patches), p.plan.vit_h, p.plan.vit_w};
+}
+
 std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab,
+                               const vision::VisionLimits& vision,
                                const std::function<server::GrammarCache*()>& grammars) {
   std::vector<Input> in;
   server::ModelInfo info;  // what a line's fields are checked against
@@ -144,6 +157,15 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           x.req.prompt_ids = token_ids(j["prompt_ids"], "\"prompt_ids\"");
         }
         apply_request_fields(j, o, info, grammars, &x.req.params);
+        // Images (docs/vision.md): data URLs or files, one per image placeholder of the prompt.
+        if (const json* v = server::find_field(j, "images")) {
+          DI_REQUIRE(v->is_array(), "\"images\" must be an array of data: URLs or file paths");
+          for (size_t k = 0; k < v->size(); ++k) {
+            const std::string what = str_cat("images[", k, "]");
+            DI_REQUIRE((*v)[k].is_string(), what, " must be a string (a data: URL or a file path)");
+            x.req.images.push_back(load_image(vision, (*v)[k].get<std::string>(), what));
+          }
+        }
         // Benchmarks and tests: a previous run's output to draft from (speculative decoding).
         if (j.contains("draft_reference"))
           x.req.params.draft_reference = token_ids(j["draft_reference"], "\"draft_reference\"");
@@ -198,7 +220,11 @@ void generate(GenerateOptions& o) {
   }
   // Requests go to the least loaded data-parallel replica (this one when there is one).
   Replicas engine(*le.engine, le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);
-  std::vector<Input> inputs = read_inputs(o, tok, vocab, grammar_cache);
+  const ModelConfig& mc = le.checkpoint->config();
+  const vision::VisionLimits vision{mc.vision_patch_size, mc.vision_downsample_ratio,
+                                    mc.has_vision() ? mc.vision_max_n_token : 0,
+                                    mc.vision_min_pixels, mc.vision_max_wh_ratio};
+  std::vector<Input> inputs = read_inputs(o, tok, vocab, vision, grammar_cache);
   const size_t n = inputs.size();
   std::vector<json> results(n);
   for (size_t i = 0; i < n; ++i) {
@@ -284,7 +310,8 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--prompts", o->prompts_file,
                   "JSONL file, one request a line: {\"prompt\": ...} or {\"prompt_ids\": [...]} "
                   "with optional max_tokens, temperature, top_p, top_k, min_p, seed, stop, ..., "
-                  "draft_reference (token ids to draft from while the output follows them)");
+                  "draft_reference (token ids to draft from while the output follows them), "
+                  "images (data: URLs or files, one per image token of the prompt)");
   cmd->add_option("--num-prompts", o->num_prompts, "Synthetic random prompts (seeded by --seed)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
   cmd->add_option("--input-len", o->input_len, "Length of synthetic prompts")

@@ -345,6 +345,57 @@ uint8_t tap_sum(const uint8_t* s, int64_t step, const int32_t* k, int64_t n) {
 
 }  // namespace
 
+std::string image_source_bytes(std::string_view src, const std::string& what, bool allow_files,
+                               size_t max_bytes) {
+  const auto starts = [&](std::string_view p) { return src.substr(0, p.size()) == p; };
+  if (starts("data:")) {
+    const size_t comma = src.find(',');
+    DI_REQUIRE(comma != std::string_view::npos && src.substr(0, comma).ends_with(";base64"), what,
+               ": a data URL must be data:<type>;base64,<data>");
+    int8_t value[256];
+    std::fill(value, value + 256, int8_t(-1));
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for (int i = 0; i < 64; ++i) value[uint8_t(alphabet[i])] = int8_t(i);
+    std::string out;
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t pad = 0;
+    for (size_t i = comma + 1; i < src.size(); ++i) {
+      const char ch = src[i];
+      if (ch == '=') {
+        ++pad;
+        continue;
+      }
+      DI_REQUIRE(pad == 0 && value[uint8_t(ch)] >= 0, what,
+                 ": the data URL's content is not base64 (", "character ", i - comma - 1, ")");
+      acc = (acc << 6) | uint32_t(value[uint8_t(ch)]);
+      bits += 6;
+      if (bits >= 8) {
+        bits -= 8;
+        out.push_back(char((acc >> bits) & 0xff));
+      }
+      DI_REQUIRE(out.size() <= max_bytes, what, ": an image of more than ", max_bytes, " bytes");
+    }
+    DI_REQUIRE(pad <= 2 && (bits < 6), what, ": the data URL's base64 content is truncated");
+    return out;
+  }
+  DI_REQUIRE(!starts("http://") && !starts("https://"), what,
+             ": remote image URLs are not fetched; send the image as a data: URL");
+  DI_REQUIRE(allow_files, what, ": expected a data:<type>;base64,<data> URL");
+  const std::string path(starts("file://") ? src.substr(7) : src);
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  DI_REQUIRE(f, what, ": cannot read the image file '", path, "'");
+  std::string out;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) {
+    out.append(buf, n);
+    if (out.size() > max_bytes) break;
+  }
+  std::fclose(f);
+  DI_REQUIRE(out.size() <= max_bytes, what, ": an image of more than ", max_bytes, " bytes");
+  return out;
+}
+
 RgbImage decode_image(std::string_view bytes, const std::string& what, int64_t max_pixels) {
   const auto starts = [&](std::string_view magic) {
     return bytes.substr(0, magic.size()) == magic;

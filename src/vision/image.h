@@ -17,6 +17,11 @@ struct RgbImage {
   std::vector<uint8_t> rgb;
 };
 
+// The bytes of an image source: a `data:` URL with base64 content, or (with `allow_files`) a
+// file path. Remote URLs are refused (nothing is fetched). Throws Error naming `what`.
+std::string image_source_bytes(std::string_view source, const std::string& what, bool allow_files,
+                               size_t max_bytes = size_t(64) << 20);
+
 // Decodes PNG, JPEG, GIF or WebP bytes (the first image of the file) into RGB as Pillow does:
 // alpha dropped (not composited), palettes mapped, gray replicated, 16-bit samples reduced to
 // their high byte (16-bit gray, which Pillow opens as 32-bit integers, clipped to 0..255

@@ -181,4 +181,26 @@ PY
   "$BIN" generate --model "$WORK/tok" --prompt "Hi" --chat --thinking --max-tokens 4 > "$WORK/c.jsonl" 2>/dev/null
   python3 -c "import json,sys; r=json.loads(open(sys.argv[1]).readline()); assert r['prompt_ids'][0]==0 and 'content' in r and 'reasoning_content' in r" "$WORK/c.jsonl" || fail "chat"
 fi
+# Images in a JSONL request (docs/vision.md): a file or a data: URL per image token; a mismatch
+# between images and image tokens, and images for a model without a tower, are that request's
+# errors.
+"$BIN" make-tiny --out "$WORK/vis" --vision | grep -q "wrote preset tiny" || fail "make-tiny --vision"
+IMG=$SRC/fuzz/seeds/image/rgb.png
+URL="data:image/png;base64,$(base64 -w0 "$SRC/fuzz/seeds/image/rgb.jpg")"
+{
+  echo "{\"prompt_ids\": [5, 129278, 7], \"images\": [\"$IMG\"], \"max_tokens\": 3}"
+  echo "{\"prompt_ids\": [5, 7], \"images\": [\"$IMG\"], \"max_tokens\": 3}"
+  echo "{\"prompt_ids\": [129278, 9], \"images\": [\"$URL\"], \"max_tokens\": 3}"
+  echo "{\"prompt_ids\": [129278], \"images\": [\"https://example.com/x.png\"]}"
+} > "$WORK/images.jsonl"
+"$BIN" generate --model "$WORK/vis" --prompts "$WORK/images.jsonl" --temperature 0 \
+  --output "$WORK/images_out.jsonl" 2>/dev/null && fail "generate with bad image lines exits 0"
+[ "$(grep -c '"finish_reason":"length"' "$WORK/images_out.jsonl")" = 2 ] ||
+  { cat "$WORK/images_out.jsonl"; fail "image requests: two should finish"; }
+grep -q '1 image(s)' "$WORK/images_out.jsonl" || fail "image placeholder mismatch not reported"
+grep -q 'not fetched' "$WORK/images_out.jsonl" || fail "remote image URL not refused"
+"$BIN" generate --model "$WORK/tiny" --prompts "$WORK/images.jsonl" --output "$WORK/x.jsonl" \
+  2>/dev/null && fail "images for a text model exit 0"
+grep -q 'no vision tower' "$WORK/x.jsonl" || fail "images for a text model not refused"
+
 echo "ok"

@@ -139,6 +139,41 @@ TEST(Image, BadBytesNameTheImage) {
   }
 }
 
+TEST(Image, Sources) {
+  const std::string png = read_file(pillow_dir() / "rgb_37x23.png");
+  // Base64 of the file, as a data URL.
+  const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string url = "data:image/png;base64,";
+  for (size_t i = 0; i < png.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(png[i])) << 16;
+    if (i + 1 < png.size()) v |= uint32_t(uint8_t(png[i + 1])) << 8;
+    if (i + 2 < png.size()) v |= uint32_t(uint8_t(png[i + 2]));
+    url += b64[v >> 18];
+    url += b64[(v >> 12) & 63];
+    url += i + 1 < png.size() ? b64[(v >> 6) & 63] : '=';
+    url += i + 2 < png.size() ? b64[v & 63] : '=';
+  }
+  EXPECT_EQ(image_source_bytes(url, "x", false), png);
+  const fs::path file = pillow_dir() / "rgb_37x23.png";
+  EXPECT_EQ(image_source_bytes(file.string(), "x", true), png);
+  EXPECT_EQ(image_source_bytes("file://" + file.string(), "x", true), png);
+  const auto message = [](const std::string& src, bool files) {
+    try {
+      image_source_bytes(src, "messages[1].content[0]", files);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(file.string(), false).find("expected a data:"), std::string::npos);
+  EXPECT_NE(message("https://example.com/a.png", true).find("not fetched"), std::string::npos);
+  EXPECT_NE(message("data:image/png,abc", false).find("base64"), std::string::npos);
+  EXPECT_NE(message("data:image/png;base64,ab$c", false).find("not base64"), std::string::npos);
+  EXPECT_NE(message("data:image/png;base64,a", false).find("truncated"), std::string::npos);
+  EXPECT_NE(message("/no/such/file.png", true).find("cannot read"), std::string::npos);
+  EXPECT_NE(message(url, false).find("no error"), std::string::npos);
+}
+
 TEST(Image, ResizeKeepsSizeAndRefusesEmpty) {
   RgbImage img;
   img.width = 3;
