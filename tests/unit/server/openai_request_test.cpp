@@ -225,6 +225,69 @@ TEST(OpenAiRequest, ChatMessagesEncodeLikeTheChatFormat) {
   EXPECT_EQ(r.params.max_tokens, 7);
 }
 
+// A 5x3 PNG (fuzz/seeds/image/rgb.png) as a data URL.
+std::string png_url() {
+  const std::string path = std::string(DEEPINFER_SOURCE_DIR) + "/fuzz/seeds/image/rgb.png";
+  const std::string bytes = vision::image_source_bytes(path, "test", true);
+  const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string url = "data:image/png;base64,";
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
+    if (i + 2 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 2]));
+    url += b64[v >> 18];
+    url += b64[(v >> 12) & 63];
+    url += i + 1 < bytes.size() ? b64[(v >> 6) & 63] : '=';
+    url += i + 2 < bytes.size() ? b64[v & 63] : '=';
+  }
+  return url;
+}
+
+TEST(OpenAiRequest, ChatImagePartsBecomeImageTokens) {
+  DI_REQUIRE_TOKENIZER(tok);
+  ModelInfo info = model_info(tok, 4096);
+  info.vision = {14, 3, 64, 56 * 56, 0.0};
+  info.image_token_id = 129278;
+  const std::string url = png_url();
+  const ApiRequest r = parse_api_request(kChat,
+                                         R"({"messages": [{"role": "user", "content": [
+      {"type": "text", "text": "Look:"}, {"type": "image_url", "image_url": {"url": ")" +
+                                             url + R"("}},
+      {"type": "text", "text": "What is it?"}]}]})",
+                                         info);
+  ASSERT_EQ(r.images.size(), 1u);
+  const vision::ImagePatches want = vision::preprocess(
+      vision::decode_image(vision::image_source_bytes(url, "x", false), "x"), info.vision);
+  EXPECT_EQ(r.images[0].patches, want.patches);
+  EXPECT_EQ(r.images[0].vit_h, want.plan.vit_h);
+  // One image token where the part was; the text around it as the chat format writes it.
+  const std::vector<int32_t>& ids = r.prompts[0];
+  ASSERT_EQ(std::count(ids.begin(), ids.end(), info.image_token_id), 1);
+  const auto at = std::find(ids.begin(), ids.end(), info.image_token_id);
+  std::vector<int32_t> text(ids.begin(), at);
+  EXPECT_TRUE(tok->decode(text).ends_with("Look:"));
+  text.insert(text.end(), at + 1, ids.end());
+  const std::vector<ChatMessage> plain = {msg(ChatRole::kUser, "Look:\n\nWhat is it?")};
+  EXPECT_EQ(tok->decode(text), encode_chat(plain, ChatOptions{}));
+  // Bad images, and images where they cannot go, are refusals naming the part.
+  const auto body = [](const std::string& role, const std::string& u) {
+    return R"({"messages": [{"role": ")" + role +
+           R"(", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": ")" +
+           u + R"("}}]}]})";
+  };
+  expect_refusal(kChat, body("user", "https://example.com/a.png"), info, 400,
+                 "messages[0].content[1].image_url.url", "invalid_image");
+  expect_refusal(kChat, body("user", "data:image/png;base64,AAAA"), info, 400,
+                 "messages[0].content[1].image_url.url", "invalid_image");
+  expect_refusal(kChat, body("user", "/etc/passwd"), info, 400,
+                 "messages[0].content[1].image_url.url", "invalid_image");
+  expect_refusal(kChat, body("assistant", url), info, 400, "messages[0].content[1].type",
+                 "unsupported_value");
+  info.vision.max_tokens = 0;  // no tower
+  expect_refusal(kChat, body("user", url), info, 400, "messages[0].content[1].type",
+                 "unsupported_value");
+}
+
 TEST(OpenAiRequest, ChatDefaultsToTheRestOfTheContext) {
   DI_REQUIRE_TOKENIZER(tok);
   const ModelInfo info = model_info(tok, 4096);
