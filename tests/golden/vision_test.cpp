@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include <unistd.h>
@@ -92,11 +93,58 @@ TEST(Vision, TextModelWithoutTowerRefusesImages) {
   EXPECT_THROW(m.model->encode_image(p.data(), 1, 1, out), Error);
 }
 
-}  // namespace
-}  // namespace deepinfer::testing
+// A prompt with text around an image span written out as the engine writes it: the span's rows
+// take the tower's rows (llm_h x llm_w) and the delimiters.
+struct SpanPrompt {
+  std::vector<int32_t> tokens;
+  std::vector<const float*> embeds;  // per token: its embedding, null for text
+};
+SpanPrompt span_prompt(Model& m, const std::vector<int32_t>& before, const std::vector<float>& rows,
+                       int64_t llm_h, int64_t llm_w, const std::vector<int32_t>& after) {
+  const int64_t D = m.config().dim;
+  SpanPrompt p{before, std::vector<const float*>(before.size(), nullptr)};
+  auto span = [&](const float* e) {
+    p.tokens.push_back(int32_t(m.config().image_token_id));
+    p.embeds.push_back(e);
+  };
+  span(m.image_delimiter(0));
+  for (int64_t y = 0; y < llm_h; ++y) {
+    for (int64_t x = 0; x < llm_w; ++x) span(&rows[size_t((y * llm_w + x) * D)]);
+    span(m.image_delimiter(2));
+  }
+  span(m.image_delimiter(3));
+  p.tokens.insert(p.tokens.end(), after.begin(), after.end());
+  p.embeds.resize(p.tokens.size(), nullptr);
+  return p;
+}
 
-namespace deepinfer::testing {
-namespace {
+// The reference on a span prompt in fp32 (run_reference.py `extra` flags): its arrays.
+std::map<std::string, NpyArray> reference_with_image(const std::string& preset, int64_t D,
+                                                     const SpanPrompt& p,
+                                                     const std::string& extra) {
+  const int64_t T = int64_t(p.tokens.size());
+  std::vector<float> dense(size_t(T * D), 0.0f);
+  std::string ids, at;
+  for (int64_t i = 0; i < T; ++i) {
+    if (const float* e = p.embeds[size_t(i)]) {
+      std::copy(e, e + D, &dense[size_t(i * D)]);
+      at += (at.empty() ? "" : ",") + std::to_string(i);
+    }
+    ids += (i ? "," : "") + std::to_string(p.tokens[size_t(i)]);
+  }
+  const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(T);
+  const fs::path e = fs::temp_directory_path() / ("deepinfer-image-" + tag + ".npy");
+  const fs::path out = fs::temp_directory_path() / ("deepinfer-image-" + tag + ".npz");
+  npy_write_f32(e.string(), dense.data(), {T, D});
+  run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
+              "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
+              " --prompt-ids " + ids + " --dtype fp32 --image-embeds " + e.string() +
+              " --image-rows " + at + " " + extra + " --out " + out.string());
+  auto arrays = npz_read(out.string());
+  fs::remove(e);
+  fs::remove(out);
+  return arrays;
+}
 
 // A prompt with an image span in the middle: the span's rows take the tower's rows and the
 // delimiters, route with bias_vl and are dead to Engram. Logits equal the reference's in fp32,
@@ -111,54 +159,17 @@ TEST(Vision, ImagePromptMatchesReferenceFp32) {
   m.model->encode_image(patches.data(), vit_h, vit_w, rows);
   ASSERT_EQ(int64_t(rows.size()), llm_h * llm_w * D);
   // [IMAGE_START] + ([IMAGE] * 3 + [IMAGE_NEW_LINE]) * 2 + [IMAGE_END] between text.
-  std::vector<int32_t> tokens = random_tokens(5, V - 2, 31);
-  std::vector<const float*> embeds(tokens.size(), nullptr);
-  std::vector<int64_t> image_rows;
-  auto span = [&](const float* e) {
-    image_rows.push_back(int64_t(tokens.size()));
-    tokens.push_back(int32_t(c.image_token_id));
-    embeds.push_back(e);
-  };
-  span(m.model->image_delimiter(0));
-  for (int64_t y = 0, k = 0; y < llm_h; ++y) {
-    for (int64_t x = 0; x < llm_w; ++x, ++k) span(&rows[size_t(k * D)]);
-    span(m.model->image_delimiter(2));
-  }
-  span(m.model->image_delimiter(3));
-  for (int32_t t : random_tokens(5, V - 2, 32)) {
-    tokens.push_back(t);
-    embeds.push_back(nullptr);
-  }
-  const int64_t T = int64_t(tokens.size());
-
-  // The reference, with the span rows' embeddings as an array.
-  std::vector<float> dense(size_t(T * D), 0.0f);
-  std::string ids, at;
-  for (int64_t i = 0; i < T; ++i) {
-    if (embeds[size_t(i)])
-      std::copy(embeds[size_t(i)], embeds[size_t(i)] + D, &dense[size_t(i * D)]);
-    ids += (i ? "," : "") + std::to_string(tokens[size_t(i)]);
-  }
-  for (size_t i = 0; i < image_rows.size(); ++i)
-    at += (i ? "," : "") + std::to_string(image_rows[i]);
-  const fs::path e =
-      fs::temp_directory_path() / ("deepinfer-image-" + std::to_string(::getpid()) + ".npy");
-  const fs::path out =
-      fs::temp_directory_path() / ("deepinfer-image-" + std::to_string(::getpid()) + ".npz");
-  npy_write_f32(e.string(), dense.data(), {T, D});
-  run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
-              "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
-              " --prompt-ids " + ids + " --dtype fp32 --image-embeds " + e.string() +
-              " --image-rows " + at + " --out " + out.string());
-  const auto want = npz_read(out.string()).at("logits").as<double>();
-  fs::remove(e);
-  fs::remove(out);
+  const SpanPrompt p = span_prompt(*m.model, random_tokens(5, V - 2, 31), rows, llm_h, llm_w,
+                                   random_tokens(5, V - 2, 32));
+  const std::vector<int32_t>& tokens = p.tokens;
+  const int64_t T = int64_t(tokens.size()), span_end = 5 + 10;
+  const auto want = reference_with_image(preset, D, p, "").at("logits").as<double>();
   ASSERT_EQ(int64_t(want.size()), T * V);
 
   std::vector<int64_t> one_by_one(size_t(T), 1);
   for (const std::vector<int64_t>& chunks :
        {std::vector<int64_t>{T}, std::vector<int64_t>{3, 9, T - 12}, one_by_one}) {
-    const auto got = run_chunks(*m.model, tokens, chunks, embeds);
+    const auto got = run_chunks(*m.model, tokens, chunks, p.embeds);
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i)
       worst = std::max(worst, std::fabs(double(got[i]) - want[i]));
@@ -167,16 +178,10 @@ TEST(Vision, ImagePromptMatchesReferenceFp32) {
   // The image matters: the same tokens as text give other logits after the span.
   const auto text = run_chunks(*m.model, tokens, {T});
   double moved = 0;
-  for (int64_t i = (image_rows.back() + 1) * V; i < T * V; ++i)
+  for (int64_t i = span_end * V; i < T * V; ++i)
     moved = std::max(moved, std::fabs(double(text[size_t(i)]) - want[size_t(i)]));
   EXPECT_GT(moved, 1e-2);
 }
-
-}  // namespace
-}  // namespace deepinfer::testing
-
-namespace deepinfer::testing {
-namespace {
 
 // An image request through the engine: its placeholder becomes the image's span, the tower runs,
 // and greedy decoding gives the reference's tokens, alone and batched with text requests in
@@ -199,43 +204,10 @@ TEST(Vision, EngineImageRequestMatchesReference) {
   // The reference's prompt: the span written out, with the tower's rows and the delimiters.
   std::vector<float> rows;
   m.model->encode_image(img.images[0].patches.data(), vit_h, vit_w, rows);
-  std::vector<int32_t> ids(img.prompt_ids.begin(), img.prompt_ids.begin() + 4);
-  std::vector<const float*> at(4, nullptr);
-  auto span = [&](const float* e) {
-    ids.push_back(int32_t(c.image_token_id));
-    at.push_back(e);
-  };
-  span(m.model->image_delimiter(0));
-  for (int64_t y = 0; y < 2; ++y) {
-    for (int64_t x = 0; x < 3; ++x) span(&rows[size_t((y * 3 + x) * D)]);
-    span(m.model->image_delimiter(2));
-  }
-  span(m.model->image_delimiter(3));
-  for (size_t i = 5; i < img.prompt_ids.size(); ++i) {
-    ids.push_back(img.prompt_ids[i]);
-    at.push_back(nullptr);
-  }
-  const int64_t T = int64_t(ids.size());
-  std::vector<float> dense(size_t(T * D), 0.0f);
-  std::string list, where;
-  for (int64_t i = 0; i < T; ++i) {
-    if (at[size_t(i)]) {
-      std::copy(at[size_t(i)], at[size_t(i)] + D, &dense[size_t(i * D)]);
-      where += (where.empty() ? "" : ",") + std::to_string(i);
-    }
-    list += (i ? "," : "") + std::to_string(ids[size_t(i)]);
-  }
-  const std::string tag = std::to_string(::getpid());
-  const fs::path e = fs::temp_directory_path() / ("deepinfer-engine-image-" + tag + ".npy");
-  const fs::path out = fs::temp_directory_path() / ("deepinfer-engine-image-" + tag + ".npz");
-  npy_write_f32(e.string(), dense.data(), {T, D});
-  run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
-              "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
-              " --prompt-ids " + list + " --dtype fp32 --greedy 6 --image-embeds " + e.string() +
-              " --image-rows " + where + " --out " + out.string());
-  const auto want = npz_read(out.string()).at("greedy_ids").as<int64_t>();
-  fs::remove(e);
-  fs::remove(out);
+  const SpanPrompt p = span_prompt(
+      *m.model, std::vector<int32_t>(img.prompt_ids.begin(), img.prompt_ids.begin() + 4), rows, 2,
+      3, std::vector<int32_t>(img.prompt_ids.begin() + 5, img.prompt_ids.end()));
+  const auto want = reference_with_image(preset, D, p, "--greedy 6").at("greedy_ids").as<int64_t>();
 
   Request text;
   text.id = 2;

@@ -8,6 +8,7 @@
 #include "server/api_request.h"
 #include "server_test_util.h"
 #include "tokenizer/chat.h"
+#include "util/base64.h"
 #include "util/grammar_matches.h"
 
 namespace deepinfer::server {
@@ -229,18 +230,7 @@ TEST(OpenAiRequest, ChatMessagesEncodeLikeTheChatFormat) {
 std::string png_url() {
   const std::string path = std::string(DEEPINFER_SOURCE_DIR) + "/fuzz/seeds/image/rgb.png";
   const std::string bytes = vision::image_source_bytes(path, "test", true);
-  const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string url = "data:image/png;base64,";
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
-    if (i + 1 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 1])) << 8;
-    if (i + 2 < bytes.size()) v |= uint32_t(uint8_t(bytes[i + 2]));
-    url += b64[v >> 18];
-    url += b64[(v >> 12) & 63];
-    url += i + 1 < bytes.size() ? b64[(v >> 6) & 63] : '=';
-    url += i + 2 < bytes.size() ? b64[v & 63] : '=';
-  }
-  return url;
+  return "data:image/png;base64," + ::deepinfer::test::base64(bytes);
 }
 
 TEST(OpenAiRequest, ChatImagePartsBecomeImageTokens) {

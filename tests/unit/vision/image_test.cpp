@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "util/base64.h"
 
 namespace deepinfer::vision {
 namespace {
@@ -141,18 +142,7 @@ TEST(Image, BadBytesNameTheImage) {
 
 TEST(Image, Sources) {
   const std::string png = read_file(pillow_dir() / "rgb_37x23.png");
-  // Base64 of the file, as a data URL.
-  const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string url = "data:image/png;base64,";
-  for (size_t i = 0; i < png.size(); i += 3) {
-    uint32_t v = uint32_t(uint8_t(png[i])) << 16;
-    if (i + 1 < png.size()) v |= uint32_t(uint8_t(png[i + 1])) << 8;
-    if (i + 2 < png.size()) v |= uint32_t(uint8_t(png[i + 2]));
-    url += b64[v >> 18];
-    url += b64[(v >> 12) & 63];
-    url += i + 1 < png.size() ? b64[(v >> 6) & 63] : '=';
-    url += i + 2 < png.size() ? b64[v & 63] : '=';
-  }
+  const std::string url = "data:image/png;base64," + test::base64(png);
   EXPECT_EQ(image_source_bytes(url, "x", false), png);
   const fs::path file = pillow_dir() / "rgb_37x23.png";
   EXPECT_EQ(image_source_bytes(file.string(), "x", true), png);
