@@ -202,5 +202,18 @@ grep -q 'not fetched' "$WORK/images_out.jsonl" || fail "remote image URL not ref
 "$BIN" generate --model "$WORK/tiny" --prompts "$WORK/images.jsonl" --output "$WORK/x.jsonl" \
   2>/dev/null && fail "images for a text model exit 0"
 grep -q 'no vision tower' "$WORK/x.jsonl" || fail "images for a text model not refused"
+# In fp32 an image prompt's greedy tokens are the numpy reference's, which preprocesses with
+# Pillow and runs its own tower (tests/reference/v41ref/vision.py).
+for img in rgb.png rgb.jpg gif_interlaced.gif rgba.webp; do
+  echo "{\"prompt_ids\": [5, 129278, 7], \"images\": [\"$SRC/fuzz/seeds/image/$img\"], \"max_tokens\": 5}" \
+    > "$WORK/one.jsonl"
+  got=$("$BIN" generate --model "$WORK/vis" --dtype fp32 --temperature 0 --prompts "$WORK/one.jsonl" \
+    2>/dev/null | sed 's/.*"output_ids":\[\([0-9,]*\)\].*/\1/')
+  /usr/bin/python3 "$SRC/tests/reference/run_reference.py" --quiet --model "$WORK/vis" \
+    --prompt-ids 5,129278,7 --image "$SRC/fuzz/seeds/image/$img" --dtype fp32 --greedy 5 \
+    --out "$WORK/ref.npz"
+  want=$(/usr/bin/python3 -c "import numpy as np; print(','.join(map(str, np.load('$WORK/ref.npz')['greedy_ids'])))")
+  [ "$got" = "$want" ] || fail "image prompt ($img) in fp32: $got, reference $want"
+done
 
 echo "ok"

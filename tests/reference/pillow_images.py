@@ -15,39 +15,10 @@ import os
 import sys
 
 import numpy as np
-from PIL import Image, ImageOps
+from PIL import Image
 
-
-def plan(width, height, p, r, n, min_pixels):
-    if 0 < width * height < min_pixels:
-        s = (min_pixels / (width * height)) ** 0.5
-        width, height = int(width * s), int(height * s)
-    bw, bh = math.ceil(width / p) * p, math.ceil(height / p) * p
-
-    def grid(bh, bw):
-        return math.ceil((bh // p) / r), math.ceil((bw // p) / r)
-
-    lh, lw = grid(bh, bw)
-    if lh * (lw + 1) + 2 > n:
-        q = height / width
-        mw = math.sqrt((n - 2) / q + 0.25) - 0.5
-        mh = mw * q
-        cell = p * r
-        if mw < 1.0:
-            bh, bw = (n - 2) // 2 * cell, cell
-        elif mh < 1.0:
-            bh, bw = cell, (n - 3) * cell
-        else:
-            beta = min(math.floor(mw) * cell / width, math.floor(mh) * cell / height)
-            bh, bw = math.floor(height * beta / p) * p, math.floor(width * beta / p) * p
-        lh, lw = grid(bh, bw)
-        assert lh * (lw + 1) + 2 <= n
-    return bw, bh, bh // p, bw // p, lh, lw
-
-
-def bf16_bits(x):
-    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from v41ref.vision import pixels  # noqa: E402
 
 
 def gif(screen, frame, rect, glob=None, local=None, transparent=None, interlace=False):
@@ -156,7 +127,6 @@ def main():
     out, p, r, n, min_pixels = sys.argv[1], *map(int, sys.argv[2:6])
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(7)
-    lut = bf16_bits((np.arange(256, dtype=np.float32) / np.float32(255) - np.float32(0.5)) / np.float32(0.5))
     with open(os.path.join(out, "manifest.txt"), "w") as m:
         for name, file, args, im in images(rng):
             path = os.path.join(out, file)
@@ -165,16 +135,12 @@ def main():
                     f.write(im)
             else:
                 im.save(path, **args)
-            with Image.open(path) as src:
-                img = src.convert("RGB")
-            bw, bh, vh, vw, lh, lw = plan(img.width, img.height, p, r, n, min_pixels)
-            padded = ImageOps.pad(img, (bw, bh), color=(127, 127, 127))
-            a = np.asarray(padded, dtype=np.uint8)
-            patches = lut[a].transpose(2, 0, 1).reshape(3, vh, p, vw, p).transpose(1, 3, 0, 2, 4)
-            np.asarray(img, dtype=np.uint8).tofile(os.path.join(out, name + ".decoded"))
-            a.tofile(os.path.join(out, name + ".padded"))
-            np.ascontiguousarray(patches).astype("<u2").tofile(os.path.join(out, name + ".patches"))
-            m.write(f"{name} {file} {img.width} {img.height} {bw} {bh} {vh} {vw} {lh} {lw}\n")
+            img, padded, patches, (vh, vw, lh, lw) = pixels(path, p, r, n, min_pixels)
+            img.tofile(os.path.join(out, name + ".decoded"))
+            padded.tofile(os.path.join(out, name + ".padded"))
+            patches.astype("<u2").tofile(os.path.join(out, name + ".patches"))
+            h, w = img.shape[:2]
+            m.write(f"{name} {file} {w} {h} {padded.shape[1]} {padded.shape[0]} {vh} {vw} {lh} {lw}\n")
 
 
 if __name__ == "__main__":

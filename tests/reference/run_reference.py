@@ -54,6 +54,9 @@ def main(argv=None):
     ap.add_argument("--image-embeds", help=".npy [prompt length, dim]: image-span rows' embeddings "
                     "(docs/vision.md), with --image-rows")
     ap.add_argument("--image-rows", help="comma-separated prompt positions of image-span rows")
+    ap.add_argument("--image", action="append", default=[],
+                    help="an image file for the next image token of --prompt-ids (repeatable): "
+                    "Pillow preprocessing, the numpy tower, the span (docs/vision.md)")
     ap.add_argument("--out", required=True, help="output .npz")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args(argv)
@@ -69,7 +72,16 @@ def main(argv=None):
         model = load_model(a.model, dtype=a.dtype, token_map=a.token_map, demo_decode_defect=a.demo_decode_defect)
         t1 = time.time()
         image = None
-        if a.image_rows:
+        if a.image:
+            import json
+
+            from v41ref.vision import VisionTower
+
+            with open(os.path.join(a.model, "config.json")) as f:
+                token = json.load(f)["image_token_id"]
+            ids, mask, embeds = VisionTower(a.model).prompt(a.model, ids, token, a.image, a.dtype)
+            image = (mask, embeds)
+        elif a.image_rows:
             mask = np.zeros(len(ids), dtype=bool)
             mask[int_list(a.image_rows, "--image-rows")] = True
             image = (mask, np.load(a.image_embeds).astype(np.float64))

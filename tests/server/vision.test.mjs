@@ -1,7 +1,9 @@
 // Images in chat messages (docs/vision.md) through `deepinfer serve` on a tiny model with a vision
-// tower and the real tokenizer: an image_url part (a data: URL) becomes the image token of the
-// prompt (/tokenize shows where), and a greedy reply equals the offline runner's on those ids and
-// that image; bad images get a 400 naming the part.
+// tower and the real tokenizer, in fp32 numerics: an image_url part (a data: URL) becomes the image
+// token of the prompt (/tokenize shows where), and a greedy reply equals the offline runner's on
+// those ids and that image (which, in fp32, tests/e2e/cli_test.sh checks against the numpy
+// reference: Pillow preprocessing, its own tower; the reference has no Engram token map of this
+// tokenizer, so it is not run here); bad images get a 400 naming the part.
 import assert from 'node:assert/strict';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -35,7 +37,7 @@ async function post(path, body) {
 before(async () => {
   assert.ok(config.vision_n_layers > 0, 'the test model needs a vision tower (make-tiny --vision)');
   dir = mkdtempSync(join(tmpdir(), 'deepinfer-vision-'));
-  server = await startServer(args.deepinfer, ['--model', args['tok-model']]);
+  server = await startServer(args.deepinfer, ['--model', args['tok-model'], '--dtype', 'fp32']);
 });
 
 after(async () => {
@@ -54,7 +56,8 @@ describe('images in chat', () => {
     assert.equal(ids.filter((t) => t === IMAGE).length, 1, `one image token in ${ids}`);
     const file = join(dir, 'in.jsonl');
     writeFileSync(file, JSON.stringify({ prompt_ids: ids, images: [URL], max_tokens: 8, temperature: 0 }) + '\n');
-    const [offline] = await generate(args.deepinfer, ['--model', args['tok-model'], '--prompts', file]);
+    const [offline] = await generate(args.deepinfer, ['--model', args['tok-model'], '--dtype', 'fp32',
+                                                      '--prompts', file]);
     const r = await post('/v1/chat/completions', {
       messages: messages(URL), max_tokens: 8, temperature: 0, return_token_ids: true,
     });

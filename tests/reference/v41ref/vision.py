@@ -19,6 +19,55 @@ from .weights import WeightReader
 EPS = 1e-6
 
 
+def plan(width, height, p, r, n, min_pixels):
+    """The reference's resize plan: (best_w, best_h, vit_h, vit_w, llm_h, llm_w)."""
+    if 0 < width * height < min_pixels:
+        s = (min_pixels / (width * height)) ** 0.5
+        width, height = int(width * s), int(height * s)
+    bw, bh = math.ceil(width / p) * p, math.ceil(height / p) * p
+
+    def grid(bh, bw):
+        return math.ceil((bh // p) / r), math.ceil((bw // p) / r)
+
+    lh, lw = grid(bh, bw)
+    if lh * (lw + 1) + 2 > n:
+        q = height / width
+        mw = math.sqrt((n - 2) / q + 0.25) - 0.5
+        mh = mw * q
+        cell = p * r
+        if mw < 1.0:
+            bh, bw = (n - 2) // 2 * cell, cell
+        elif mh < 1.0:
+            bh, bw = cell, (n - 3) * cell
+        else:
+            beta = min(math.floor(mw) * cell / width, math.floor(mh) * cell / height)
+            bh, bw = math.floor(height * beta / p) * p, math.floor(width * beta / p) * p
+        lh, lw = grid(bh, bw)
+        assert lh * (lw + 1) + 2 <= n
+    return bw, bh, bh // p, bw // p, lh, lw
+
+
+def bf16_bits(x):
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+LUT = bf16_bits((np.arange(256, dtype=np.float32) / np.float32(255) - np.float32(0.5)) / np.float32(0.5))
+
+
+def pixels(path, p, r, n, min_pixels):
+    """An image file through Pillow as the reference preprocesses it: (decoded RGB, padded RGB,
+    patch bf16 bits [vit_h * vit_w, 3 p^2], (vit_h, vit_w, llm_h, llm_w))."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as src:
+        img = src.convert("RGB")
+    bw, bh, vh, vw, lh, lw = plan(img.width, img.height, p, r, n, min_pixels)
+    padded = np.asarray(ImageOps.pad(img, (bw, bh), color=(127, 127, 127)), dtype=np.uint8)
+    patches = LUT[padded].transpose(2, 0, 1).reshape(3, vh, p, vw, p).transpose(1, 3, 0, 2, 4)
+    return np.asarray(img, dtype=np.uint8), padded, patches.reshape(vh * vw, -1), (vh, vw, lh, lw)
+
+
 class VisionTower:
     def __init__(self, model_dir):
         with open(os.path.join(model_dir, "config.json")) as f:
@@ -45,6 +94,34 @@ class VisionTower:
         self.norm = bf("vision.norm.weight", (dv,))
         self.a1 = (bf("aligner.w1.weight", (d, dv * r * r)), bf("aligner.w1.bias", (d,)))
         self.a2 = (bf("aligner.w2.weight", (d, d)), bf("aligner.w2.bias", (d,)))
+
+    def prompt(self, model_dir, ids, image_token, paths, mode):
+        """ids with each image token replaced by its image's span (the files in `paths`, in
+        order): (ids, mask [T], embeds [T, dim]) for Model.forward's `image`."""
+        rd = WeightReader(model_dir)
+        delim = {t: rd.floats(name, (self.dim,), eff="bf16")
+                 for t, name in ((0, "image_start"), (2, "image_newline"), (3, "image_end"))}
+        with open(os.path.join(model_dir, "config.json")) as f:
+            c = json.load(f)
+        out, mask, rows = [], [], []
+        images = iter(paths)
+        for t in ids:
+            if t != image_token:
+                out.append(t)
+                mask.append(False)
+                rows.append(np.zeros(self.dim))
+                continue
+            _, _, bits, (vh, vw, lh, lw) = pixels(next(images), self.p, self.r, c["vision_max_n_token"],
+                                                   c.get("vision_min_pixels", 0))
+            feats = self.encode(nx.bf16_bits_to_f64(bits), vh, vw, mode)
+            span = [delim[0]]
+            for y in range(lh):
+                span += [feats[y * lw + x] for x in range(lw)] + [delim[2]]
+            span.append(delim[3])
+            out += [image_token] * len(span)
+            mask += [True] * len(span)
+            rows += span
+        return out, np.array(mask), np.stack(rows)
 
     def encode(self, patches, vit_h, vit_w, mode):
         """patches: float64 [vit_h * vit_w, 3 p^2] (bf16 values) -> [ceil(h/r) * ceil(w/r), dim]."""
