@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/region_timer.h"
 #include "core/thread_pool.h"
@@ -280,6 +281,47 @@ void bench_decode(Reporter& rep, const DecodeBenchOptions& opt) {
   rep.print(row);
   if (opt.regions) RegionTimer::print(stderr);
   if (opt.speculative > 0) bench_speculative(rep, model, fp, opt);
+}
+
+void bench_vision(Reporter& rep, const VisionBenchOptions& opt) {
+  auto ck = Checkpoint::load(opt.model_dir);
+  Model model(*ck, ModelOptions{});
+  const ModelConfig& c = model.config();
+  DI_REQUIRE(model.has_vision(), opt.model_dir, ": the checkpoint has no vision tower");
+  int64_t side = opt.side;
+  while (side == 0 || (opt.side == 0 && (side + 1) * (side + 2) + 2 <= c.vision_max_n_token))
+    ++side;  // the largest s with s (s + 1) + 2 image tokens
+  const int64_t r = c.vision_downsample_ratio, p = c.vision_patch_size, n = side * r * side * r;
+  const int64_t Dv = c.vision_dim, F = c.vision_inter_dim, D = c.dim, L = side * side;
+  // Multiply-adds: the patch embedding, per block qkv, scores, values, wo and SwiGLU, the aligner.
+  const double macs = double(n) * 3 * p * p * Dv +
+                      double(c.vision_n_layers) * (double(n) * Dv * (3 * Dv + Dv + 3 * F) +
+                                                   2.0 * double(n) * double(n) * Dv) +
+                      double(L) * (double(Dv) * r * r * D + double(D) * D);
+  std::mt19937 rng(5);
+  std::vector<uint16_t> patches(size_t(n * 3 * p * p));
+  for (auto& v : patches) v = f32_to_bf16(float(int(rng() % 2001) - 1000) / 1000.0f);
+  std::vector<float> out;
+  model.encode_image(patches.data(), side * r, side * r, out);  // warm-up (prepares the linears)
+  const bool dnn = onednn_available();
+  PairStats ps;
+  std::vector<double> secs;
+  for (int i = 0; i < opt.pairs; ++i) {
+    const double peak = dnn ? onednn_peak_gflops(ThreadPool::global().size()) : 0;
+    const double t0 = now_s();
+    model.encode_image(patches.data(), side * r, side * r, out);
+    const double dt = now_s() - t0;
+    secs.push_back(dt);
+    ps.add(2 * macs / dt / 1e9, peak);
+  }
+  Row row("vision");
+  row.add("patches", n).add("image_tokens", side * (side + 1) + 2).add("s", median(secs), 3);
+  row.add("gflop", 2 * macs / 1e9, 2);
+  if (dnn)
+    add_pairs(row, ps, "gflops", "flop_limit_gflops", 1);
+  else
+    row.add("gflops", median(ps.figure), 1);
+  rep.print(row);
 }
 
 }  // namespace deepinfer::bench

@@ -27,4 +27,14 @@ struct DecodeBenchOptions {
 
 void bench_decode(Reporter& rep, const DecodeBenchOptions& opt);
 
+// The vision tower (docs/vision.md): one image of the largest square token grid that fits
+// vision_max_n_token (or `tokens` image tokens' grid), its time against the FLOP limit (oneDNN's
+// bf16 matmul peak), alternated `pairs` times.
+struct VisionBenchOptions {
+  std::string model_dir;
+  int pairs = 3;
+  int64_t side = 0;  // the token grid's side (0: the largest that fits)
+};
+void bench_vision(Reporter& rep, const VisionBenchOptions& opt);
+
 }  // namespace deepinfer::bench

@@ -165,6 +165,24 @@ void add_command(CLI::App& app) {
   }
   {
     auto f = std::make_shared<BenchFlags>();
+    auto opt = std::make_shared<VisionBenchOptions>();
+    CLI::App* cmd = bench->add_subcommand(
+        "vision", "The vision tower's time per image vs the FLOP limit (oneDNN bf16 peak)");
+    add_common(cmd, *f);
+    cmd->add_option("--model", opt->model_dir, "Checkpoint directory (with a vision tower)")
+        ->required();
+    cmd->add_option("--pairs", opt->pairs, "Alternated (limit, measurement) samples");
+    cmd->add_option("--side", opt->side,
+                    "Token grid side of the image (default: the largest that fits)");
+    cmd->callback([f, opt] {
+      apply(*f);
+      DI_REQUIRE(opt->pairs >= 1 && opt->side >= 0, "--pairs must be >= 1 and --side >= 0");
+      Reporter rep(f->json);
+      bench_vision(rep, *opt);
+    });
+  }
+  {
+    auto f = std::make_shared<BenchFlags>();
     auto opt = std::make_shared<GrammarBenchOptions>();
     CLI::App* cmd = bench->add_subcommand(
         "grammar", "Token-mask cost per step of constrained (JSON) output on a vocabulary");

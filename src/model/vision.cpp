@@ -1,8 +1,9 @@
 // The vision tower (docs/vision.md): ViT blocks and the aligner over one image's patches. Its
 // roundings follow the model's numerics: every value the reference holds in bf16 is rounded to
-// the activation dtype (bf16, or fp32 in fp32 numerics), sums run in double and round once, and
-// each fp32 operation of the reference (rotary products and sums, softmax steps, bias adds) is
-// one fp32 rounding; tests/reference/v41ref/vision.py computes the same.
+// the activation dtype (bf16, or fp32 in fp32 numerics), each fp32 operation of the reference
+// (rotary products and sums, softmax steps, bias adds) is one fp32 rounding, and sums run in
+// double and round once (the linears: in fp32 numerics; in bf16 the kernels' canonical order, as
+// the text model's); tests/reference/v41ref/vision.py computes the same.
 #include <cmath>
 
 #include "kernels/elementwise.h"
@@ -61,7 +62,7 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
   auto lin = [&](const PreparedLinear& w, const Weight* b, const float* x, int64_t rows,
                  std::vector<float>& y) {
     y.resize(size_t(rows * w.rows()));
-    linear(w, x, rows, y.data(), /*exact=*/true);  // the sum in double, one fp32 rounding
+    linear(w, x, rows, y.data(), m.exact);
     if (b)
       for (int64_t i = 0; i < rows; ++i)
         for (int64_t o = 0; o < w.rows(); ++o)
