@@ -18,6 +18,9 @@ export DEEPINFER_NUM_THREADS=2
   --speculative 3 --spec-tokens 8 --json \
   > "$WORK/decode.jsonl" 2>"$WORK/decode.err" || { cat "$WORK/decode.err"; fail "bench decode"; }
 "$BIN" bench pool --calls 50 --json > "$WORK/pool.jsonl" || fail "bench pool"
+"$BIN" make-tiny --out "$WORK/vis" --vision >/dev/null || fail "make-tiny --vision"
+"$BIN" bench vision --model "$WORK/vis" --pairs 2 --json > "$WORK/vision.jsonl" \
+  2>"$WORK/vision.err" || { cat "$WORK/vision.err"; fail "bench vision"; }
 "$BIN" bench prefix-cache --model "$WORK/tiny" --prefix 130 --suffix 5 --pairs 2 --json \
   > "$WORK/prefix.jsonl" 2>"$WORK/prefix.err" || { cat "$WORK/prefix.err"; fail "bench prefix-cache"; }
 
@@ -71,6 +74,12 @@ for r in spec:
     assert r["verify_time_ratio"] > 0, r
     # The bench model is the tiny preset, which has a draft head.
     assert r["dspark_tok_s"] > 0 and r["dspark_acceptance_length"] >= 1, r
+vis = rows("vision.jsonl")
+# make-tiny --vision: at most 64 image tokens, so a 7 x 7 token grid (58 tokens) of 21 x 21 patches.
+assert len(vis) == 1 and vis[0]["patches"] == 441 and vis[0]["image_tokens"] == 58, vis
+assert vis[0]["gflop"] > 0 and vis[0]["s"] > 0, vis
+if "flop_limit_gflops" in vis[0]:
+    paired(vis[0], "gflops", "flop_limit_gflops", 2)
 pool = rows("pool.jsonl")
 assert len(pool) == 1 and pool[0]["us_per_parallel_for"] > 0, pool
 PY
@@ -87,4 +96,5 @@ expect_error "must be positive" "$BIN" bench decode --model "$WORK/tiny" --pairs
 expect_error "expected at least 64" "$BIN" bench bandwidth --mib 0
 expect_error "must be >= 1" "$BIN" bench prefix-cache --model "$WORK/tiny" --suffix 0
 expect_error "does not exist" "$BIN" bench decode --model "$WORK/nowhere"
+expect_error "has no vision tower" "$BIN" bench vision --model "$WORK/tiny"
 echo "bench e2e: ok"
