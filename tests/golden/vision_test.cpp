@@ -185,7 +185,8 @@ TEST(Vision, ImagePromptMatchesReferenceFp32) {
 
 // An image request through the engine: its placeholder becomes the image's span, the tower runs,
 // and greedy decoding gives the reference's tokens, alone and batched with text requests in
-// chunks of 7 prompt rows (the span cut across steps), prefix caching on.
+// chunks of 7 prompt rows (the span cut across steps), prefix caching on, and in a pool too small
+// for all of them (preemption: the image request recomputes its span).
 TEST(Vision, EngineImageRequestMatchesReference) {
   const std::string preset = "tiny+vision";
   LoadedModel m = load_model(preset, Numerics::Fp32);
@@ -213,23 +214,35 @@ TEST(Vision, EngineImageRequestMatchesReference) {
   text.id = 2;
   text.prompt_ids = random_tokens(11, V - 2, 44);
   text.params = img.params;
-  for (bool batched : {false, true}) {
+  text.params.max_tokens = 20;  // 31 tokens: with the image request, more than 5 blocks of 8
+  Request text2 = text;
+  text2.id = 3;
+  text2.prompt_ids = random_tokens(11, V - 2, 45);
+  for (int mode = 0; mode < 3; ++mode) {  // alone, batched, batched in a small pool
+    SCOPED_TRACE(mode);
     EngineConfig cfg;
     cfg.sched.max_num_seqs = 4;
     cfg.sched.max_num_prefill_tokens = 7;
     cfg.sched.max_num_batched_tokens = 11;
-    cfg.sched.block_tokens = 16;
+    cfg.sched.block_tokens = mode == 2 ? 8 : 16;
+    if (mode == 2) cfg.num_kv_blocks = 5;  // 23 + 31 + 31 tokens want 11 blocks of 8
     Engine eng(*m.model, cfg);
+    // Last in, first preempted: in the small pool the image request gives its blocks back.
+    if (mode > 0) {
+      ASSERT_EQ(eng.add_request(text), "");
+      ASSERT_EQ(eng.add_request(text2), "");
+    }
     ASSERT_EQ(eng.add_request(img), "");
-    if (batched) ASSERT_EQ(eng.add_request(text), "");
     std::map<RequestId, std::vector<int32_t>> got;
     for (int guard = 0; eng.has_unfinished() && guard < 1000; ++guard) {
       eng.step();
       for (auto& o : eng.take_finished()) got[o.id] = o.output_ids;
     }
-    ASSERT_EQ(got[1].size(), want.size()) << "batched " << batched;
+    ASSERT_EQ(got[1].size(), want.size());
     for (size_t i = 0; i < want.size(); ++i)
-      EXPECT_EQ(got[1][i], int32_t(want[i])) << "token " << i << ", batched " << batched;
+      EXPECT_EQ(got[1][i], int32_t(want[i])) << "token " << i;
+    if (mode == 2) EXPECT_GT(eng.stats().preemptions, 0);
+    EXPECT_EQ(eng.kv_blocks_used(), 0);
   }
 
   // Refusals name what is wrong.
