@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -94,6 +95,15 @@ std::string Engine::add_request(Request req) {
   if (!at.empty()) {
     Sequence* s = scheduler_->find(id);
     s->image_rows = std::move(rows);  // the pointers into it stay valid: the buffer moves
+    // Keys for the prefix cache: each span row's embedding hashed (the delimiters' are fixed).
+    s->image_keys.assign(at.size(), 0);
+    for (size_t i = 0; i < at.size(); ++i) {
+      if (!at[i]) continue;
+      uint64_t h = 0x243f6a8885a308d3ull;
+      for (int64_t d = 0; d < model_.config().dim; ++d)
+        h = splitmix_finalise(h ^ std::bit_cast<uint32_t>(at[i][d]));
+      s->image_keys[i] = h | 1;
+    }
     s->image_at = std::move(at);
   }
   return "";

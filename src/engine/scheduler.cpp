@@ -55,13 +55,16 @@ PrefixCache::PrefixCache(int64_t block_tokens, int32_t n_pools, int32_t blocks_p
       snap_owner_(size_t(num_snapshots)),
       snap_used_(size_t(num_snapshots), 0) {}
 
-void PrefixCache::extend_hashes(std::span<const int32_t> tokens,
-                                std::vector<uint64_t>* hashes) const {
+void PrefixCache::extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>* hashes,
+                                std::span<const uint64_t> keys) const {
   const size_t B = size_t(block_tokens_);
   for (size_t i = hashes->size(); (i + 1) * B <= tokens.size(); ++i) {
     uint64_t h =
         splitmix_finalise((i ? (*hashes)[i - 1] : uint64_t(block_tokens_)) + 0x9e3779b97f4a7c15ull);
-    for (size_t t = i * B; t < (i + 1) * B; ++t) h = splitmix_finalise(h ^ uint32_t(tokens[t]));
+    for (size_t t = i * B; t < (i + 1) * B; ++t) {
+      h = splitmix_finalise(h ^ uint32_t(tokens[t]));
+      if (t < keys.size() && keys[t]) h = splitmix_finalise(h ^ keys[t]);
+    }
     hashes->push_back(h);
   }
 }
@@ -223,8 +226,8 @@ void Scheduler::admit(Sequence* s) {
 }
 
 bool Scheduler::take_hit(Sequence* s) {
-  if (!cache_.enabled() || s->num_computed > 0 || !s->image_at.empty()) return false;
-  cache_.extend_hashes(s->tokens, &s->block_hashes);
+  if (!cache_.enabled() || s->num_computed > 0) return false;
+  cache_.extend_hashes(s->tokens, &s->block_hashes, s->image_keys);
   // At least the last token is computed: its logits pick the next one.
   const int64_t max_blocks = (int64_t(s->tokens.size()) - 1) / cfg_.block_tokens;
   PrefixCache::Hit hit = cache_.lookup(s->tokens, s->block_hashes, max_blocks);
@@ -243,12 +246,13 @@ void Scheduler::drop_hit(Sequence* s) {
 }
 
 void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {
-  if (!cache_.enabled() || !s->image_at.empty()) return;
+  if (!cache_.enabled()) return;
   // Drafts are not the sequence's tokens yet: blocks they complete are entered (without a
   // snapshot) by the next step, once accepted.
   const int64_t B = cfg_.block_tokens, start = s->num_computed,
                 end = start + int64_t(q.tokens.size()) - q.n_drafts;
-  cache_.extend_hashes(std::span<const int32_t>(s->tokens.data(), size_t(end)), &s->block_hashes);
+  cache_.extend_hashes(std::span<const int32_t>(s->tokens.data(), size_t(end)), &s->block_hashes,
+                       s->image_keys);
   for (size_t i = s->blocks_cached; int64_t(i + 1) * B <= end; ++i) {
     if (int64_t(i + 1) * B <= start) {
       cache_.publish(s->block_hashes, i, s->tokens, s->blocks[i], -1);

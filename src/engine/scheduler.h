@@ -55,10 +55,11 @@ struct Sequence {
   // steps left before the next drafts (Scheduler::note_acceptance).
   int32_t spec_misses = 0, spec_pause = 0, spec_pause_len = 0;
   // Images: the embedding of each prompt position of an image span (null for text), into
-  // image_rows or the model's delimiters. Such a sequence takes no part in prefix caching (its
-  // span's token ids do not tell images apart).
+  // image_rows or the model's delimiters, and a key of it (0 for text) that the prefix cache's
+  // block hashes take in (the span's token ids do not tell images apart).
   std::vector<float> image_rows;
   std::vector<const float*> image_at;
+  std::vector<uint64_t> image_keys;
 
   bool running() const { return slot >= 0; }
 
@@ -166,8 +167,10 @@ class PrefixCache {
   bool enabled() const { return !snap_owner_.empty(); }
 
   // Appends the chain hashes of the full blocks of `tokens` not yet in `hashes` (hash i covers
-  // tokens [0, (i + 1) * block_tokens)).
-  void extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>* hashes) const;
+  // tokens [0, (i + 1) * block_tokens)). `keys` (non-zero at image-span positions) enter the
+  // hash too, so that spans of different images never share blocks.
+  void extend_hashes(std::span<const int32_t> tokens, std::vector<uint64_t>* hashes,
+                     std::span<const uint64_t> keys = {}) const;
 
   struct Hit {
     std::vector<int32_t> blocks;  // block i in pool i mod n_pools

@@ -245,6 +245,43 @@ TEST(Vision, EngineImageRequestMatchesReference) {
     EXPECT_EQ(eng.kv_blocks_used(), 0);
   }
 
+  // The prefix cache: the same ids with another image share only the text before the span; the
+  // same image again takes its span's blocks from the cache; each gives its own reference tokens.
+  {
+    Request other = img;
+    other.id = 7;
+    other.images[0].patches = random_patches(vit_h * vit_w, 3 * 14 * 14, 46);
+    std::vector<float> rows2;
+    m.model->encode_image(other.images[0].patches.data(), vit_h, vit_w, rows2);
+    const SpanPrompt p2 = span_prompt(
+        *m.model, std::vector<int32_t>(img.prompt_ids.begin(), img.prompt_ids.begin() + 4), rows2,
+        2, 3, std::vector<int32_t>(img.prompt_ids.begin() + 5, img.prompt_ids.end()));
+    const auto want2 =
+        reference_with_image(preset, D, p2, "--greedy 6").at("greedy_ids").as<int64_t>();
+    EngineConfig cfg;
+    cfg.sched.block_tokens = 8;
+    Engine eng(*m.model, cfg);
+    auto run = [&](Request r, RequestId id) {
+      r.id = id;
+      EXPECT_EQ(eng.add_request(r), "");
+      std::vector<int32_t> out;
+      while (eng.has_unfinished()) {
+        eng.step();
+        for (auto& o : eng.take_finished()) out = o.output_ids;
+      }
+      return out;
+    };
+    const auto as_ids = [](const std::vector<int64_t>& v) {
+      return std::vector<int32_t>(v.begin(), v.end());
+    };
+    EXPECT_EQ(run(img, 10), as_ids(want));
+    const int64_t hits0 = eng.stats().prefix_hit_tokens;
+    EXPECT_EQ(run(other, 11), as_ids(want2));
+    EXPECT_EQ(eng.stats().prefix_hit_tokens, hits0) << "another image shares no span block";
+    EXPECT_EQ(run(img, 12), as_ids(want));
+    EXPECT_GE(eng.stats().prefix_hit_tokens, hits0 + 16) << "the same image's span is cached";
+  }
+
   // Refusals name what is wrong.
   Engine eng(*m.model, EngineConfig{});
   Request two = img;
