@@ -83,34 +83,23 @@ std::string check_sampling_params(const SamplingParams& p) {
 }
 
 std::string Engine::add_request(Request req) {
-  std::vector<float> rows;
-  std::vector<const float*> at;
-  if (!req.images.empty()) {
-    if (std::string e = expand_images(req, rows, at); !e.empty()) return e;
+  if (req.images.empty()) {
+    if (std::string e = check_request(req); !e.empty()) return e;
+    if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
+    return scheduler_->add(std::move(req));
   }
+  // Images: the spans are planned now (every refusal is immediate), the tower runs a stage per
+  // step (advance_images), and the request is scheduled once its images are through.
+  PendingImages p;
+  if (std::string e = plan_spans(req, p.row_of); !e.empty()) return e;
   if (std::string e = check_request(req); !e.empty()) return e;
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-  const RequestId id = req.id;
-  if (std::string e = scheduler_->add(std::move(req)); !e.empty()) return e;
-  if (!at.empty()) {
-    Sequence* s = scheduler_->find(id);
-    s->image_rows = std::move(rows);  // the pointers into it stay valid: the buffer moves
-    // Keys for the prefix cache: each span row's embedding hashed (the delimiters' are fixed).
-    s->image_keys.assign(at.size(), 0);
-    for (size_t i = 0; i < at.size(); ++i) {
-      if (!at[i]) continue;
-      uint64_t h = 0x243f6a8885a308d3ull;
-      for (int64_t d = 0; d < model_.config().dim; ++d)
-        h = splitmix_finalise(h ^ std::bit_cast<uint32_t>(at[i][d]));
-      s->image_keys[i] = h | 1;
-    }
-    s->image_at = std::move(at);
-  }
+  p.req = std::move(req);
+  pending_images_.push_back(std::move(p));
   return "";
 }
 
-std::string Engine::expand_images(Request& req, std::vector<float>& rows,
-                                  std::vector<const float*>& at) {
+std::string Engine::plan_spans(Request& req, std::vector<int64_t>& row_of) {
   const ModelConfig& c = model_.config();
   if (!model_.has_vision())
     return str_cat("the request has ", req.images.size(),
@@ -121,22 +110,10 @@ std::string Engine::expand_images(Request& req, std::vector<float>& rows,
   if (holders != req.images.size())
     return str_cat("the prompt has ", holders, " image placeholder(s) (token ", image, ") for ",
                    req.images.size(), " image(s)");
-  const int64_t D = c.dim, r = c.vision_downsample_ratio, P = c.vision_patch_size;
-  // The tower's rows of every image, then each span position's embedding.
-  std::vector<int64_t> first;  // each image's first row in `rows`
-  for (size_t k = 0; k < req.images.size(); ++k) {
-    const RequestImage& im = req.images[k];
-    if (im.vit_h <= 0 || im.vit_w <= 0 ||
-        int64_t(im.patches.size()) != im.vit_h * im.vit_w * 3 * P * P)
-      return str_cat("image ", k, ": ", im.patches.size(), " patch values for a ", im.vit_h, "x",
-                     im.vit_w, " grid of ", 3 * P * P);
-    std::vector<float> out;
-    model_.encode_image(im.patches.data(), im.vit_h, im.vit_w, out);
-    first.push_back(int64_t(rows.size()) / D);
-    rows.insert(rows.end(), out.begin(), out.end());
-  }
+  const int64_t r = c.vision_downsample_ratio, P = c.vision_patch_size;
   std::vector<int32_t> ids;
-  std::vector<int64_t> row_of;  // per position: a row of `rows`, or -(1 + delimiter type), or 0
+  row_of.clear();  // per position: the tower's row (images' rows in order), -(1 + type), or text
+  int64_t rows = 0;
   size_t k = 0;
   for (int32_t t : req.prompt_ids) {
     if (t != image) {
@@ -145,6 +122,10 @@ std::string Engine::expand_images(Request& req, std::vector<float>& rows,
       continue;
     }
     const RequestImage& im = req.images[k];
+    if (im.vit_h <= 0 || im.vit_w <= 0 ||
+        int64_t(im.patches.size()) != im.vit_h * im.vit_w * 3 * P * P)
+      return str_cat("image ", k, ": ", im.patches.size(), " patch values for a ", im.vit_h, "x",
+                     im.vit_w, " grid of ", 3 * P * P);
     const int64_t lh = (im.vit_h + r - 1) / r, lw = (im.vit_w + r - 1) / r;
     if (lh * (lw + 1) + 2 > c.vision_max_n_token)
       return str_cat("image ", k, ": a span of ", lh * (lw + 1) + 2, " tokens, more than ",
@@ -155,22 +136,63 @@ std::string Engine::expand_images(Request& req, std::vector<float>& rows,
     };
     push(-1);  // IMAGE_START
     for (int64_t y = 0; y < lh; ++y) {
-      for (int64_t x = 0; x < lw; ++x) push(first[k] + y * lw + x);
+      for (int64_t x = 0; x < lw; ++x) push(rows + y * lw + x);
       push(-3);  // IMAGE_NEW_LINE
     }
     push(-4);  // IMAGE_END
+    rows += lh * lw;
     ++k;
   }
-  at.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int64_t v = row_of[i];
-    at[i] = v == INT64_MIN ? nullptr
-            : v < 0        ? model_.image_delimiter(int(-v - 1))
-                           : rows.data() + v * D;
-  }
   req.prompt_ids = std::move(ids);
-  req.images.clear();
   return "";
+}
+
+void Engine::advance_images() {
+  if (pending_images_.empty()) return;
+  DI_REGION("engine.vision");
+  PendingImages& p = pending_images_.front();
+  if (!p.job) {
+    const RequestImage& im = p.req.images[p.done];
+    p.job = model_.begin_image(im.patches.data(), im.vit_h, im.vit_w);
+  }
+  std::vector<float> out;
+  if (!model_.advance_image(*p.job, out)) return;
+  p.rows.insert(p.rows.end(), out.begin(), out.end());
+  p.job.reset();
+  if (++p.done < p.req.images.size()) return;
+  // Every image is through: the span rows' embeddings and their keys go with the sequence.
+  const int64_t D = model_.config().dim;
+  std::vector<const float*> at(p.row_of.size(), nullptr);
+  std::vector<uint64_t> keys(p.row_of.size(), 0);
+  for (size_t i = 0; i < at.size(); ++i) {
+    const int64_t v = p.row_of[i];
+    if (v == INT64_MIN) continue;
+    at[i] = v < 0 ? model_.image_delimiter(int(-v - 1)) : p.rows.data() + v * D;
+    // The prefix cache's key: the embedding hashed (the delimiters' are fixed).
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (int64_t d = 0; d < D; ++d) h = splitmix_finalise(h ^ std::bit_cast<uint32_t>(at[i][d]));
+    keys[i] = h | 1;
+  }
+  const RequestId id = p.req.id;
+  p.req.images.clear();
+  std::vector<float> rows = std::move(p.rows);  // the pointers into it stay valid: it moves
+  const std::string e = scheduler_->add(std::move(p.req));
+  pending_images_.pop_front();
+  DI_CHECK(e.empty(), "an image request checked at admission was refused: ", e);
+  Sequence* s = scheduler_->find(id);
+  s->image_rows = std::move(rows);
+  s->image_at = std::move(at);
+  s->image_keys = std::move(keys);
+}
+
+bool Engine::abort(RequestId id) {
+  for (auto it = pending_images_.begin(); it != pending_images_.end(); ++it)
+    if (it->req.id == id) {
+      aborted_.push_back({id, it->req.prompt_ids, {}, {}, FinishReason::Abort, {}, 0, 0});
+      pending_images_.erase(it);
+      return true;
+    }
+  return scheduler_->abort(id);
 }
 
 std::string Engine::check_request(const Request& req) const {
@@ -186,7 +208,10 @@ std::string Engine::check_request(const Request& req) const {
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= V) return str_cat("stop token id ", t, " is outside the vocabulary");
   if (!p.stop.empty() && !decoder_) return "stop strings need a tokenizer, and this model has none";
-  if (scheduler_->find(req.id)) return str_cat("request id ", req.id, " is already in use");
+  if (scheduler_->find(req.id) ||
+      std::any_of(pending_images_.begin(), pending_images_.end(),
+                  [&](const PendingImages& p) { return p.req.id == req.id; }))
+    return str_cat("request id ", req.id, " is already in use");
   if (p.grammar && p.grammar->vocab().size() != V)
     return str_cat("the output grammar was compiled for a vocabulary of ",
                    p.grammar->vocab().size(), " tokens; the model has ", V);
@@ -239,6 +264,7 @@ std::vector<TokenEvent> Engine::step() {
   std::vector<TokenEvent> events;
   const auto t0 = std::chrono::steady_clock::now();
   bool allow_prefill = true;
+  advance_images();  // one stage of the vision tower, then the step of everyone else
   if (!runner_->begin_step(*scheduler_, &allow_prefill)) return events;
   SchedOutput& out = sched_out_;
   {
@@ -347,7 +373,7 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
 }
 
 std::vector<RequestOutput> Engine::take_finished() {
-  std::vector<RequestOutput> res;
+  std::vector<RequestOutput> res = std::exchange(aborted_, {});
   for (auto& s : scheduler_->take_finished()) {
     std::vector<int32_t> output(s->tokens.begin() + s->num_prompt, s->tokens.end());
     res.push_back({s->req.id, s->req.prompt_ids, std::move(output), std::move(s->logprobs),

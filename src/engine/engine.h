@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -99,8 +100,10 @@ class Engine {
   std::vector<TokenEvent> step();
   std::vector<RequestOutput> take_finished();
   // Ranks that step together keep stepping (empty steps) while any of them has work.
-  bool has_unfinished() const { return scheduler_->has_work() || runner_->others_busy(); }
-  bool abort(RequestId id) { return scheduler_->abort(id); }
+  bool has_unfinished() const {
+    return scheduler_->has_work() || !pending_images_.empty() || runner_->others_busy();
+  }
+  bool abort(RequestId id);
   size_t num_running() const { return scheduler_->num_running(); }
   size_t num_waiting() const { return scheduler_->num_waiting(); }
   int32_t kv_blocks_used() const { return scheduler_->blocks_used(); }
@@ -126,9 +129,21 @@ class Engine {
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  // Images of a request: its placeholders replaced by spans, the tower run; `rows` and `at` go
-  // to its Sequence (image_rows, image_at). Returns an error, or "".
-  std::string expand_images(Request& req, std::vector<float>& rows, std::vector<const float*>& at);
+  // Requests with images (docs/vision.md): each image token of the prompt becomes its image's
+  // span at admission (plan_spans: the ids, and per position the tower's row, a delimiter or
+  // text), the tower runs one stage per step for the oldest such request (advance_images), so
+  // that the others keep stepping, and the request is scheduled once its images are through.
+  struct PendingImages {
+    Request req;
+    std::vector<int64_t> row_of;
+    std::vector<float> rows;  // the tower's rows of the images done
+    size_t done = 0;
+    std::shared_ptr<ImageJob> job;
+  };
+  std::deque<PendingImages> pending_images_;
+  std::vector<RequestOutput> aborted_;  // aborted while their images were in the tower
+  std::string plan_spans(Request& req, std::vector<int64_t>& row_of);
+  void advance_images();
   Sampler sampler_;
   // Per-step buffers, kept for their capacity.
   SchedOutput sched_out_;

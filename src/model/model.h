@@ -136,6 +136,8 @@ struct ModelParallel {
 
 // --- the model ---
 
+struct ImageJob;  // one image's progress through the vision tower (model/vision.cpp)
+
 enum class Numerics { Bf16, Fp32 };
 
 struct ModelOptions {
@@ -207,6 +209,11 @@ class Model {
   // vision::preprocess makes them) -> out [ceil(vit_h / r) * ceil(vit_w / r), dim], the image
   // tokens' embeddings in reading order, in the activation dtype. Not concurrent with itself.
   void encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w, std::vector<float>& out);
+  // The same in stages (the patch embedding, each block, the aligner), for a caller that
+  // interleaves other work: advance_image runs the next stage and returns true once `out` holds
+  // the rows. The patches must outlive the job.
+  std::shared_ptr<ImageJob> begin_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w);
+  bool advance_image(ImageJob& job, std::vector<float>& out);
   // The embedding of a span delimiter (vision::ImageTokenType kImageStart, kImageNewLine,
   // kImageEnd): dim values.
   const float* image_delimiter(int type) const;

@@ -40,14 +40,42 @@ const float* Model::image_delimiter(int type) const {
   return &m.image_delims[size_t((type == 0 ? 0 : type == 2 ? 1 : 2) * D)];
 }
 
-void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
-                         std::vector<float>& out) {
-  Impl& m = *impl_;
-  const ModelConfig& c = m.c;
-  DI_REQUIRE(m.ck.has_vision,
+// One image's progress through the tower: the stage next to run (0: the patch embedding,
+// 1..layers: the blocks, then the final norm and the aligner), the stream and the rotary table.
+struct ImageJob {
+  const uint16_t* patches = nullptr;
+  int64_t vit_h = 0, vit_w = 0;
+  size_t stage = 0;
+  std::vector<float> h, cs, sn;
+};
+
+std::shared_ptr<ImageJob> Model::begin_image(const uint16_t* patches, int64_t vit_h,
+                                             int64_t vit_w) {
+  const ModelConfig& c = impl_->c;
+  DI_REQUIRE(impl_->ck.has_vision,
              "this checkpoint has no vision tower (vision_n_layers = ", c.vision_n_layers,
              ", or no vision.* tensors)");
   DI_REQUIRE(vit_h > 0 && vit_w > 0, "encode_image: an empty patch grid");
+  auto j = std::make_shared<ImageJob>();
+  j->patches = patches;
+  j->vit_h = vit_h;
+  j->vit_w = vit_w;
+  return j;
+}
+
+void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
+                         std::vector<float>& out) {
+  const std::shared_ptr<ImageJob> j = begin_image(patches, vit_h, vit_w);
+  while (!advance_image(*j, out)) {
+  }
+}
+
+bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
+  Impl& m = *impl_;
+  const ModelConfig& c = m.c;
+  const uint16_t* patches = job.patches;
+  const int64_t vit_h = job.vit_h, vit_w = job.vit_w;
+  std::vector<float>&h = job.h, &cs = job.cs, &sn = job.sn;
   const VisionWeights& V = m.ck.vision;
   const int64_t n = vit_h * vit_w, Dv = c.vision_dim, H = c.vision_n_heads, hd = Dv / H;
   const int64_t F = c.vision_inter_dim, p = c.vision_patch_size, r = c.vision_downsample_ratio;
@@ -74,8 +102,8 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
     m.round(x.data(), rows * d);
   };
 
-  std::vector<float> h, u, qkv, o, t;
-  {
+  std::vector<float> u, qkv, o, t;
+  if (job.stage == 0) {
     const int64_t K = 3 * p * p;
     std::vector<float> x(size_t(n * K)), w(size_t(Dv * K));
     for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(patches[i]);
@@ -87,12 +115,10 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
                                 bf16_to_f32(V.patch_embed_bias.bf16()[d]);
     });
     m.round(h.data(), int64_t(h.size()));
-  }
-
-  // 2D rotary angles: the first quarter of a head's pairs by the patch row, the second by its
-  // column, frequency f_j = 1 / theta^(2j / half) (fp32 steps, the power in double).
-  std::vector<float> cs(size_t(n * half)), sn(size_t(n * half));
-  {
+    // 2D rotary angles: the first quarter of a head's pairs by the patch row, the second by its
+    // column, frequency f_j = 1 / theta^(2j / half) (fp32 steps, the power in double).
+    cs.resize(size_t(n * half));
+    sn.resize(size_t(n * half));
     std::vector<float> inv(static_cast<size_t>(quarter));
     for (int64_t j = 0; j < quarter; ++j) {
       const float e = float(2 * j) / float(half);
@@ -105,6 +131,8 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
         cs[size_t(i * half + j)] = f32(std::cos(double(a)));
         sn[size_t(i * half + j)] = f32(std::sin(double(a)));
       }
+    ++job.stage;
+    return false;
   }
   auto rotate = [&](float* v, int64_t i) {  // one head's vector of row i
     for (int64_t j = 0; j < half; ++j) {
@@ -115,7 +143,8 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
     }
   };
 
-  for (size_t l = 0; l < V.blocks.size(); ++l) {
+  if (job.stage <= V.blocks.size()) {  // one block
+    const size_t l = job.stage++ - 1;
     const VisionBlockWeights& B = V.blocks[l];
     const PreparedLinear* L = &m.vision_lin[l * kPerBlock];
     // Attention: q, k, v are the thirds of wqkv's output, heads of hd; full, bidirectional.
@@ -168,6 +197,7 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
     lin(L[3], nullptr, o.data(), n, t);
     for (size_t i = 0; i < h.size(); ++i) h[i] += t[i];
     m.round(h.data(), int64_t(h.size()));
+    return false;
   }
   norm(h, n, Dv, V.norm);
 
@@ -191,6 +221,7 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
   m.round(t.data(), int64_t(t.size()));
   lin(A[1], &V.aligner_b2, t.data(), L, out);
   DI_CHECK(int64_t(out.size()) == L * D);
+  return true;
 }
 
 }  // namespace deepinfer

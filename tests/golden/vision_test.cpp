@@ -299,3 +299,61 @@ TEST(Vision, EngineImageRequestMatchesReference) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+// The tower runs a stage per step (the patch embedding, each block, the aligner), beside the
+// other requests: a decoding text request gets a token at every one of those steps, and the image
+// request is scheduled once its image is through. A request aborted while in the tower finishes
+// as aborted.
+TEST(Vision, EngineRunsTheTowerInStagesBesideOtherRequests) {
+  LoadedModel m = load_model("tiny+vision", Numerics::Bf16);
+  const ModelConfig& c = m.model->config();
+  Request text;
+  text.id = 1;
+  text.prompt_ids = random_tokens(6, c.vocab_size - 2, 51);
+  text.params.max_tokens = 40;
+  text.params.temperature = 0;
+  text.params.ignore_eos = true;
+  Request img = text;
+  img.id = 2;
+  img.prompt_ids = {5, int32_t(c.image_token_id), 7};
+  img.params.max_tokens = 3;
+  img.images.push_back({random_patches(16, 3 * 14 * 14, 52), 4, 4});
+  Engine eng(*m.model, EngineConfig{});
+  ASSERT_EQ(eng.add_request(text), "");
+  eng.step();  // the text request's prefill
+  ASSERT_EQ(eng.add_request(img), "");
+  EXPECT_EQ(eng.add_request(img).find("already in use") != std::string::npos, true);
+  const int stages = c.vision_n_layers + 2;
+  for (int i = 0; i + 1 < stages; ++i) {
+    const std::vector<TokenEvent> ev = eng.step();
+    ASSERT_EQ(ev.size(), 1u) << "step " << i;
+    EXPECT_EQ(ev[0].id, RequestId(1)) << "step " << i;
+  }
+  // The last stage's step schedules the image request too: its prefill gives its first token.
+  const std::vector<TokenEvent> ev = eng.step();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(eng.num_running(), 2u);
+  std::map<RequestId, RequestOutput> done;
+  while (eng.has_unfinished()) {
+    eng.step();
+    for (auto& o : eng.take_finished()) done[o.id] = std::move(o);
+  }
+  EXPECT_EQ(done[2].output_ids.size(), 3u);
+  EXPECT_EQ(done[1].output_ids.size(), 40u);
+
+  Request late = img;
+  late.id = 3;
+  ASSERT_EQ(eng.add_request(late), "");
+  eng.step();  // one stage
+  EXPECT_TRUE(eng.abort(3));
+  EXPECT_FALSE(eng.has_unfinished());
+  const std::vector<RequestOutput> out = eng.take_finished();
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].finish, FinishReason::Abort);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
