@@ -247,6 +247,8 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
   const std::vector<float>& omega = engram_omega[size_t(z)];
   for (int64_t i = 0; i < N; ++i) {
+    // Image rows have gate 0: they pass through.
+    if (!st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)]) continue;
     const float* V = &kv[size_t((i * (M + 1) + M) * D)];
     for (int64_t cpy = 0; cpy < M; ++cpy) {
       float* h = x + (i * M + cpy) * D;
@@ -257,8 +259,6 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
       for (int64_t d = 0; d < D; ++d) dot += double(h[d]) * om[d] * Kc[d];
       const float delta = (f32(dot) * rc) * inv_sqrt_d;
       const float mag = f32(std::sqrt(std::max(double(std::fabs(delta)), double(1e-6f))));
-      const bool image = !st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)];
-      if (image) continue;  // gate 0: image rows pass through
       const float gate = f32(sigmoid_d(std::copysign(mag, delta)));  // the sign of ±0 is kept
       for (int64_t d = 0; d < D; ++d) h[d] = f32(double(h[d]) + double(gate) * V[d]);
       round(h, D);

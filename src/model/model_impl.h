@@ -99,7 +99,8 @@ struct Model::Impl {
   std::vector<int64_t> draft_anchor;  // per draft sequence: p, the position its block follows
   // The vision tower's linears (model/vision.cpp), prepared on the first image.
   std::vector<PreparedLinear> vision_lin;
-  std::vector<float> image_delims;  // [3, D]: image_start, image_newline, image_end
+  std::vector<float> vision_patch_w;  // [Dv, 3 p^2]: the patch embedding's weight as floats
+  std::vector<float> image_delims;    // [3, D]: image_start, image_newline, image_end
   uint64_t prepared_bytes = 0;
   std::vector<const PreparedLinear*> prepared;  // every present one, in construction order
   // Every per-step buffer: sublayers allocate on it under an ArenaScope (core/arena.h), and the

@@ -85,6 +85,9 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
       for (const Weight* w : {&b.wqkv, &b.wo, &b.w1, &b.w2}) m.vision_lin.emplace_back(*w);
     m.vision_lin.emplace_back(V.aligner_w1);
     m.vision_lin.emplace_back(V.aligner_w2);
+    m.vision_patch_w.resize(size_t(V.patch_embed.shape.numel()));
+    for (size_t i = 0; i < m.vision_patch_w.size(); ++i)
+      m.vision_patch_w[i] = bf16_to_f32(V.patch_embed.bf16()[i]);
   }
   // y [rows, out] = x W^T (+ b), each step rounded as the reference rounds it.
   auto lin = [&](const PreparedLinear& w, const Weight* b, const float* x, int64_t rows,
@@ -105,9 +108,9 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
   std::vector<float> u, qkv, o, t;
   if (job.stage == 0) {
     const int64_t K = 3 * p * p;
-    std::vector<float> x(size_t(n * K)), w(size_t(Dv * K));
+    std::vector<float> x(size_t(n * K));
+    const std::vector<float>& w = m.vision_patch_w;
     for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(patches[i]);
-    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(V.patch_embed.bf16()[i]);
     h.resize(size_t(n * Dv));
     for_rows(n, [&](int64_t i) {
       for (int64_t d = 0; d < Dv; ++d)
