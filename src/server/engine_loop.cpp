@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <utility>
 
 #include "core/cpu.h"
@@ -66,10 +65,6 @@ void Call::push(CallUpdate u) {
 EngineLoop::EngineLoop(Engine& engine, Metrics& metrics, ranks::Group* replicas)
     : engine_(engine, replicas), metrics_(metrics) {
   publish_gauges();
-}
-
-EngineLoop::~EngineLoop() {
-  stop();
 }
 
 void EngineLoop::start() {

@@ -125,7 +125,7 @@ class EngineLoop {
   // With `replicas` (the data-parallel group, whose other ranks run serve_replica) requests are
   // spread over the replicas, and stop() ends their loops.
   EngineLoop(Engine& engine, Metrics& metrics, ranks::Group* replicas = nullptr);
-  ~EngineLoop();
+  ~EngineLoop() { stop(); }
   EngineLoop(const EngineLoop&) = delete;
   EngineLoop& operator=(const EngineLoop&) = delete;
 

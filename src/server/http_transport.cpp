@@ -124,8 +124,7 @@ bool gzip(std::string_view in, std::string* out) {
 
 }  // namespace
 
-class Connection {
- public:
+struct Connection {
   // In the order a connection goes through them (parsing() and update() compare phases).
   enum class Phase {
     kIdle,     // between requests (or before the first): nothing of a request yet
@@ -136,8 +135,6 @@ class Connection {
     kClosed
   };
 
-  Connection(Transport& t, int fd, uint64_t id, const ParserLimits& limits)
-      : t(t), fd(fd), id(id), parser(limits) {}
   ~Connection() {
     if (fd >= 0) ::close(fd);
   }
@@ -153,10 +150,11 @@ class Connection {
   const uint64_t id;
   Phase phase = Phase::kIdle;
   HttpParser parser;
+  Clock::time_point idle_since = Clock::now();
   std::string in, out;
   size_t in_off = 0, out_off = 0;
   std::shared_ptr<Exchange> current;
-  Clock::time_point idle_since, request_start, write_since, linger_until;
+  Clock::time_point request_start, write_since, linger_until;
   std::optional<Clock::time_point> close_by;
   bool served_any = false, peer_gone = false, rejected = false, processing = false;
   uint32_t events = 0;                        // registered with epoll
@@ -414,18 +412,18 @@ void Transport::accept_all() {
       ::close(fd);
       continue;
     }
-    auto owned = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
+    std::unique_ptr<Connection> owned(
+        new Connection{*this, fd, next_id++, Phase::kIdle, HttpParser(opt.limits)});
+    owned->rejected = rejected;
     owned->events = EPOLLIN | EPOLLRDHUP;
     if (!watch(EPOLL_CTL_ADD, fd, owned->events, owned->id)) continue;  // closed by ~Connection
     Connection& c = *conns.emplace(owned->id, std::move(owned)).first->second;
-    c.rejected = rejected;
     ++(rejected ? rejecting : active);
     if (!rejected) {
-      c.idle_since = Clock::now();
       update(c);
       continue;
     }
-    c.close_by = Clock::now() + seconds(kRejectSeconds);
+    c.close_by = c.idle_since + seconds(kRejectSeconds);
     const std::string full = str_cat("The server has reached its limit of ", opt.max_connections,
                                      " open connections; retry later.");
     fail(c, {503, full, "too_many_connections"}, {{"Retry-After", "1"}});

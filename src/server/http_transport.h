@@ -48,7 +48,7 @@ struct TransportOptions {
   size_t max_output_bytes = size_t(1) << 20;
 };
 
-class Connection;
+struct Connection;
 
 // One request and its response. Owned jointly by the connection and whoever answers it; once the
 // connection is gone every call is a no-op.

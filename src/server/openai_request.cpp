@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <limits>
 
 #include "server/json_fields.h"
 #include "server/structured_output.h"
@@ -116,7 +115,7 @@ void read_bool(const Json& obj, const char* key, bool* out, const std::string& n
 
 std::string check_model(const Json& j, const ModelInfo& info) {
   const std::string name = opt_string(j, "model", "model", info.names.at(0).c_str());
-  if (std::find(info.names.begin(), info.names.end(), name) == info.names.end())
+  if (std::ranges::find(info.names, name) == info.names.end())
     throw ApiError(404,
                    str_cat("The model '", name, "' does not exist; this server serves '",
                            info.names.at(0), "'."),
@@ -145,31 +144,22 @@ std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t 
 // "prompt": a string, an array of strings, an array of token ids, or an array of those.
 std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& info) {
   const Json& p = need(j, "prompt", "prompt");
-  auto text = [&](const Json& s, const std::string& name) {
-    return need_tokenizer(info, name, "text prompts").encode(s.get<std::string>(), false);
-  };
-  std::vector<std::vector<int32_t>> prompts;
-  if (p.is_string()) {
-    prompts.push_back(text(p, "prompt"));
-  } else if (p.is_array()) {
-    if (p.empty()) throw_bad_value("prompt", "the prompt list is empty.");
-    const Json& first = p[0];
-    if (first.is_number()) {
-      prompts.push_back(token_list(p, "prompt", info.vocab_size));
-    } else {
-      for (size_t i = 0; i < p.size(); ++i) {
-        const Json& e = p[i];
-        const std::string name = str_cat("prompt[", i, "]");
-        if (first.is_string() && e.is_string())
-          prompts.push_back(text(e, name));
-        else if (first.is_array() && e.is_array())
-          prompts.push_back(token_list(e, name, info.vocab_size));
-        else
-          throw_bad_type(name, "all strings or all arrays of token ids", e);
-      }
-    }
-  } else {
+  if (!p.is_string() && !p.is_array())
     throw_bad_type("prompt", "a string, an array of strings or an array of token ids", p);
+  if (p.empty()) throw_bad_value("prompt", "the prompt list is empty.");  // a string's size is 1
+  // One prompt (a string, or an array of ids), or an array of prompts all of the first's kind.
+  const bool one = p.is_string() || p[0].is_number();
+  std::vector<std::vector<int32_t>> prompts;
+  for (size_t i = 0; i < (one ? 1 : p.size()); ++i) {
+    const Json& e = one ? p : p[i];
+    const std::string name = one ? "prompt" : str_cat("prompt[", i, "]");
+    if (e.is_string() && (one || p[0].is_string()))
+      prompts.push_back(
+          need_tokenizer(info, name, "text prompts").encode(e.get<std::string>(), false));
+    else if (e.is_array() && (one || p[0].is_array()))
+      prompts.push_back(token_list(e, name, info.vocab_size));
+    else
+      throw_bad_type(name, "all strings or all arrays of token ids", e);
   }
   for (size_t i = 0; i < prompts.size(); ++i)
     if (prompts[i].empty())
@@ -609,8 +599,7 @@ void throw_bad_value(const std::string& name, const std::string& what) {
 int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) throw_bad_type(name, "an integer", v);
   // Unsigned values past the int64 range are outside every range asked for.
-  const bool in_range =
-      !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(std::numeric_limits<int64_t>::max());
+  const bool in_range = !v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t(INT64_MAX);
   const int64_t x = in_range ? v.get<int64_t>() : 0;
   if (!in_range || x < lo || x > hi)
     throw_bad_value(name,
@@ -692,8 +681,7 @@ void parse_sampling_fields(const Json& j, const ModelInfo& info, SamplingParams*
     for (size_t i = 0; i < s->size(); ++i)
       p->stop.push_back(s->is_string() ? s->get<std::string>()
                                        : get_string((*s)[i], str_cat("stop[", i, "]")));
-    for (const auto& stop : p->stop)
-      if (stop.empty()) throw_bad_value("stop", "stop strings must not be empty.");
+    if (std::ranges::count(p->stop, "")) throw_bad_value("stop", "stop strings must not be empty.");
     if (!p->stop.empty()) need_tokenizer(info, "stop", "stop strings");
   }
   if (const Json* s = find_field(j, "stop_token_ids"))
