@@ -41,8 +41,7 @@ Clock::duration seconds(double s) {
 }
 
 const char* reason(int status) {
-  static const std::map<int, const char*> kReasons = {{100, "Continue"},
-                                                      {401, "Unauthorized"},
+  static const std::map<int, const char*> kReasons = {{401, "Unauthorized"},
                                                       {404, "Not Found"},
                                                       {405, "Method Not Allowed"},
                                                       {408, "Request Timeout"},
@@ -349,12 +348,10 @@ void Transport::run() {
     while (!timers.empty() && timers.begin()->first <= now)
       timers.extract(timers.begin()).mapped()();
     while (!deadlines.empty() && deadlines.begin()->first <= now) {
-      const uint64_t id = deadlines.begin()->second;
-      deadlines.erase(deadlines.begin());
-      Connection* c = find(id);
-      if (!c) continue;
-      c->deadline.reset();
-      on_deadline(*c);
+      if (Connection* c = find(deadlines.extract(deadlines.begin()).value().second)) {
+        c->deadline.reset();
+        on_deadline(*c);
+      }
     }
     dead.clear();
   }

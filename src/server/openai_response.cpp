@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "server/json_fields.h"
-#include "tokenizer/chat.h"
 
 namespace deepinfer::server {
 
@@ -261,8 +260,7 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
 }
 
 std::string ResponseBuilder::on_update(const CallUpdate& u) {
-  if (u.choice < 0 || size_t(u.choice) >= choices_.size()) return {};
-  Choice& c = choices_[size_t(u.choice)];
+  Choice& c = choices_.at(size_t(u.choice));  // the engine loop numbers them from 0
   if (c.ended) return {};
   ChoiceDelta d;
   const char* finish = nullptr;
