@@ -247,10 +247,9 @@ void ApiServer::start_call(const std::shared_ptr<CallContext>& ctx, const ApiReq
   std::vector<Request> requests;
   for (const auto& prompt : ar.prompts)
     for (int32_t i = 0; i < ar.n; ++i) {
-      Request& r = requests.emplace_back();
-      r.prompt_ids = prompt;
-      r.params = ar.params;
-      r.images = ar.images;  // chat: one prompt
+      // Chat has one prompt, which carries the images.
+      Request& r = requests.emplace_back(
+          Request{.prompt_ids = prompt, .params = ar.params, .images = ar.images});
       if (ar.params.seed) r.params.seed = choice_seed(*ar.params.seed, i);
     }
   loop.submit(c.call, std::move(requests));
@@ -321,20 +320,18 @@ void ApiServer::end_call(CallContext& c) {
 
 void ApiServer::shutdown() {
   if (draining.exchange(true)) return;
-  transport.post([this] { on_shutdown(); });
-}
-
-void ApiServer::on_shutdown() {
-  shutdown_begun = true;
-  transport.stop_accepting();
-  transport.after(options.shutdown_timeout_s, [this] {
-    if (calls.empty()) return;  // drained
-    std::fprintf(stderr, "deepinfer: cancelling %zu calls still running\n", calls.size());
-    loop.cancel_all();
-    // Cancelled calls end within a step; should one not, the connections close anyway.
-    transport.after(30, [this] { transport.end_keep_alive(); });
+  transport.post([this] {  // on the event thread
+    shutdown_begun = true;
+    transport.stop_accepting();
+    transport.after(options.shutdown_timeout_s, [this] {
+      if (calls.empty()) return;  // drained
+      std::fprintf(stderr, "deepinfer: cancelling %zu calls still running\n", calls.size());
+      loop.cancel_all();
+      // Cancelled calls end within a step; should one not, the connections close anyway.
+      transport.after(30, [this] { transport.end_keep_alive(); });
+    });
+    check_drained();
   });
-  check_drained();
 }
 
 // No call is admitted once the shutdown began, so the calls in flight only end.

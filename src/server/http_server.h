@@ -85,7 +85,6 @@ class ApiServer {
   // pump(ctx) while the call is still served.
   std::function<void()> pumper(const std::shared_ptr<CallContext>& ctx);
   void end_call(CallContext& ctx);
-  void on_shutdown();
   void check_drained();
   ApiError engine_failed() const;
 

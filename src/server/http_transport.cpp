@@ -134,6 +134,8 @@ struct Connection {
     kClosed
   };
 
+  Connection(Transport& t, int fd, uint64_t id, const ParserLimits& limits)
+      : t(t), fd(fd), id(id), parser(limits) {}
   ~Connection() {
     if (fd >= 0) ::close(fd);
   }
@@ -409,8 +411,7 @@ void Transport::accept_all() {
       ::close(fd);
       continue;
     }
-    std::unique_ptr<Connection> owned(
-        new Connection{*this, fd, next_id++, Phase::kIdle, HttpParser(opt.limits)});
+    auto owned = std::make_unique<Connection>(*this, fd, next_id++, opt.limits);
     owned->rejected = rejected;
     owned->events = EPOLLIN | EPOLLRDHUP;
     if (!watch(EPOLL_CTL_ADD, fd, owned->events, owned->id)) continue;  // closed by ~Connection
