@@ -261,22 +261,19 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
 
 std::string ResponseBuilder::on_update(const CallUpdate& u) {
   Choice& c = choices_.at(size_t(u.choice));  // the engine loop numbers them from 0
-  if (c.ended) return {};
+  if (c.finish) return {};
   ChoiceDelta d;
-  const char* finish = nullptr;
   if (u.end) {
     d = c.decoder.finish(u.stop_text);
-    c.ended = true;
-    c.finish = u.finish;
+    c.finish = api_finish_reason(u.finish, c.decoder.num_tool_calls() > 0);
     ++ended_;
     errors_ += u.finish == FinishReason::Error;
-    finish = api_finish_reason(u.finish, c.decoder.num_tool_calls() > 0);
   } else {
     d = c.decoder.push(u.token);
   }
   std::string out;
-  if (req_.stream && (finish || d.has_output() || !d.token_ids.empty())) {
-    out = envelope("[" + choice_json(u.choice, d, finish, !c.started) + "]", chunk_object(),
+  if (req_.stream && (u.end || d.has_output() || !d.token_ids.empty())) {
+    out = envelope("[" + choice_json(u.choice, d, c.finish, !c.started) + "]", chunk_object(),
                    null_usage());
     c.started = true;
   }
@@ -292,9 +289,7 @@ std::string ResponseBuilder::full_body() {
   const bool chat = req_.endpoint == Endpoint::kChat;
   std::string choices = "[";
   for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& c = choices_[i];
-    const char* finish = api_finish_reason(c.finish, c.decoder.num_tool_calls() > 0);
-    choices += (i ? "," : "") + choice_json(int32_t(i), c.all, finish, true);
+    choices += (i ? "," : "") + choice_json(int32_t(i), choices_[i].all, choices_[i].finish, true);
   }
   return envelope(choices + "]", chat ? "chat.completion" : "text_completion",
                   usage() + (chat ? prompt_ids() : ""));

@@ -111,9 +111,9 @@ class ResponseBuilder {
   struct Choice {
     ChoiceDecoder decoder;
     ChoiceDelta all;  // everything so far (non-streaming)
-    bool ended = false, started = false;
-    FinishReason finish = FinishReason::None;
-    int64_t text_offset = 0;  // completions logprobs
+    bool started = false;
+    const char* finish = nullptr;  // the API's finish_reason once it ended
+    int64_t text_offset = 0;       // completions logprobs
   };
   // Choice `index` as JSON text, with `d` (a stream's delta, or everything of a whole body) and
   // `finish`; `first`: its first chunk, or a whole body.
