@@ -172,24 +172,6 @@ int64_t int_field(const ModelConfig& c, const char* ref) {
   DI_CHECK(false, "no config field ", ref);
 }
 
-void require_positive(const std::string& label, const char* name, int64_t v) {
-  DI_REQUIRE(v > 0, label, ": ", name, " must be > 0, got ", v);
-}
-void require_mult(const std::string& label, const char* name, int64_t v, int64_t m,
-                  const char* why) {
-  DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why, ")");
-}
-
-void require_layer_list(const std::string& label, const char* name, const std::vector<int>& v,
-                        int n_layers) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
-               " is not a backbone layer id in [0, ", n_layers, ")");
-    DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
-               v[i - 1], " then ", v[i]);
-  }
-}
-
 }  // namespace
 
 ModelConfig ModelConfig::parse(const std::string& text, const std::string& label, bool validate) {
@@ -334,11 +316,27 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c, const std::string& labe
 }
 
 void ModelConfig::validate(const std::string& label) const {
-  for (const char* name :
-       {"vocab_size", "dim", "n_layers", "n_heads", "moe_inter_dim", "q_lora_rank", "head_dim",
-        "o_lora_rank", "o_groups", "window_size", "hc_mult", "hc_sinkhorn_iters",
-        "n_routed_experts", "n_activated_experts"})
-    require_positive(label, name, int_field(*this, name));
+  auto positive = [&](std::initializer_list<const char*> names) {
+    for (const char* name : names)
+      DI_REQUIRE(int_field(*this, name) > 0, label, ": ", name, " must be > 0, got ",
+                 int_field(*this, name));
+  };
+  auto multiple = [&](const char* name, int64_t m, const char* why) {
+    const int64_t v = int_field(*this, name);
+    DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why,
+               ")");
+  };
+  auto layer_list = [&](const char* name, const std::vector<int>& v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
+                 " is not a backbone layer id in [0, ", n_layers, ")");
+      DI_REQUIRE(i == 0 || v[i] > v[i - 1], label, ": ", name, " must be strictly increasing, got ",
+                 v[i - 1], " then ", v[i]);
+    }
+  };
+  positive({"vocab_size", "dim", "n_layers", "n_heads", "moe_inter_dim", "q_lora_rank", "head_dim",
+            "o_lora_rank", "o_groups", "window_size", "hc_mult", "hc_sinkhorn_iters",
+            "n_routed_experts", "n_activated_experts"});
   DI_REQUIRE(n_mtp_layers >= 0, label, ": n_mtp_layers must be >= 0");
   DI_REQUIRE(dtype == "fp8" || dtype == "bf16", label, ": dtype = '", dtype,
              "' must be \"fp8\" or \"bf16\"");
@@ -350,16 +348,14 @@ void ModelConfig::validate(const std::string& label) const {
   DI_REQUIRE(n_shared_experts == 1, label, ": n_shared_experts must be 1, got ", n_shared_experts);
   DI_REQUIRE(n_activated_experts <= n_routed_experts, label, ": n_activated_experts (",
              n_activated_experts, ") exceeds n_routed_experts (", n_routed_experts, ")");
-  const char* q = "quantized linear inputs are blocks of 32";
-  require_mult(label, "dim", dim, 32, q);
-  require_mult(label, "q_lora_rank", q_lora_rank, 32, q);
-  require_mult(label, "moe_inter_dim", moe_inter_dim, 32, q);
+  for (const char* name : {"dim", "q_lora_rank", "moe_inter_dim"})
+    multiple(name, 32, "quantized linear inputs are blocks of 32");
   // wo_b's input: the groups' outputs side by side, quantized in blocks across group boundaries.
   DI_REQUIRE(int64_t(o_groups) * o_lora_rank % 32 == 0, label,
              ": o_groups * o_lora_rank = ", o_groups, " * ", o_lora_rank, " = ",
              int64_t(o_groups) * o_lora_rank,
              " must be a multiple of 32 (wo_b's quantized input is blocks of 32)");
-  require_mult(label, "head_dim", head_dim, 32, "fp8 window KV blocks of 32");
+  multiple("head_dim", 32, "fp8 window KV blocks of 32");
   DI_REQUIRE(rope_head_dim > 0 && rope_head_dim % 2 == 0 && rope_head_dim <= head_dim, label,
              ": rope_head_dim = ", rope_head_dim, " must be even and in (0, head_dim = ", head_dim,
              "]");
@@ -388,26 +384,22 @@ void ModelConfig::validate(const std::string& label) const {
   }
   for (const auto& [name, list] : {std::pair{"kv_source_layers", &kv_source_layers},
                                    std::pair{"index_source_layers", &index_source_layers}}) {
-    require_layer_list(label, name, *list, n_layers);
+    layer_list(name, *list);
     for (int l : *list)
       DI_REQUIRE(compress_ratios[size_t(l)] > 0, label, ": ", name, " lists layer ", l,
                  " whose compress ratio is 0");
   }
-  const bool any_compressed =
-      std::any_of(compress_ratios.begin(), compress_ratios.end(), [](int r) { return r > 0; });
-  if (any_compressed) {
-    require_positive(label, "index_n_heads", index_n_heads);
-    require_positive(label, "index_topk", index_topk);
-    require_mult(label, "index_head_dim", index_head_dim, 32, "fp4 index blocks of 32");
+  if (std::ranges::any_of(compress_ratios, [](int r) { return r > 0; })) {
+    positive({"index_n_heads", "index_topk"});
+    multiple("index_head_dim", 32, "fp4 index blocks of 32");
     DI_REQUIRE(index_head_dim >= rope_head_dim, label, ": index_head_dim (", index_head_dim,
                ") must be >= rope_head_dim (", rope_head_dim, ")");
-    require_mult(label, "head_dim", head_dim, 16, "fp4 compressed-KV blocks of 16");
+    multiple("head_dim", 16, "fp4 compressed-KV blocks of 16");
   }
   if (candidate_source_layer >= 0) {
     DI_REQUIRE(candidate_source_layer < n_layers, label,
                ": candidate_source_layer = ", candidate_source_layer, " is not a backbone layer");
-    require_positive(label, "candidate_block_size", candidate_block_size);
-    require_positive(label, "candidate_topk_blocks", candidate_topk_blocks);
+    positive({"candidate_block_size", "candidate_topk_blocks"});
     DI_REQUIRE(int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1 >= index_topk, label,
                ": (candidate_topk_blocks - 1) * candidate_block_size + 1 = ",
                int64_t(candidate_topk_blocks - 1) * candidate_block_size + 1,
@@ -419,23 +411,17 @@ void ModelConfig::validate(const std::string& label) const {
                " must be a token id in [0, vocab_size)");
     DI_REQUIRE(!dspark_target_layer_ids.empty(), label,
                ": dspark_target_layer_ids must list the backbone layers the draft head reads");
-    require_layer_list(label, "dspark_target_layer_ids", dspark_target_layer_ids, n_layers);
-    require_positive(label, "dspark_markov_rank", dspark_markov_rank);
-    require_mult(label, "dspark_markov_rank", dspark_markov_rank, 32,
-                 "the Markov head's linear reads its input in blocks of 32");
+    layer_list("dspark_target_layer_ids", dspark_target_layer_ids);
+    positive({"dspark_markov_rank"});
+    multiple("dspark_markov_rank", 32, "the Markov head's linear reads its input in blocks of 32");
     DI_REQUIRE(dspark_n_routed_experts >= 0 && dspark_n_activated_experts >= 0 &&
                    dspark_topk() <= dspark_experts(),
                label, ": dspark_num_experts_per_tok (", dspark_topk(),
                ") must be in [1, dspark_n_routed_experts = ", dspark_experts(), "]");
   }
   if (has_vision()) {
-    for (auto [k, v] : {std::pair<const char*, int64_t>{"vision_dim", vision_dim},
-                        {"vision_n_heads", vision_n_heads},
-                        {"vision_inter_dim", vision_inter_dim},
-                        {"vision_patch_size", vision_patch_size},
-                        {"vision_downsample_ratio", vision_downsample_ratio},
-                        {"vision_max_n_token", vision_max_n_token}})
-      require_positive(label, k, v);
+    positive({"vision_dim", "vision_n_heads", "vision_inter_dim", "vision_patch_size",
+              "vision_downsample_ratio", "vision_max_n_token"});
     DI_REQUIRE(vision_dim % (4 * vision_n_heads) == 0, label, ": vision_dim (", vision_dim,
                ") must be a multiple of 4 x vision_n_heads (", vision_n_heads,
                "): each head's 2D rotary halves");
@@ -449,16 +435,15 @@ void ModelConfig::validate(const std::string& label) const {
 
   // Engram.
   if (!engram_layer_ids.empty()) {
-    require_layer_list(label, "engram_layer_ids", engram_layer_ids, n_layers);
+    layer_list("engram_layer_ids", engram_layer_ids);
     DI_REQUIRE(engram_num_embeddings.size() == engram_layer_ids.size(), label,
                ": engram_num_embeddings has ", engram_num_embeddings.size(),
                " entries, expected one per Engram layer (", engram_layer_ids.size(), ")");
-    for (int64_t n : engram_num_embeddings) require_positive(label, "engram_num_embeddings[]", n);
+    for (int64_t n : engram_num_embeddings)
+      DI_REQUIRE(n > 0, label, ": engram_num_embeddings[] must be > 0, got ", n);
     DI_REQUIRE(engram_max_ngram_size >= 2, label, ": engram_max_ngram_size must be >= 2, got ",
                engram_max_ngram_size);
-    require_positive(label, "engram_n_heads", engram_n_heads);
-    require_positive(label, "engram_vocab_size", engram_vocab_size);
-    require_positive(label, "engram_compressed_vocab_size", engram_compressed_vocab_size);
+    positive({"engram_n_heads", "engram_vocab_size", "engram_compressed_vocab_size"});
     DI_REQUIRE(engram_head_dim > 0 && engram_head_dim % 32 == 0, label,
                ": engram_head_dim = ", engram_head_dim,
                " must be a positive multiple of 32 (fp8 table blocks)");
