@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -20,10 +21,11 @@ namespace {
 
 // --- loading helpers ---
 
-bool is_skipped_part(const std::string& name) {
-  for (const char* p : {"mtp.", "vision.", "aligner.", "image_start", "image_end", "image_newline"})
-    if (name.rfind(p, 0) == 0) return true;
-  const std::string vl = ".ffn.gate.bias_vl";  // router bias for image tokens
+// The vision tower's tensors and the image tokens' router biases.
+bool is_vision_part(const std::string& name) {
+  for (const char* p : {"vision.", "aligner.", "image_start", "image_end", "image_newline"})
+    if (name.starts_with(p)) return true;
+  const std::string vl = ".ffn.gate.bias_vl";
   return name.size() > vl.size() && name.ends_with(vl);
 }
 
@@ -34,29 +36,6 @@ bool takes_scale(SlotKind k) {
 
 std::string describe(const TensorInfo& t) {
   return str_cat(dtype_name(t.dtype), " ", t.shape.str());
-}
-
-// Checks that `raw` (an E8M0/U8 scale tensor, or F32 holding exact powers of two) has `shape`;
-// returns e8m0 bytes, converting F32 into `owned` when needed.
-const uint8_t* bind_scale(const TensorInfo& t, const Shape& shape, const std::string& dir,
-                          std::vector<std::vector<uint8_t>>& owned, uint64_t& converted) {
-  DI_REQUIRE(t.shape == shape, dir, ": tensor '", t.name, "' is ", describe(t), ", expected shape ",
-             shape.str());
-  if (t.dtype == DType::E8M0 || t.dtype == DType::U8) return t.data;
-  DI_REQUIRE(t.dtype == DType::F32, dir, ": tensor '", t.name, "' is ", describe(t),
-             ", expected F8_E8M0 scales (or F32 powers of two)");
-  std::vector<uint8_t> out(size_t(shape.numel()));
-  for (size_t i = 0; i < out.size(); ++i) {
-    float v;
-    std::memcpy(&v, t.data + 4 * i, 4);
-    const uint8_t b = f32_to_e8m0(v);
-    DI_REQUIRE(v > 0 && e8m0_to_f32(b) == v, dir, ": tensor '", t.name, "' element ", i, " = ", v,
-               " is not a power of two (scales must be e8m0-representable)");
-    out[i] = b;
-  }
-  converted += out.size();
-  owned.push_back(std::move(out));
-  return owned.back().data();
 }
 
 // The stored forms a slot kind accepts, for refusals.
@@ -234,11 +213,8 @@ std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
-  Weight w;
-  w.format = s.format;
-  w.shape = s.shape;
-  w.data = &w;  // any non-null pointer: nbytes() only needs the format and shape
-  return w.nbytes();
+  // Any non-null data pointer: nbytes() only needs the format and shape.
+  return Weight{.format = s.format, .shape = s.shape, .data = &s}.nbytes();
 }
 
 WeightFootprint weight_footprint(const ModelConfig& c) {
@@ -250,8 +226,7 @@ WeightFootprint weight_footprint(const ModelConfig& c) {
     const std::string& n = s.name;
     if (n.starts_with("mtp.")) {
       f.draft_head += b;
-    } else if (n.starts_with("vision.") || n.starts_with("aligner.") || n.starts_with("image_") ||
-               n.ends_with(".bias_vl")) {
+    } else if (is_vision_part(n)) {
       f.vision += b;  // read per image, not per token
     } else if (n == "embed.weight") {
       f.dense_per_token += b / uint64_t(c.vocab_size);
@@ -291,10 +266,12 @@ std::string loaded_form(SlotKind kind, const Weight& w) {
   return "?";
 }
 
-const void* Checkpoint::convert(const TensorInfo& t, DType want) {
-  const int64_t n = t.shape.numel();
-  std::vector<uint8_t> buf(size_t(n) * (want == DType::F32 ? 4 : 2));
-  for (int64_t i = 0; i < n; ++i) {
+// A float tensor's values as `want`: F32, or BF16 rounded to nearest even (as the reference's
+// load does).
+std::vector<uint8_t> converted(const TensorInfo& t, DType want) {
+  const size_t n = size_t(t.shape.numel()), size = want == DType::F32 ? 4 : 2;
+  std::vector<uint8_t> out(n * size);
+  for (size_t i = 0; i < n; ++i) {
     float v;
     uint16_t h;
     if (t.dtype == DType::F32) {
@@ -303,16 +280,15 @@ const void* Checkpoint::convert(const TensorInfo& t, DType want) {
       std::memcpy(&h, t.data + 2 * i, 2);
       v = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
     }
-    if (want == DType::F32) {
-      std::memcpy(buf.data() + 4 * i, &v, 4);
-    } else {
-      h = f32_to_bf16(v);  // round to nearest even, as the reference's load does
-      std::memcpy(buf.data() + 2 * i, &h, 2);
-    }
+    h = f32_to_bf16(v);
+    std::memcpy(out.data() + size * i, want == DType::F32 ? static_cast<void*>(&v) : &h, size);
   }
-  converted_bytes += buf.size();
-  owned_.push_back(std::move(buf));
-  return owned_.back().data();
+  return out;
+}
+
+const uint8_t* Checkpoint::own(std::vector<uint8_t> bytes) {
+  converted_bytes += bytes.size();
+  return owned_.emplace_back(std::move(bytes)).data();
 }
 
 // One slot of the table in checkpoint.h: the stored dtype decides the format and whether the
@@ -320,27 +296,39 @@ const void* Checkpoint::convert(const TensorInfo& t, DType want) {
 Weight Checkpoint::bind(const TensorSpec& spec) {
   const TensorInfo* t = store_->find(spec.name);
   DI_CHECK(t, spec.name);  // load() checked that every schema tensor is present
-  Weight w;
-  w.name = spec.name;
-  w.shape = spec.shape;
-  const bool matrix = spec.shape.ndim == 2;
+  Weight w{.name = spec.name, .shape = spec.shape};
   const SlotKind k = spec.kind;
   const TensorInfo* st = takes_scale(k) ? store_->find(scale_name(spec.name)) : nullptr;
   const bool fp8 = t->dtype == DType::E4M3 && t->shape == spec.shape;
-  const bool fp4 = matrix && ((t->dtype == DType::E2M1 && t->shape == spec.shape) ||
-                              ((t->dtype == DType::I8 || t->dtype == DType::U8) &&
-                               t->shape == Shape{spec.shape[0], spec.shape[1] / 2}));
+  const bool fp4 = spec.shape.ndim == 2 && ((t->dtype == DType::E2M1 && t->shape == spec.shape) ||
+                                            ((t->dtype == DType::I8 || t->dtype == DType::U8) &&
+                                             t->shape == Shape{spec.shape[0], spec.shape[1] / 2}));
   const bool flt = (t->dtype == DType::F32 || t->dtype == DType::BF16 || t->dtype == DType::F16) &&
                    t->shape == spec.shape;
+  // The scales: E8M0/U8, or F32 holding exact powers of two (converted to e8m0).
   auto scales = [&](WeightFormat f) {
     const Shape ss = f == WeightFormat::Fp8Block ? Shape{(w.rows() + 31) / 32, (w.cols() + 31) / 32}
                                                  : Shape{w.rows(), w.cols() / 32};
     DI_REQUIRE(st, dir_, ": missing tensor '", scale_name(spec.name), "' (F8_E8M0 scales ",
                ss.str(), " of the ", describe(*t), " weight '", spec.name, "')");
+    DI_REQUIRE(st->shape == ss, dir_, ": tensor '", st->name, "' is ", describe(*st),
+               ", expected shape ", ss.str());
     w.format = f;
     w.data = t->data;
-    w.scale = bind_scale(*st, ss, dir_, owned_, converted_bytes);
+    w.scale = st->data;
     w.scale_cols = ss[1];
+    if (st->dtype == DType::E8M0 || st->dtype == DType::U8) return;
+    DI_REQUIRE(st->dtype == DType::F32, dir_, ": tensor '", st->name, "' is ", describe(*st),
+               ", expected F8_E8M0 scales (or F32 powers of two)");
+    std::vector<uint8_t> e8m0(size_t(ss.numel()));
+    for (size_t i = 0; i < e8m0.size(); ++i) {
+      float v;
+      std::memcpy(&v, st->data + 4 * i, 4);
+      e8m0[i] = f32_to_e8m0(v);
+      DI_REQUIRE(v > 0 && e8m0_to_f32(e8m0[i]) == v, dir_, ": tensor '", st->name, "' element ", i,
+                 " = ", v, " is not a power of two (scales must be e8m0-representable)");
+    }
+    w.scale = own(std::move(e8m0));
   };
   if (flt && st)
     throw Error(str_cat(dir_, ": tensor '", scale_name(spec.name), "' scales '", spec.name,
@@ -362,11 +350,13 @@ Weight Checkpoint::bind(const TensorSpec& spec) {
     const bool bf16 = k == SlotKind::Bf16 || k == SlotKind::Bf16Linear || keep_bf16;
     const DType want = bf16 ? DType::BF16 : DType::F32;  // other float dtypes are converted
     w.format = bf16 ? WeightFormat::BF16 : WeightFormat::F32;
-    w.data = t->dtype == want ? t->data : convert(*t, want);
+    w.data = t->dtype == want ? t->data : own(converted(*t, want));
   } else {
     throw Error(str_cat(dir_, ": tensor '", spec.name, "' is ", describe(*t), ", expected ",
                         accepted_forms(k, spec.shape)));
   }
+  bound_bytes += w.nbytes();
+  forms.emplace_back(spec.name, str_cat(dtype_name(t->dtype), " -> ", loaded_form(k, w)));
   return w;
 }
 
@@ -386,14 +376,13 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
 
   // Every tensor in the files must be part of the schema (all experts) or a known unused part.
   // The draft head is loaded when the files hold any of it (then all of it is required).
-  bool any_mtp = false, any_vision = false;
-  for (const std::string& name : ck->store_->names()) {
-    any_mtp |= name.rfind("mtp.", 0) == 0;
-    any_vision |= name.rfind("vision.", 0) == 0;
-  }
-  ck->has_dspark = any_mtp && c.has_dspark();
   // The vision tower too is loaded when the files hold any of it.
-  ck->has_vision = any_vision && c.has_vision();
+  const std::vector<std::string> names = ck->store_->names();
+  auto holds = [&](const char* prefix) {
+    return std::ranges::any_of(names, [&](const std::string& n) { return n.starts_with(prefix); });
+  };
+  ck->has_dspark = holds("mtp.") && c.has_dspark();
+  ck->has_vision = holds("vision.") && c.has_vision();
   const std::vector<TensorSpec> all = checkpoint_schema(c, 0, -1, ck->has_dspark, ck->has_vision);
   std::set<std::string> known;
   for (const auto& s : all) {
@@ -401,18 +390,14 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
     if (takes_scale(s.kind)) known.insert(scale_name(s.name));
   }
   std::vector<std::string> unexpected;
-  // With the draft head loaded, an mtp.* tensor outside its schema is a mistake, except the
-  // stages' aliases of the shared embedding and head (V41_SPEC.md §2.1).
-  auto stray_mtp = [&](const std::string& name) {
-    if (!ck->has_dspark || name.rfind("mtp.", 0) != 0) return false;
+  for (const std::string& name : names) {
+    if (known.count(name)) continue;
+    // With the draft head loaded, an mtp.* tensor outside its schema is a mistake, except the
+    // stages' aliases of the shared embedding and head (V41_SPEC.md §2.1).
     const size_t dot = name.find('.', 4);  // after the stage number
     const std::string rest = dot == std::string::npos ? "" : name.substr(dot);
-    return rest != ".embed.weight" && rest != ".head.weight";
-  };
-
-  for (const std::string& name : ck->store_->names()) {
-    if (known.count(name)) continue;
-    if (is_skipped_part(name) && !stray_mtp(name))
+    const bool alias = rest == ".embed.weight" || rest == ".head.weight";
+    if (name.starts_with("mtp.") ? !ck->has_dspark || alias : is_vision_part(name))
       ck->skipped_tensors.push_back(name);
     else
       unexpected.push_back(name);
@@ -433,13 +418,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
   std::vector<Weight*> slots;
   const std::vector<TensorSpec> mine =
       schema(c, ck->expert_begin, ck->expert_end, ck->has_dspark, ck->has_vision, ck.get(), &slots);
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const TensorSpec& s = mine[i];
-    *slots[i] = ck->bind(s);
-    ck->bound_bytes += slots[i]->nbytes();
-    ck->forms.emplace_back(s.name, str_cat(dtype_name(ck->store_->find(s.name)->dtype), " -> ",
-                                           loaded_form(s.kind, *slots[i])));
-  }
+  for (size_t i = 0; i < mine.size(); ++i) *slots[i] = ck->bind(mine[i]);
   return ck;
 }
 

@@ -183,9 +183,9 @@ class Checkpoint {
 
  private:
   Checkpoint() = default;
-  Weight bind(const TensorSpec& spec);
-  // A copy of a float tensor's values as `want` (F32, or BF16 rounded to nearest even).
-  const void* convert(const TensorInfo& t, DType want);
+  Weight bind(const TensorSpec& spec);  // also counts it in bound_bytes and forms
+  // Keeps converted bytes (counted in converted_bytes) for the checkpoint's lifetime.
+  const uint8_t* own(std::vector<uint8_t> bytes);
   std::string dir_;
   ModelConfig config_;
   std::unique_ptr<TensorStore> store_;
