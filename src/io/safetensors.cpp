@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <ranges>
 #include <set>
 
 #include "core/error.h"
@@ -27,24 +28,6 @@ namespace {
 
 // Headers beyond this are not checkpoints (the released files have headers of a few hundred KiB).
 constexpr uint64_t kMaxHeaderBytes = uint64_t(256) << 20;
-
-// Parses JSON and rejects duplicate top-level keys (a name listed twice is ambiguous).
-json parse_header_json(const char* begin, const char* end, const std::string& label) {
-  std::set<std::string> seen;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
-    }
-    return true;
-  };
-  json j = json::parse(begin, end, cb, /*allow_exceptions=*/false);
-  DI_REQUIRE(!j.is_discarded(), label, ": safetensors header is not valid JSON");
-  DI_REQUIRE(duplicate.empty(), label, ": safetensors header lists tensor '", duplicate, "' twice");
-  DI_REQUIRE(j.is_object(), label, ": safetensors header must be a JSON object");
-  return j;
-}
 
 uint64_t get_u64(const json& v, const std::string& label, const std::string& what) {
   DI_REQUIRE(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0), label,
@@ -125,8 +108,20 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, uint64_t file_s
              file_size, "-byte file (truncated file?)");
   DI_REQUIRE(hlen <= kMaxHeaderBytes, label, ": header length ", hlen, " exceeds the ",
              kMaxHeaderBytes, "-byte limit");
-  const char* hb = reinterpret_cast<const char*>(bytes + 8);
-  json j = parse_header_json(hb, hb + hlen, label);
+  // Top-level keys are tensor names: one listed twice is ambiguous.
+  std::set<std::string> seen;
+  std::string duplicate;
+  json::parser_callback_t cb = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1) {
+      const std::string& k = parsed.get_ref<const std::string&>();
+      if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
+  const json j = json::parse(bytes + 8, bytes + 8 + hlen, cb, /*allow_exceptions=*/false);
+  DI_REQUIRE(!j.is_discarded(), label, ": safetensors header is not valid JSON");
+  DI_REQUIRE(duplicate.empty(), label, ": safetensors header lists tensor '", duplicate, "' twice");
+  DI_REQUIRE(j.is_object(), label, ": safetensors header must be a JSON object");
 
   SafetensorsHeader h;
   h.data_start = 8 + hlen;
@@ -185,9 +180,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
     DI_REQUIRE(map != MAP_FAILED, path, ": mmap failed: ", std::strerror(errno));
     f->map_ = map;
   }
-  const uint8_t* base = static_cast<const uint8_t*>(f->map_);
-  static const uint8_t kEmpty[1] = {0};
-  f->header_ = parse_safetensors_header(base ? base : kEmpty, f->size_, path);
+  const uint8_t* base = static_cast<const uint8_t*>(f->map_);  // null for an empty file
+  f->header_ = parse_safetensors_header(base, f->size_, path);
   for (size_t i = 0; i < f->header_.tensors.size(); ++i) {
     TensorInfo& t = f->header_.tensors[i];
     t.data = base + f->header_.data_start + t.offset;
@@ -216,7 +210,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   std::error_code ec;
   DI_REQUIRE(fs::is_directory(dir, ec), dir, ": checkpoint directory does not exist",
              ec ? " (" + ec.message() + ")" : "");
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
   auto add_file = [&](const fs::path& p) -> SafetensorsFile* {
     s->files_.push_back(SafetensorsFile::open(p.string()));
     SafetensorsFile* f = s->files_.back().get();
@@ -229,29 +223,28 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   };
   if (fs::exists(index, ec)) {
     std::ifstream in(index);
-    DI_REQUIRE(in, index.string(), ": cannot read");
+    DI_REQUIRE(in, index, ": cannot read");
     json j = json::parse(in, nullptr, false);
-    DI_REQUIRE(!j.is_discarded() && j.is_object(), index.string(), ": not a JSON object");
+    DI_REQUIRE(!j.is_discarded() && j.is_object(), index, ": not a JSON object");
     auto wm = j.find("weight_map");
-    DI_REQUIRE(wm != j.end() && wm->is_object(), index.string(),
+    DI_REQUIRE(wm != j.end() && wm->is_object(), index,
                ": missing object 'weight_map' (tensor name -> shard file)");
     std::map<std::string, std::vector<std::string>> by_shard;
     for (auto it = wm->begin(); it != wm->end(); ++it) {
-      DI_REQUIRE(it->is_string(), index.string(), ": weight_map['", it.key(),
-                 "'] must be a file name");
+      DI_REQUIRE(it->is_string(), index, ": weight_map['", it.key(), "'] must be a file name");
       const std::string& shard = it->get_ref<const std::string&>();
-      DI_REQUIRE(!shard.empty() && shard.find('/') == std::string::npos && shard != "..",
-                 index.string(), ": weight_map['", it.key(), "'] = '", shard,
+      DI_REQUIRE(!shard.empty() && shard.find('/') == std::string::npos && shard != "..", index,
+                 ": weight_map['", it.key(), "'] = '", shard,
                  "' must be a file name in the checkpoint directory");
       by_shard[shard].push_back(it.key());
     }
     for (const auto& [shard, names] : by_shard) {
       const fs::path p = fs::path(dir) / shard;
-      DI_REQUIRE(fs::exists(p, ec), index.string(), ": shard '", shard, "' (holding '", names[0],
+      DI_REQUIRE(fs::exists(p, ec), index, ": shard '", shard, "' (holding '", names[0],
                  "') is missing");
       SafetensorsFile* f = add_file(p);
       for (const std::string& n : names)
-        DI_REQUIRE(f->find(n), index.string(), ": tensor '", n, "' is mapped to '", shard,
+        DI_REQUIRE(f->find(n), index, ": tensor '", n, "' is mapped to '", shard,
                    "' but that file does not contain it");
       DI_REQUIRE(f->tensors().size() == names.size(), p.string(), ": holds ", f->tensors().size(),
                  " tensors but the index maps ", names.size(), " to it");
@@ -283,9 +276,8 @@ const TensorInfo& TensorStore::get(const std::string& name) const {
 }
 
 std::vector<std::string> TensorStore::names() const {
-  std::vector<std::string> v;
-  for (const auto& [n, t] : by_name_) v.push_back(n);
-  return v;
+  const auto keys = std::views::keys(by_name_);
+  return {keys.begin(), keys.end()};
 }
 
 uint64_t TensorStore::total_bytes() const {
@@ -312,9 +304,8 @@ uint64_t SafetensorsWriter::data_bytes() const {
 }
 
 std::vector<std::string> SafetensorsWriter::names() const {
-  std::vector<std::string> v;
-  for (const auto& e : entries_) v.push_back(e.name);
-  return v;
+  const auto names = entries_ | std::views::transform(&Entry::name);
+  return {names.begin(), names.end()};
 }
 
 void SafetensorsWriter::write(const std::string& path) const {
