@@ -124,17 +124,13 @@ void assign(ModelConfig& c, const Field& f, const json& v, const std::string& wh
   auto bad = [&] {
     throw Error(str_cat(where, ": expected ", kTypeNames[f.ptr.index()], ", got ", show_json(v)));
   };
+  // An integer, or a float with an integral value, within I's range.
   auto as_int = [&]<typename I>(const json& x, I) {
-    int64_t n = 0;
     // Unsigned values past int64 would wrap; floats past it would make the cast undefined.
     if (x.is_number_unsigned() && x.get<uint64_t>() > uint64_t(INT64_MAX)) bad();
     const double d = x.is_number_float() ? x.get<double>() : 0.5;
-    if (x.is_number_integer())
-      n = x.get<int64_t>();
-    else if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d))
-      n = int64_t(d);
-    else
-      bad();
+    if (!x.is_number_integer() && !(d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d))) bad();
+    const int64_t n = x.is_number_integer() ? x.get<int64_t>() : int64_t(d);
     if (n < std::numeric_limits<I>::min() || n > std::numeric_limits<I>::max()) bad();
     return I(n);
   };
@@ -260,9 +256,7 @@ int ModelConfig::engram_index(int layer) const {
 
 std::vector<LayerRole> layer_roles(const ModelConfig& c, const std::string& label) {
   std::vector<LayerRole> roles(size_t(c.n_layers));
-  auto contains = [](const std::vector<int>& v, int x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
+  auto contains = [](const std::vector<int>& v, int x) { return std::ranges::count(v, x) > 0; };
   int last_kv = -1, last_index = -1;
   for (int l = 0; l < c.n_layers; ++l) {
     LayerRole& r = roles[size_t(l)];
@@ -307,11 +301,10 @@ std::vector<LayerRole> layer_roles(const ModelConfig& c, const std::string& labe
                " vs ", last_kv, ")");
     r.topk_from = last_index;
   }
-  if (c.candidate_source_layer >= 0) {
+  if (c.candidate_source_layer >= 0)
     DI_REQUIRE(roles[size_t(c.candidate_source_layer)].index_source, label,
                ": candidate_source_layer = ", c.candidate_source_layer,
                " is not an index source layer");
-  }
   return roles;
 }
 
