@@ -213,8 +213,11 @@ std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
-  // Any non-null data pointer: nbytes() only needs the format and shape.
-  return Weight{.format = s.format, .shape = s.shape, .data = &s}.nbytes();
+  Weight w;
+  w.format = s.format;
+  w.shape = s.shape;
+  w.data = &w;  // any non-null pointer: nbytes() only needs the format and shape
+  return w.nbytes();
 }
 
 WeightFootprint weight_footprint(const ModelConfig& c) {
@@ -296,7 +299,9 @@ const uint8_t* Checkpoint::own(std::vector<uint8_t> bytes) {
 Weight Checkpoint::bind(const TensorSpec& spec) {
   const TensorInfo* t = store_->find(spec.name);
   DI_CHECK(t, spec.name);  // load() checked that every schema tensor is present
-  Weight w{.name = spec.name, .shape = spec.shape};
+  Weight w;
+  w.name = spec.name;
+  w.shape = spec.shape;
   const SlotKind k = spec.kind;
   const TensorInfo* st = takes_scale(k) ? store_->find(scale_name(spec.name)) : nullptr;
   const bool fp8 = t->dtype == DType::E4M3 && t->shape == spec.shape;
