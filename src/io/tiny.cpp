@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <ranges>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -81,9 +82,8 @@ uint64_t splitmix64(uint64_t& s) {
 }  // namespace
 
 std::vector<std::string> tiny_preset_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, json] : kPresets) names.push_back(name);
-  return names;
+  const auto names = kPresets | std::views::keys;
+  return {names.begin(), names.end()};
 }
 
 ModelConfig tiny_preset_config(const std::string& name) {
@@ -223,18 +223,16 @@ Init init_for(const TensorSpec& s) {
   auto ends = [&](const char* suffix) { return n.ends_with(suffix); };
   const float fan_in = s.shape.ndim > 1 ? float(s.shape[1]) : 1.0f;
   if (ends("norm.weight") || ends("norm1.weight") || ends("norm2.weight")) return {1.0f, 0.1f};
-  if (ends(".bias") || ends("bias_vl")) return {0, 0.05f};
-  if (n.starts_with("image_")) return {0, 1.0f};  // the span delimiters, as embeddings
-  if (n == "embed.weight") return {0, 1.0f};
+  if (ends(".bias") || ends("bias_vl")) return {0, 0.05f};  // the router's gate.bias too
+  // Embeddings: the token table, the image span's delimiters, the Engram tables.
+  if (n == "embed.weight" || n.starts_with("image_") || ends("engram.embed.weight"))
+    return {0, 1.0f};
   if (n == "head.weight") return {0, 3.0f / std::sqrt(fan_in)};
-  if (ends("_fn")) return {0, 1.0f / std::sqrt(fan_in)};
   if (ends("_base")) return {0, 0.3f};
   if (ends("_scale")) return {1.0f, 0.25f};
   if (ends("attn_sink")) return {0, 0.6f};
-  if (ends("gate.bias")) return {0, 0.05f};
-  if (ends("engram.embed.weight")) return {0, 1.0f};
   if (ends("q_weight") || ends("k_weight")) return {1.0f, 0.25f};
-  return {0, 1.0f / std::sqrt(fan_in)};  // linears: O(1) outputs for O(1) inputs
+  return {0, 1.0f / std::sqrt(fan_in)};  // linears (hc_*_fn too): O(1) outputs for O(1) inputs
 }
 
 uint8_t pow2ceil_e8m0(float amax, float inv_qmax) {
@@ -282,23 +280,21 @@ Encoded generate(const TensorSpec& s, uint64_t seed, TinyLayout layout) {
   auto draw = [&] { return in.center + amp * uniform(); };
   const WeightFormat format = stored_format(s, layout);
   if (format == WeightFormat::F32 || format == WeightFormat::BF16) {
-    const bool f32 = format == WeightFormat::F32;
-    e.dtype = f32 ? DType::F32 : DType::BF16;
-    e.bytes.resize(size_t(n) * (f32 ? 4 : 2));
+    const size_t size = format == WeightFormat::F32 ? 4 : 2;
+    e.dtype = size == 4 ? DType::F32 : DType::BF16;
+    e.bytes.resize(size_t(n) * size);
     for (int64_t i = 0; i < n; ++i) {
       const float v = draw();
       const uint16_t h = f32_to_bf16(v);
-      std::memcpy(e.bytes.data() + (f32 ? 4 : 2) * i, f32 ? &v : static_cast<const void*>(&h),
-                  f32 ? 4 : 2);
+      std::memcpy(e.bytes.data() + size * i, size == 4 ? static_cast<const void*>(&v) : &h, size);
     }
     return e;
   }
   // fp8 / fp4: random values, per-block scales, then the quantized values.
   const int64_t R = s.shape[0], C = s.shape[1];
-  const bool fp4 = format == WeightFormat::Fp4Row;
-  const bool block = format == WeightFormat::Fp8Block;
+  const bool fp4 = format == WeightFormat::Fp4Row, block = format == WeightFormat::Fp8Block;
   std::vector<float> w(static_cast<size_t>(n));
-  for (auto& v : w) v = draw();
+  std::ranges::generate(w, draw);
   const int64_t br = block ? (R + 31) / 32 : R, bc = (C + 31) / 32;
   e.scale_shape = Shape{br, bc};
   e.scale.assign(size_t(br * bc), 0);
