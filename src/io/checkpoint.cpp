@@ -153,7 +153,6 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
     DsparkWeights scratch_dspark;
     DsparkWeights& dw = ck ? ck->dspark : scratch_dspark;
     dw.stages.resize(size_t(c.n_mtp_layers));
-    const int last = c.n_mtp_layers - 1;
     const int64_t R = c.dspark_markov_rank;
     for (int k = 0; k < c.n_mtp_layers; ++k) {
       const std::string p = "mtp." + std::to_string(k) + ".";
@@ -164,7 +163,7 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
             {D, int64_t(c.dspark_target_layer_ids.size()) * D}, dw.main_proj);
         add(p + "main_norm.weight", SK::Bf16, WF::BF16, {D}, dw.main_norm);
       }
-      if (k == last) {
+      if (k == c.n_mtp_layers - 1) {
         add(p + "norm.weight", SK::Bf16, WF::BF16, {D}, dw.norm);
         add(p + "markov_head.embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, R}, dw.markov_embed);
         add(p + "markov_head.head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, R},
