@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <numeric>
-#include <utility>
 
 #include "core/error.h"
 
@@ -201,6 +200,7 @@ void Scheduler::release_blocks(Sequence* s) {
 
 void Scheduler::release(Sequence* s) {
   release_blocks(s);
+  std::erase(running_, s);
   if (s->slot >= 0) free_slots_.push_back(s->slot);
   s->slot = -1;
   released_.push_back(s->req.id);
@@ -210,19 +210,16 @@ void Scheduler::preempt(Sequence* s) {
   release(s);
   s->num_computed = 0;
   ++stats_.preemptions;
-  running_.erase(std::find(running_.begin(), running_.end(), s));
   // Back into the waiting queue at its arrival position (it is older than later arrivals).
-  auto it = std::find_if(waiting_.begin(), waiting_.end(),
-                         [&](Sequence* w) { return w->arrival > s->arrival; });
-  waiting_.insert(it, s);
+  waiting_.insert(
+      std::ranges::find_if(waiting_, [&](Sequence* w) { return w->arrival > s->arrival; }), s);
 }
 
 void Scheduler::admit(Sequence* s) {
   s->slot = free_slots_.back();
   free_slots_.pop_back();
-  auto it = std::find_if(running_.begin(), running_.end(),
-                         [&](Sequence* r) { return r->arrival > s->arrival; });
-  running_.insert(it, s);
+  running_.insert(
+      std::ranges::find_if(running_, [&](Sequence* r) { return r->arrival > s->arrival; }), s);
 }
 
 bool Scheduler::take_hit(Sequence* s) {
@@ -240,11 +237,6 @@ bool Scheduler::take_hit(Sequence* s) {
   return true;
 }
 
-void Scheduler::drop_hit(Sequence* s) {
-  release_blocks(s);
-  s->num_computed = 0;
-}
-
 void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out) {
   if (!cache_.enabled()) return;
   // Drafts are not the sequence's tokens yet: blocks they complete are entered (without a
@@ -253,10 +245,9 @@ void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput
                 end = start + int64_t(q.tokens.size()) - q.n_drafts;
   cache_.extend_hashes(std::span<const int32_t>(s->tokens.data(), size_t(end)), &s->block_hashes,
                        s->image_keys);
-  for (size_t i = s->blocks_cached; int64_t(i + 1) * B <= end; ++i) {
+  for (size_t& i = s->blocks_cached; int64_t(i + 1) * B <= end; ++i) {  // i: blocks_cached
     if (int64_t(i + 1) * B <= start) {
       cache_.publish(s->block_hashes, i, s->tokens, s->blocks[i], -1);
-      s->blocks_cached = i + 1;
       continue;
     }
     const int32_t snap = cache_.take_snapshot();
@@ -265,7 +256,6 @@ void Scheduler::plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput
       if (p.snap == snap) p.snap = out.seqs[p.q].saves[p.saves].snap = -1;
     pending_.push_back({s, i, snap, q_index, q.saves.size()});
     q.saves.push_back({int64_t(i + 1) * B, snap});
-    s->blocks_cached = i + 1;
   }
 }
 
@@ -333,6 +323,7 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     return padded ? cfg_.prefill_bucket : n;
   };
   auto take = [&](Sequence* s, int64_t n) {
+    grow_blocks(s, s->num_computed + n);
     picked_.emplace_back(s, n);
     rows -= rows_of(s, n);
     if (!decoding(s)) prompt_rows -= n;
@@ -375,9 +366,7 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
                              cfg_.max_model_len - int64_t(s->tokens.size()) - 1}));
       }
       if (phase == 0 && s->spec_pause > 0) --s->spec_pause;  // this step is one of the pause
-      n += int64_t(s->drafts.size());
-      grow_blocks(s, s->num_computed + n);
-      take(s, n);
+      take(s, n + int64_t(s->drafts.size()));
     }
   }
   // 3: admissions, strict FCFS; a chunk shrinks to the free blocks, and admission stops at the
@@ -390,7 +379,8 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     int64_t n = chunk_of(s);
     if (n > 1) n = std::clamp<int64_t>(room(s) - s->num_computed, 0, n);  // what the blocks fit
     if (n == 0 || rows_of(s, n) > rows || room(s) < s->num_computed + n) {
-      if (hit) drop_hit(s);
+      if (hit) release_blocks(s);  // the cached blocks go back
+      s->num_computed = 0;
       break;
     }
     if (cache_.enabled()) {
@@ -400,7 +390,6 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
     }
     waiting_.pop_front();
     admit(s);
-    grow_blocks(s, s->num_computed + n);
     take(s, n);
   }
   out.seqs.resize(picked_.size());  // the entries keep their buffers from earlier steps
@@ -486,12 +475,10 @@ const std::vector<Sequence*>& Scheduler::update(const SchedOutput& out,
 
 void Scheduler::finish(Sequence* s, FinishReason why) {
   if (s->finish != FinishReason::None) return;  // finished already
-  if (s->running()) {
-    running_.erase(std::find(running_.begin(), running_.end(), s));
+  if (s->running())
     release(s);
-  } else {  // a waiting sequence holds no blocks
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s));
-  }
+  else  // a waiting sequence holds no blocks
+    std::erase(waiting_, s);
   s->finish = why;
   auto it = seqs_.find(s->req.id);
   finished_.push_back(std::move(it->second));
@@ -500,18 +487,13 @@ void Scheduler::finish(Sequence* s, FinishReason why) {
 
 bool Scheduler::abort(RequestId id) {
   Sequence* s = find(id);
-  if (!s) return false;
-  finish(s, FinishReason::Abort);
-  return true;
+  if (s) finish(s, FinishReason::Abort);
+  return s != nullptr;
 }
 
 Sequence* Scheduler::find(RequestId id) {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? nullptr : it->second.get();
-}
-
-std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
-  return std::exchange(finished_, {});
 }
 
 }  // namespace deepinfer

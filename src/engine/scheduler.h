@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/request.h"
@@ -249,7 +250,7 @@ class Scheduler {
   bool abort(RequestId id);  // false if unknown or already finished
   Sequence* find(RequestId id);
   // Finished sequences are handed out once and then forgotten.
-  std::vector<std::unique_ptr<Sequence>> take_finished();
+  std::vector<std::unique_ptr<Sequence>> take_finished() { return std::exchange(finished_, {}); }
   // Whether the next decode step of `s` may take drafts (speculation on, no stop strings, not
   // paused), the tail a rejection leaves aside.
   bool may_draft(const Sequence& s) const {
@@ -270,13 +271,13 @@ class Scheduler {
   void grow_blocks(Sequence* s, int64_t tokens);
   // Gives a sequence's blocks back (and forgets what its next step was to restore).
   void release_blocks(Sequence* s);
+  // A running sequence stops running: its blocks and slot go back.
   void release(Sequence* s);
   void preempt(Sequence* s);
   void admit(Sequence* s);
   // Prefix caching: a waiting sequence takes the cached blocks its tokens start with (false:
-  // none); drop_hit gives them back when it is not admitted after all.
+  // none; release_blocks gives them back when it is not admitted after all).
   bool take_hit(Sequence* s);
-  void drop_hit(Sequence* s);
   // Speculative decoding: up to `n` drafts for `s` into s->drafts.
   void propose(Sequence* s, int64_t n);
   // After a verify step of `s` that accepted `accepted` drafts: drafting pauses after
