@@ -27,7 +27,6 @@ void ParallelConfig::validate(int n_experts) const {
 }
 
 RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int n_experts) {
-  cfg.validate(n_experts);
   DI_REQUIRE(world.size() == cfg.world_size(), "the run has ", world.size(),
              " ranks but --dp/--cp/--ep ask for ", cfg.world_size());
   RankLayout L;
@@ -47,9 +46,9 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   } else if (cfg.ep > 1) {
     L.model.experts = ep_dispatch(world.group());
   }
-  const int ep_size = cfg.ep, ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? L.replica_rank : L.dp_rank;
-  L.expert_begin = n_experts / ep_size * ep_rank;
-  L.expert_end = n_experts / ep_size * (ep_rank + 1);
+  const int ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? L.replica_rank : L.dp_rank;
+  L.expert_begin = n_experts / cfg.ep * ep_rank;
+  L.expert_end = n_experts / cfg.ep * (ep_rank + 1);
   // Engram rows: shard over the ranks that share tokens when asked to, or by default when the
   // ranks span hosts (MPI); ranks on one host share the page cache of one mapping instead.
   const bool shard = cfg.engram_sharding == "on" ||
@@ -138,11 +137,9 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
       // Placeholder rows repeat the last real token; they write no state and nobody sees them.
       batch_.tokens.insert(batch_.tokens.end(), size_t(q.n_padding), q.tokens.back());
       if (images) {  // the rows' embeddings of image spans (drafts and padding are text)
-        for (int64_t i = 0; i < real; ++i) {
-          const int64_t p = q.start_pos + i;
+        for (int64_t i = 0, p = q.start_pos; i < real; ++i, ++p)
           batch_.image_embeds.push_back(
               q.image_at && p < q.image_len && i < real - q.n_drafts ? q.image_at[p] : nullptr);
-        }
         batch_.image_embeds.insert(batch_.image_embeds.end(), size_t(q.n_padding), nullptr);
       }
     }
@@ -153,17 +150,6 @@ const std::vector<float>& ModelRunner::execute(const SchedOutput& out) {
     if (!batch_.seqs.empty() || empty_steps_) model_.forward(batch_, kv_, logits_.data());
   }
   return logits_;
-}
-
-void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel) {
-  std::vector<uint8_t> msg;
-  for (;;) {
-    {
-      DI_REGION("comm.step_receive");
-      if (!channel.receive(msg)) return;
-    }
-    runner.execute(decode_sched_output(msg));
-  }
 }
 
 }  // namespace deepinfer

@@ -55,8 +55,8 @@ struct RankLayout {
   ModelParallel model;                    // the model's strategies over these groups
 };
 
-// Builds the layout over `world` (which must have cfg.world_size() ranks); its backend decides
-// --engram-sharding auto.
+// Builds the layout over `world` (which must have cfg.world_size() ranks) for a valid `cfg`
+// (ParallelConfig::validate); its backend decides --engram-sharding auto.
 RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int n_experts);
 
 // The step message replica followers replay.
@@ -109,9 +109,6 @@ class ModelRunner {
   bool empty_steps_ = false, busy_ = true;
 };
 
-// A replica follower: replays the leader's step messages until the shutdown message.
-void run_replica_follower(ModelRunner& runner, ranks::StepChannel& channel);
-
 // The ranks' messages are lists of fields, each list serving both directions: PutFields writes
 // the fields in turn, GetFields reads them back in the same order. A bool takes one byte, an
 // optional a presence byte then its value, a vector of other than plain values its length then
@@ -126,7 +123,6 @@ struct PutFields {
   void put(const T& v) {
     w.put(v);
   }
-  void put(bool b) { w.put<uint8_t>(b); }
   void put(const std::string& s) { w.put_string(s); }
   template <typename T>
   void put(const std::optional<T>& v) {
@@ -167,9 +163,8 @@ struct GetFields {
   template <typename T>
   void get(std::optional<T>& v) {
     bool has = false;
-    T x;
-    (*this)(has, x);
-    v = has ? std::optional<T>(x) : std::nullopt;
+    (*this)(has, v.emplace());
+    if (!has) v.reset();
   }
   template <typename A, typename B>
   void get(std::pair<A, B>& v) {

@@ -38,15 +38,14 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
     c.vision_min_pixels = 56 * 56;
     c.image_token_id = c.vocab_size - 2;
   }
-  const std::string& tokenizer = spec.tokenizer;
   fs::path tok_json, tok_config;
-  if (!tokenizer.empty()) {
-    const fs::path t(tokenizer);
+  if (!spec.tokenizer.empty()) {
+    const fs::path t(spec.tokenizer);
     tok_json = fs::is_directory(t) ? t / "tokenizer.json" : t;
     tok_config = tok_json.parent_path() / "tokenizer_config.json";
-    DI_REQUIRE(fs::exists(tok_json), tokenizer, ": no tokenizer.json there");
+    DI_REQUIRE(fs::exists(tok_json), spec.tokenizer, ": no tokenizer.json there");
     const auto tok = Tokenizer::load(tok_json.string());
-    DI_REQUIRE(tok->vocab_size() <= c.vocab_size, tokenizer, ": ", tok->vocab_size(),
+    DI_REQUIRE(tok->vocab_size() <= c.vocab_size, spec.tokenizer, ": ", tok->vocab_size(),
                " tokens do not fit ", spec.label(), "'s vocab of ", c.vocab_size);
     c.engram_compressed_vocab_size = build_engram_token_map(*tok).compressed_vocab_size;
   }

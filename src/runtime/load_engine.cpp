@@ -50,9 +50,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
   // Ranks start before anything heavy is loaded (the leader forks its followers).
   const ModelConfig cfg = ModelConfig::load(dir);
   o.parallel.validate(cfg.n_routed_experts);
-  ranks::WorldOptions wo;
-  wo.world_size = o.parallel.world_size();
-  le.world = ranks::init_world(wo);
+  le.world = ranks::init_world({.world_size = o.parallel.world_size()});
   le.layout = make_rank_layout(o.parallel, *le.world, cfg.n_routed_experts);
   if (le.world->size() > 1) RegionTimer::set_title(str_cat("rank ", le.world->rank()));
   if (o.threads > 0) ThreadPool::set_global_threads(o.threads);
@@ -62,8 +60,13 @@ LoadedEngine load_engine(const EngineOptions& o) {
   mo.numerics = o.dtype == "fp32" ? Numerics::Fp32 : Numerics::Bf16;
   mo.demo_decode_defect = o.demo_decode_defect;
   mo.parallel = le.layout.model;
-  const bool dspark = o.speculative_method == "dspark";
-  if (dspark) {
+  EngineConfig ec = o.engine;
+  ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
+  ec.prefix_cache_memory = uint64_t(o.prefix_cache_mib) << 20;
+  if (o.speculative_method == "ngram") {
+    ec.sched.num_speculative_tokens = o.num_speculative_tokens ? o.num_speculative_tokens : 4;
+    ec.sched.ngram_max = o.ngram_max;
+  } else if (o.speculative_method == "dspark") {
     DI_REQUIRE(le.checkpoint->has_dspark, "--speculative-method dspark: ", dir,
                " has no DSpark draft head (config.json needs dspark_block_size and n_mtp_layers "
                "> 0, and the files the mtp.* tensors)");
@@ -71,7 +74,13 @@ LoadedEngine load_engine(const EngineOptions& o) {
                o.num_speculative_tokens, ": the draft head proposes at most its block size, ",
                c.dspark_block_size);
     mo.dspark = le.layout.scheduler;  // only the rank that samples drafts
+    // Default: all but the block's last draft (the least likely to stand).
+    ec.sched.num_speculative_tokens =
+        o.num_speculative_tokens ? o.num_speculative_tokens : std::max(1, c.dspark_block_size - 1);
+    ec.sched.dspark = true;
   }
+  // The demo's decode defect reads state a resumed sequence would not have.
+  ec.prefix_caching = ec.prefix_caching && !o.demo_decode_defect;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     le.tokenizer = Tokenizer::load(dir);
     DI_REQUIRE(le.tokenizer->vocab_size() <= c.vocab_size, dir, ": tokenizer has ",
@@ -96,20 +105,6 @@ LoadedEngine load_engine(const EngineOptions& o) {
     le.dump = std::make_unique<NpyActivationDump>(o.dump_dir);
     le.model->set_activation_sink(le.dump.get());
   }
-  EngineConfig ec = o.engine;
-  ec.kv_cache_memory = uint64_t(o.kv_cache_mib) << 20;
-  ec.prefix_cache_memory = uint64_t(o.prefix_cache_mib) << 20;
-  if (o.speculative_method == "ngram") {
-    ec.sched.num_speculative_tokens = o.num_speculative_tokens ? o.num_speculative_tokens : 4;
-    ec.sched.ngram_max = o.ngram_max;
-  } else if (dspark) {
-    // Default: all but the block's last draft (the least likely to stand).
-    ec.sched.num_speculative_tokens =
-        o.num_speculative_tokens ? o.num_speculative_tokens : std::max(1, c.dspark_block_size - 1);
-    ec.sched.dspark = true;
-  }
-  // The demo's decode defect reads state a resumed sequence would not have.
-  ec.prefix_caching = ec.prefix_caching && !o.demo_decode_defect;
   TextDecoder decoder;
   if (const Tokenizer* tok = le.tokenizer.get())
     decoder = [tok](std::span<const int32_t> ids) { return tok->decode(ids, true); };
@@ -142,7 +137,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                  dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
                  le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
                  le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens, o.parallel.cp,
-                 (long long)le.engine->kv_capacity_tokens(),
+                 (long long)(le.engine->num_kv_blocks() * le.engine->block_tokens()),
                  double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
     if (le.world->size() > 1)
       std::fprintf(stderr, "deepinfer: %d ranks (%s): dp %d, cp %d, ep %d\n", le.world->size(),
@@ -154,12 +149,15 @@ LoadedEngine load_engine(const EngineOptions& o) {
 
 void LoadedEngine::run_follower() {
   DI_CHECK(is_follower() && layout.channel);
-  run_replica_follower(*follower_runner, *layout.channel);
+  // Replays the leader's step messages until the shutdown message.
+  for (std::vector<uint8_t> msg;;) {
+    {
+      DI_REGION("comm.step_receive");
+      if (!layout.channel->receive(msg)) break;
+    }
+    follower_runner->execute(decode_sched_output(msg));
+  }
   finish();
-}
-
-void LoadedEngine::finish() {
-  if (world) world->finish();
 }
 
 }  // namespace deepinfer

@@ -51,7 +51,9 @@ struct LoadedEngine {
   // Replica followers: replays steps until the scheduler ends the run, then finish(). Everyone:
   // ends the run (the world's leader waits for every other rank to exit).
   void run_follower();
-  void finish();
+  void finish() {
+    if (world) world->finish();
+  }
 };
 
 // Starts the ranks (--dp/--cp/--ep spawn follower processes running this same command), loads
