@@ -22,11 +22,13 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
   DI_REQUIRE(sc.block_tokens >= 1, "KV block size must be >= 1 token");
   sc.block_tokens = (sc.block_tokens + lcm - 1) / lcm * lcm;
   DI_REQUIRE(sc.max_model_len >= 1, "max_model_len must be >= 1");
-  const uint64_t block_bytes = uint64_t(kv_block_bytes(c, sc.block_tokens));
-  KvCacheOptions ko;
-  if (cfg->num_kv_blocks > 0) {
-    ko.num_blocks = cfg->num_kv_blocks;
-  } else {
+  const uint64_t block_bytes =
+      uint64_t(kv_footprint(c).bytes_per_token * double(sc.block_tokens) + 0.5);
+  KvCacheOptions ko{.num_blocks = cfg->num_kv_blocks,
+                    .block_tokens = sc.block_tokens,
+                    .max_seqs = sc.max_num_seqs,
+                    .slot_backups = sc.num_speculative_tokens > 0};
+  if (ko.num_blocks <= 0) {
     // From the memory budget, but no more than max_num_seqs sequences of max_model_len need.
     const uint64_t per_seq = uint64_t((sc.max_model_len + sc.block_tokens - 1) / sc.block_tokens);
     const uint64_t most = per_seq * uint64_t(sc.max_num_seqs);
@@ -35,9 +37,6 @@ KvCacheOptions size_kv_pool(const ModelConfig& c, EngineConfig* cfg) {
                block_bytes, " bytes each)");
     ko.num_blocks = int32_t(std::min<uint64_t>(n, uint64_t(INT32_MAX)));
   }
-  ko.block_tokens = sc.block_tokens;
-  ko.max_seqs = sc.max_num_seqs;
-  ko.slot_backups = sc.num_speculative_tokens > 0;
   if (cfg->prefix_caching) {
     // Snapshots from their budget, one at least, and no more than there are blocks to resume.
     const uint64_t budget =
@@ -83,17 +82,14 @@ std::string check_sampling_params(const SamplingParams& p) {
 }
 
 std::string Engine::add_request(Request req) {
-  if (req.images.empty()) {
-    if (std::string e = check_request(req); !e.empty()) return e;
-    if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
-    return scheduler_->add(std::move(req));
-  }
   // Images: the spans are planned now (every refusal is immediate), the tower runs a stage per
   // step (advance_images), and the request is scheduled once its images are through.
   PendingImages p;
-  if (std::string e = plan_spans(req, p.row_of); !e.empty()) return e;
+  if (!req.images.empty())
+    if (std::string e = plan_spans(req, p.row_of); !e.empty()) return e;
   if (std::string e = check_request(req); !e.empty()) return e;
   if (!req.params.seed) req.params.seed = cfg_.seed * 0x9e3779b97f4a7c15ull + req.id;
+  if (req.images.empty()) return scheduler_->add(std::move(req));
   p.req = std::move(req);
   pending_images_.push_back(std::move(p));
   return "";
@@ -113,12 +109,15 @@ std::string Engine::plan_spans(Request& req, std::vector<int64_t>& row_of) {
   const int64_t r = c.vision_downsample_ratio, P = c.vision_patch_size;
   std::vector<int32_t> ids;
   row_of.clear();  // per position: the tower's row (images' rows in order), -(1 + type), or text
+  auto push = [&](int32_t t, int64_t v) {
+    ids.push_back(t);
+    row_of.push_back(v);
+  };
   int64_t rows = 0;
   size_t k = 0;
   for (int32_t t : req.prompt_ids) {
     if (t != image) {
-      ids.push_back(t);
-      row_of.push_back(INT64_MIN);
+      push(t, INT64_MIN);
       continue;
     }
     const RequestImage& im = req.images[k];
@@ -130,16 +129,12 @@ std::string Engine::plan_spans(Request& req, std::vector<int64_t>& row_of) {
     if (lh * (lw + 1) + 2 > c.vision_max_n_token)
       return str_cat("image ", k, ": a span of ", lh * (lw + 1) + 2, " tokens, more than ",
                      c.vision_max_n_token, " (vision_max_n_token)");
-    auto push = [&](int64_t v) {
-      ids.push_back(image);
-      row_of.push_back(v);
-    };
-    push(-1);  // IMAGE_START
+    push(image, -1);  // IMAGE_START
     for (int64_t y = 0; y < lh; ++y) {
-      for (int64_t x = 0; x < lw; ++x) push(rows + y * lw + x);
-      push(-3);  // IMAGE_NEW_LINE
+      for (int64_t x = 0; x < lw; ++x) push(image, rows + y * lw + x);
+      push(image, -3);  // IMAGE_NEW_LINE
     }
-    push(-4);  // IMAGE_END
+    push(image, -4);  // IMAGE_END
     rows += lh * lw;
     ++k;
   }
@@ -175,24 +170,22 @@ void Engine::advance_images() {
   }
   const RequestId id = p.req.id;
   p.req.images.clear();
-  std::vector<float> rows = std::move(p.rows);  // the pointers into it stay valid: it moves
   const std::string e = scheduler_->add(std::move(p.req));
-  pending_images_.pop_front();
   DI_CHECK(e.empty(), "an image request checked at admission was refused: ", e);
   Sequence* s = scheduler_->find(id);
-  s->image_rows = std::move(rows);
+  s->image_rows = std::move(p.rows);  // the pointers into it stay valid: it moves
   s->image_at = std::move(at);
   s->image_keys = std::move(keys);
+  pending_images_.pop_front();
 }
 
 bool Engine::abort(RequestId id) {
-  for (auto it = pending_images_.begin(); it != pending_images_.end(); ++it)
-    if (it->req.id == id) {
-      aborted_.push_back({id, it->req.prompt_ids, {}, {}, FinishReason::Abort, {}, 0, 0});
-      pending_images_.erase(it);
-      return true;
-    }
-  return scheduler_->abort(id);
+  const auto it =
+      std::ranges::find_if(pending_images_, [&](const PendingImages& p) { return p.req.id == id; });
+  if (it == pending_images_.end()) return scheduler_->abort(id);
+  aborted_.push_back({id, it->req.prompt_ids, {}, {}, FinishReason::Abort, {}, 0, 0});
+  pending_images_.erase(it);
+  return true;
 }
 
 std::string Engine::check_request(const Request& req) const {
@@ -209,8 +202,7 @@ std::string Engine::check_request(const Request& req) const {
     if (t < 0 || t >= V) return str_cat("stop token id ", t, " is outside the vocabulary");
   if (!p.stop.empty() && !decoder_) return "stop strings need a tokenizer, and this model has none";
   if (scheduler_->find(req.id) ||
-      std::any_of(pending_images_.begin(), pending_images_.end(),
-                  [&](const PendingImages& p) { return p.req.id == req.id; }))
+      std::ranges::any_of(pending_images_, [&](auto& q) { return q.req.id == req.id; }))
     return str_cat("request id ", req.id, " is already in use");
   if (p.grammar && p.grammar->vocab().size() != V)
     return str_cat("the output grammar was compiled for a vocabulary of ",
@@ -234,8 +226,8 @@ bool Engine::length_stop(const Sequence& s) const {
 
 void Engine::check_stop(Sequence* s) {
   const SamplingParams& p = s->req.params;
-  FinishReason why = token_stop(*s) ? FinishReason::Stop : FinishReason::None;
-  if (why == FinishReason::None && !p.stop.empty()) {
+  if (token_stop(*s)) return scheduler_->finish(s, FinishReason::Stop);
+  if (!p.stop.empty()) {
     // Only a stop string that ends in the newest token can be new, and it lies within the last
     // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
     // replacement characters a cut through a character may give, at most 9 bytes), not the whole
@@ -251,13 +243,11 @@ void Engine::check_stop(Sequence* s) {
     }
     for (const auto& stop : p.stop)
       if (text.find(stop) != std::string::npos) {
-        why = FinishReason::Stop;
         s->stop_text = stop;
-        break;
+        return scheduler_->finish(s, FinishReason::Stop);
       }
   }
-  if (why == FinishReason::None && length_stop(*s)) why = FinishReason::Length;
-  if (why != FinishReason::None) scheduler_->finish(s, why);
+  if (length_stop(*s)) scheduler_->finish(s, FinishReason::Length);
 }
 
 std::vector<TokenEvent> Engine::step() {
@@ -273,8 +263,7 @@ std::vector<TokenEvent> Engine::step() {
   }
   const std::vector<float>* logits = runner_->run(out);
   if (!logits) return events;
-  std::vector<int32_t>& sampled = sampled_;
-  sampled.clear();
+  sampled_.clear();
   tops_.clear();
   counts_.clear();
   size_t row = 0;  // logits row
@@ -295,7 +284,7 @@ std::vector<TokenEvent> Engine::step() {
       // history, the same random draw (seed, token index) and the same grammar state. Draft j
       // stands when row j picks it; the first row that picks another token ends the run (its
       // token is kept), as does a token that ends the request.
-      const size_t first = sampled.size();
+      const size_t first = sampled_.size();
       const int32_t* drafts = q.tokens.data() + q.tokens.size() - size_t(q.n_drafts);
       for (int32_t j = 0; j <= q.n_drafts; ++j) {
         SampleInput in{logits->data() + (row + size_t(j)) * size_t(V), &s->req.params, &s->tokens,
@@ -309,23 +298,23 @@ std::vector<TokenEvent> Engine::step() {
           const bool ok = s->matcher->accept(t);
           DI_CHECK(ok, "the sampler chose token ", t, ", which the grammar refuses");
         }
-        sampled.push_back(t);
+        sampled_.push_back(t);
         s->tokens.push_back(t);  // the next row's history
         if (j == q.n_drafts || t != drafts[j] || token_stop(*s) || length_stop(*s)) break;
       }
       row += 1 + size_t(q.n_drafts);
-      const size_t k = sampled.size() - first;
+      const size_t k = sampled_.size() - first;
       s->tokens.resize(s->tokens.size() - k);  // update() appends them
       counts_.push_back(int32_t(k));
     }
   }
-  const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled, counts_);
-  if (cfg_.sched.dspark) draft(out, sampled);
-  events.reserve(sampled.size());
+  const std::vector<Sequence*>& seqs = scheduler_->update(out, sampled_, counts_);
+  if (cfg_.sched.dspark) draft(out);
+  events.reserve(sampled_.size());
   for (size_t i = 0, at = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
     for (int32_t j = 0; j < counts_[i]; ++j, ++at) {
-      TokenEvent& ev = events.emplace_back(TokenEvent{s->req.id, sampled[at], {}});
+      TokenEvent& ev = events.emplace_back(TokenEvent{s->req.id, sampled_[at], {}});
       if (s->req.params.logprobs > 0) {
         ev.logprobs = tops_[at];
         s->logprobs.push_back(std::move(tops_[at]));
@@ -333,14 +322,14 @@ std::vector<TokenEvent> Engine::step() {
     }
     check_stop(s);
   }
-  stats_.generated_tokens += int64_t(sampled.size());
+  stats_.generated_tokens += int64_t(sampled_.size());
   ++stats_.steps;
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   (has_prompt ? stats_.prefill_seconds : stats_.decode_seconds) += dt;
   return events;
 }
 
-void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) {
+void Engine::draft(const SchedOutput& out) {
   DI_REGION("engine.draft");
   // Every sequence of the step keeps its real rows and the drafts it accepted (their positions
   // enter the draft head's rings); one that sampled drafts from its newest token when its next
@@ -355,7 +344,7 @@ void Engine::draft(const SchedOutput& out, const std::vector<int32_t>& sampled) 
       accepted = k - 1;
       at += size_t(k);
       const Sequence& s = *scheduler_->find(q.seq_id);
-      if (scheduler_->may_draft(s) && !token_stop(s) && !length_stop(s)) from = sampled[at - 1];
+      if (scheduler_->may_draft(s) && !token_stop(s) && !length_stop(s)) from = sampled_[at - 1];
     }
     draft_in_.push_back({int32_t(i), int64_t(q.tokens.size()) - q.n_drafts + accepted, from});
   }
@@ -465,11 +454,9 @@ int32_t Sampler::choose(const SampleInput& in) {
       }
     }
   }
-  if (in.allowed) {
-    const uint64_t* a = in.allowed;
+  if (in.allowed)
     for (int64_t i = 0; i < V; ++i)
-      if (!((a[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
-  }
+      if (!((in.allowed[i / 64] >> (i % 64)) & 1)) l[i] = -std::numeric_limits<float>::infinity();
   if (greedy) return int32_t(argmax(l, V));
   for (int64_t i = 0; i < V; ++i) l[i] /= p.temperature;
   // Candidates: the top-k tokens, or all. The top-p and min-p cuts walk them in (value desc,
@@ -486,8 +473,8 @@ int32_t Sampler::choose(const SampleInput& in) {
   // Probabilities of the candidates (softmax over them), then top-p and min-p cuts.
   float mx = l[ids_[0]];
   for (int64_t i = 1; i < n; ++i) mx = std::max(mx, l[ids_[size_t(i)]]);
-  prob_.resize(size_t(n));
   std::vector<double>& prob = prob_;
+  prob.resize(size_t(n));
   double total = 0;
   for (int64_t i = 0; i < n; ++i)
     total += (prob[size_t(i)] = std::exp(double(l[ids_[size_t(i)]] - mx)));

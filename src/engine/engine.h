@@ -87,9 +87,6 @@ class Engine {
   // The pool this engine sized (blocks, tokens per block, bytes).
   int32_t num_kv_blocks() const { return stats_.kv_blocks_total; }
   int64_t block_tokens() const { return cfg_.sched.block_tokens; }
-  int64_t kv_capacity_tokens() const {
-    return int64_t(stats_.kv_blocks_total) * cfg_.sched.block_tokens;
-  }
   uint64_t kv_pool_bytes() const { return kv_->bytes(); }
 
   // Validates and queues a request; returns "" or a message saying what is wrong with it (the
@@ -121,7 +118,7 @@ class Engine {
   bool token_stop(const Sequence& s) const;
   bool length_stop(const Sequence& s) const;
   // DSpark: the step's kept rows into the draft head, and each sampling sequence's next drafts.
-  void draft(const SchedOutput& out, const std::vector<int32_t>& sampled);
+  void draft(const SchedOutput& out);
 
   Model& model_;
   EngineConfig cfg_;

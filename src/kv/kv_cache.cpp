@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-
 namespace deepinfer {
 
 KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
@@ -71,52 +69,19 @@ uint8_t* KvCache::paged_row(int layer, int which, const SeqKv& s, int64_t row) {
   return L.paged[which].data() + (int64_t(b) * rows_per_block + row % rows_per_block) * row_bytes;
 }
 
-uint8_t* KvCache::window_slot(int layer, int32_t slot, int64_t index) {
-  DI_CHECK(layer >= 0 && layer < num_layers() && slot >= 0 && slot < max_seqs_ && index >= 0 &&
-           index < window_);
-  return layers_[size_t(layer)].window.data() +
-         (int64_t(slot) * window_ + index) * window_row_bytes_;
-}
-
-float* KvCache::carry(int layer, int32_t slot) {
-  LayerRegion& L = layers_[size_t(layer)];
-  DI_CHECK(!L.carry.empty() && slot >= 0 && slot < max_seqs_);
-  return L.carry.data() + size_t(slot) * (L.carry.size() / size_t(max_seqs_));
-}
-
-int64_t* KvCache::engram_history(int32_t slot) {
-  DI_CHECK(slot >= 0 && slot < max_seqs_);
-  return history_.data() + int64_t(slot) * history_len_;
-}
-
-uint8_t* KvCache::snapshot_window(int layer, int32_t snap, int64_t index) {
-  DI_CHECK(layer >= 0 && layer < num_layers() && snap >= 0 && snap < num_snapshots_ && index >= 0 &&
-           index < window_);
-  return layers_[size_t(layer)].snapshot_window.data() +
-         (int64_t(snap) * window_ + index) * window_row_bytes_;
-}
-
-int64_t* KvCache::snapshot_history(int32_t snap) {
-  DI_CHECK(snap >= 0 && snap < num_snapshots_);
-  return snapshot_history_.data() + int64_t(snap) * history_len_;
-}
-
 void KvCache::restore_snapshot(int32_t snap, int32_t slot) {
-  DI_CHECK(snap >= 0 && snap < num_snapshots_ && slot >= 0 && slot < max_seqs_);
-  const size_t ring = size_t(window_ * window_row_bytes_);
   for (LayerRegion& L : layers_)
-    std::copy_n(L.snapshot_window.data() + size_t(snap) * ring, ring,
-                L.window.data() + size_t(slot) * ring);
+    std::copy_n(part(L.snapshot_window, snap, num_snapshots_), window_ * window_row_bytes_,
+                part(L.window, slot, max_seqs_));
   std::copy_n(snapshot_history(snap), history_len_, engram_history(slot));
 }
 
 void KvCache::copy_slot_state(int32_t slot, bool to_backup) {
-  DI_CHECK(!backup_key_layer_.empty() && slot >= 0 && slot < max_seqs_, "no slot backups");
+  DI_CHECK(!backup_key_layer_.empty(), "no slot backups");
   // The slot's part of a per-slot array, copied into its backup or back.
   auto copy = [&](auto& live, auto& backup) {
-    const size_t per = live.size() / size_t(max_seqs_);
-    auto *a = live.data() + size_t(slot) * per, *b = backup.data() + size_t(slot) * per;
-    std::copy_n(to_backup ? a : b, per, to_backup ? b : a);
+    auto *a = part(live, slot, max_seqs_), *b = part(backup, slot, max_seqs_);
+    std::copy_n(to_backup ? a : b, live.size() / size_t(max_seqs_), to_backup ? b : a);
   };
   for (LayerRegion& L : layers_) {
     copy(L.window, L.backup_window);
@@ -140,10 +105,6 @@ KvFootprint kv_footprint(const ModelConfig& c, int draft_layers) {
   if (!c.engram_layer_ids.empty())
     f.engram_history_bytes = int64_t(c.engram_max_ngram_size - 1) * 8;
   return f;
-}
-
-int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens) {
-  return int64_t(kv_footprint(c).bytes_per_token * double(block_tokens) + 0.5);
 }
 
 }  // namespace deepinfer

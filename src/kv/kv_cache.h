@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/error.h"
 #include "io/config.h"
 
 namespace deepinfer {
@@ -53,9 +54,6 @@ struct KvFootprint {
 
 // With `draft_layers`, the draft head's rings count among the window rings.
 KvFootprint kv_footprint(const ModelConfig& c, int draft_layers = 0);
-
-// Bytes of one KV block holding `block_tokens` tokens of context at every KV source.
-int64_t kv_block_bytes(const ModelConfig& c, int64_t block_tokens);
 
 struct KvCacheOptions {
   int32_t num_blocks = 0;
@@ -89,19 +87,25 @@ class KvCache {
   // Index-key row of key owner `layer` (packed fp4-I, index_key_row_bytes).
   uint8_t* idx_row(int layer, const SeqKv& s, int64_t row) { return paged_row(layer, 1, s, row); }
   // Window ring entry `index` (position p lives at p mod W) of `layer` (packed fp8).
-  uint8_t* window_slot(int layer, int32_t slot, int64_t index);
+  uint8_t* window_slot(int layer, int32_t slot, int64_t index) {
+    return ring(&LayerRegion::window, layer, slot, max_seqs_, index);
+  }
   // Compressor carry of KV source `layer` (r > 1): [r, 2, Dh] fp32 (k row then gate row).
-  float* carry(int layer, int32_t slot);
+  float* carry(int layer, int32_t slot) {
+    DI_CHECK(layer >= 0 && layer < num_layers() && !layers_[size_t(layer)].carry.empty());
+    return part(layers_[size_t(layer)].carry, slot, max_seqs_);
+  }
   // Engram history: the compressed ids of the last Ng - 1 positions, oldest first.
-  int64_t* engram_history(int32_t slot);
+  int64_t* engram_history(int32_t slot) { return part(history_, slot, max_seqs_); }
   // The layer whose index keys the reference's decode path would score next (§6.8 switch).
   int32_t& last_key_layer(int32_t slot) { return last_key_layer_[size_t(slot)]; }
 
   // Prefix caching: snapshot `snap` of a slot's state at a block boundary, laid out as the slot
   // (ring entry `index` of `layer`, the Engram history), and its copy back into a slot.
-  int32_t num_snapshots() const { return num_snapshots_; }
-  uint8_t* snapshot_window(int layer, int32_t snap, int64_t index);
-  int64_t* snapshot_history(int32_t snap);
+  uint8_t* snapshot_window(int layer, int32_t snap, int64_t index) {
+    return ring(&LayerRegion::snapshot_window, layer, snap, num_snapshots_, index);
+  }
+  int64_t* snapshot_history(int32_t snap) { return part(snapshot_history_, snap, num_snapshots_); }
   void restore_snapshot(int32_t snap, int32_t slot);
   // Speculative decoding: a copy of all of a slot's state (rings, carries, history, key layer)
   // taken before a step that verifies drafts, and put back when some were rejected.
@@ -124,6 +128,18 @@ class KvCache {
   };
   // Row `row` of a sequence in cache `which` (0: compressed KV, 1: index keys) of `layer`.
   uint8_t* paged_row(int layer, int which, const SeqKv& s, int64_t row);
+  // Share `i` of `n` equal shares of `v` (a slot's or a snapshot's part of its array).
+  template <typename T>
+  static T* part(std::vector<T>& v, int32_t i, int32_t n) {
+    DI_CHECK(i >= 0 && i < n);
+    return v.data() + size_t(i) * (v.size() / size_t(n));
+  }
+  // Entry `index` of ring `i` of `n` in the rings `rings` of `layer`.
+  uint8_t* ring(std::vector<uint8_t> LayerRegion::*rings, int layer, int32_t i, int32_t n,
+                int64_t index) {
+    DI_CHECK(layer >= 0 && layer < num_layers() && index >= 0 && index < window_);
+    return part(layers_[size_t(layer)].*rings, i, n) + index * window_row_bytes_;
+  }
   void copy_slot_state(int32_t slot, bool to_backup);
 
   int64_t block_tokens_;
