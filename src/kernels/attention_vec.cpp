@@ -37,11 +37,7 @@ inline void head_dots(const float* keys, int64_t D, const float* qT, int64_t t, 
 #pragma GCC unroll 8
     for (int v = 0; v < HV; ++v) acc[c][v] = zero();
   for (int64_t b = 0; b < D; b += 32) {
-    F p[KN][HV];
-#pragma GCC unroll 4
-    for (int c = 0; c < KN; ++c)
-#pragma GCC unroll 8
-      for (int v = 0; v < HV; ++v) p[c][v] = zero();
+    F p[KN][HV] = {};
 #pragma GCC unroll 16
     for (int i = 0; i < 32; i += 2) {
 #pragma GCC unroll 2
@@ -61,7 +57,7 @@ inline void head_dots(const float* keys, int64_t D, const float* qT, int64_t t, 
 #pragma GCC unroll 4
     for (int c = 0; c < KN; ++c)
 #pragma GCC unroll 8
-      for (int v = 0; v < HV; ++v) acc[c][v] = add(acc[c][v], p[c][v]);
+      for (int v = 0; v < HV; ++v) acc[c][v] = acc[c][v] + p[c][v];
   }
 }
 
@@ -71,16 +67,14 @@ inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* z
   F acc[KN][1];
   head_dots<FM, 1, KN>(a.keys, a.Dh, qT, j, acc);
 #pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, mul(acc[c][0], set1(a.scale)));
+  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, acc[c][0] * set1(a.scale));
 }
 
 // A_h = A_h·β_h + Σ_j p_j,h·k_j for keys [j0, j0 + nb) and dimensions [d, d + NV·kLanes).
 template <bool FM, int NV>
 inline void values_at(const SparseAttnArgs& a, float* o, int64_t l, int64_t d, int64_t j0,
                       int64_t nb, const float* p, F bl) {
-  F pv[NV];
-#pragma GCC unroll 8
-  for (int c = 0; c < NV; ++c) pv[c] = zero();
+  F pv[NV] = {};
   for (int64_t j = 0; j < nb; ++j) {
     const F pj = set1(p[j * kLanes + l]);
     const float* k = a.keys + (j0 + j) * a.Dh + d;
@@ -90,7 +84,7 @@ inline void values_at(const SparseAttnArgs& a, float* o, int64_t l, int64_t d, i
 #pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
     float* oc = o + d + kLanes * c;
-    storeu(oc, add(mul(loadu(oc), bl), pv[c]));
+    storeu(oc, loadu(oc) * bl + pv[c]);
   }
 }
 
@@ -129,22 +123,20 @@ void run_group(const Job& jb) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
     F m_new = m;
     for (int64_t jj = 0; jj < nb; ++jj) m_new = max(load(z + (j0 + jj) * kLanes), m_new);
-    store(v, sub(m, m_new));
+    store(v, m - m_new);
     for (int64_t jj = 0; jj < nb; ++jj)
-      store(p + jj * kLanes, sub(load(z + (j0 + jj) * kLanes), m_new));
+      store(p + jj * kLanes, load(z + (j0 + jj) * kLanes) - m_new);
     jb.exp_n(v, kLanes);
     jb.exp_n(p, nb * kLanes);
     const F beta = load(v);
     // Σp in the 16-lane order over j (canonical_sum), for all heads at once.
-    F s[16];
-#pragma GCC unroll 16
-    for (int q = 0; q < 16; ++q) s[q] = zero();
-    for (int64_t jj = 0; jj < nb; ++jj) s[jj & 15] = add(s[jj & 15], load(p + jj * kLanes));
+    F s[16] = {};
+    for (int64_t jj = 0; jj < nb; ++jj) s[jj & 15] = s[jj & 15] + load(p + jj * kLanes);
 #pragma GCC unroll 4
     for (int w = 8; w >= 1; w /= 2)
 #pragma GCC unroll 8
-      for (int q = 0; q < w; ++q) s[q] = add(s[q], s[q + w]);
-    lsum = add(mul(lsum, beta), s[0]);
+      for (int q = 0; q < w; ++q) s[q] = s[q] + s[q + w];
+    lsum = lsum * beta + s[0];
     if (a.bf16_probs)
       for (int64_t jj = 0; jj < nb; ++jj) store(p + jj * kLanes, round_bf16(load(p + jj * kLanes)));
     values<FPV>(a, h0, nh, j0, nb, p, v);
@@ -152,13 +144,13 @@ void run_group(const Job& jb) {
   }
   float sink[kLanes];
   for (int64_t l = 0; l < kLanes; ++l) sink[l] = l < nh ? a.sink[h0 + l] : 0.0f;
-  store(v, sub(loadu(sink), m));
+  store(v, loadu(sink) - m);
   jb.exp_n(v, kLanes);
-  store(v, add(lsum, load(v)));
+  store(v, lsum + load(v));
   for (int64_t l = 0; l < nh; ++l) {
     float* o = a.out + (h0 + l) * Dh;
     const F ll = set1(v[l]);
-    for (int64_t d = 0; d < Dh; d += kLanes) storeu(o + d, div(loadu(o + d), ll));
+    for (int64_t d = 0; d < Dh; d += kLanes) storeu(o + d, loadu(o + d) / ll);
   }
 }
 
@@ -193,7 +185,7 @@ inline void score_keys(const IndexerScoreArgs& a, const float* qT, const float* 
     for (int v = 0; v < HV; ++v) {
       F d = acc[c][v];
       if (a.bf16) d = round_bf16(d);
-      F term = mul(max(zero(), d), load(w + v * kLanes));
+      F term = max(zero(), d) * load(w + v * kLanes);
       if (a.bf16) term = round_bf16(term);
       store(terms + (c * HV + v) * kLanes, term);
     }

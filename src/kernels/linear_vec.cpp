@@ -125,7 +125,7 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
 #pragma GCC unroll 2
   for (int s = 0; s < 2; ++s) {
     w[2 * s] = floats(slli<16>(p[s]));
-    w[2 * s + 1] = floats(andv(p[s], set1i(int32_t(0xffff0000u))));
+    w[2 * s + 1] = floats(p[s] & set1i(int32_t(0xffff0000u)));
   }
 }
 
@@ -196,7 +196,7 @@ inline void decode4(const uint8_t* tile, int64_t g, int h, const Luts&, F* w) {
     for (int s = 0; s < 2; ++s) {
       const I d = loadui(tile + g * 128 + s * 64 + h * 32);
       w[2 * s] = floats(slli<16>(d));
-      w[2 * s + 1] = floats(andv(d, set1i(int32_t(0xffff0000u))));
+      w[2 * s + 1] = floats(d & set1i(int32_t(0xffff0000u)));
     }
   } else {
     load_pair<Fm>(tile, 4 * g, h, w[0], w[1]);
@@ -227,6 +227,15 @@ inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
     return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
   else
     return set1(1.0f);
+}
+
+// Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
+// a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
+// reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
+constexpr int64_t kPrefetchAhead = 8192;
+inline void prefetch_l2(const uint8_t* p, int64_t bytes) {
+  for (int64_t o = 0; o < bytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
 }
 
 // Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi.
@@ -260,11 +269,7 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 template <int Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         const Luts& L, F* acc) {
-  F p[NB][NR];
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = zero();
+  F p[NB][NR] = {};
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
@@ -309,11 +314,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r) xr[r] = j.xi + r * j.w->cols + b0 * 32;
   const uint8_t* src = tile + b0 * 256;  // a block's 32 inputs: 4 groups of 8, 64 bytes each
-  I p[NB][NR];
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[bb][r] = _mm512_setzero_si512();
+  I p[NB][NR] = {};
   for (int g8 = 0; g8 < 4; ++g8) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
@@ -335,7 +336,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
-      part[bb][r] = mul(_mm512_cvtepi32_ps(p[bb][r]), set1(j.xs[r * (j.w->cols / 32) + b0 + bb]));
+      part[bb][r] = _mm512_cvtepi32_ps(p[bb][r]) * set1(j.xs[r * (j.w->cols / 32) + b0 + bb]);
   add_partials<kFp4, NR, NB>(j, t, b0, 0, part, acc);
 }
 
@@ -371,11 +372,7 @@ template <int Fm, int NR, int NB>
 inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t b0, const Luts& L,
                              float (*out)[NR][16]) {
   const uint8_t* tb = ta + j.w->tile_bytes;
-  F p[2][NB][NR];
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) p[0][bb][r] = p[1][bb][r] = zero();
+  F p[2][NB][NR] = {};
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
@@ -409,18 +406,15 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
 
 // Tiles t and t + 1 of a Mode 1 GEMV (see gemv_pair_blocks).
 template <int Fm, int NR>
-void gemv_tile_pair(const Job& j, int64_t t, int64_t prefetch_ahead, const Luts& L) {
+void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
   constexpr int NB = NR <= 4 ? 2 : 1;  // within the 32 registers: 2·NB·NR partials, 8 weights
   const int64_t nb = j.w->cols / 32, block_bytes = j.w->tile_bytes / nb;
   const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
   alignas(64) float out[2][NR][16] = {};
   int64_t b = 0;
   for (; b + NB <= nb; b += NB) {
-    for (int c = 0; c < 2; ++c) {
-      const uint8_t* ahead = tile + c * j.w->tile_bytes + b * block_bytes + prefetch_ahead;
-      for (int64_t o = 0; o < NB * block_bytes; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
-    }
+    for (int c = 0; c < 2; ++c)
+      prefetch_l2(tile + c * j.w->tile_bytes + b * block_bytes + kPrefetchAhead, NB * block_bytes);
     gemv_pair_blocks<Fm, NR, NB>(j, tile, t, b, L, out);
   }
   for (; b < nb; ++b) gemv_pair_blocks<Fm, NR, 1>(j, tile, t, b, L, out);
@@ -440,11 +434,6 @@ inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
   gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b0, h, L, acc);
 }
 
-// Software prefetch into L2 (T1), 8 KiB ahead: the hardware prefetchers alone leave the GEMVs at
-// a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
-// reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
-constexpr int64_t kPrefetchAhead = 8192;
-
 // Rows one GEMV call runs against each weight block (Kernels::gemv_rows).
 constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
@@ -459,18 +448,14 @@ void gemv_rows(const Job& j) {
   constexpr int NB = blocks_in_flight(NR);
   const int64_t nb = j.w->cols / 32;
   const Luts L = make_luts();
-  {
-    // The run's first window, which the prefetches below (always a window ahead) never cover.
-    const uint8_t* first = j.w->data + j.t0 * j.w->tile_bytes;
-    const int64_t n = min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes);
-    for (int64_t o = 0; o < n; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(first + o), _MM_HINT_T1);
-  }
+  // The run's first window, which the prefetches below (always a window ahead) never cover.
+  prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
+              min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
   const int64_t block_bytes = j.w->tile_bytes / nb;
   for (int64_t t = j.t0; t < j.t1; ++t) {
     if constexpr (kIsa == Isa::Avx512 && Mode == 1 && NR >= 2) {
       if (t + 1 < j.t1) {
-        gemv_tile_pair<Fm, NR>(j, t++, kPrefetchAhead, L);
+        gemv_tile_pair<Fm, NR>(j, t++, L);
         continue;
       }
     }
@@ -478,18 +463,12 @@ void gemv_rows(const Job& j) {
     alignas(64) float out[NR][16];
 #pragma GCC unroll 2
     for (int h = 0; h < kH; ++h) {
-      F acc[NR];
-#pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r) acc[r] = zero();
+      F acc[NR] = {};
       int64_t b = 0;
       for (; b + NB <= nb; b += NB) {
         // Blocks of one tile are contiguous (and tiles follow each other): prefetch a few KiB
         // ahead so that the decode overlaps the DRAM latency (the second half reads from cache).
-        if (h == 0) {
-          const uint8_t* ahead = tile + b * block_bytes + kPrefetchAhead;
-          for (int64_t o = 0; o < NB * block_bytes; o += 64)
-            _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
-        }
+        if (h == 0) prefetch_l2(tile + b * block_bytes + kPrefetchAhead, NB * block_bytes);
         run_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
       }
       for (; b < nb; ++b) run_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
@@ -562,8 +541,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
     // The next chunk of this tile into L2 while this one decodes (three streams, far apart).
-    for (int64_t o = (kc0 + kc) * in_bytes; o < min64(K, kc0 + 2 * kc) * in_bytes; o += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(tile + o), _MM_HINT_T1);
+    prefetch_l2(tile + (kc0 + kc) * in_bytes, (min64(K, kc0 + 2 * kc) - kc0 - kc) * in_bytes);
     for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
       const int64_t k = g * 4 - kc0;
 #if defined(__AVX512F__)
@@ -621,11 +599,7 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
   }
   const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
   for (int64_t b = 0; b < kc / 32; ++b) {
-    F p[MR][NV];
-#pragma GCC unroll 16
-    for (int i = 0; i < MR; ++i)
-#pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) p[i][v] = zero();
+    F p[MR][NV] = {};
 #pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
 #if defined(__AVX512F__)
@@ -665,22 +639,15 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
 using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t,
                          int64_t);
 
-template <int NV, int... MR>
-MicroFn micro_pick(int mode, int mr, std::integer_sequence<int, MR...>) {
-  static constexpr MicroFn kF[] = {micro<MR + 1, NV, 1>...};
+// micro for mr rows and nv vector columns: bf16 products (Mode 0) or fp32 FMAs (Mode 1).
+template <int... I>
+MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
+  static constexpr MicroFn kFma[] = {micro<I / kCols + 1, I % kCols + 1, 1>...};
 #if defined(__AVX512F__)
-  static constexpr MicroFn kBf[] = {micro<MR + 1, NV, 0>...};
-  if (mode == 0) return kBf[mr - 1];
+  static constexpr MicroFn kBf[] = {micro<I / kCols + 1, I % kCols + 1, 0>...};
+  if (bf16) return kBf[(mr - 1) * kCols + nv - 1];
 #endif
-  return kF[mr - 1];
-}
-
-template <int... NV>
-MicroFn micro_for(int mode, int mr, int nv, std::integer_sequence<int, NV...>) {
-  MicroFn fn = nullptr;
-  ((fn = nv == NV + 1 ? micro_pick<NV + 1>(mode, mr, std::make_integer_sequence<int, kMr>()) : fn),
-   ...);
-  return fn;
+  return kFma[(mr - 1) * kCols + nv - 1];
 }
 
 #if defined(__AVX512F__)
@@ -805,8 +772,7 @@ void gemm_fmt(const Job& j) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const int mode = bf16 ? 0 : 1;
-        const MicroFn fn = micro_for(mode, mr, nv, std::make_integer_sequence<int, kCols>());
+        const MicroFn fn = micro_for(bf16, mr, nv, std::make_integer_sequence<int, kMr * kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }
     }
@@ -828,13 +794,13 @@ void gemm(const Job& j) {
 
 // RNE of |v| <= 448 to an e4m3 value: 3 mantissa bits for |v| >= 2^-6, multiples of 2^-9 below.
 inline F round_e4m3(F v) {
-  const I sign = andv(bits(v), set1i(INT32_MIN));
-  const F a = floats(andv(bits(v), set1i(0x7fffffff)));
+  const I sign = bits(v) & set1i(INT32_MIN);
+  const F a = floats(bits(v) & set1i(0x7fffffff));
   I u = bits(a);
-  u = addi(u, addi(set1i(0x7ffff), andv(srli<20>(u), set1i(1))));
-  u = andv(u, set1i(int32_t(0xfff00000u)));
-  const F tiny = sub(add(a, set1(16384.0f)), set1(16384.0f));  // multiples of 2^-9
-  return floats(orv(select_lt(a, set1(0x1p-6f), bits(tiny), u), sign));
+  u = addi(u, addi(set1i(0x7ffff), srli<20>(u) & set1i(1)));
+  u &= set1i(int32_t(0xfff00000u));
+  const F tiny = (a + set1(16384.0f)) - set1(16384.0f);  // multiples of 2^-9
+  return floats(select_lt(a, set1(0x1p-6f), bits(tiny), u) | sign);
 }
 
 void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb) {
@@ -848,7 +814,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 #pragma GCC unroll 4
       for (int h = 0; h < kV; ++h) {
         xv[h] = loadu(xr + b * 32 + h * kLanes);
-        m = max(m, floats(andv(bits(xv[h]), abs_mask)));
+        m = max(m, floats(bits(xv[h]) & abs_mask));
       }
       float a = reduce_max(m);
       a = a < 1e-4f ? 1e-4f : a;
@@ -858,8 +824,8 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       const F sg = set1(e8m0(uint8_t(code))), vi = set1(e8m0(uint8_t(254 - code)));
 #pragma GCC unroll 4
       for (int h = 0; h < kV; ++h) {
-        const F v = min(max(mul(xv[h], vi), set1(-448.0f)), set1(448.0f));
-        const F r = mul(round_e4m3(v), sg);  // exact: σ is a power of two
+        const F v = min(max(xv[h] * vi, set1(-448.0f)), set1(448.0f));
+        const F r = round_e4m3(v) * sg;  // exact: σ is a power of two
         storeu(xq + i * K + b * 32 + h * kLanes, r);
         if (xqb) store_hi16(xqb + i * K + b * 32 + h * kLanes, r);
       }
@@ -882,7 +848,7 @@ void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs) {
         s = 1.0f;
       } else if (E >= -126 && E <= 0) {
         const F inv = floats(set1i((127 - E) << 23));  // 2^-E >= 1: the products are exact
-        const F v0 = mul(a0, inv), v1 = mul(a1, inv);
+        const F v0 = a0 * inv, v1 = a1 * inv;
         constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v0, kRound), v0, _CMP_EQ_OQ);
         const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v1, kRound), v1, _CMP_EQ_OQ);
@@ -971,15 +937,13 @@ bool avx512_dpbf16_is_canonical() {
 
 #if defined(__AVX512F__)
 void avx512_product_chains(ProductKind kind, int64_t n) {
-  __m512 acc[16];
-  for (auto& a : acc) a = _mm512_setzero_ps();
+  __m512 acc[16] = {};
   __m512 one = _mm512_set1_ps(1.0f);
   __m512bh pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
   I ones = _mm512_set1_epi32(0x00010001);
   asm("" : "+v"(one), "+v"(pair), "+v"(ones));  // opaque: no instruction is folded away
   if (kind == ProductKind::Int16) {
-    I iacc[16];
-    for (auto& a : iacc) a = _mm512_setzero_si512();
+    I iacc[16] = {};
     for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 16
       for (auto& a : iacc) a = _mm512_dpwssd_epi32(a, ones, ones);

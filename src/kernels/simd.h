@@ -105,7 +105,9 @@ DI_VEC void store_hi16(uint16_t* p, F v) {
 
 #endif
 
-// The operations both ISAs spell alike (but for the width in the intrinsic's name).
+// The operations both ISAs spell alike (but for the width in the intrinsic's name). Arithmetic
+// (+ - * /) and bitwise & | are GCC's vector operators, in which the intrinsics are written; with
+// -ffp-contract=off a product and a sum stay two roundings.
 DI_VEC F zero() {
   return DI_MM(setzero_ps)();
 }
@@ -124,18 +126,6 @@ DI_VEC void store(float* p, F v) {
 DI_VEC void storeu(float* p, F v) {
   DI_MM(storeu_ps)(p, v);
 }
-DI_VEC F add(F a, F b) {
-  return DI_MM(add_ps)(a, b);
-}
-DI_VEC F sub(F a, F b) {
-  return DI_MM(sub_ps)(a, b);
-}
-DI_VEC F mul(F a, F b) {
-  return DI_MM(mul_ps)(a, b);
-}
-DI_VEC F div(F a, F b) {
-  return DI_MM(div_ps)(a, b);
-}
 DI_VEC F max(F a, F b) {
   return DI_MM(max_ps)(a, b);
 }
@@ -150,12 +140,6 @@ DI_VEC I set1i(int32_t x) {
 }
 DI_VEC I loadui(const void* p) {
   return DI_SI(loadu)(reinterpret_cast<const I*>(p));
-}
-DI_VEC I orv(I a, I b) {
-  return DI_SI(or)(a, b);
-}
-DI_VEC I andv(I a, I b) {
-  return DI_SI(and)(a, b);
 }
 DI_VEC I addi(I a, I b) {
   return DI_MM(add_epi32)(a, b);
@@ -180,22 +164,22 @@ DI_VEC F madd(F a, F b, F c) {
   if constexpr (FM)
     return fmadd(a, b, c);
   else
-    return add(c, mul(a, b));
+    return c + a * b;
 }
 
 // bf16 rounding (to nearest even) of finite values, kept as fp32.
 DI_VEC F round_bf16(F v) {
   const I u = bits(v);
-  const I r = addi(u, addi(set1i(0x7fff), andv(srli<16>(u), set1i(1))));
-  return floats(andv(r, set1i(int32_t(0xffff0000u))));
+  const I r = addi(u, addi(set1i(0x7fff), srli<16>(u) & set1i(1)));
+  return floats(r & set1i(int32_t(0xffff0000u)));
 }
 
 // Whether every element of x[n] is a bf16 value (low 16 bits zero).
 DI_VEC bool all_bf16(const float* x, int64_t n) {
   I acc = set1i(0);
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) acc = orv(acc, loadui(x + i));
-  uint32_t low = all_zero(andv(acc, set1i(0xffff))) ? 0u : 1u;
+  for (; i + kLanes <= n; i += kLanes) acc |= loadui(x + i);
+  uint32_t low = all_zero(acc & set1i(0xffff)) ? 0u : 1u;
   for (; i < n; ++i) low |= __builtin_bit_cast(uint32_t, x[i]) & 0xffffu;
   return low == 0;
 }
