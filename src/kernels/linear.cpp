@@ -41,12 +41,11 @@ std::atomic<int> g_path{int(LinearPath::Auto)};
 LinearProducts products_from_env() {
   const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
   const std::string m = e ? e : "";
-  if (m == "bf16") return LinearProducts::Bf16Dot;
-  if (m == "fp32") return LinearProducts::Fp32Fma;
-  if (m == "int16") return LinearProducts::Int16Dot;
-  if (m == "amx") return LinearProducts::Amx;
-  DI_REQUIRE(m.empty(), "DEEPINFER_LINEAR_PRODUCTS='", m, "': expected bf16, fp32, int16 or amx");
-  return LinearProducts::Auto;
+  const std::string_view names[] = {"", "bf16", "fp32", "int16", "amx"};  // LinearProducts order
+  const auto it = std::find(std::begin(names), std::end(names), m);
+  DI_REQUIRE(it != std::end(names), "DEEPINFER_LINEAR_PRODUCTS='", m,
+             "': expected bf16, fp32, int16 or amx");
+  return LinearProducts(it - std::begin(names));
 }
 // The choice in effect: read from the environment on first use.
 std::atomic<int>& current_products() {
@@ -118,11 +117,10 @@ void pack_tile(const Weight& w, int64_t t, uint8_t* dst, uint8_t* scale_dst) {
 
 // Whether every bf16 value is 0 or has magnitude in [2^-56, max] (finite).
 bool bf16_not_tiny(const uint16_t* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int e = (v[i] >> 7) & 0xff;
-    if ((v[i] & 0x7fff) != 0 && (e < 127 - 56 || e == 255)) return false;
-  }
-  return true;
+  return std::all_of(v, v + n, [](uint16_t b) {
+    const int e = (b >> 7) & 0xff;
+    return (b & 0x7fff) == 0 || (e >= 127 - 56 && e != 255);
+  });
 }
 
 // --- the scalar path ---
@@ -361,9 +359,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // panels to keep every thread busy.
   const int64_t pt = linear_isa::kGemmPanelTiles;
   const int64_t n_panels = (n_tiles + pt - 1) / pt;
-  int64_t row_parts = 1;
-  if (n_panels < threads * 2) row_parts = std::min((threads * 2 + n_panels - 1) / n_panels, n / 16);
-  row_parts = std::max<int64_t>(row_parts, 1);
+  const int64_t row_parts = std::max<int64_t>(
+      1, n_panels < threads * 2 ? std::min((threads * 2 + n_panels - 1) / n_panels, n / 16) : 1);
   const int64_t rows_per = (n + row_parts - 1) / row_parts;
   pool.parallel_for(n_panels * row_parts, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -385,12 +382,12 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
   // Reused from call to call (no allocation once large enough). Named through references: the
   // pool's workers must see this thread's vectors, not their own thread_local copies.
-  thread_local std::vector<int64_t> t_at, t_first;
-  thread_local std::vector<linear_isa::Job> t_jobs;
-  thread_local std::vector<QuantScratch> t_layouts;
-  std::vector<int64_t>&at = t_at, &first = t_first;
-  std::vector<linear_isa::Job>& jobs = t_jobs;
-  std::vector<QuantScratch>& layouts = t_layouts;
+  thread_local struct {
+    std::vector<int64_t> at, first;
+    std::vector<linear_isa::Job> jobs;
+    std::vector<QuantScratch> layouts;
+  } t_bufs;
+  auto& [at, first, jobs, layouts] = t_bufs;
   layouts.clear();
   at.assign(calls.size() + 1, 0);  // each call's scratch offset
   for (size_t c = 0; c < calls.size(); ++c) {

@@ -756,16 +756,14 @@ void gemm_fmt(const Job& j) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
-    if constexpr (Fm == kFp4) {
-      if (j.amx && bf16) {
-        static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
-                                        const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
-                                                               micro_amx<3>};
-        if (!std::exchange(amx_on, true)) amx_configure();
-        for (int64_t i0 = 0; i0 < j.n; i0 += 16)
-          kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s);
-        continue;
-      }
+    if (Fm == kFp4 && j.amx && bf16) {
+      static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
+                                      const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
+                                                             micro_amx<3>};
+      if (!std::exchange(amx_on, true)) amx_configure();
+      for (int64_t i0 = 0; i0 < j.n; i0 += 16)
+        kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s);
+      continue;
     }
 #endif
     for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
@@ -889,11 +887,7 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 #if defined(__AVX512F__)
 const Kernels kAvx512{quantize,           to_bf16, int_codes, gemv, gemm,
                       gemm_scratch_bytes, true,    kGemvRows};
-#else
-const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, kGemvRows};
-#endif
 
-#if defined(__AVX512F__)
 bool avx512_dpbf16_is_canonical() {
   // Operands like those of quantized GEMMs (e4m3-like bf16 values) and wide exponent gaps, so
   // that the order of the two additions and their rounding show.
@@ -933,9 +927,7 @@ bool avx512_dpbf16_is_canonical() {
   }
   return true;
 }
-#endif
 
-#if defined(__AVX512F__)
 void avx512_product_chains(ProductKind kind, int64_t n) {
   __m512 acc[16] = {};
   __m512 one = _mm512_set1_ps(1.0f);
@@ -962,6 +954,8 @@ void avx512_product_chains(ProductKind kind, int64_t n) {
   volatile float sink = _mm512_cvtss_f32(s);  // keeps the chains
   (void)sink;
 }
+#else
+const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, kGemvRows};
 #endif
 
 }  // namespace deepinfer::linear_isa
