@@ -11,32 +11,26 @@ namespace {
 using namespace simd::avx512;
 
 // e4m3 codes (one per 32-bit lane) -> values; 0x7f/0xff are NaN as in the scalar table.
-inline __m512 e4m3_of(__m512i d) {
-  __m512i u = _mm512_srai_epi32(_mm512_slli_epi32(d, 24), 4);
-  u = _mm512_and_si512(u, _mm512_set1_epi32(int32_t(0x87f00000u)));
-  __m512 v = _mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(0x1p120f));
-  const __mmask16 nan = _mm512_cmpeq_epi32_mask(_mm512_and_si512(d, _mm512_set1_epi32(0x7f)),
-                                                _mm512_set1_epi32(0x7f));
-  return _mm512_mask_mov_ps(v, nan, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+inline F e4m3_of(I d) {
+  const I u = _mm512_srai_epi32(slli<24>(d), 4) & set1i(int32_t(0x87f00000u));
+  const F v = floats(u) * set1(0x1p120f);
+  const __mmask16 nan = _mm512_cmpeq_epi32_mask(d & set1i(0x7f), set1i(0x7f));
+  return _mm512_mask_mov_ps(v, nan, floats(set1i(0x7fc00000)));
 }
 
 inline float e4m3_1(uint8_t b) {
-  float v;
-  __m512 x = e4m3_of(_mm512_set1_epi32(b));
-  _mm_store_ss(&v, _mm512_castps512_ps128(x));
-  return v;
+  return _mm512_cvtss_f32(e4m3_of(set1i(b)));
 }
 
 // 16 packed bytes -> the 32 e2m1 values in element order (low nibble first).
-inline void e2m1x32(const uint8_t* p, __m512& v0, __m512& v1) {
-  const __m512 lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f,
-                                    -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-  const __m512i d = load_u8(p);
-  const __m512 lo = _mm512_permutexvar_ps(d, lut);
-  const __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
-  const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i i1 =
-      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+inline void e2m1x32(const uint8_t* p, F& v0, F& v1) {
+  const F lut = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f,
+                               -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+  const I d = load_u8(p);
+  const F lo = _mm512_permutexvar_ps(d, lut);
+  const F hi = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), lut);
+  const I i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const I i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   v0 = _mm512_permutex2var_ps(lo, i0, hi);
   v1 = _mm512_permutex2var_ps(lo, i1, hi);
 }
@@ -45,11 +39,11 @@ inline void e2m1x32(const uint8_t* p, __m512& v0, __m512& v1) {
 template <bool C>
 void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    __m512 v[2];
+    F v[2];
     e2m1x32(packed + b * 16, v[0], v[1]);
     for (int h = 0; h < 2; ++h) {
       const float s = C ? e4m3_1(scales[2 * b + h]) : e8m0(scales[b]);
-      _mm512_storeu_ps(out + b * 32 + h * 16, _mm512_mul_ps(v[h], _mm512_set1_ps(s)));
+      storeu(out + b * 32 + h * 16, v[h] * set1(s));
     }
   }
 }
@@ -59,32 +53,26 @@ void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float*
 void round_bf16_avx512(float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512i u = _mm512_loadu_si512(x + i);
-    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    __m512i r = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-    r = _mm512_and_si512(r, _mm512_set1_epi32(int32_t(0xffff0000u)));
+    const I u = loadui(x + i);
     // NaN stays NaN, quieted: (bits >> 16 | 0x40) << 16.
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    const __m512i q = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32(int32_t(0xffff0000u))),
-                                      _mm512_set1_epi32(0x00400000));
-    _mm512_storeu_si512(x + i, _mm512_mask_mov_epi32(r, nan, q));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(u & set1i(0x7fffffff), set1i(0x7f800000));
+    const I q = (u & set1i(int32_t(0xffff0000u))) | set1i(0x00400000);
+    storeu(x + i, _mm512_mask_mov_ps(round_bf16(floats(u)), nan, floats(q)));
   }
   if (i < n) {
     const __mmask16 m = __mmask16((1u << (n - i)) - 1);
     alignas(64) float tail[16] = {};
-    _mm512_store_ps(tail, _mm512_maskz_loadu_ps(m, x + i));
+    store(tail, _mm512_maskz_loadu_ps(m, x + i));
     round_bf16_avx512(tail, 16);
-    _mm512_mask_storeu_ps(x + i, m, _mm512_load_ps(tail));
+    _mm512_mask_storeu_ps(x + i, m, load(tail));
   }
 }
 
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
-    const __m512 s = _mm512_set1_ps(e8m0(scales[b]));
+    const F s = set1(e8m0(scales[b]));
     for (int h = 0; h < 2; ++h)
-      _mm512_storeu_ps(out + b * 32 + h * 16,
-                       _mm512_mul_ps(e4m3_of(load_u8(codes + b * 32 + h * 16)), s));
+      storeu(out + b * 32 + h * 16, e4m3_of(load_u8(codes + b * 32 + h * 16)) * s);
   }
 }
 

@@ -44,9 +44,6 @@ using I = __m512i;
 DI_VEC float reduce_max(F v) {
   return _mm512_reduce_max_ps(v);
 }
-DI_VEC F floats(I v) {
-  return _mm512_castsi512_ps(v);
-}
 DI_VEC bool all_zero(I v) {
   return _mm512_test_epi32_mask(v, v) == 0;
 }
@@ -81,9 +78,6 @@ DI_VEC float reduce_max(F v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   m = _mm_max_ps(m, _mm_movehl_ps(m, m));
   return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-DI_VEC F floats(I v) {
-  return _mm256_castsi256_ps(v);
 }
 DI_VEC bool all_zero(I v) {
   return _mm256_testz_si256(v, v);
@@ -144,8 +138,12 @@ DI_VEC I loadui(const void* p) {
 DI_VEC I addi(I a, I b) {
   return DI_MM(add_epi32)(a, b);
 }
+// The bits of v as integer lanes, and back.
 DI_VEC I bits(F v) {
-  return DI_SI(castps)(v);
+  return I(v);
+}
+DI_VEC F floats(I v) {
+  return F(v);
 }
 template <int N>
 DI_VEC I srli(I a) {
