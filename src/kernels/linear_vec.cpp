@@ -150,9 +150,8 @@ inline Luts make_luts() {
 // ±480, which no checkpoint stores): the magnitude bits placed as an fp32 2^120 times too small,
 // then scaled back.
 inline F fp8x8(__m128i v) {
-  I u = _mm256_srai_epi32(_mm256_slli_epi32(_mm256_cvtepu8_epi32(v), 24), 4);
-  u = _mm256_and_si256(u, _mm256_set1_epi32(int32_t(0x87f00000u)));
-  return _mm256_mul_ps(_mm256_castsi256_ps(u), _mm256_set1_ps(0x1p120f));
+  const I u = _mm256_srai_epi32(slli<24>(_mm256_cvtepu8_epi32(v)), 4);
+  return floats(u & set1i(int32_t(0x87f00000u))) * set1(0x1p120f);
 }
 
 // Nibbles (bits 0..3 of each lane; higher bits are ignored) -> e2m1 values: magnitude from an
@@ -160,9 +159,8 @@ inline F fp8x8(__m128i v) {
 inline F e2m1x8(I d) {
   const F lut = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
   const F mag = _mm256_permutevar8x32_ps(lut, d);
-  const I sign =
-      _mm256_and_si256(_mm256_slli_epi32(d, 28), _mm256_set1_epi32(int32_t(0x80000000u)));
-  return _mm256_or_ps(mag, _mm256_castsi256_ps(sign));
+  const I sign = slli<28>(d) & set1i(int32_t(0x80000000u));
+  return _mm256_or_ps(mag, floats(sign));
 }
 
 // Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of an fp8 or fp4 tile.
@@ -868,15 +866,14 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
   __mmask16 bad = 0;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < K; k += 16) {  // K is a multiple of 32
-      const I u = _mm512_loadu_si512(x + i * ldx + k);
-      const I e = _mm512_and_si512(_mm512_srli_epi32(u, 23), _mm512_set1_epi32(0xff));
-      const __mmask16 zero = _mm512_testn_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
-      const __mmask16 in_range = _mm512_cmpge_epi32_mask(e, _mm512_set1_epi32(127 - 56)) &
-                                 _mm512_cmple_epi32_mask(e, _mm512_set1_epi32(254));
-      const __mmask16 low = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xffff));
+      const I u = loadui(x + i * ldx + k);
+      const I e = srli<23>(u) & set1i(0xff);
+      const __mmask16 zero = _mm512_testn_epi32_mask(u, set1i(0x7fffffff));
+      const __mmask16 in_range =
+          _mm512_cmpge_epi32_mask(e, set1i(127 - 56)) & _mm512_cmple_epi32_mask(e, set1i(254));
+      const __mmask16 low = _mm512_test_epi32_mask(u, set1i(0xffff));
       bad |= __mmask16(low | ~(zero | in_range));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(xb + i * K + k),
-                          _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16)));
+      store_hi16(xb + i * K + k, floats(u));
     }
   return bad == 0;
 }
