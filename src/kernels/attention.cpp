@@ -112,15 +112,14 @@ void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t D
 void sparse_attention_ref(const SparseAttnArgs& a) {
   // fp32 numerics: the exact formula, fp32 scores, softmax with the sink and the weighted sum in
   // double, rounded once. Independent of how the key list is split.
-  std::vector<double>&z = t_z, &acc = t_acc;
-  z.resize(size_t(a.nk));
-  acc.resize(size_t(a.Dh));
+  t_z.resize(size_t(a.nk));
+  t_acc.resize(size_t(a.Dh));
   for (int64_t h = 0; h < a.H; ++h) {
     float* o = a.out + h * a.Dh;
     if (a.exact) {
       double m;
-      const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, z.data(), acc.data(), &m);
-      for (int64_t d = 0; d < a.Dh; ++d) o[d] = f32(acc[size_t(d)] / l);
+      const double l = exact_head(a, a.q + h * a.Dh, a.sink + h, t_z.data(), t_acc.data(), &m);
+      for (int64_t d = 0; d < a.Dh; ++d) o[d] = f32(t_acc[size_t(d)] / l);
     } else {
       float m;
       float l = online_head(a, a.q + h * a.Dh, o, &m);
@@ -158,22 +157,20 @@ void sparse_attention(const SparseAttnArgs& a) {
 
 void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
   const int64_t stride = attention_partial_size(1, a.Dh);
-  std::vector<double>& z = t_z;
-  std::vector<float>& o = t_o;
-  z.resize(size_t(a.nk));
-  o.resize(size_t(a.Dh));
+  t_z.resize(size_t(a.nk));
+  t_o.resize(size_t(a.Dh));
   for (int64_t h = 0; h < a.H; ++h) {
     const float* q = a.q + h * a.Dh;
     double* p = part + h * stride;
     double* acc = p + 2;
     // No keys: l = 0 and acc = 0 (the max, -inf or the kernel's -1e30, then changes no merge).
     if (a.exact) {
-      p[1] = exact_head(a, q, nullptr, z.data(), acc, &p[0]);
+      p[1] = exact_head(a, q, nullptr, t_z.data(), acc, &p[0]);
     } else {
       float m;
-      p[1] = online_head(a, q, o.data(), &m);
+      p[1] = online_head(a, q, t_o.data(), &m);
       p[0] = m;
-      for (int64_t d = 0; d < a.Dh; ++d) acc[d] = o[size_t(d)];
+      std::copy_n(t_o.begin(), a.Dh, acc);
     }
   }
 }
@@ -181,13 +178,12 @@ void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
 void merge_attention_partials(const double* parts, int n_parts, int64_t part_stride,
                               const float* sink, int64_t H, int64_t Dh, bool exact, float* out) {
   const int64_t stride = attention_partial_size(1, Dh);
-  std::vector<double>& acc = t_acc;
-  acc.resize(size_t(Dh));
+  t_acc.resize(size_t(Dh));
   for (int64_t h = 0; h < H; ++h) {
     float* o = out + h * Dh;
     if (exact)
-      merge_head<double>(parts + h * stride, n_parts, part_stride, Dh, sink[h], sink[h], acc.data(),
-                         o);
+      merge_head<double>(parts + h * stride, n_parts, part_stride, Dh, sink[h], sink[h],
+                         t_acc.data(), o);
     else
       merge_head<float>(parts + h * stride, n_parts, part_stride, Dh, sink[h], -1e30f, o, o);
   }

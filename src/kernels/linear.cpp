@@ -495,8 +495,7 @@ void linear(const PreparedLinear& w, const LinearArgs& a) {
 void linear_many(std::span<const LinearCall> calls) {
   const Isa isa = cpu_isa();
   const bool gemv_ok = isa != Isa::Scalar && linear_path() != LinearPath::Gemm;
-  thread_local std::vector<LinearCall> t_small;
-  std::vector<LinearCall>& small = t_small;
+  thread_local std::vector<LinearCall> small;  // reused: no allocation once large enough
   small.clear();
   for (const LinearCall& c : calls) {
     const LinearArgs& a = c.a;
