@@ -171,20 +171,15 @@ void random_integers_int64(Pcg64& gen, int64_t low, int64_t high, std::span<int6
   DI_REQUIRE(low < high, "integers: low (", low, ") must be below high (", high, ")");
   // Closed range [low, high - 1] as an unsigned width, the way numpy reduces it.
   const uint64_t rng = uint64_t(high - 1) - uint64_t(low);
-  const uint64_t off = uint64_t(low);
-  for (int64_t& v : out) {
-    uint64_t r;
-    if (rng == 0) {
-      r = 0;
-    } else if (rng == UINT32_MAX) {
-      r = gen.next32();
-    } else if (rng < UINT32_MAX) {
-      r = bounded_lemire<uint32_t, uint64_t>(uint32_t(rng), [&] { return gen.next32(); });
-    } else {  // rng <= 2^64 - 2 for an exclusive int64 range, so Lemire always applies
-      r = bounded_lemire<uint64_t, u128>(rng, [&] { return gen.next64(); });
-    }
-    v = int64_t(off + r);
-  }
+  auto draw = [&]() -> uint64_t {
+    if (rng == 0) return 0;
+    if (rng == UINT32_MAX) return gen.next32();
+    if (rng < UINT32_MAX)
+      return bounded_lemire<uint32_t, uint64_t>(uint32_t(rng), [&] { return gen.next32(); });
+    // rng <= 2^64 - 2 for an exclusive int64 range, so Lemire always applies.
+    return bounded_lemire<uint64_t, u128>(rng, [&] { return gen.next64(); });
+  };
+  for (int64_t& v : out) v = int64_t(uint64_t(low) + draw());
 }
 
 // --- Engram ---

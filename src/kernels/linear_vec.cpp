@@ -32,13 +32,8 @@ using namespace simd::DI_SIMD_NS;
 
 constexpr int kH = 16 / kLanes;  // vectors per tile of 16 outputs
 
-// The packed formats, numbered as WeightFormat (Fp8Row weights are never packed).
-enum Fmt {
-  kF32 = int(WeightFormat::F32),
-  kBf16 = int(WeightFormat::BF16),
-  kFp8 = int(WeightFormat::Fp8Block),
-  kFp4 = int(WeightFormat::Fp4Row)
-};
+// The packed formats (Fp8Row weights are never packed).
+using enum WeightFormat;
 
 inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
@@ -94,9 +89,9 @@ inline Luts make_luts() {
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
 // outputs for two consecutive inputs, the even input in the low half of each 32-bit lane, exactly
 // what vdpbf16ps multiplies with a broadcast pair of activations.
-template <int Fm>
+template <WeightFormat Fm>
 inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I& p1) {
-  if constexpr (Fm == kFp8) {
+  if constexpr (Fm == Fp8Block) {
     // The 64 bytes are stored so that the in-lane byte unpacks below put the pairs in order.
     const I b = _mm512_loadu_si512(tile + g * 64);
     I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
@@ -104,7 +99,7 @@ inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I
     const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
     p0 = _mm512_unpacklo_epi8(lo, hi);
     p1 = _mm512_unpackhi_epi8(lo, hi);
-  } else if constexpr (Fm == kFp4) {
+  } else if constexpr (Fm == Fp4Row) {
     // Through the word table: word 2o + s of the 8-input group holds row o's inputs 2j + s in
     // nibble j, so pairs 2g and 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
     I d = _mm512_loadu_si512(tile + (g / 2) * 64);
@@ -118,7 +113,7 @@ inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I
 }
 
 // Weights of inputs 4g .. 4g+3 as fp32 lanes (h = 0: the whole tile).
-template <int Fm>
+template <WeightFormat Fm>
 inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F* w) {
   I p[2];
   decode_pairs<Fm>(tile, g, L, p[0], p[1]);
@@ -164,9 +159,9 @@ inline F e2m1x8(I d) {
 }
 
 // Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of an fp8 or fp4 tile.
-template <int Fm>
+template <WeightFormat Fm>
 inline void load_pair(const uint8_t* tile, int64_t k0, int h, F& w0, F& w1) {
-  if constexpr (Fm == kFp8) {
+  if constexpr (Fm == Fp8Block) {
     // Pair (k0, k0+1) of group k0/4: two 8-byte runs of (even, odd) bytes for rows 8h..8h+3 and
     // 8h+4..8h+7; a byte shuffle separates the even and the odd input.
     const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h + 8 * ((k0 / 2) & 1);
@@ -186,9 +181,9 @@ inline void load_pair(const uint8_t* tile, int64_t k0, int h, F& w0, F& w1) {
   }
 }
 
-template <int Fm>
+template <WeightFormat Fm>
 inline void decode4(const uint8_t* tile, int64_t g, int h, const Luts&, F* w) {
-  if constexpr (Fm == kBf16) {
+  if constexpr (Fm == BF16) {
     // (even, odd) bf16 pairs per row: the even input is the low half of each 32-bit lane.
 #pragma GCC unroll 2
     for (int s = 0; s < 2; ++s) {
@@ -205,9 +200,9 @@ inline void decode4(const uint8_t* tile, int64_t g, int h, const Luts&, F* w) {
 #endif
 
 // Weights of inputs 4g .. 4g+3 for half h as fp32 lanes, any format.
-template <int Fm>
+template <WeightFormat Fm>
 inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F* w) {
-  if constexpr (Fm == kF32) {
+  if constexpr (Fm == F32) {
     const float* f = reinterpret_cast<const float*>(tile) + g * 64 + h * kLanes;
 #pragma GCC unroll 4
     for (int q = 0; q < 4; ++q) w[q] = loadu(f + q * 16);
@@ -217,11 +212,11 @@ inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F
 }
 
 // The weight scale of tile t, block b, per lane of half h.
-template <int Fm>
+template <WeightFormat Fm>
 inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
-  if constexpr (Fm == kFp8)
+  if constexpr (Fm == Fp8Block)
     return set1(e8m0(w.scale[(t / 2) * w.scale_cols + b]));
-  else if constexpr (Fm == kFp4)
+  else if constexpr (Fm == Fp4Row)
     return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
   else
     return set1(1.0f);
@@ -250,7 +245,7 @@ inline void store_tile(const Job& j, int64_t r, int64_t t, const float* v) {
 }
 
 // Adds block partials p (of blocks b0 .. b0+NB-1) into the totals, in block order.
-template <int Fm, int NR, int NB>
+template <WeightFormat Fm, int NR, int NB>
 inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][NR], F* acc) {
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb) {
@@ -264,7 +259,7 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 
 // Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds in
 // the pair order (odd input first), 3 integer products (AVX-512, fp4: gemv_blocks_int below).
-template <int Fm, int Mode, int NR, int NB>
+template <WeightFormat Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         const Luts& L, F* acc) {
   F p[NB][NR] = {};
@@ -335,7 +330,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
       part[bb][r] = _mm512_cvtepi32_ps(p[bb][r]) * set1(j.xs[r * (j.w->cols / 32) + b0 + bb]);
-  add_partials<kFp4, NR, NB>(j, t, b0, 0, part, acc);
+  add_partials<Fp4Row, NR, NB>(j, t, b0, 0, part, acc);
 }
 
 // Blocks b0 .. b0+NB-1 of an fp4 tile in Mode 3: as integers where every row's block is (the
@@ -357,7 +352,7 @@ inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int6
     if (ints(b0 + bb))
       gemv_blocks_int<NR, 1>(j, tile, t, b0 + bb, L, acc);
     else
-      gemv_blocks<kFp4, 1, NR, 1>(j, tile, t, b0 + bb, 0, L, acc);
+      gemv_blocks<Fp4Row, 1, NR, 1>(j, tile, t, b0 + bb, 0, L, acc);
   }
 }
 #endif
@@ -366,7 +361,7 @@ inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int6
 // register, feeds both tiles' fused multiply-adds. An FMA per broadcast from memory ran at about
 // 0.6 of the FMA rate here, and multi-row GEMVs (a verify step's dense layers) are bound by it.
 // Each output's order is gemv_blocks's; the totals out[tile][row] stay in memory (L1).
-template <int Fm, int NR, int NB>
+template <WeightFormat Fm, int NR, int NB>
 inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t b0, const Luts& L,
                              float (*out)[NR][16]) {
   const uint8_t* tb = ta + j.w->tile_bytes;
@@ -403,7 +398,7 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
 }
 
 // Tiles t and t + 1 of a Mode 1 GEMV (see gemv_pair_blocks).
-template <int Fm, int NR>
+template <WeightFormat Fm, int NR>
 void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
   constexpr int NB = NR <= 4 ? 2 : 1;  // within the 32 registers: 2·NB·NR partials, 8 weights
   const int64_t nb = j.w->cols / 32, block_bytes = j.w->tile_bytes / nb;
@@ -423,7 +418,7 @@ void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
 }
 
 // Blocks b0 .. b0+NB-1 of tile t in any Mode.
-template <int Fm, int Mode, int NR, int NB>
+template <WeightFormat Fm, int Mode, int NR, int NB>
 inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                        const Luts& L, F* acc) {
 #if defined(__AVX512F__)
@@ -441,7 +436,7 @@ constexpr int blocks_in_flight(int nr) {
   return nr == 1 ? 4 : nr == 2 ? 2 : 1;
 }
 
-template <int Fm, int Mode, int NR>
+template <WeightFormat Fm, int Mode, int NR>
 void gemv_rows(const Job& j) {
   constexpr int NB = blocks_in_flight(NR);
   const int64_t nb = j.w->cols / 32;
@@ -478,20 +473,20 @@ void gemv_rows(const Job& j) {
   }
 }
 
-template <int Fm, int Mode, int... NR>
+template <WeightFormat Fm, int Mode, int... NR>
 void gemv_n(const Job& j, std::integer_sequence<int, NR...>) {
   static constexpr void (*kRows[])(const Job&) = {gemv_rows<Fm, Mode, NR + 1>...};
   kRows[(j.n < kGemvRows ? j.n : kGemvRows) - 1](j);
 }
 
-template <int Fm>
+template <WeightFormat Fm>
 void gemv_fmt(const Job& j) {
   constexpr auto rows = std::make_integer_sequence<int, kGemvRows>();
 #if defined(__AVX512F__)
-  if constexpr (Fm == kFp4) {
+  if constexpr (Fm == Fp4Row) {
     if (j.xi) return gemv_n<Fm, 3>(j, rows);
   }
-  if constexpr (Fm != kF32) {
+  if constexpr (Fm != F32) {
     if (j.xb) return gemv_n<Fm, 0>(j, rows);
   }
 #endif
@@ -499,8 +494,8 @@ void gemv_fmt(const Job& j) {
 }
 
 void gemv(const Job& j) {
-  static constexpr void (*kFmt[])(const Job&) = {gemv_fmt<kF32>, gemv_fmt<kBf16>, gemv_fmt<kFp8>,
-                                                 gemv_fmt<kFp4>};
+  static constexpr void (*kFmt[])(const Job&) = {gemv_fmt<F32>, gemv_fmt<BF16>, gemv_fmt<Fp8Block>,
+                                                 gemv_fmt<Fp4Row>};
   kFmt[int(j.w->format)](j);
 }
 
@@ -532,7 +527,7 @@ GemmScratch scratch_of(const Job& j) {
   return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kKcF32 * kNt * 64)};
 }
 
-template <int Fm>
+template <WeightFormat Fm>
 void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
   const Luts L = make_luts();
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
@@ -543,7 +538,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
     for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
       const int64_t k = g * 4 - kc0;
 #if defined(__AVX512F__)
-      if constexpr (Fm != kF32) {
+      if constexpr (Fm != F32) {
         if (bf16) {
           I p0, p1;
           decode_pairs<Fm>(tile, g, L, p0, p1);
@@ -742,10 +737,10 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
 }
 #endif
 
-template <int Fm>
+template <WeightFormat Fm>
 void gemm_fmt(const Job& j) {
   const int64_t K = j.w->cols, nt = j.t1 - j.t0, cols = nt * kH;
-  const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != kF32;
+  const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != F32;
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
   for (int64_t i = 0; i < j.n * kNt * 16; ++i) s.c[i] = 0.0f;
@@ -754,7 +749,7 @@ void gemm_fmt(const Job& j) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
-    if (Fm == kFp4 && j.amx && bf16) {
+    if (Fm == Fp4Row && j.amx && bf16) {
       static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
                                       const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
                                                              micro_amx<3>};
@@ -781,8 +776,8 @@ void gemm_fmt(const Job& j) {
 }
 
 void gemm(const Job& j) {
-  static constexpr void (*kFmt[])(const Job&) = {gemm_fmt<kF32>, gemm_fmt<kBf16>, gemm_fmt<kFp8>,
-                                                 gemm_fmt<kFp4>};
+  static constexpr void (*kFmt[])(const Job&) = {gemm_fmt<F32>, gemm_fmt<BF16>, gemm_fmt<Fp8Block>,
+                                                 gemm_fmt<Fp4Row>};
   kFmt[int(j.w->format)](j);
 }
 
@@ -910,15 +905,11 @@ bool avx512_dpbf16_is_canonical() {
       acc[l] = bits_f32(
           uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff)));
     }
-    const __m512 res =
-        _mm512_dpbf16_ps(_mm512_load_ps(acc), reinterpret_cast<__m512bh>(_mm512_load_si512(a)),
-                         reinterpret_cast<__m512bh>(_mm512_load_si512(b)));
-    _mm512_store_ps(out, res);
+    store(out, _mm512_dpbf16_ps(load(acc), reinterpret_cast<__m512bh>(loadui(a)),
+                                reinterpret_cast<__m512bh>(loadui(b))));
     for (int l = 0; l < 16; ++l) {
-      const __m128 s1 = _mm_fmadd_ss(_mm_set_ss(widen(a[2 * l + 1])),
-                                     _mm_set_ss(widen(b[2 * l + 1])), _mm_set_ss(acc[l]));
-      const __m128 s0 = _mm_fmadd_ss(_mm_set_ss(widen(a[2 * l])), _mm_set_ss(widen(b[2 * l])), s1);
-      const float want = _mm_cvtss_f32(s0);
+      const float s1 = __builtin_fmaf(widen(a[2 * l + 1]), widen(b[2 * l + 1]), acc[l]);
+      const float want = __builtin_fmaf(widen(a[2 * l]), widen(b[2 * l]), s1);
       if (std::memcmp(&want, &out[l], 4) != 0) return false;
     }
   }
