@@ -236,9 +236,8 @@ void indexer_scores(const IndexerScoreArgs& a) {
 }
 
 int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; ++i)
-    if (in[i].score != -INFINITY) in[m++] = in[i];
+  const int64_t m =
+      std::remove_if(in, in + n, [](const ScoredId& s) { return s.score == -INFINITY; }) - in;
   // An O(m) selection, then a sort of the kept ones. `better` is a strict total order (ids are
   // distinct), so the result is unique.
   const int64_t keep = std::min(k, m);

@@ -58,8 +58,7 @@ void sinkhorn(float* c, int64_t M, int iters, float eps) {
   // normalisation (iters >= 1). fp32 results at every step.
   for (int64_t j = 0; j < M; ++j) {
     float* row = c + j * M;
-    float mx = row[0];
-    for (int64_t k = 1; k < M; ++k) mx = std::max(mx, row[k]);
+    const float mx = *std::max_element(row, row + M);
     for (int64_t k = 0; k < M; ++k) row[k] = exp_f(row[k] - mx);
   }
   for (int it = 0; it < iters; ++it) {

@@ -161,7 +161,7 @@ float dot_row(const Weight& w, int64_t r, const float* xv, bool exact) {
       for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
       acc_d += p * s;
     } else {
-      acc = std::fma(block_fma(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+      acc = std::fma(block_dot<true>(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
     }
   }
   return exact ? float(acc_d) : acc;

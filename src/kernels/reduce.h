@@ -9,7 +9,7 @@
 //                  scale: acc = fma(p, s, acc) (s = 1 when unscaled, a power of two otherwise, so
 //                  p·s is exact and the fma is acc + p·s). A block of odd length ends with its
 //                  last element alone.
-//                  Linears fuse each step (p = fma(a, b, p): block_fma); the attention and
+//                  Linears fuse each step (p = fma(a, b, p): block_dot<true>); the attention and
 //                  indexer dots round the product, then add (block_dot), unless their products
 //                  are exact. When the products are exact (e4m3/e2m1 codes, bf16 x bf16) both
 //                  forms and vdpbf16ps agree bit for bit (measured on Zen 5: acc + the odd pair's
@@ -28,22 +28,14 @@ namespace deepinfer {
 // Partial sum of one block of `n` (<= 32) products in the canonical pair order: elements
 // 1, 0, 3, 2, ... (and a last even element alone). Written as one ordered update per iteration:
 // GCC 12.2's -O2 loop vectorizer turns the two-updates-per-iteration form into a reassociated
-// two-lane sum (wrong results, caught by tests/kernels).
+// two-lane sum (wrong results, caught by tests/kernels). Fused: each step one fused
+// multiply-add (the linears').
+template <bool Fused = false>
 inline float block_dot(const float* a, const float* b, int64_t n) {
   float p = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = (i ^ 1) < n ? (i ^ 1) : i;
-    p += a[k] * b[k];
-  }
-  return p;
-}
-
-// The same order with fused steps (the linears').
-inline float block_fma(const float* a, const float* b, int64_t n) {
-  float p = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t k = (i ^ 1) < n ? (i ^ 1) : i;
-    p = __builtin_fmaf(a[k], b[k], p);
+    p = Fused ? __builtin_fmaf(a[k], b[k], p) : p + a[k] * b[k];
   }
   return p;
 }
