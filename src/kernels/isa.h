@@ -69,7 +69,7 @@ struct Kernels {
   void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb);
   // Converts n rows of fp32 inputs to bf16 (xb[n, K]) and returns whether every value is a bf16
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
-  // ISA has no bf16 products.
+  // ISA has no bf16 products (vdpbf16ps), for quantized rows' bf16 codes too.
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
   // Job::xi and Job::xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
   // products).
@@ -77,7 +77,6 @@ struct Kernels {
   void (*gemv)(const Job& j);  // n <= gemv_rows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
-  bool bf16;  // whether quantized rows may be multiplied as bf16 codes (vdpbf16ps)
   // Rows one GEMV call runs against each weight block as it streams: 8 with AVX-512's 32 vector
   // registers (a verify step of speculative decoding, a token and 4 drafts, reads each weight
   // once), 4 with AVX2's 16.

@@ -317,7 +317,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
                                                                              : LinearPath::Gemm;
   // AMX tiles take the bf16 codes and need to know which blocks are integers.
   const bool amx = quant && path == LinearPath::Gemm && use_amx(kern, w);
-  const bool bf16 = quant && kern.bf16 && (amx || use_bf16_products(n));  // bf16 codes
+  const bool bf16 = quant && kern.to_bf16 && (amx || use_bf16_products(n));  // bf16 codes
   const bool ints = quant && (amx || (path == LinearPath::Gemv && use_int_products(kern, w)));
   ThreadPool& pool = ThreadPool::global();
 
@@ -393,7 +393,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   for (size_t c = 0; c < calls.size(); ++c) {
     const bool ints = use_int_products(kern, calls[c].w->weight());
     layouts.emplace_back(calls[c].a.n, calls[c].w->cols(),
-                         !ints && kern.bf16 && use_bf16_products(calls[c].a.n), ints);
+                         !ints && kern.to_bf16 && use_bf16_products(calls[c].a.n), ints);
     at[c + 1] = at[c] + layouts[c].bytes;
   }
   uint8_t* s = t_act.bytes(size_t(at.back()));

@@ -877,8 +877,7 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{quantize,           to_bf16, int_codes, gemv, gemm,
-                      gemm_scratch_bytes, true,    kGemvRows};
+const Kernels kAvx512{quantize, to_bf16, int_codes, gemv, gemm, gemm_scratch_bytes, kGemvRows};
 
 bool avx512_dpbf16_is_canonical() {
   // Operands like those of quantized GEMMs (e4m3-like bf16 values) and wide exponent gaps, so
@@ -943,7 +942,7 @@ void avx512_product_chains(ProductKind kind, int64_t n) {
   (void)sink;
 }
 #else
-const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, false, kGemvRows};
+const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, kGemvRows};
 #endif
 
 }  // namespace deepinfer::linear_isa
