@@ -16,8 +16,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <span>
-#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -36,20 +34,18 @@ namespace deepinfer {
 namespace {
 
 std::atomic<int> g_path{int(LinearPath::Auto)};
-// DEEPINFER_LINEAR_PRODUCTS=bf16|fp32|int16|amx forces one way of multiplying (A/B runs of the
-// model).
-LinearProducts products_from_env() {
-  const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
-  const std::string m = e ? e : "";
-  const std::string_view names[] = {"", "bf16", "fp32", "int16", "amx"};  // LinearProducts order
-  const auto it = std::find(std::begin(names), std::end(names), m);
-  DI_REQUIRE(it != std::end(names), "DEEPINFER_LINEAR_PRODUCTS='", m,
-             "': expected bf16, fp32, int16 or amx");
-  return LinearProducts(it - std::begin(names));
-}
-// The choice in effect: read from the environment on first use.
+// The choice of products in effect, from DEEPINFER_LINEAR_PRODUCTS=bf16|fp32|int16|amx on first
+// use (it forces one way of multiplying: A/B runs of the model).
 std::atomic<int>& current_products() {
-  static std::atomic<int> p{int(products_from_env())};
+  static std::atomic<int> p{[] {
+    const char* e = std::getenv("DEEPINFER_LINEAR_PRODUCTS");
+    const std::string m = e ? e : "";
+    const std::string_view names[] = {"", "bf16", "fp32", "int16", "amx"};  // LinearProducts order
+    const auto it = std::find(std::begin(names), std::end(names), m);
+    DI_REQUIRE(it != std::end(names), "DEEPINFER_LINEAR_PRODUCTS='", m,
+               "': expected bf16, fp32, int16 or amx");
+    return int(it - std::begin(names));
+  }()};
   return p;
 }
 
