@@ -916,13 +916,15 @@ bool avx512_dpbf16_is_canonical() {
 }
 
 void avx512_product_chains(ProductKind kind, int64_t n) {
-  __m512 acc[16] = {};
+  __m512 acc[16];
+  for (auto& a : acc) a = _mm512_setzero_ps();
   __m512 one = _mm512_set1_ps(1.0f);
   __m512bh pair = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
   I ones = _mm512_set1_epi32(0x00010001);
   asm("" : "+v"(one), "+v"(pair), "+v"(ones));  // opaque: no instruction is folded away
   if (kind == ProductKind::Int16) {
-    I iacc[16] = {};
+    I iacc[16];
+    for (auto& a : iacc) a = _mm512_setzero_si512();
     for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 16
       for (auto& a : iacc) a = _mm512_dpwssd_epi32(a, ones, ones);
