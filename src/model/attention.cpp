@@ -56,34 +56,30 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     // chunk's rows), one after the other in win; then every query row on its own, spread over
     // the pool (a row's result does not depend on which thread computes it).
     const size_t n_seqs = st.batch->seqs.size();
-    ArenaVec<int64_t> win_at(n_seqs + 1, 0, &arena), items(&arena);  // items: (seq, row)
-    items.reserve(size_t(N));
+    // Window positions [first_pos(p), p] reach the position p.
+    auto first_pos = [&](int64_t p) { return std::max<int64_t>(0, p - Wn + 1); };
+    ArenaVec<int64_t> win_at(n_seqs + 1, 0, &arena);
     for (size_t s = 0; s < n_seqs; ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
-      const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
-      win_at[s + 1] = win_at[s] + (s0 - ws + sq.n_tokens) * Dh;
-      for (int64_t i = 0; i < sq.n_tokens; ++i) items.push_back(int64_t(s) << 32 | i);
+      win_at[s + 1] = win_at[s] + (sq.start_pos - first_pos(sq.start_pos) + sq.n_tokens) * Dh;
     }
     ArenaVec<float> win(static_cast<size_t>(win_at[n_seqs]), &arena);
     for (size_t s = 0; s < n_seqs; ++s) {
       const ForwardSeq& sq = st.batch->seqs[s];
-      const int64_t r0 = st.row0[s], s0 = sq.start_pos, T = sq.n_tokens;
-      const int64_t ws = std::max<int64_t>(0, s0 - Wn + 1);
+      const int64_t s0 = sq.start_pos, ws = first_pos(s0);
       float* w = &win[size_t(win_at[s])];
       for (int64_t p = ws; p < s0; ++p) {
         const uint8_t* e = st.kv->window_slot(l, sq.kv.slot, p % Wn);
         fp8_dequant(e, e + Dh, Dh, w + (p - ws) * Dh);
       }
-      std::copy(&kv[size_t(r0 * Dh)], &kv[size_t((r0 + T) * Dh)], w + (s0 - ws) * Dh);
+      std::copy_n(&kv[size_t(st.row0[s] * Dh)], sq.n_tokens * Dh, w + (s0 - ws) * Dh);
     }
-    for_rows(int64_t(items.size()), [&](int64_t k) {
+    for_rows(N, [&](int64_t row) {
       thread_local std::vector<float> t_keys;  // reused: no allocation once large enough
-      const size_t s = size_t(items[size_t(k)] >> 32);
-      const int64_t i = items[size_t(k)] & 0xffffffff;
+      const size_t s = size_t(std::upper_bound(st.row0.begin(), st.row0.end(), row) -
+                              st.row0.begin() - 1);  // the row's sequence
       const ForwardSeq& sq = st.batch->seqs[s];
-      const int64_t s0 = sq.start_pos, ws = std::max<int64_t>(0, s0 - Wn + 1);
-      const int64_t row = st.row0[s] + i, p = s0 + i;
-      const int64_t first = std::max<int64_t>(0, p - Wn + 1);
+      const int64_t p = st.pos[size_t(row)], ws = first_pos(sq.start_pos), first = first_pos(p);
       // One rank takes the window, every rank the listed compressed rows it holds.
       const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
       const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
@@ -212,15 +208,9 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
         const float* kr[64];
         const float* gr[64];
         DI_CHECK(r <= 64, "compress ratio ", r, " above 64");
-        for (int64_t t = 0; t < r; ++t) {
-          const int64_t p = j * r + t;
-          if (p < s0) {
-            kr[t] = carry + (p % r) * 2 * Dh;
-            gr[t] = kr[t] + Dh;
-          } else {
-            kr[t] = &k[size_t((r0 + p - s0) * Dh)];
-            gr[t] = &g[size_t((r0 + p - s0) * Dh)];
-          }
+        for (int64_t t = 0, p = j * r; t < r; ++t, ++p) {
+          kr[t] = p < s0 ? carry + (p % r) * 2 * Dh : &k[size_t((r0 + p - s0) * Dh)];
+          gr[t] = p < s0 ? kr[t] + Dh : &g[size_t((r0 + p - s0) * Dh)];
         }
         // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
         // fp32 results at each step; sums over the group in double.

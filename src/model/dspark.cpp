@@ -34,13 +34,12 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
     // Each draft's keys: ring slots 0 .. min(W, p + 1) - 1 in slot order, then the block's B
     // keys (no mask); then its B rows, every row of every draft on its own task.
     const size_t n = draft_slot.size();
+    const size_t stride = size_t((Wn + B) * Dh);  // per draft: at most W ring keys, then B
     auto ring_keys = [&](size_t d) { return std::min(Wn, draft_anchor[d] + 1); };
-    ArenaVec<int64_t> key_at(n + 1, 0, &arena);
-    for (size_t d = 0; d < n; ++d) key_at[d + 1] = key_at[d] + (ring_keys(d) + B) * Dh;
-    ArenaVec<float> keys(static_cast<size_t>(key_at[n]), &arena);
+    ArenaVec<float> keys(n * stride, &arena);
     for (size_t d = 0; d < n; ++d) {
       const int64_t nr = ring_keys(d);
-      float* kd = &keys[size_t(key_at[d])];
+      float* kd = &keys[d * stride];
       for (int64_t j = 0; j < nr; ++j) {
         const uint8_t* e = st.kv->window_slot(l, draft_slot[d], j);
         fp8_dequant(e, e + Dh, Dh, kd + j * Dh);
@@ -49,7 +48,7 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
     }
     for_rows(int64_t(n) * B, [&](int64_t i) {
       const size_t d = size_t(i / B);
-      sparse_attention({&q[size_t(i * H * Dh)], &keys[size_t(key_at[d])], ring_keys(d) + B,
+      sparse_attention({&q[size_t(i * H * Dh)], &keys[d * stride], ring_keys(d) + B,
                         W.attn_sink.f32(), H, Dh, scale, bf16, exact, &o[size_t(i * H * Dh)]});
     });
     round(o.data(), N * H * Dh);
@@ -136,57 +135,40 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   for (int k = 0; k < c.n_mtp_layers; ++k) block(c.n_layers + k, ds, b);
 
   DI_REGION("draft.head");
-  // The collapsed stream of the wanted slots (the confidence head's input) and, normed, the
-  // head's.
-  ArenaVec<float> hid(size_t(NS * D), &arena), h(size_t(NS * D), &arena), logits_tmp(&arena);
+  // Per wanted slot: the collapsed stream, then its Markov embedding (the confidence head's
+  // input), and the collapsed stream normed (the head's input).
+  const int64_t DR = D + R;
+  ArenaVec<float> cin(size_t(NS * DR), &arena), h(size_t(NS * D), &arena);
+  ArenaVec<float> logits_tmp(out.want_logits ? 0 : size_t(NS * V), &arena);
   for (int64_t d = 0; d < nd; ++d)
     for (int64_t i = 0; i < S; ++i) {
       const int64_t row = d * B + i;
-      hc_pre(&b.x[size_t(row * M * D)], &b.pi[size_t(row * M)], M, D,
-             &hid[size_t((d * S + i) * D)]);
+      float* hid = &cin[size_t((d * S + i) * DR)];
+      hc_pre(&b.x[size_t(row * M * D)], &b.pi[size_t(row * M)], M, D, hid);
+      round(hid, D);
+      std::copy_n(hid, D, &h[size_t((d * S + i) * D)]);
     }
-  round(hid.data(), NS * D);
-  std::copy(hid.begin(), hid.end(), h.begin());
   round_norm(h.data(), NS, D, ck.dspark.norm);
-  float* logits = out.logits.data();
-  if (!out.want_logits) {
-    logits_tmp.resize(size_t(NS * V));
-    logits = logits_tmp.data();
-  }
+  float* logits = out.want_logits ? out.logits.data() : logits_tmp.data();
   linear(head, h.data(), NS, logits, exact);
   // The Markov head, slot after slot: slot i's bias comes from the token before it (the sampled
   // token for slot 0, then the previous slot's draft); the draft is the biased logits' argmax.
-  ArenaVec<float> emb(size_t(NS * R), &arena), emb_i(size_t(nd * R), &arena),
-      bias(size_t(nd * V), &arena);
-  ArenaVec<int32_t> prev(size_t(nd), &arena);
-  for (int64_t d = 0; d < nd; ++d) prev[size_t(d)] = tokens[size_t(d * B)];
+  ArenaVec<float> bias(size_t(nd * V), &arena);
   for (int64_t i = 0; i < S; ++i) {
     for (int64_t d = 0; d < nd; ++d) {
-      const uint16_t* e = ck.dspark.markov_embed.bf16() + int64_t(prev[size_t(d)]) * R;
-      for (int64_t r = 0; r < R; ++r) {
-        const float v = bf16_to_f32(e[r]);
-        emb_i[size_t(d * R + r)] = v;
-        emb[size_t((d * S + i) * R + r)] = v;
-      }
+      const int32_t prev = i == 0 ? tokens[size_t(d * B)] : out.tokens[size_t(d * S + i - 1)];
+      const uint16_t* e = ck.dspark.markov_embed.bf16() + int64_t(prev) * R;
+      for (int64_t r = 0; r < R; ++r) cin[size_t((d * S + i) * DR + D + r)] = bf16_to_f32(e[r]);
     }
-    linear(markov_head, emb_i.data(), nd, bias.data(), exact);
+    // Row d of this call reads slot i's embedding of draft d.
+    linear(markov_head, {&cin[size_t(i * DR + D)], nd, S * DR, bias.data(), V, 0, -1, exact});
     for (int64_t d = 0; d < nd; ++d) {
       float* row = logits + (d * S + i) * V;
-      const float* add = &bias[size_t(d * V)];
-      for (int64_t v = 0; v < V; ++v) row[v] += add[v];
-      const int64_t best = argmax(row, V);
-      out.tokens[size_t(d * S + i)] = int32_t(best);
-      prev[size_t(d)] = int32_t(best);
+      for (int64_t v = 0; v < V; ++v) row[v] += bias[size_t(d * V + v)];
+      out.tokens[size_t(d * S + i)] = int32_t(argmax(row, V));
     }
   }
-  if (out.want_logits) {
-    ArenaVec<float> cin(size_t(NS * (D + R)), &arena);
-    for (int64_t i = 0; i < NS; ++i) {
-      std::copy_n(&hid[size_t(i * D)], D, &cin[size_t(i * (D + R))]);
-      std::copy_n(&emb[size_t(i * R)], R, &cin[size_t(i * (D + R) + D)]);
-    }
-    linear(confidence, cin.data(), NS, out.confidence.data(), exact);
-  }
+  if (out.want_logits) linear(confidence, cin.data(), NS, out.confidence.data(), exact);
 }
 
 }  // namespace deepinfer

@@ -266,20 +266,6 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   }
 }
 
-Model::Impl::Stream::Stream(int64_t N, int64_t M, int64_t D, Arena* a)
-    : x(size_t(N * M * D), a),
-      x1(size_t(N * M * D), a),
-      x2(size_t(N * M * D), a),
-      u(size_t(N * D), a),
-      y(size_t(N * D), a),
-      pi(size_t(N * M), 0.0f, a),
-      pre_a(size_t(N * M), a),
-      post_a(size_t(N * M), a),
-      comb_a(size_t(N * M * M), a),
-      pre_f(size_t(N * M), a),
-      post_f(size_t(N * M), a),
-      comb_f(size_t(N * M * M), a) {}
-
 void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N,
                              const float* const* image) {
   const int64_t M = c.hc_mult, D = c.dim, MD = M * D;

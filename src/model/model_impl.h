@@ -71,8 +71,15 @@ struct Model::Impl {
   // halves' outputs), a sublayer's input u and output y [N, D], the pre-mix pi carried to the
   // next block and each half's mixes.
   struct Stream {
-    Stream(int64_t N, int64_t M, int64_t D, Arena* a);
-    ArenaVec<float> x, x1, x2, u, y, pi, pre_a, post_a, comb_a, pre_f, post_f, comb_f;
+    Stream(int64_t N, int64_t M, int64_t D, Arena* a) : arena(a) {
+      for (ArenaVec<float>* v : {&x, &x1, &x2}) v->resize(size_t(N * M * D));
+      for (ArenaVec<float>* v : {&u, &y}) v->resize(size_t(N * D));
+      for (ArenaVec<float>* v : {&pi, &pre_a, &post_a, &pre_f, &post_f}) v->resize(size_t(N * M));
+      for (ArenaVec<float>* v : {&comb_a, &comb_f}) v->resize(size_t(N * M * M));
+    }
+    Arena* arena;
+    ArenaVec<float> x{arena}, x1{arena}, x2{arena}, u{arena}, y{arena}, pi{arena}, pre_a{arena},
+        post_a{arena}, comb_a{arena}, pre_f{arena}, post_f{arena}, comb_f{arena};
   };
 
   const Checkpoint& ck;
