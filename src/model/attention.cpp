@@ -3,17 +3,12 @@
 // compressed rows, output projection.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/indexer.h"
-#include "kernels/linear.h"
 #include "kernels/quant.h"
-#include "kernels/rope.h"
-#include "kv/kv_cache.h"
 #include "model/model_impl.h"
 
 namespace deepinfer {
@@ -290,12 +285,6 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   for (auto& v : w) v *= wscale;
   round(w.data(), N * Hi);
 
-  st.topk.resize(size_t(N * K));
-  st.topk_n.assign(size_t(N), 0);
-  if (role.candidate_source) {
-    st.cand.assign(size_t(N * c.candidate_topk_blocks), 0);
-    st.cand_n.assign(size_t(N), -1);
-  }
   const int64_t Ck = c.candidate_topk_blocks, Cb = c.candidate_block_size;
   // This rank's candidates: per row the best compressed rows it holds and, at the candidate
   // source, the best candidate blocks it holds ((-inf, max) padding). They are merged over the
@@ -361,8 +350,12 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       select_top(work.data(), vis_own, K, &top_local[size_t(row * K)]);
     }
   }
-  // Merge over the context-parallel group: the global best are among the ranks' local best.
-  auto merge = [&](ArenaVec<ScoredId>& local, int64_t width, auto&& store) {
+  // Merge over the context-parallel group: the global best are among the ranks' local best,
+  // published as `count` [N] ids of width `width` per row, ascending, in `ids` [N, width].
+  auto merge = [&](ArenaVec<ScoredId>& local, int64_t width, std::vector<int32_t>& ids,
+                   std::vector<int32_t>& count) {
+    ids.resize(size_t(N * width));
+    count.resize(size_t(N));
     ContextShard& cx = *opt.parallel.context;
     const int n_parts = cx.parts();
     ArenaVec<ScoredId> all(size_t(n_parts) * local.size(), &arena);
@@ -374,18 +367,16 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       const int64_t n = select_top(cand.data(), n_parts * width, width, best.data());
       std::sort(best.begin(), best.begin() + n,
                 [](const ScoredId& x, const ScoredId& y) { return x.id < y.id; });
-      store(i, best.data(), n);
+      count[size_t(i)] = int32_t(n);
+      for (int64_t j = 0; j < n; ++j) ids[size_t(i * width + j)] = best[size_t(j)].id;
     }
   };
-  if (role.candidate_source)
-    merge(blk_local, Ck, [&](int64_t i, const ScoredId* b, int64_t n) {
-      st.cand_n[size_t(i)] = rows_of_seq[size_t(i)] > 0 ? int32_t(n) : -1;
-      for (int64_t j = 0; j < n; ++j) st.cand[size_t(i * Ck + j)] = b[j].id;
-    });
-  merge(top_local, K, [&](int64_t i, const ScoredId* b, int64_t n) {
-    st.topk_n[size_t(i)] = int32_t(n);
-    for (int64_t j = 0; j < n; ++j) st.topk[size_t(i * K + j)] = b[j].id;
-  });
+  if (role.candidate_source) {
+    merge(blk_local, Ck, st.cand, st.cand_n);
+    for (int64_t i = 0; i < N; ++i)
+      if (rows_of_seq[size_t(i)] == 0) st.cand_n[size_t(i)] = -1;  // nothing to select
+  }
+  merge(top_local, K, st.topk, st.topk_n);
   if (st.dump) {
     int64_t width = 0;
     for (int64_t i = 0; i < N; ++i) width = std::max(width, std::min(K, rows_of_seq[size_t(i)]));

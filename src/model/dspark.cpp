@@ -7,11 +7,9 @@
 #include <cmath>
 
 #include "core/dtype.h"
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "kernels/attention.h"
 #include "kernels/hyper.h"
-#include "kernels/linear.h"
 #include "kernels/quant.h"
 #include "kernels/reduce.h"
 #include "model/model_impl.h"

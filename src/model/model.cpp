@@ -1,17 +1,12 @@
-#include "model/model.h"
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <vector>
 
 #include "core/dtype.h"
-#include "core/error.h"
 #include "core/region_timer.h"
 #include "io/npy.h"
 #include "kernels/elementwise.h"
 #include "kernels/hyper.h"
-#include "kernels/linear.h"
 #include "kernels/quant.h"
 #include "model/model_impl.h"
 
@@ -45,15 +40,17 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     const int64_t M = c.hc_mult, D = c.dim;
     for (int l : c.engram_layer_ids) {
       const LayerWeights& W = ck.layers[size_t(l)];
-      std::vector<float> om(size_t(M * D));
+      std::vector<float>& om = engram_omega.emplace_back(size_t(M * D));
       for (int64_t i = 0; i < M * D; ++i)
         om[size_t(i)] = bf16_to_f32(W.engram_q.bf16()[i]) * bf16_to_f32(W.engram_k.bf16()[i]);
-      engram_omega.push_back(std::move(om));
     }
   }
   if (opt.parallel.experts->all_local())
     DI_REQUIRE(ck.expert_begin == 0 && ck.expert_end == c.n_routed_experts, ck.dir(),
                ": the model needs every routed expert loaded (or expert parallelism)");
+  if (ck.has_vision)
+    for (const Weight* w : {&ck.vision.image_start, &ck.vision.image_newline, &ck.vision.image_end})
+      for (int64_t d = 0; d < c.dim; ++d) image_delims.push_back(bf16_to_f32(w->bf16()[d]));
   // The linear weights repacked for the fast kernels.
   auto prep = [&](PreparedLinear& dst, const Weight& w) {
     dst = PreparedLinear(w);
@@ -86,10 +83,9 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     for (size_t e = 0; e < W.experts.size(); ++e) prep_expert(P.experts[e], W.experts[e]);
     prep_expert(P.shared, W.shared);
   };
-  if (opt.dspark)
-    DI_REQUIRE(ck.has_dspark, ck.dir(),
-               ": the checkpoint has no DSpark draft head (config dspark_block_size and "
-               "n_mtp_layers > 0, and the mtp.* tensors)");
+  DI_REQUIRE(!opt.dspark || ck.has_dspark, ck.dir(),
+             ": the checkpoint has no DSpark draft head (config dspark_block_size and "
+             "n_mtp_layers > 0, and the mtp.* tensors)");
   // Sized once: `prepared` points into it.
   lin.resize(size_t(c.n_layers + (opt.dspark ? c.n_mtp_layers : 0)));
   for (int l = 0; l < c.n_layers; ++l) prep_layer(lin[size_t(l)], ck.layers[size_t(l)]);
@@ -221,9 +217,9 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   const int64_t NC = engram.n_cols, LE = engram.n_layers, rows = W.engram_table.rows();
   const float eps = float(c.norm_eps);
 
-  // Table rows (exact bf16 values); ids past the table read as zero. Sharded over a group,
-  // each rank reads only the rows of its slice and the sum over the group (one non-zero term
-  // per row) completes every lookup exactly.
+  // Table rows (exact bf16 values); ids past the table read as zero (ev starts zeroed). Sharded
+  // over a group, each rank reads only the rows of its slice and the sum over the group (one
+  // non-zero term per row) completes every lookup exactly.
   ranks::Group* shard = opt.parallel.engram;
   const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
   const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
@@ -231,11 +227,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   for (int64_t i = 0; i < N; ++i)
     for (int64_t col = 0; col < NC; ++col) {
       const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
-      float* dst = &ev[size_t((i * NC + col) * Dm)];
-      if (id < lo || id >= hi)
-        std::fill(dst, dst + Dm, 0.0f);
-      else
-        weight_row(W.engram_table, id, dst);
+      if (id >= lo && id < hi) weight_row(W.engram_table, id, &ev[size_t((i * NC + col) * Dm)]);
     }
   if (shard) {
     DI_REGION("comm.engram_lookup");

@@ -189,8 +189,6 @@ class Model {
  public:
   Model(const Checkpoint& ck, ModelOptions opt);
   ~Model();
-  Model(const Model&) = delete;
-  Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const;
   // Bytes of the linear weights repacked for the fast kernels at construction (the rest of the

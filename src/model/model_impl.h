@@ -2,10 +2,6 @@
 // Not part of the public interface.
 #pragma once
 
-#include <span>
-#include <string>
-#include <vector>
-
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/thread_pool.h"

@@ -5,7 +5,6 @@
 
 #include "core/region_timer.h"
 #include "kernels/elementwise.h"
-#include "kernels/linear.h"
 #include "kernels/moe_routing.h"
 #include "model/model_impl.h"
 
@@ -119,15 +118,14 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     const int64_t n_mine = first[size_t(E)];
     ArenaVec<int64_t> rows(size_t(n_mine), &arena), slot(size_t(n_mine), &arena);
     ArenaVec<float> rw(size_t(n_mine), &arena), y(size_t(n_mine * D), &arena);
-    for (int64_t i = 0; i < nr; ++i)
-      for (int64_t j = 0; j < k; ++j) {
-        const int32_t e = rid[i * k + j];
-        if (e < e_begin || e >= e_end) continue;
-        const int64_t at = fill[size_t(e)]++;
-        rows[size_t(at)] = i;
-        slot[size_t(at)] = i * k + j;
-        rw[size_t(at)] = rwt[i * k + j];
-      }
+    for (int64_t j = 0; j < nr * k; ++j) {  // row j / k's slot j % k
+      const int32_t e = rid[j];
+      if (e < e_begin || e >= e_end) continue;
+      const int64_t at = fill[size_t(e)]++;
+      rows[size_t(at)] = j / k;
+      slot[size_t(at)] = j;
+      rw[size_t(at)] = rwt[j];
+    }
     ArenaVec<ExpertJob> jobs(&arena);
     for (int64_t e = e_begin; e < e_end; ++e) {
       const int64_t b = first[size_t(e)], n = first[size_t(e + 1)] - b;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "core/region_timer.h"
 #include "kernels/attention.h"

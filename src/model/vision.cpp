@@ -24,20 +24,10 @@ bool Model::has_vision() const {
 }
 
 const float* Model::image_delimiter(int type) const {
-  Impl& m = *impl_;
-  DI_REQUIRE(m.ck.has_vision, "this checkpoint has no vision tower");
+  DI_REQUIRE(impl_->ck.has_vision, "this checkpoint has no vision tower");
   DI_REQUIRE(type == 0 || type == 2 || type == 3, "image_delimiter: type ", type,
              " is no delimiter (0 start, 2 new line, 3 end)");
-  const int64_t D = m.c.dim;
-  if (m.image_delims.empty()) {
-    m.image_delims.resize(size_t(3 * D));
-    const Weight* w[3] = {&m.ck.vision.image_start, &m.ck.vision.image_newline,
-                          &m.ck.vision.image_end};
-    for (int k = 0; k < 3; ++k)
-      for (int64_t d = 0; d < D; ++d)
-        m.image_delims[size_t(k * D + d)] = bf16_to_f32(w[k]->bf16()[d]);
-  }
-  return &m.image_delims[size_t((type == 0 ? 0 : type == 2 ? 1 : 2) * D)];
+  return &impl_->image_delims[size_t((type == 0 ? 0 : type == 2 ? 1 : 2) * impl_->c.dim)];
 }
 
 // One image's progress through the tower: the stage next to run (0: the patch embedding,
@@ -51,9 +41,8 @@ struct ImageJob {
 
 std::shared_ptr<ImageJob> Model::begin_image(const uint16_t* patches, int64_t vit_h,
                                              int64_t vit_w) {
-  const ModelConfig& c = impl_->c;
   DI_REQUIRE(impl_->ck.has_vision,
-             "this checkpoint has no vision tower (vision_n_layers = ", c.vision_n_layers,
+             "this checkpoint has no vision tower (vision_n_layers = ", impl_->c.vision_n_layers,
              ", or no vision.* tensors)");
   DI_REQUIRE(vit_h > 0 && vit_w > 0, "encode_image: an empty patch grid");
   auto j = std::make_shared<ImageJob>();
@@ -73,7 +62,6 @@ void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
 bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
   Impl& m = *impl_;
   const ModelConfig& c = m.c;
-  const uint16_t* patches = job.patches;
   const int64_t vit_h = job.vit_h, vit_w = job.vit_w;
   std::vector<float>&h = job.h, &cs = job.cs, &sn = job.sn;
   const VisionWeights& V = m.ck.vision;
@@ -110,7 +98,7 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     const int64_t K = 3 * p * p;
     std::vector<float> x(size_t(n * K));
     const std::vector<float>& w = m.vision_patch_w;
-    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(patches[i]);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(job.patches[i]);
     h.resize(size_t(n * Dv));
     for_rows(n, [&](int64_t i) {
       for (int64_t d = 0; d < Dv; ++d)
