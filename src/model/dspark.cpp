@@ -33,7 +33,8 @@ void Model::Impl::draft_attention(int l, Step& st, const float* u, float* out) {
     // keys (no mask); then its B rows, every row of every draft on its own task.
     const size_t n = draft_slot.size();
     const size_t stride = size_t((Wn + B) * Dh);  // per draft: at most W ring keys, then B
-    auto ring_keys = [&](size_t d) { return std::min(Wn, draft_anchor[d] + 1); };
+    // Draft d's block follows position st.pos[d * B] - 1.
+    auto ring_keys = [&](size_t d) { return std::min(Wn, st.pos[d * size_t(B)]); };
     ArenaVec<float> keys(n * stride, &arena);
     for (size_t d = 0; d < n; ++d) {
       const int64_t nr = ring_keys(d);
@@ -106,14 +107,12 @@ void Model::Impl::draft(std::span<const DraftSeq> seqs, KvCache& kv, DraftOutput
   ds.kv = &kv;
   ds.pos.clear();
   draft_slot.clear();
-  draft_anchor.clear();
   ArenaVec<int32_t> tokens(&arena);
   for (const DraftSeq& d : seqs) {
     if (d.token < 0) continue;
     const ForwardSeq& q = fw_seqs[size_t(d.seq)];
     const int64_t p = q.start_pos + d.kept - 1;
     draft_slot.push_back(q.kv.slot);
-    draft_anchor.push_back(p);
     for (int64_t i = 0; i < B; ++i) {
       tokens.push_back(i == 0 ? d.token : int32_t(c.dspark_noise_token_id));
       ds.pos.push_back(p + 1 + i);

@@ -59,21 +59,20 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
     ck.release_resident(w);  // the kernels read the repacked copy
   };
   auto prep_layer = [&](PreparedLayer& P, const LayerWeights& W) {
-    for (auto [dst, w] : {std::pair{&P.wq_a, &W.wq_a},
-                          {&P.wq_b, &W.wq_b},
-                          {&P.wkv, &W.wkv},
-                          {&P.wo_a, &W.wo_a},
-                          {&P.wo_b, &W.wo_b},
-                          {&P.cmp_wkv, &W.cmp_wkv},
-                          {&P.cmp_wgate, &W.cmp_wgate},
-                          {&P.idx_wq_b, &W.idx_wq_b},
-                          {&P.idx_weights_proj, &W.idx_weights_proj},
-                          {&P.idx_wk, &W.idx_wk},
-                          {&P.gate, &W.gate},
-                          {&P.hc_attn_fn, &W.hc_attn_fn},
-                          {&P.hc_ffn_fn, &W.hc_ffn_fn},
-                          {&P.engram_wkv, &W.engram_wkv}})
-      prep(*dst, *w);
+    prep(P.wq_a, W.wq_a);
+    prep(P.wq_b, W.wq_b);
+    prep(P.wkv, W.wkv);
+    prep(P.wo_a, W.wo_a);
+    prep(P.wo_b, W.wo_b);
+    prep(P.cmp_wkv, W.cmp_wkv);
+    prep(P.cmp_wgate, W.cmp_wgate);
+    prep(P.idx_wq_b, W.idx_wq_b);
+    prep(P.idx_weights_proj, W.idx_weights_proj);
+    prep(P.idx_wk, W.idx_wk);
+    prep(P.gate, W.gate);
+    prep(P.hc_attn_fn, W.hc_attn_fn);
+    prep(P.hc_ffn_fn, W.hc_ffn_fn);
+    prep(P.engram_wkv, W.engram_wkv);
     auto prep_expert = [&](PreparedExpert& dst, const ExpertWeights& e) {
       prep(dst.w1, e.w1);
       prep(dst.w2, e.w2);
@@ -290,12 +289,10 @@ void Model::Impl::block(int l, Step& st, Stream& b) {
     });
     round(dst, N * MD);
   };
-  auto hc = [&](const PreparedLinear& fn, const Weight& base, const Weight& scale) {
-    return HcParams{&fn, base.f32(),      scale.f32(),         M,    D,
-                    eps, float(c.hc_eps), c.hc_sinkhorn_iters, exact};
-  };
-  const HcParams hca = hc(P.hc_attn_fn, W.hc_attn_base, W.hc_attn_scale);
-  const HcParams hcf = hc(P.hc_ffn_fn, W.hc_ffn_base, W.hc_ffn_scale);
+  const HcParams hca(&P.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M, D, eps,
+                     float(c.hc_eps), c.hc_sinkhorn_iters, exact);
+  const HcParams hcf(&P.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M, D, eps,
+                     float(c.hc_eps), c.hc_sinkhorn_iters, exact);
   {
     DI_REGION("model.hc");
     hc_mixes_rows(hca, b.x.data(), N, b.pre_a.data(), b.post_a.data(), b.comb_a.data());

@@ -96,10 +96,9 @@ struct Model::Impl {
   // The last forward call's sequences and snapshot saves (`step` keeps its row metadata).
   std::vector<ForwardSeq> fw_seqs;
   std::vector<WindowSave> fw_saves;
-  Step seed_step;                     // the kept rows entering the draft rings
-  Step draft_step;                    // the draft block's rows
-  std::vector<int32_t> draft_slot;    // per draft sequence: its KV slot
-  std::vector<int64_t> draft_anchor;  // per draft sequence: p, the position its block follows
+  Step seed_step;                   // the kept rows entering the draft rings
+  Step draft_step;                  // the draft block's rows
+  std::vector<int32_t> draft_slot;  // per draft sequence: its KV slot
   // The vision tower's linears (model/vision.cpp), prepared on the first image.
   std::vector<PreparedLinear> vision_lin;
   std::vector<float> vision_patch_w;  // [Dv, 3 p^2]: the patch embedding's weight as floats
