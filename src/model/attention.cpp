@@ -30,14 +30,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   window_keys(l, st, rope, u, kv.data(), kv_packed.data());
 
   // --- compressor and indexer (§5.3-§6) ---
-  if (role.kv_source) {
-    DI_REGION("attn.compressor");
-    compressor(l, st, u);
-  }
-  if (role.index_source) {
-    DI_REGION("attn.indexer");
-    indexer(l, st, u, qr.data());
-  }
+  if (role.kv_source) compressor(l, st, u);
+  if (role.index_source) indexer(l, st, u, qr.data());
 
   // --- sparse attention (§5.5, §5.6, §12.2) ---
   ArenaVec<float> o(size_t(N * H * Dh), &arena);
@@ -167,6 +161,7 @@ void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float
 // rotates and fp4-quantizes the latent into the compressed-KV cache. Partial groups wait in the
 // sequence's carry (fp32) until their last token arrives.
 void Model::Impl::compressor(int l, Step& st, const float* u) {
+  DI_REGION("attn.compressor");
   ArenaScope scope(arena);
   const LayerWeights& W = ck.layers[size_t(l)];
   const PreparedLayer& P = lin[size_t(l)];
@@ -268,6 +263,7 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
 // for each query, applies the candidate-block filter, and publishes the top-k list that this
 // layer and the consumers after it attend to.
 void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
+  DI_REGION("attn.indexer");
   ArenaScope scope(arena);
   const PreparedLayer& P = lin[size_t(l)];
   const LayerRole& role = roles[size_t(l)];

@@ -167,6 +167,7 @@ void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv)
 }
 
 void Model::Impl::engram_ids(Step& st) {
+  DI_REGION("model.engram_hash");
   if (c.engram_layer_ids.empty()) return;
   const int64_t NC = engram.n_cols, LE = engram.n_layers, hist_max = engram.ngram_max - 1;
   st.engram_ids.assign(size_t(st.N * LE * NC), 0);
@@ -328,10 +329,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   Step& st = step;
   prepare_step(st, batch, kv);
   const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
-  {
-    DI_REGION("model.engram_hash");
-    engram_ids(st);
-  }
+  engram_ids(st);
   Stream b(N, M, D, &arena);
   {
     DI_REGION("model.embed");

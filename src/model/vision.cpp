@@ -71,8 +71,7 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
   if (m.vision_lin.empty()) {
     for (const VisionBlockWeights& b : V.blocks)
       for (const Weight* w : {&b.wqkv, &b.wo, &b.w1, &b.w2}) m.vision_lin.emplace_back(*w);
-    m.vision_lin.emplace_back(V.aligner_w1);
-    m.vision_lin.emplace_back(V.aligner_w2);
+    for (const Weight* w : {&V.aligner_w1, &V.aligner_w2}) m.vision_lin.emplace_back(*w);
     m.vision_patch_w.resize(size_t(V.patch_embed.shape.numel()));
     for (size_t i = 0; i < m.vision_patch_w.size(); ++i)
       m.vision_patch_w[i] = bf16_to_f32(V.patch_embed.bf16()[i]);
@@ -83,26 +82,25 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     y.resize(size_t(rows * w.rows()));
     linear(w, x, rows, y.data(), m.exact);
     if (b)
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t o = 0; o < w.rows(); ++o)
-          y[size_t(i * w.rows() + o)] += bf16_to_f32(b->bf16()[o]);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += bf16_to_f32(b->bf16()[i % size_t(w.rows())]);
     m.round(y.data(), int64_t(y.size()));
   };
-  auto norm = [&](std::vector<float>& x, int64_t rows, int64_t d, const Weight& w) {
-    rmsnorm(x.data(), rows, d, w.bf16(), 1e-6f);
-    m.round(x.data(), rows * d);
+  // x [n, Dv] normed with `w`, rounded.
+  auto norm = [&](std::vector<float> x, const Weight& w) {
+    rmsnorm(x.data(), n, Dv, w.bf16(), 1e-6f);
+    m.round(x.data(), n * Dv);
+    return x;
   };
 
   std::vector<float> u, qkv, o, t;
   if (job.stage == 0) {
     const int64_t K = 3 * p * p;
     std::vector<float> x(size_t(n * K));
-    const std::vector<float>& w = m.vision_patch_w;
     for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(job.patches[i]);
     h.resize(size_t(n * Dv));
     for_rows(n, [&](int64_t i) {
       for (int64_t d = 0; d < Dv; ++d)
-        h[size_t(i * Dv + d)] = dot_f64(&x[size_t(i * K)], &w[size_t(d * K)], K) +
+        h[size_t(i * Dv + d)] = dot_f64(&x[size_t(i * K)], &m.vision_patch_w[size_t(d * K)], K) +
                                 bf16_to_f32(V.patch_embed_bias.bf16()[d]);
     });
     m.round(h.data(), int64_t(h.size()));
@@ -139,8 +137,7 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     const VisionBlockWeights& B = V.blocks[l];
     const PreparedLinear* L = &m.vision_lin[l * kPerBlock];
     // Attention: q, k, v are the thirds of wqkv's output, heads of hd; full, bidirectional.
-    u = h;
-    norm(u, n, Dv, B.norm1);
+    u = norm(h, B.norm1);
     lin(L[0], &B.wqkv_bias, u.data(), n, qkv);
     for (int64_t i = 0; i < n; ++i)
       for (int64_t hh = 0; hh < H; ++hh)
@@ -173,8 +170,7 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     for (size_t i = 0; i < h.size(); ++i) h[i] += t[i];
     m.round(h.data(), int64_t(h.size()));
     // SwiGLU: w1's first F outputs are the gate, the next F the up projection.
-    u = h;
-    norm(u, n, Dv, B.norm2);
+    u = norm(h, B.norm2);
     lin(L[2], nullptr, u.data(), n, t);
     o.resize(size_t(n * F));
     for (int64_t i = 0; i < n; ++i)
@@ -190,22 +186,17 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     m.round(h.data(), int64_t(h.size()));
     return false;
   }
-  norm(h, n, Dv, V.norm);
+  h = norm(std::move(h), V.norm);
 
   // Aligner: r x r blocks of the grid (zero-padded at the right and bottom), each block's
   // features ordered channel, then row, then column within the block.
   const int64_t bh = (vit_h + r - 1) / r, bw = (vit_w + r - 1) / r, L = bh * bw, Z = Dv * r * r;
   std::vector<float> z(size_t(L * Z), 0.0f);
-  for (int64_t by = 0; by < bh; ++by)
-    for (int64_t bx = 0; bx < bw; ++bx)
-      for (int64_t ky = 0; ky < r; ++ky)
-        for (int64_t kx = 0; kx < r; ++kx) {
-          const int64_t y = by * r + ky, xx = bx * r + kx;
-          if (y >= vit_h || xx >= vit_w) continue;
-          for (int64_t ch = 0; ch < Dv; ++ch)
-            z[size_t((by * bw + bx) * Z + ch * r * r + ky * r + kx)] =
-                h[size_t((y * vit_w + xx) * Dv + ch)];
-        }
+  for (int64_t y = 0; y < vit_h; ++y)
+    for (int64_t xx = 0; xx < vit_w; ++xx) {  // patch (y, xx): channel 0 of its place in its block
+      float* zb = &z[size_t(((y / r) * bw + xx / r) * Z + (y % r) * r + xx % r)];
+      for (int64_t ch = 0; ch < Dv; ++ch) zb[ch * r * r] = h[size_t((y * vit_w + xx) * Dv + ch)];
+    }
   const PreparedLinear* A = &m.vision_lin[m.vision_lin.size() - 2];
   lin(A[0], &V.aligner_b1, z.data(), L, t);
   for (float& v : t) v = f32(0.5 * double(v) * (1.0 + std::erf(double(v) / std::sqrt(2.0))));
