@@ -34,9 +34,16 @@ void check_size(int64_t w, int64_t h, int64_t max_pixels, const std::string& wha
              " image; expected at least one pixel and at most ", max_pixels, " pixels");
 }
 
-struct PngInput {
-  const uint8_t* p;
-  size_t n, at;
+// Image bytes handed out to a decoder's read callback.
+struct MemInput {
+  std::string_view bytes;
+  size_t at = 0;
+  size_t read(void* out, size_t len) {
+    const size_t k = std::min(len, bytes.size() - at);
+    std::memcpy(out, bytes.data() + at, k);
+    at += k;
+    return k;
+  }
 };
 
 void png_fail(png_structp png, png_const_charp msg) {
@@ -45,15 +52,12 @@ void png_fail(png_structp png, png_const_charp msg) {
 }
 void png_warn(png_structp, png_const_charp) {}
 void png_read_bytes(png_structp png, png_bytep out, png_size_t len) {
-  auto* in = static_cast<PngInput*>(png_get_io_ptr(png));
-  if (len > in->n - in->at) png_error(png, "the data ends early");
-  std::memcpy(out, in->p + in->at, len);
-  in->at += len;
+  if (static_cast<MemInput*>(png_get_io_ptr(png))->read(out, len) < len)
+    png_error(png, "the data ends early");
 }
 
 RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max_pixels) {
-  PngInput in{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0};
-  RgbImage out;
+  MemInput in{bytes};
   std::vector<uint8_t> pixels;
   std::vector<png_bytep> rows;
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, png_fail, png_warn);
@@ -90,9 +94,7 @@ RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max
   png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
   if (!sized) check_size(w, h, max_pixels, what);
   DI_REQUIRE(ok, what, ": not a readable PNG image (", t_error, ")");
-  out.width = w;
-  out.height = h;
-  out.rgb.resize(size_t(w) * h * 3);
+  RgbImage out{w, h, std::vector<uint8_t>(size_t(w) * h * 3)};
   const size_t stride = pixels.size() / h;
   for (png_uint_32 y = 0; y < h; ++y) {
     const uint8_t* r = pixels.data() + y * stride;
@@ -148,9 +150,7 @@ RgbImage decode_jpeg(std::string_view bytes, const std::string& what, int64_t ma
     if (sized && supported) {
       c.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
       jpeg_start_decompress(&c);
-      out.width = w;
-      out.height = h;
-      out.rgb.resize(size_t(out.width * out.height * 3));
+      out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
       while (c.output_scanline < c.output_height) {
         uint8_t* row = out.rgb.data() + size_t(c.output_scanline) * size_t(out.width) * 3;
         JSAMPROW r = row;
@@ -189,9 +189,7 @@ RgbImage decode_webp(std::string_view bytes, const std::string& what, int64_t ma
   const bool ok = got && sized && WebPAnimDecoderGetNext(dec, &canvas, &ts);
   RgbImage out;
   if (ok) {
-    out.width = w;
-    out.height = h;
-    out.rgb.resize(size_t(w * h * 3));
+    out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
     for (int64_t i = 0; i < w * h; ++i) std::memcpy(&out.rgb[size_t(3 * i)], canvas + 4 * i, 3);
   }
   WebPAnimDecoderDelete(dec);
@@ -200,17 +198,8 @@ RgbImage decode_webp(std::string_view bytes, const std::string& what, int64_t ma
   return out;
 }
 
-struct GifInput {
-  const uint8_t* p;
-  size_t n, at;
-};
-
 int gif_read(GifFileType* g, GifByteType* out, int len) {
-  auto* in = static_cast<GifInput*>(g->UserData);
-  const size_t k = std::min(size_t(len), in->n - in->at);
-  std::memcpy(out, in->p + in->at, k);
-  in->at += k;
-  return int(k);
+  return int(static_cast<MemInput*>(g->UserData)->read(out, size_t(len)));
 }
 
 // GIF as Pillow opens it: the first frame's palette indices on a canvas of the logical screen
@@ -218,7 +207,7 @@ int gif_read(GifFileType* g, GifByteType* out, int len) {
 // the local palette, else the global one; an index past the palette (or with none) is grey
 // (i, i, i), as in Pillow's initial palette ramp.
 RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max_pixels) {
-  GifInput in{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), 0};
+  MemInput in{bytes};
   int err = 0;
   GifFileType* g = DGifOpen(&in, gif_read, &err);
   DI_REQUIRE(g, what, ": not a readable GIF image (", GifErrorString(err), ")");
@@ -261,19 +250,11 @@ RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max
       std::memcpy(&idx[size_t((d.Top + y) * w + d.Left)], &frame[size_t(y) * size_t(d.Width)],
                   size_t(d.Width));
     const ColorMapObject* cm = d.ColorMap ? d.ColorMap : g->SColorMap;
-    out.width = w;
-    out.height = h;
-    out.rgb.resize(size_t(w * h * 3));
+    out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
     for (size_t i = 0; i < idx.size(); ++i) {
-      const int v = idx[i];
-      uint8_t* o = &out.rgb[3 * i];
-      if (cm && v < cm->ColorCount) {
-        o[0] = cm->Colors[v].Red;
-        o[1] = cm->Colors[v].Green;
-        o[2] = cm->Colors[v].Blue;
-      } else {
-        o[0] = o[1] = o[2] = uint8_t(v);
-      }
+      const uint8_t v = idx[i];
+      const GifColorType c = cm && v < cm->ColorCount ? cm->Colors[v] : GifColorType{v, v, v};
+      std::memcpy(&out.rgb[3 * i], &c, 3);  // Red, Green, Blue bytes
     }
     ok = true;
   }
@@ -347,8 +328,7 @@ uint8_t tap_sum(const uint8_t* s, int64_t step, const int32_t* k, int64_t n) {
 
 std::string image_source_bytes(std::string_view src, const std::string& what, bool allow_files,
                                size_t max_bytes) {
-  const auto starts = [&](std::string_view p) { return src.substr(0, p.size()) == p; };
-  if (starts("data:")) {
+  if (src.starts_with("data:")) {
     const size_t comma = src.find(',');
     DI_REQUIRE(comma != std::string_view::npos && src.substr(0, comma).ends_with(";base64"), what,
                ": a data URL must be data:<type>;base64,<data>");
@@ -379,10 +359,10 @@ std::string image_source_bytes(std::string_view src, const std::string& what, bo
     DI_REQUIRE(pad <= 2 && (bits < 6), what, ": the data URL's base64 content is truncated");
     return out;
   }
-  DI_REQUIRE(!starts("http://") && !starts("https://"), what,
+  DI_REQUIRE(!src.starts_with("http://") && !src.starts_with("https://"), what,
              ": remote image URLs are not fetched; send the image as a data: URL");
   DI_REQUIRE(allow_files, what, ": expected a data:<type>;base64,<data> URL");
-  const std::string path(starts("file://") ? src.substr(7) : src);
+  const std::string path(src.starts_with("file://") ? src.substr(7) : src);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   DI_REQUIRE(f, what, ": cannot read the image file '", path, "'");
   std::string out;
@@ -397,13 +377,11 @@ std::string image_source_bytes(std::string_view src, const std::string& what, bo
 }
 
 RgbImage decode_image(std::string_view bytes, const std::string& what, int64_t max_pixels) {
-  const auto starts = [&](std::string_view magic) {
-    return bytes.substr(0, magic.size()) == magic;
-  };
-  if (starts("\x89PNG\r\n\x1a\n")) return decode_png(bytes, what, max_pixels);
-  if (starts("\xff\xd8\xff")) return decode_jpeg(bytes, what, max_pixels);
-  if (starts("GIF87a") || starts("GIF89a")) return decode_gif(bytes, what, max_pixels);
-  if (bytes.size() >= 12 && starts("RIFF") && bytes.substr(8, 4) == "WEBP")
+  if (bytes.starts_with("\x89PNG\r\n\x1a\n")) return decode_png(bytes, what, max_pixels);
+  if (bytes.starts_with("\xff\xd8\xff")) return decode_jpeg(bytes, what, max_pixels);
+  if (bytes.starts_with("GIF87a") || bytes.starts_with("GIF89a"))
+    return decode_gif(bytes, what, max_pixels);
+  if (bytes.size() >= 12 && bytes.starts_with("RIFF") && bytes.substr(8, 4) == "WEBP")
     return decode_webp(bytes, what, max_pixels);
   throw Error(str_cat(what, ": not a PNG, JPEG, GIF or WebP image (", bytes.size(), " bytes)"));
 }
@@ -461,9 +439,7 @@ RgbImage resize_bicubic(const RgbImage& in, int64_t width, int64_t height) {
   RgbImage mid;
   const RgbImage* src = &in;
   if (width != in.width) {
-    mid.width = width;
-    mid.height = y1 - y0;
-    mid.rgb.resize(size_t(mid.width * mid.height * 3));
+    mid = {width, y1 - y0, std::vector<uint8_t>(size_t(width * (y1 - y0) * 3))};
     for (int64_t y = 0; y < mid.height; ++y)
       for (int64_t x = 0; x < width; ++x)
         for (int c = 0; c < 3; ++c)
@@ -474,10 +450,7 @@ RgbImage resize_bicubic(const RgbImage& in, int64_t width, int64_t height) {
   }
   if (height == in.height) return mid;
   const int64_t off = src == &mid ? y0 : 0;
-  RgbImage out;
-  out.width = width;
-  out.height = height;
-  out.rgb.resize(size_t(width * height * 3));
+  RgbImage out{width, height, std::vector<uint8_t>(size_t(width * height * 3))};
   const int64_t row = width * 3;
   for (int64_t y = 0; y < height; ++y)
     for (int64_t i = 0; i < row; ++i)
@@ -496,10 +469,7 @@ RgbImage fit_and_pad(const RgbImage& in, int64_t width, int64_t height) {
     w = int64_t(std::nearbyint(double(in.width) / double(in.height) * double(height)));
   RgbImage fit = resize_bicubic(in, w, h);
   if (w == width && h == height) return fit;
-  RgbImage out;
-  out.width = width;
-  out.height = height;
-  out.rgb.assign(size_t(width * height * 3), 127);
+  RgbImage out{width, height, std::vector<uint8_t>(size_t(width * height * 3), 127)};
   const int64_t x0 = w != width ? int64_t(std::nearbyint(double(width - w) * 0.5)) : 0;
   const int64_t y0 = w != width ? 0 : int64_t(std::nearbyint(double(height - h) * 0.5));
   for (int64_t y = 0; y < h; ++y)
