@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -142,13 +143,7 @@ struct Pieces {
   std::deque<std::string> arena;
 };
 
-enum class SplitBehavior : uint8_t {
-  kRemoved,
-  kIsolated,
-  kMergedWithPrevious,
-  kMergedWithNext,
-  kContiguous
-};
+enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 // One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
 // matches; without its regex, no split at all).
@@ -166,7 +161,9 @@ struct Span {
   bool match;
 };
 
-void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector<Span>& spans) {
+// Appends the pieces `step` splits `piece` into to `out`; `spans` is scratch.
+void split_piece(const PreTokenizerStep& step, std::string_view piece,
+                 std::vector<std::string_view>& out, std::vector<Span>& spans) {
   spans.clear();
   size_t prev = 0;
   const auto on_match = [&](size_t b, size_t e) {
@@ -175,20 +172,15 @@ void find_spans(const PreTokenizerStep& step, std::string_view text, std::vector
     prev = e;
   };
   if (step.regex) {
-    step.regex->for_each_match(text, on_match);
+    step.regex->for_each_match(piece, on_match);
   } else if (!step.literal.empty()) {
-    for (size_t at = text.find(step.literal); at != std::string_view::npos;
-         at = text.find(step.literal, prev))
+    for (size_t at = piece.find(step.literal); at != std::string_view::npos;
+         at = piece.find(step.literal, prev))
       on_match(at, at + step.literal.size());
   }
-  if (prev < text.size()) spans.push_back({prev, text.size(), false});
+  if (prev < piece.size()) spans.push_back({prev, piece.size(), false});
   if (step.invert)
     for (Span& s : spans) s.match = !s.match;
-}
-
-void split_piece(const PreTokenizerStep& step, std::string_view piece,
-                 std::vector<std::string_view>& out, std::vector<Span>& spans) {
-  find_spans(step, piece, spans);
   // A piece ends after span i where the behavior cuts between spans i and i + 1: Removed (which
   // then drops the matches) and Isolated always; MergedWithPrevious after a match (it joins the
   // text before it); MergedWithNext before one (it joins the text after it); Contiguous except
@@ -288,8 +280,7 @@ class AddedTokenMatcher {
   explicit AddedTokenMatcher(std::vector<Token> tokens = {}) : tokens_(std::move(tokens)) {
     token_at_.push_back(-1);  // the root
     for (int32_t t = 0; t < int32_t(tokens_.size()); ++t) {
-      const std::string& content = tokens_[t].content;
-      if (content.empty()) continue;
+      const std::string& content = tokens_[t].content;  // never empty
       first_byte_[uint8_t(content[0])] = true;
       int32_t node = 0;
       for (const char c : content) {
@@ -365,8 +356,7 @@ class MergeTable {
 
   // Room for `n` pairs: the slots are sized once, at most half full.
   explicit MergeTable(size_t n = 0) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap <<= 1;
+    const size_t cap = std::bit_ceil(std::max<size_t>(16, 2 * n));
     slots_.assign(cap, Entry{kEmpty, 0, 0});
     mask_ = cap - 1;
     shift_ = 64 - __builtin_ctzll(cap);
@@ -630,10 +620,8 @@ TokenizerState::Entry& set_token(TokenizerState& impl, int32_t id, const std::st
   return e;
 }
 
-constexpr std::pair<std::string_view, NormalForm> kNormalForms[] = {{"NFC", NormalForm::kNFC},
-                                                                    {"NFD", NormalForm::kNFD},
-                                                                    {"NFKC", NormalForm::kNFKC},
-                                                                    {"NFKD", NormalForm::kNFKD}};
+// Indexed by NormalForm.
+constexpr std::string_view kNormalForms[] = {"NFC", "NFD", "NFKC", "NFKD"};
 
 void read_normalizer(const Reader& r, const json& node, const std::string& where,
                      std::vector<NormalForm>& out) {
@@ -644,22 +632,19 @@ void read_normalizer(const Reader& r, const json& node, const std::string& where
       read_normalizer(r, n, w, out);
     });
   }
-  for (const auto& [name, form] : kNormalForms)
-    if (type == name) return out.push_back(form);
+  const auto* form = std::ranges::find(kNormalForms, type);
+  if (form != std::end(kNormalForms)) return out.push_back(NormalForm(form - kNormalForms));
   r.fail(where + ".type", "unsupported normalizer \"" + type + "\"");
 }
 
-constexpr std::pair<std::string_view, SplitBehavior> kSplitBehaviors[] = {
-    {"Removed", SplitBehavior::kRemoved},
-    {"Isolated", SplitBehavior::kIsolated},
-    {"MergedWithPrevious", SplitBehavior::kMergedWithPrevious},
-    {"MergedWithNext", SplitBehavior::kMergedWithNext},
-    {"Contiguous", SplitBehavior::kContiguous}};
+// Indexed by SplitBehavior.
+constexpr std::string_view kSplitBehaviors[] = {"Removed", "Isolated", "MergedWithPrevious",
+                                                "MergedWithNext", "Contiguous"};
 
 SplitBehavior read_behavior(const Reader& r, const json& node, const std::string& where) {
   const std::string b = r.string_field(node, "behavior", where);
-  for (const auto& [name, behavior] : kSplitBehaviors)
-    if (b == name) return behavior;
+  const auto* behavior = std::ranges::find(kSplitBehaviors, b);
+  if (behavior != std::end(kSplitBehaviors)) return SplitBehavior(behavior - kSplitBehaviors);
   r.fail(where + ".behavior", "unknown split behavior \"" + b + "\"");
 }
 
@@ -803,8 +788,30 @@ int32_t config_token_id(const Reader& r, const json& config, const char* key,
   return it != impl.vocab.end() ? it->second : -1;
 }
 
-void load_json(std::string_view tokenizer_json, std::string_view config_json,
-               const std::string& label, TokenizerState& impl) {
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str_cat("tokenizer: cannot open ", path.string()));
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  if (in.bad()) throw Error(str_cat("tokenizer: cannot read ", path.string()));
+  return text;
+}
+
+}  // namespace
+}  // namespace deepinfer::tokenizer_internal
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+using namespace tokenizer_internal;
+
+Tokenizer::Tokenizer() : impl_(new TokenizerState) {}
+Tokenizer::~Tokenizer() = default;
+
+std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
+                                                std::string_view config_json,
+                                                const std::string& label) {
+  std::unique_ptr<Tokenizer> t(new Tokenizer());
+  TokenizerState& impl = *t->impl_;
   const json root = parse_json(tokenizer_json, label);
   const Reader r{label};
   if (!root.is_object()) r.fail("(root)", "expected an object");
@@ -834,26 +841,8 @@ void load_json(std::string_view tokenizer_json, std::string_view config_json,
     impl.bos = config_token_id(rc, config, "bos_token", impl);
     impl.eos = config_token_id(rc, config, "eos_token", impl);
   }
+  return t;
 }
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat("tokenizer: cannot open ", path.string()));
-  std::string text(std::istreambuf_iterator<char>(in), {});
-  if (in.bad()) throw Error(str_cat("tokenizer: cannot read ", path.string()));
-  return text;
-}
-
-}  // namespace
-}  // namespace deepinfer::tokenizer_internal
-
-namespace deepinfer {
-
-namespace fs = std::filesystem;
-using namespace tokenizer_internal;
-
-Tokenizer::Tokenizer() : impl_(new TokenizerState) {}
-Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   std::error_code ec;
@@ -869,14 +858,6 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
   return from_json(read_file(json_path), config, json_path.string());
 }
 
-std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
-                                                std::string_view config_json,
-                                                const std::string& label) {
-  std::unique_ptr<Tokenizer> t(new Tokenizer());
-  load_json(tokenizer_json, config_json, label, *t->impl_);
-  return t;
-}
-
 // --- encode ---
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) const {
@@ -889,10 +870,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
     out.push_back(m.bos);
   }
   std::string repaired;
-  if (!utf8::is_valid(text)) {
-    repaired = utf8::lossy(text);
-    text = repaired;
-  }
+  if (!utf8::is_valid(text)) text = repaired = utf8::lossy(text);
 
   // Tokens marked non-normalized are matched on the raw text, the others on normalized text;
   // the text between them is pre-tokenized, then each piece goes through BPE.
@@ -904,13 +882,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
       out.push_back(seg.id);
       continue;
     }
-    std::string normalized;
-    std::string_view part = text.substr(seg.begin, seg.end - seg.begin);
-    if (!m.normalizers.empty()) {
-      normalized.assign(part);
-      for (const auto form : m.normalizers) normalized = utf8::normalize(normalized, form);
-      part = normalized;
-    }
+    std::string normalized(text.substr(seg.begin, seg.end - seg.begin));
+    for (const auto form : m.normalizers) normalized = utf8::normalize(normalized, form);
+    const std::string_view part = normalized;
     m.normalized_added.split(part, segments);
     for (const auto& s : segments) {
       if (s.id >= 0) {
@@ -933,9 +907,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
   std::string bytes;
   for (const int32_t id : ids) {
     const TokenizerState::Entry* e = m.entry(id);
-    if (!e || (skip_special && e->special && !std::binary_search(keep.begin(), keep.end(), id)))
-      continue;
-    bytes += e->bytes;
+    if (e && !(skip_special && e->special && !std::ranges::binary_search(keep, id)))
+      bytes += e->bytes;
   }
   return utf8::lossy(bytes);
 }
@@ -973,8 +946,7 @@ int32_t Tokenizer::eos_id() const {
 // --- streaming detokenizer ---
 
 std::string IncrementalDetokenizer::push(int32_t id) {
-  if (skip_special_ && tokenizer_.is_special(id) &&
-      !std::binary_search(keep_.begin(), keep_.end(), id))
+  if (skip_special_ && tokenizer_.is_special(id) && !std::ranges::binary_search(keep_, id))
     return {};
   pending_ += tokenizer_.token_bytes(id);
   const size_t stable = utf8::stable_prefix(pending_);
