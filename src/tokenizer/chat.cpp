@@ -31,8 +31,7 @@ namespace {
 // A user turn's parts after tool results have been merged into it.
 struct Block {
   bool tool_result = false;
-  std::string text;
-  std::string tool_use_id;
+  std::string text, tool_use_id;
 };
 
 struct Msg : ChatMessage {
@@ -67,6 +66,15 @@ ordered_json parse_tools(const std::string& text, const std::string& where) {
                "]: expected {\"type\": \"function\", \"function\": {...}}");
     out.push_back(wrapped ? t["function"] : t);
   }
+  return out;
+}
+
+// f(item) for each item, `sep` between them.
+template <typename Range, typename F>
+std::string join(const Range& items, std::string_view sep, F f) {
+  std::string out;
+  bool first = true;
+  for (const auto& item : items) out += str_cat(std::exchange(first, false) ? "" : sep, f(item));
   return out;
 }
 
@@ -123,8 +131,7 @@ void sort_tool_results(std::vector<Msg>& msgs) {
         if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;
     } else if (m.role == ChatRole::kUser) {
       std::vector<Block> results;
-      for (const Block& b : m.blocks)
-        if (b.tool_result) results.push_back(b);
+      std::ranges::copy_if(m.blocks, std::back_inserter(results), &Block::tool_result);
       if (results.size() < 2 || order.empty()) continue;
       const auto rank = [&](const Block& b) {  // unknown ids rank 0
         const auto it = order.find(b.tool_use_id);
@@ -152,11 +159,6 @@ void drop_earlier_thinking(std::vector<Msg>& msgs) {
 // --- rendering ---
 
 std::string render_tools(const ordered_json& tools) {
-  std::string schemas;
-  for (size_t i = 0; i < tools.size(); ++i) {
-    if (i) schemas += '\n';
-    schemas += py_json_dumps(tools[i]);
-  }
   return str_cat(
       "## Tools\n\nYou have access to a set of tools to help answer the user's question. You can "
       "invoke tools by writing a \"",
@@ -172,7 +174,7 @@ std::string render_tools(const ordered_json& tools) {
       cf::kThinkEnd,
       " BEFORE any tool calls or final response.\n\nOtherwise, output directly after ",
       cf::kThinkEnd, " with tool calls or final response.\n\n### Available Tool Schemas\n\n",
-      schemas,
+      join(tools, "\n", py_json_dumps),
       "\n\nYou MUST strictly follow the above defined tool name and parameter schemas to invoke "
       "tool calls.\n");
 }
@@ -196,23 +198,20 @@ std::string render_arguments(const std::string& arguments) {
                    "\">", value, cf::kParamClose);
   };
   if (v.is_discarded() || !v.is_object()) return param("arguments", true, arguments);
-  std::string out;
-  for (auto it = v.begin(); it != v.end(); ++it) {
-    if (!out.empty()) out += '\n';
-    out += it.value().is_string() ? param(it.key(), true, it.value().get<std::string>())
-                                  : param(it.key(), false, py_json_dumps(it.value()));
-  }
-  return out;
+  return join(v.items(), "\n", [&](const auto& kv) {
+    return kv.value().is_string() ? param(kv.key(), true, kv.value().template get<std::string>())
+                                  : param(kv.key(), false, py_json_dumps(kv.value()));
+  });
 }
 
 std::string render_tool_calls(const std::vector<ChatToolCall>& calls) {
-  std::string out = str_cat("\n\n", cf::kCallsOpen, "\n");
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (i) out += '\n';
-    out += str_cat(cf::kInvokeOpen, " name=\"", calls[i].name, "\">\n",
-                   render_arguments(calls[i].arguments), "\n", cf::kInvokeClose);
-  }
-  return out + str_cat("\n", cf::kCallsClose);
+  return str_cat("\n\n", cf::kCallsOpen, "\n",
+                 join(calls, "\n",
+                      [](const ChatToolCall& c) {
+                        return str_cat(cf::kInvokeOpen, " name=\"", c.name, "\">\n",
+                                       render_arguments(c.arguments), "\n", cf::kInvokeClose);
+                      }),
+                 "\n", cf::kCallsClose);
 }
 
 // `drop_thinking` is the effective setting: false when any message has tools.
@@ -240,12 +239,9 @@ std::string render_message(const std::vector<Msg>& msgs, size_t index, const Cha
     case ChatRole::kUser:
       prompt += cf::kUser;
       // Tool messages are merged into user turns, so every user turn has its blocks.
-      for (size_t i = 0; i < m.blocks.size(); ++i) {
-        if (i) prompt += "\n\n";
-        const Block& b = m.blocks[i];
-        prompt +=
-            b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
-      }
+      prompt += join(m.blocks, "\n\n", [](const Block& b) {
+        return b.tool_result ? str_cat(cf::kToolResultOpen, b.text, cf::kToolResultClose) : b.text;
+      });
       break;
     case ChatRole::kLatestReminder:
       prompt += cf::kLatestReminder;
@@ -404,14 +400,10 @@ void CompletionParser::emit(Delta& delta, std::string_view text) {
 void CompletionParser::finish_call(Delta& delta) {
   // The arguments object as the reference writes it: string values quoted, the others as the
   // model wrote them.
-  std::string args = "{";
-  for (size_t i = 0; i < call_params_.size(); ++i) {
-    const Param& p = call_params_[i];
-    if (i) args += ", ";
-    args += py_json_dumps(p.key) + ": " + (p.is_string ? py_json_dumps(p.value) : p.value);
-  }
-  args += "}";
-  ChatToolCall call{{}, std::move(call_name_), std::move(args)};
+  const std::string args = join(call_params_, ", ", [](const Param& p) {
+    return py_json_dumps(p.key) + ": " + (p.is_string ? py_json_dumps(p.value) : p.value);
+  });
+  ChatToolCall call{{}, std::move(call_name_), "{" + args + "}"};
   delta.tool_calls.push_back(call);
   result_.tool_calls.push_back(std::move(call));
   call_name_.clear();
@@ -549,17 +541,15 @@ ParsedCompletion parse_completion(std::string_view text, bool thinking) {
 }
 
 std::vector<int32_t> chat_marker_tokens(const Tokenizer& tok) {
+  constexpr std::string_view kMarkers[] = {
+      cf::kThinkStart, cf::kThinkEnd,    cf::kCallsStart, cf::kCallsOpen,  cf::kCallsClose,
+      cf::kInvokeOpen, cf::kInvokeClose, cf::kParamOpen,  cf::kParamClose, cf::kEos};
   std::vector<int32_t> out;
   for (int32_t id = 0; id < tok.id_limit(); ++id) {
     const std::string_view text = tok.token_bytes(id);
-    if (!tok.is_special(id) || text.empty()) continue;
-    for (const std::string_view marker :
-         {cf::kThinkStart, cf::kThinkEnd, cf::kCallsStart, cf::kCallsOpen, cf::kCallsClose,
-          cf::kInvokeOpen, cf::kInvokeClose, cf::kParamOpen, cf::kParamClose, cf::kEos})
-      if (marker.find(text) != std::string_view::npos) {
-        out.push_back(id);
-        break;
-      }
+    if (tok.is_special(id) && !text.empty() &&
+        std::ranges::any_of(kMarkers, [&](std::string_view m) { return m.find(text) != m.npos; }))
+      out.push_back(id);
   }
   return out;  // ascending
 }
