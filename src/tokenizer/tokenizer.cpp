@@ -136,13 +136,6 @@ class Regex {
 
 // --- pre-tokenizer ---
 
-// Pieces are views into the input text or into `arena`, which keeps any text a step had to
-// create (e.g. a prefix space) alive.
-struct Pieces {
-  std::vector<std::string_view> items;
-  std::deque<std::string> arena;
-};
-
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
 // One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
@@ -202,24 +195,21 @@ void split_piece(const PreTokenizerStep& step, std::string_view piece,
   }
 }
 
-// Splits `text` (valid UTF-8) by each step in turn into pre-tokens, appended to `out.items`.
-void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text, Pieces& out) {
-  const size_t first = out.items.size();
-  out.items.push_back(text);
+// Splits `text` (valid UTF-8) by each step in turn into the pre-tokens `out`: views into `text`
+// or into `arena`, which keeps any text a step had to create (a prefix space) alive.
+void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view text,
+                  std::vector<std::string_view>& out, std::deque<std::string>& arena) {
+  out.assign(1, text);
   std::vector<std::string_view> next;
   std::vector<Span> spans;
   for (const PreTokenizerStep& step : steps) {
     next.clear();
-    for (size_t i = first; i < out.items.size(); ++i) {
-      std::string_view piece = out.items[i];
-      if (step.add_prefix_space && (piece.empty() || piece[0] != ' ')) {
-        out.arena.push_back(" " + std::string(piece));
-        piece = out.arena.back();
-      }
+    for (std::string_view piece : out) {
+      if (step.add_prefix_space && (piece.empty() || piece[0] != ' '))
+        piece = arena.emplace_back(" " + std::string(piece));
       split_piece(step, piece, next, spans);
     }
-    out.items.resize(first);
-    out.items.insert(out.items.end(), next.begin(), next.end());
+    out.swap(next);
   }
 }
 
@@ -358,7 +348,6 @@ class MergeTable {
   explicit MergeTable(size_t n = 0) {
     const size_t cap = std::bit_ceil(std::max<size_t>(16, 2 * n));
     slots_.assign(cap, Entry{kEmpty, 0, 0});
-    mask_ = cap - 1;
     shift_ = 64 - __builtin_ctzll(cap);
   }
   // Later insertions of the same pair replace earlier ones (the reference builds a hash map
@@ -377,12 +366,11 @@ class MergeTable {
   // The slot holding `key`, or the free slot where it would go (linear probing).
   size_t probe(uint64_t key) const {
     size_t i = size_t((key * 0x9E3779B97F4A7C15ull) >> shift_);
-    while (slots_[i].key != key && slots_[i].key != kEmpty) i = (i + 1) & mask_;
+    while (slots_[i].key != key && slots_[i].key != kEmpty) i = (i + 1) & (slots_.size() - 1);
     return i;
   }
 
   std::vector<Entry> slots_;  // [capacity], capacity a power of two
-  size_t mask_ = 0;
   int shift_ = 64;
 };
 
@@ -412,25 +400,21 @@ struct BpeModel {
       if (const int32_t id = byte_ids[uint8_t(bytes[0])]; id >= 0) out.push_back(id);
       return;
     }
-    const bool cacheable = bytes.size() <= kCacheMaxWordBytes;
-    std::string key;
-    if (cacheable) {
-      key.assign(bytes);
+    if (bytes.size() > kCacheMaxWordBytes) return merge_word(bytes, out);
+    std::string key(bytes);
+    {
       std::lock_guard<std::mutex> lock(cache_mutex);
-      const auto it = cache.find(key);
-      if (it != cache.end()) {
+      if (const auto it = cache.find(key); it != cache.end()) {
         out.insert(out.end(), it->second.begin(), it->second.end());
         return;
       }
     }
     const size_t first = out.size();
     merge_word(bytes, out);
-    if (cacheable) {
-      std::vector<int32_t> ids(out.begin() + first, out.end());
-      std::lock_guard<std::mutex> lock(cache_mutex);
-      if (cache.size() >= kCacheMaxEntries) cache.clear();
-      cache.emplace(std::move(key), std::move(ids));
-    }
+    std::vector<int32_t> ids(out.begin() + first, out.end());
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (cache.size() >= kCacheMaxEntries) cache.clear();
+    cache.emplace(std::move(key), std::move(ids));
   }
 
   void merge_word(std::string_view bytes, std::vector<int32_t>& out) const {
@@ -459,35 +443,33 @@ struct BpeModel {
       sym.push_back({id, i - 1, -1, true});
       if (i > 0) sym[i - 1].next = i;
     }
-    if (sym.size() > 1) {
-      std::vector<Candidate> storage;
-      storage.reserve(sym.size());
-      std::priority_queue<Candidate> heap(std::less<Candidate>(), std::move(storage));
-      const auto push_pair = [&](int32_t left) {
-        const int32_t right = sym[left].next;
-        if (right < 0) return;
-        if (const MergeTable::Entry* e = merges.find(sym[left].id, sym[right].id))
-          heap.push({e->rank, left, e->merged});
-      };
-      for (int32_t i = 0; i + 1 < int32_t(sym.size()); ++i) push_pair(i);
+    std::vector<Candidate> storage;
+    storage.reserve(sym.size());
+    std::priority_queue<Candidate> heap(std::less<Candidate>(), std::move(storage));
+    const auto push_pair = [&](int32_t left) {
+      const int32_t right = sym[left].next;
+      if (right < 0) return;
+      if (const MergeTable::Entry* e = merges.find(sym[left].id, sym[right].id))
+        heap.push({e->rank, left, e->merged});
+    };
+    for (int32_t i = 0; i + 1 < int32_t(sym.size()); ++i) push_pair(i);
 
-      while (!heap.empty()) {
-        const Candidate top = heap.top();
-        heap.pop();
-        Symbol& left = sym[top.pos];
-        if (!left.live || left.next < 0) continue;
-        // The pair may have changed since this candidate was queued; it is still valid only if
-        // the current pair merges into the same id.
-        const MergeTable::Entry* e = merges.find(left.id, sym[left.next].id);
-        if (e == nullptr || e->merged != top.merged) continue;
-        Symbol& right = sym[left.next];
-        left.id = top.merged;
-        right.live = false;
-        left.next = right.next;
-        if (right.next >= 0) sym[right.next].prev = top.pos;
-        if (left.prev >= 0) push_pair(left.prev);
-        push_pair(top.pos);
-      }
+    while (!heap.empty()) {
+      const Candidate top = heap.top();
+      heap.pop();
+      Symbol& left = sym[top.pos];
+      if (!left.live || left.next < 0) continue;
+      // The pair may have changed since this candidate was queued; it is still valid only if
+      // the current pair merges into the same id.
+      const MergeTable::Entry* e = merges.find(left.id, sym[left.next].id);
+      if (e == nullptr || e->merged != top.merged) continue;
+      Symbol& right = sym[left.next];
+      left.id = top.merged;
+      right.live = false;
+      left.next = right.next;
+      if (right.next >= 0) sym[right.next].prev = top.pos;
+      if (left.prev >= 0) push_pair(left.prev);
+      push_pair(top.pos);
     }
     for (int32_t i = sym.empty() ? -1 : 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
   }
@@ -875,7 +857,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
   // Tokens marked non-normalized are matched on the raw text, the others on normalized text;
   // the text between them is pre-tokenized, then each piece goes through BPE.
   std::vector<AddedTokenMatcher::Segment> raw_segments, segments;
-  Pieces pieces;
+  std::vector<std::string_view> pieces;
+  std::deque<std::string> arena;
   m.raw_added.split(text, raw_segments);
   for (const auto& seg : raw_segments) {
     if (seg.id >= 0) {
@@ -891,9 +874,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
         out.push_back(s.id);
         continue;
       }
-      pieces.items.clear();
-      pre_tokenize(m.pre_tokenizer, part.substr(s.begin, s.end - s.begin), pieces);
-      for (const std::string_view piece : pieces.items) m.bpe.encode_word(piece, out);
+      pre_tokenize(m.pre_tokenizer, part.substr(s.begin, s.end - s.begin), pieces, arena);
+      for (const std::string_view piece : pieces) m.bpe.encode_word(piece, out);
     }
   }
   return out;
