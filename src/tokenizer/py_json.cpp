@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <cstdlib>
 
 namespace deepinfer::tokenizer_internal {
 
@@ -17,35 +17,21 @@ std::string scalar(const nlohmann::ordered_json& v) {
 }
 
 // Python's float repr: the shortest digits that round-trip, written in positional notation
-// when the decimal point falls within (-4, 16] digits of the first digit, else as d.ddde+XX.
+// when the decimal point falls within (-4, 16] digits of the first digit, else as d.ddde+XX
+// (which is how to_chars writes scientific notation too).
 void py_float(double v, std::string& out) {
   if (!std::isfinite(v)) {
     out += std::isnan(v) ? "NaN" : v < 0 ? "-Infinity" : "Infinity";
     return;
   }
-  // Shortest round-trip digits d.ddd and the decimal exponent, from scientific notation.
   char buf[64] = {};  // zeros: the exponent text ends there
-  char* end = std::to_chars(buf, buf + sizeof(buf), std::abs(v), std::chars_format::scientific).ptr;
-  char* e = std::find(buf, end, 'e');
-  const int exp10 = std::atoi(e + 1);
-  std::string digits(buf, e);
-  if (digits.size() > 1) digits.erase(1, 1);  // drop the '.'
-  if (std::signbit(v)) out += '-';
-  const int n = int(digits.size()), decpt = exp10 + 1;  // digits before the decimal point
-  if (decpt > -4 && decpt <= 16) {
-    // Zeros before the first digit (as in 0.00ddd) and after the last (as in ddd00.0).
-    const int lead = std::max(0, 1 - decpt);
-    const std::string p =
-        std::string(size_t(lead), '0') + digits + std::string(size_t(std::max(0, decpt - n)), '0');
-    const size_t point = size_t(decpt + lead);
-    out += p.substr(0, point) + "." + (point < p.size() ? p.substr(point) : "0");
-  } else {
-    out += digits.substr(0, 1);
-    if (n > 1) out += "." + digits.substr(1);
-    char ebuf[16];
-    std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', std::abs(exp10));
-    out += ebuf;
+  char* end = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific).ptr;
+  const int exp10 = std::atoi(std::find(buf, end, 'e') + 1);
+  if (exp10 >= -4 && exp10 < 16) {
+    end = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::fixed).ptr;
+    if (std::find(buf, end, '.') == end) end = std::copy_n(".0", 2, end);
   }
+  out.append(buf, end);
 }
 
 void dump(const nlohmann::ordered_json& v, std::string& out) {
