@@ -65,7 +65,6 @@ RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max
   png_infop info = png_create_info_struct(png);
   // Read after a jump back: volatile.
   volatile bool ok = false, sized = true, gray16 = false;
-  volatile int channels = 0;
   png_uint_32 w = 0, h = 0;
   int depth = 0, color = 0;
   if (info && setjmp(png_jmpbuf(png)) == 0) {
@@ -80,9 +79,11 @@ RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max
       if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
       if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
       if (depth == 16 && !gray16) png_set_strip_16(png);
+      if (!gray16) png_set_gray_to_rgb(png);
+      png_set_strip_alpha(png);  // dropped, not composited (tRNS included)
       png_set_interlace_handling(png);
       png_read_update_info(png, info);
-      channels = png_get_channels(png, info);
+      // Rows of w RGB pixels, or of w 16-bit gray samples.
       const size_t stride = png_get_rowbytes(png, info);
       pixels.resize(stride * h);
       rows.resize(h);
@@ -94,21 +95,11 @@ RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max
   png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
   if (!sized) check_size(w, h, max_pixels, what);
   DI_REQUIRE(ok, what, ": not a readable PNG image (", t_error, ")");
+  if (!gray16) return {w, h, std::move(pixels)};
   RgbImage out{w, h, std::vector<uint8_t>(size_t(w) * h * 3)};
-  const size_t stride = pixels.size() / h;
-  for (png_uint_32 y = 0; y < h; ++y) {
-    const uint8_t* r = pixels.data() + y * stride;
-    uint8_t* o = out.rgb.data() + size_t(y) * w * 3;
-    for (png_uint_32 x = 0; x < w; ++x, o += 3) {
-      if (gray16) {
-        const int v = r[2 * x] << 8 | r[2 * x + 1];
-        o[0] = o[1] = o[2] = uint8_t(std::min(v, 255));
-      } else if (channels <= 2) {  // gray, gray + alpha (tRNS included): alpha dropped
-        o[0] = o[1] = o[2] = r[x * channels];
-      } else {  // RGB, RGBA (palettes with tRNS included)
-        std::memcpy(o, r + x * channels, 3);
-      }
-    }
+  for (size_t i = 0; i < size_t(w) * h; ++i) {
+    const int v = pixels[2 * i] << 8 | pixels[2 * i + 1];
+    out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] = uint8_t(std::min(v, 255));
   }
   return out;
 }
@@ -235,7 +226,7 @@ RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max
     h = std::max<int64_t>(h, d.Top + d.Height);
     sized = w > 0 && h > 0 && w * h <= max_pixels && d.Width > 0 && d.Height > 0;
     if (!sized) break;
-    std::vector<uint8_t> frame(size_t(d.Width) * size_t(d.Height));
+    idx.assign(size_t(w * h), uint8_t(transparent >= 0 ? transparent : 0));
     bool lines = true;
     // Interlaced frames store rows in four passes (every 8th from 0, every 8th from 4, every
     // 4th from 2, every 2nd from 1).
@@ -243,12 +234,8 @@ RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max
     for (int pass = 0; pass < (d.Interlace ? 4 : 1) && lines; ++pass)
       for (int y = d.Interlace ? first[pass] : 0; y < d.Height && lines;
            y += d.Interlace ? step[pass] : 1)
-        lines = DGifGetLine(g, &frame[size_t(y) * size_t(d.Width)], d.Width) == GIF_OK;
+        lines = DGifGetLine(g, &idx[size_t((d.Top + y) * w + d.Left)], d.Width) == GIF_OK;
     if (!lines) break;
-    idx.assign(size_t(w * h), uint8_t(transparent >= 0 ? transparent : 0));
-    for (int y = 0; y < d.Height; ++y)
-      std::memcpy(&idx[size_t((d.Top + y) * w + d.Left)], &frame[size_t(y) * size_t(d.Width)],
-                  size_t(d.Width));
     const ColorMapObject* cm = d.ColorMap ? d.ColorMap : g->SColorMap;
     out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
     for (size_t i = 0; i < idx.size(); ++i) {
