@@ -135,20 +135,17 @@ RgbImage decode_jpeg(std::string_view bytes, const std::string& what, int64_t ma
     w = c.image_width;
     h = c.image_height;
     sized = w > 0 && h > 0 && w * h <= max_pixels;
-    // Pillow decodes with libjpeg's defaults (islow DCT, fancy upsampling); gray stays gray.
-    const bool gray = c.jpeg_color_space == JCS_GRAYSCALE;
-    supported = gray || c.jpeg_color_space == JCS_YCbCr || c.jpeg_color_space == JCS_RGB;
+    // Pillow decodes with libjpeg's defaults (islow DCT, fancy upsampling); gray is decoded as
+    // gray, then replicated (libjpeg's gray -> RGB conversion).
+    const J_COLOR_SPACE cs = c.jpeg_color_space;
+    supported = cs == JCS_GRAYSCALE || cs == JCS_YCbCr || cs == JCS_RGB;
     if (sized && supported) {
-      c.out_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+      c.out_color_space = JCS_RGB;
       jpeg_start_decompress(&c);
       out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
       while (c.output_scanline < c.output_height) {
-        uint8_t* row = out.rgb.data() + size_t(c.output_scanline) * size_t(out.width) * 3;
-        JSAMPROW r = row;
-        jpeg_read_scanlines(&c, &r, 1);
-        if (gray)  // spread in place, from the end
-          for (int64_t x = out.width - 1; x >= 0; --x)
-            row[3 * x] = row[3 * x + 1] = row[3 * x + 2] = row[x];
+        JSAMPROW row = out.rgb.data() + size_t(c.output_scanline) * size_t(w) * 3;
+        jpeg_read_scanlines(&c, &row, 1);
       }
       jpeg_finish_decompress(&c);
       ok = true;
