@@ -241,19 +241,6 @@ bool is_whole_word(std::string_view text, size_t begin, size_t end) {
          (end >= text.size() || !is_word_char(utf8::step(text, end).cp));
 }
 
-// Start of the run of white space that ends at `pos`.
-size_t whitespace_run_start(std::string_view text, size_t pos) {
-  for (size_t start; pos > 0 && utf8::is_white_space(char_before(text, pos, start));) pos = start;
-  return pos;
-}
-
-// End of the run of white space that starts at `pos`.
-size_t whitespace_run_end(std::string_view text, size_t pos) {
-  for (utf8::Step st; pos < text.size() && utf8::is_white_space((st = utf8::step(text, pos)).cp);)
-    pos += st.len;
-  return pos;
-}
-
 // Leftmost-longest matcher over the added tokens of one kind (normalized or not).
 class AddedTokenMatcher {
  public:
@@ -294,8 +281,14 @@ class AddedTokenMatcher {
       }
       const Token& tok = tokens_[t];
       size_t begin = pos, end = pos + len;
-      if (tok.lstrip) begin = std::max(emitted, whitespace_run_start(text, begin));
-      if (tok.rstrip) end = whitespace_run_end(text, end);
+      // lstrip takes in the white space before the token (back to the last segment), rstrip
+      // the white space after it.
+      for (size_t start;
+           tok.lstrip && begin > emitted && utf8::is_white_space(char_before(text, begin, start));)
+        begin = start;
+      for (utf8::Step st; tok.rstrip && end < text.size() &&
+                          utf8::is_white_space((st = utf8::step(text, end)).cp);)
+        end += st.len;
       if (begin > emitted) out.push_back({emitted, begin, -1});
       out.push_back({begin, end, tok.id});
       emitted = pos = end;
@@ -421,8 +414,7 @@ struct BpeModel {
     struct Symbol {
       int32_t id;
       int32_t prev;  // index of the previous live symbol, -1 at the start
-      int32_t next;  // index of the next live symbol, -1 at the end
-      bool live;
+      int32_t next;  // index of the next live symbol, -1 at the end (and once merged away)
     };
     struct Candidate {
       uint32_t rank;
@@ -440,7 +432,7 @@ struct BpeModel {
       const int32_t id = byte_ids[uint8_t(c)];
       if (id < 0) continue;
       const int32_t i = int32_t(sym.size());
-      sym.push_back({id, i - 1, -1, true});
+      sym.push_back({id, i - 1, -1});
       if (i > 0) sym[i - 1].next = i;
     }
     std::vector<Candidate> storage;
@@ -458,16 +450,16 @@ struct BpeModel {
       const Candidate top = heap.top();
       heap.pop();
       Symbol& left = sym[top.pos];
-      if (!left.live || left.next < 0) continue;
+      if (left.next < 0) continue;
       // The pair may have changed since this candidate was queued; it is still valid only if
       // the current pair merges into the same id.
       const MergeTable::Entry* e = merges.find(left.id, sym[left.next].id);
       if (e == nullptr || e->merged != top.merged) continue;
       Symbol& right = sym[left.next];
       left.id = top.merged;
-      right.live = false;
       left.next = right.next;
       if (right.next >= 0) sym[right.next].prev = top.pos;
+      right.next = -1;
       if (left.prev >= 0) push_pair(left.prev);
       push_pair(top.pos);
     }
