@@ -249,10 +249,6 @@ class AddedTokenMatcher {
     int32_t id;
     bool single_word, lstrip, rstrip;
   };
-  struct Segment {
-    size_t begin, end;
-    int32_t id;  // -1 for plain text
-  };
 
   explicit AddedTokenMatcher(std::vector<Token> tokens = {}) : tokens_(std::move(tokens)) {
     token_at_.push_back(-1);  // the root
@@ -269,9 +265,10 @@ class AddedTokenMatcher {
     }
   }
 
-  // Sets `out` to plain segments and added-token segments covering `text` entirely.
-  void split(std::string_view text, std::vector<Segment>& out) const {
-    out.clear();
+  // Cuts `text` into plain text and added tokens: on_segment(text, id) for each segment in
+  // order, the id -1 for plain text.
+  template <typename F>
+  void split(std::string_view text, F&& on_segment) const {
     size_t emitted = 0;  // end of the last segment pushed
     for (size_t pos = 0; pos < text.size();) {
       const auto [len, t] = longest_at(text, pos);
@@ -289,11 +286,11 @@ class AddedTokenMatcher {
       for (utf8::Step st; tok.rstrip && end < text.size() &&
                           utf8::is_white_space((st = utf8::step(text, end)).cp);)
         end += st.len;
-      if (begin > emitted) out.push_back({emitted, begin, -1});
-      out.push_back({begin, end, tok.id});
+      if (begin > emitted) on_segment(text.substr(emitted, begin - emitted), -1);
+      on_segment(text.substr(begin, end - begin), tok.id);
       emitted = pos = end;
     }
-    if (emitted < text.size()) out.push_back({emitted, text.size(), -1});
+    if (emitted < text.size()) on_segment(text.substr(emitted), -1);
   }
 
  private:
@@ -848,28 +845,18 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos) cons
 
   // Tokens marked non-normalized are matched on the raw text, the others on normalized text;
   // the text between them is pre-tokenized, then each piece goes through BPE.
-  std::vector<AddedTokenMatcher::Segment> raw_segments, segments;
   std::vector<std::string_view> pieces;
   std::deque<std::string> arena;
-  m.raw_added.split(text, raw_segments);
-  for (const auto& seg : raw_segments) {
-    if (seg.id >= 0) {
-      out.push_back(seg.id);
-      continue;
-    }
-    std::string normalized(text.substr(seg.begin, seg.end - seg.begin));
+  m.raw_added.split(text, [&](std::string_view raw, int32_t raw_id) {
+    if (raw_id >= 0) return out.push_back(raw_id);
+    std::string normalized(raw);
     for (const auto form : m.normalizers) normalized = utf8::normalize(normalized, form);
-    const std::string_view part = normalized;
-    m.normalized_added.split(part, segments);
-    for (const auto& s : segments) {
-      if (s.id >= 0) {
-        out.push_back(s.id);
-        continue;
-      }
-      pre_tokenize(m.pre_tokenizer, part.substr(s.begin, s.end - s.begin), pieces, arena);
+    m.normalized_added.split(normalized, [&](std::string_view plain, int32_t id) {
+      if (id >= 0) return out.push_back(id);
+      pre_tokenize(m.pre_tokenizer, plain, pieces, arena);
       for (const std::string_view piece : pieces) m.bpe.encode_word(piece, out);
-    }
-  }
+    });
+  });
   return out;
 }
 
