@@ -388,9 +388,6 @@ size_t partial_marker_suffix(std::string_view text,
   return longest;
 }
 
-CompletionParser::CompletionParser(bool thinking)
-    : state_(thinking ? State::kReasoning : State::kContent) {}
-
 void CompletionParser::emit(Delta& delta, std::string_view text) {
   const bool reasoning = state_ == State::kReasoning;
   (reasoning ? delta.reasoning : delta.content) += text;
@@ -526,11 +523,6 @@ CompletionParser::Delta CompletionParser::step(bool final) {
   emit(delta, std::string_view(buffer_).substr(0, buffer_.size() - hold));
   buffer_.erase(0, buffer_.size() - hold);
   return delta;
-}
-
-CompletionParser::Delta CompletionParser::feed(std::string_view text) {
-  buffer_ += text;
-  return step(/*final=*/false);
 }
 
 ParsedCompletion parse_completion(std::string_view text, bool thinking) {

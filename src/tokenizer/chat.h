@@ -96,11 +96,15 @@ struct ParsedCompletion {
 // after the calls throws deepinfer::Error.
 class CompletionParser {
  public:
-  explicit CompletionParser(bool thinking);
+  explicit CompletionParser(bool thinking)
+      : state_(thinking ? State::kReasoning : State::kContent) {}
 
   // What one call adds: the text and calls decided by it, `ended` if the marker came with it.
   using Delta = ParsedCompletion;
-  Delta feed(std::string_view text);
+  Delta feed(std::string_view text) {
+    buffer_ += text;
+    return step(/*final=*/false);
+  }
   // End of the completion: releases what was held back. An unterminated tool-call block throws.
   Delta finish() { return step(/*final=*/true); }
   // Everything parsed so far.

@@ -41,9 +41,7 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_json(std::string_view tokenizer_json,
                                               std::string_view config_json,
                                               const std::string& label);
-  ~Tokenizer();
-  Tokenizer(const Tokenizer&) = delete;
-  Tokenizer& operator=(const Tokenizer&) = delete;
+  ~Tokenizer();  // not copyable (the state is owned)
 
   // With `add_bos`, the bos_token of tokenizer_config.json comes first (an error where it names
   // no known token).
