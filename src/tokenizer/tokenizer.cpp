@@ -564,12 +564,17 @@ struct Reader {
       fail(where, str_cat("expected a token id (integer in [0, ", kMaxId, "])"));
     return int32_t(v.get<int64_t>());
   }
-  // Calls read(item, where) for each item of the array node[key] (a "Sequence" step's list).
+  // Calls read(step, type, where) for the step `node` or, for a "Sequence", for each step of
+  // its array node[key], nested sequences included. A null node has no steps.
   template <typename F>
-  void for_each_item(const json& node, const char* key, const std::string& where, F read) const {
+  void for_each_step(const json& node, const char* key, const std::string& where, F read) const {
+    if (node.is_null()) return;
+    const std::string type = string_field(node, "type", where);
+    if (type != "Sequence") return read(node, type, where);
     const json& list = field(node, key, where);
     if (!list.is_array()) fail(where + "." + key, "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) read(list[i], str_cat(where, ".", key, "[", i, "]"));
+    for (size_t i = 0; i < list.size(); ++i)
+      for_each_step(list[i], key, str_cat(where, ".", key, "[", i, "]"), read);
   }
 };
 
@@ -594,44 +599,18 @@ TokenizerState::Entry& set_token(TokenizerState& impl, int32_t id, const std::st
 // Indexed by NormalForm.
 constexpr std::string_view kNormalForms[] = {"NFC", "NFD", "NFKC", "NFKD"};
 
-void read_normalizer(const Reader& r, const json& node, const std::string& where,
-                     std::vector<NormalForm>& out) {
-  if (node.is_null()) return;
-  const std::string type = r.string_field(node, "type", where);
-  if (type == "Sequence") {
-    return r.for_each_item(node, "normalizers", where, [&](const json& n, const std::string& w) {
-      read_normalizer(r, n, w, out);
-    });
-  }
-  const auto* form = std::ranges::find(kNormalForms, type);
-  if (form != std::end(kNormalForms)) return out.push_back(NormalForm(form - kNormalForms));
-  r.fail(where + ".type", "unsupported normalizer \"" + type + "\"");
-}
-
 // Indexed by SplitBehavior.
 constexpr std::string_view kSplitBehaviors[] = {"Removed", "Isolated", "MergedWithPrevious",
                                                 "MergedWithNext", "Contiguous"};
-
-SplitBehavior read_behavior(const Reader& r, const json& node, const std::string& where) {
-  const std::string b = r.string_field(node, "behavior", where);
-  const auto* behavior = std::ranges::find(kSplitBehaviors, b);
-  if (behavior != std::end(kSplitBehaviors)) return SplitBehavior(behavior - kSplitBehaviors);
-  r.fail(where + ".behavior", "unknown split behavior \"" + b + "\"");
-}
 
 // GPT-2's pre-tokenization regex, used by ByteLevel when use_regex is set.
 constexpr const char* kByteLevelPattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-void read_pre_tokenizer(const Reader& r, const json& node, const std::string& where,
-                        TokenizerState& impl, bool& byte_level) {
-  if (node.is_null()) return;
-  const std::string type = r.string_field(node, "type", where);
-  if (type == "Sequence") {
-    r.for_each_item(node, "pretokenizers", where, [&](const json& n, const std::string& w) {
-      read_pre_tokenizer(r, n, w, impl, byte_level);
-    });
-  } else if (type == "Split") {
+// One step of the pre-tokenizer sequence; sets `byte_level` for a ByteLevel step.
+void read_pre_tokenizer(const Reader& r, const json& node, const std::string& type,
+                        const std::string& where, TokenizerState& impl, bool& byte_level) {
+  if (type == "Split") {
     PreTokenizerStep step;
     const json& pattern = r.field(node, "pattern", where);
     if (pattern.is_object() && pattern.contains("Regex")) {
@@ -642,7 +621,11 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& wh
     } else {
       r.fail(where + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
     }
-    step.behavior = read_behavior(r, node, where);
+    const std::string behavior = r.string_field(node, "behavior", where);
+    const auto* b = std::ranges::find(kSplitBehaviors, behavior);
+    if (b == std::end(kSplitBehaviors))
+      r.fail(where + ".behavior", "unknown split behavior \"" + behavior + "\"");
+    step.behavior = SplitBehavior(b - kSplitBehaviors);
     step.invert = r.bool_field(node, "invert", where, false);
     impl.pre_tokenizer.push_back(std::move(step));
   } else if (type == "ByteLevel") {
@@ -789,9 +772,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json,
 
   read_model(r, r.field(root, "model", "(root)"), impl);
   read_added_tokens(r, root.value("added_tokens", json()), impl);
-  read_normalizer(r, root.value("normalizer", json()), "normalizer", impl.normalizers);
+  r.for_each_step(root.value("normalizer", json()), "normalizers", "normalizer",
+                  [&](const json&, const std::string& type, const std::string& where) {
+                    const auto* form = std::ranges::find(kNormalForms, type);
+                    if (form == std::end(kNormalForms))
+                      r.fail(where + ".type", "unsupported normalizer \"" + type + "\"");
+                    impl.normalizers.push_back(NormalForm(form - kNormalForms));
+                  });
   bool byte_level = false;
-  read_pre_tokenizer(r, root.value("pre_tokenizer", json()), "pre_tokenizer", impl, byte_level);
+  r.for_each_step(root.value("pre_tokenizer", json()), "pretokenizers", "pre_tokenizer",
+                  [&](const json& node, const std::string& type, const std::string& where) {
+                    read_pre_tokenizer(r, node, type, where, impl, byte_level);
+                  });
   if (!byte_level) r.fail("pre_tokenizer", "expected a ByteLevel step (byte-level BPE)");
   const json decoder = root.value("decoder", json());
   if (decoder.is_null() || r.string_field(decoder, "type", "decoder") != "ByteLevel")
