@@ -137,8 +137,7 @@ void sort_tool_results(std::vector<Msg>& msgs) {
         const auto it = order.find(b.tool_use_id);
         return it == order.end() ? 0 : it->second;
       };
-      std::stable_sort(results.begin(), results.end(),
-                       [&](const Block& a, const Block& b) { return rank(a) < rank(b); });
+      std::ranges::stable_sort(results, {}, rank);
       size_t next = 0;
       for (Block& b : m.blocks)
         if (b.tool_result) b = std::move(results[next++]);
