@@ -243,15 +243,12 @@ std::string render_message(const std::vector<Msg>& msgs, size_t index, const Cha
       });
       break;
     case ChatRole::kLatestReminder:
-      prompt += cf::kLatestReminder;
-      prompt += m.content;
+      prompt += str_cat(cf::kLatestReminder, m.content);
       break;
     case ChatRole::kAssistant: {
       const bool after_task = index > 0 && !msgs[index - 1].task.empty();
-      if (o.thinking && !after_task && (!drop_thinking || ptrdiff_t(index) > last_user)) {
-        prompt += m.reasoning_content;
-        prompt += cf::kThinkEnd;
-      }
+      if (o.thinking && !after_task && (!drop_thinking || ptrdiff_t(index) > last_user))
+        prompt += str_cat(m.reasoning_content, cf::kThinkEnd);
       prompt += m.content;
       if (!m.tool_calls.empty()) prompt += render_tool_calls(m.tool_calls);
       if (!m.open_end) prompt += cf::kEos;
@@ -270,9 +267,8 @@ std::string render_message(const std::vector<Msg>& msgs, size_t index, const Cha
       prompt += str_cat(cf::kAssistant, o.thinking ? cf::kThinkStart : cf::kThinkEnd);
     prompt += task_token(m.task);
   } else if (is_user_like(msgs, index) && (index + 1 < msgs.size() || o.add_generation_prompt)) {
-    prompt += cf::kAssistant;
     const bool open_thinking = o.thinking && (!drop_thinking || ptrdiff_t(index) >= last_user);
-    prompt += open_thinking ? cf::kThinkStart : cf::kThinkEnd;
+    prompt += str_cat(cf::kAssistant, open_thinking ? cf::kThinkStart : cf::kThinkEnd);
   }
   return prompt;
 }
@@ -334,9 +330,8 @@ std::string encode_chat(std::span<const ChatMessage> messages, const ChatOptions
 
   msgs = merge_tool_messages(std::move(msgs));
   sort_tool_results(msgs);
-  const bool drop =
-      options.drop_thinking &&
-      std::none_of(msgs.begin(), msgs.end(), [](const Msg& m) { return truthy(m.tools); });
+  const bool drop = options.drop_thinking &&
+                    std::ranges::none_of(msgs, [](const Msg& m) { return truthy(m.tools); });
   if (options.thinking && drop) drop_earlier_thinking(msgs);
 
   std::string prompt = options.add_bos ? std::string(cf::kBos) : std::string();
