@@ -275,8 +275,6 @@ Taps taps(int64_t in_size, int64_t out_size) {
   const double scale = double(float(in_size)) / double(out_size);
   const double fs = std::max(scale, 1.0), support = 2.0 * fs, ss = 1.0 / fs;
   t.ksize = int64_t(std::ceil(support)) * 2 + 1;
-  t.first.resize(size_t(out_size));
-  t.count.resize(size_t(out_size));
   t.k.assign(size_t(out_size * t.ksize), 0);
   std::vector<double> w(size_t(t.ksize));
   for (int64_t o = 0; o < out_size; ++o) {
@@ -291,21 +289,17 @@ Taps taps(int64_t in_size, int64_t out_size) {
       t.k[size_t(o * t.ksize + i)] =
           int32_t(v < 0 ? -0.5 + v * (1 << kPrecision) : 0.5 + v * (1 << kPrecision));
     }
-    t.first[size_t(o)] = lo;
-    t.count[size_t(o)] = n;
+    t.first.push_back(lo);
+    t.count.push_back(n);
   }
   return t;
 }
 
-uint8_t clip8(int32_t v) {
-  return v <= 0 ? 0 : v >= (255 << kPrecision) ? 255 : uint8_t(v >> kPrecision);
-}
-
-// One tap sum: `n` samples `step` bytes apart.
+// One tap sum: `n` samples `step` bytes apart, clipped to 8 bits.
 uint8_t tap_sum(const uint8_t* s, int64_t step, const int32_t* k, int64_t n) {
   int32_t acc = 1 << (kPrecision - 1);
   for (int64_t i = 0; i < n; ++i) acc += int32_t(s[i * step]) * k[i];
-  return clip8(acc);
+  return acc <= 0 ? 0 : acc >= (255 << kPrecision) ? 255 : uint8_t(acc >> kPrecision);
 }
 
 }  // namespace
