@@ -80,8 +80,7 @@ int reasoning_effort_from_name(std::string_view name);
 // --- completions ---
 
 struct ParsedCompletion {
-  std::string reasoning;
-  std::string content;
+  std::string reasoning, content;
   std::vector<ChatToolCall> tool_calls;  // arguments as a JSON object text
   bool ended = false;                    // the end-of-sentence marker was seen
 };

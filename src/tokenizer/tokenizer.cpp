@@ -470,8 +470,7 @@ struct TokenizerState {
   struct Entry {
     std::string token;  // as stored in tokenizer.json
     std::string bytes;  // what the id decodes to
-    bool known = false;
-    bool special = false;
+    bool known = false, special = false;
   };
   std::vector<Entry> ids;  // [max_id + 1]; ids without a token are not `known`
   int32_t n_distinct = 0;
