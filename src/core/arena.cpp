@@ -41,22 +41,14 @@ void Arena::reset() {
 
 void* Arena::do_allocate(size_t bytes, size_t align) {
   const size_t a = std::max(align, kAlign);
-  for (;;) {
-    if (cur_ < chunks_.size()) {
-      const size_t at = round_up(used_, a);
-      if (at + bytes <= chunks_[cur_].size) {
-        used_ = at + bytes;
-        return chunks_[cur_].data + at;
-      }
-      if (cur_ + 1 < chunks_.size()) {  // a later chunk kept from an earlier release
-        ++cur_;
-        used_ = 0;
-        continue;
-      }
+  // The current chunk, else a later one kept from an earlier release, else a new one.
+  for (;; ++cur_, used_ = 0) {
+    if (cur_ == chunks_.size()) add_chunk(bytes + a);
+    const size_t at = round_up(used_, a);
+    if (at + bytes <= chunks_[cur_].size) {
+      used_ = at + bytes;
+      return chunks_[cur_].data + at;
     }
-    add_chunk(bytes + a);
-    cur_ = chunks_.size() - 1;
-    used_ = 0;
   }
 }
 

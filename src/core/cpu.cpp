@@ -13,15 +13,6 @@
 namespace deepinfer {
 
 namespace {
-Isa detect() {
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
-                      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
-  return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
-}
-
 Isa from_env(Isa best) {
   const char* s = std::getenv("DEEPINFER_ISA");
   if (!s || !*s) return best;
@@ -38,7 +29,14 @@ std::atomic<Isa>& current_isa() {
 }  // namespace
 
 Isa cpu_best_isa() {
-  static const Isa best = detect();
+  static const Isa best = [] {
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bf16");
+    return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;
+  }();
   return best;
 }
 

@@ -18,30 +18,20 @@ constexpr NameEntry kNames[] = {
 };
 static_assert(std::size(kNames) == size_t(DType::I64) + 1);
 
-constexpr float e4m3_value(int b) {
-  const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-  if (e == 15 && m == 7) return __builtin_nanf("");
-  float v = 0;
-  if (e == 0) {
-    v = float(m) / 8.0f / 64.0f;  // 2^-6 * m/8
-  } else {
-    v = 1.0f + float(m) / 8.0f;
-    for (int i = 7; i < e; ++i) v *= 2.0f;
-    for (int i = e; i < 7; ++i) v /= 2.0f;
-  }
-  return s ? -v : v;
-}
-
-constexpr std::array<float, 256> make_e4m3_table() {
-  std::array<float, 256> t{};
-  for (int b = 0; b < 256; ++b) t[size_t(b)] = e4m3_value(b);
-  return t;
-}
-
 }  // namespace
 
 // Constant-initialized: usable during other translation units' static initialization.
-constinit const std::array<float, 256> kE4m3Values = make_e4m3_table();
+constinit const std::array<float, 256> kE4m3Values = [] {
+  std::array<float, 256> t{};
+  for (uint32_t b = 0; b < 256; ++b) {
+    // Normal codes are (1 + m/8) * 2^(e-7): the fp32 exponent is e + 120, the mantissa m's bits.
+    const uint32_t e = (b >> 3) & 15, m = b & 7;
+    const float v =
+        e == 0 ? float(m) / 512.0f : std::bit_cast<float>(((e + 120) << 23) | (m << 20));
+    t[b] = (e == 15 && m == 7) ? __builtin_nanf("") : (b & 0x80) ? -v : v;
+  }
+  return t;
+}();
 
 const float kE2m1Values[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
@@ -93,8 +83,7 @@ uint8_t f32_to_e4m3(float f) {
   if (e > 135) return sign | 0x7f;  // >= 2^9
   // The rebased exponent and the mantissa rounded together: a carry bumps the exponent.
   const uint32_t code = shift_rne(((e - 120) << 23) | mant, 20);
-  if (code > 0x7e) return sign | 0x7f;
-  return sign | uint8_t(code);
+  return sign | uint8_t(code > 0x7e ? 0x7f : code);
 }
 
 uint8_t f32_to_e8m0(float f) {
@@ -102,17 +91,14 @@ uint8_t f32_to_e8m0(float f) {
   uint32_t e = x >> 23;
   const uint32_t mant = x & 0x7fffff;
   if (e == 0xff) return 255;
-  if (e == 0) {
-    // fp32 subnormals (and zero): the nearest code is 2^-127 (b = 0) unless the value lies
-    // above 2^-127 and below 2^-126 by more than the tie, where 2^-126 (b = 1) wins.
-    return ((mant & 0x400000) && (mant & 0x3fffff)) ? 1 : 0;
-  }
+  // fp32 subnormals (and zero): the nearest code is 2^-127 (b = 0) unless the value lies
+  // above 2^-127 and below 2^-126 by more than the tie, where 2^-126 (b = 1) wins.
+  if (e == 0) return ((mant & 0x400000) && (mant & 0x3fffff)) ? 1 : 0;
   // The implied leading 1 is the result's last bit, the mantissa's top bit the guard bit: a
   // mantissa of 1.5 or more rounds up (the tie at exactly 1.5 goes up because the implied bit is
   // odd).
-  if (mant & 0x400000) ++e;
-  if (e > 254) e = 254;
-  return uint8_t(e);
+  e += mant >> 22;
+  return uint8_t(e > 254 ? 254 : e);
 }
 
 uint8_t f32_to_e2m1(float f) {

@@ -18,9 +18,7 @@ std::shared_ptr<uint8_t> fresh(size_t bytes) {
   const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
   uint8_t* p = static_cast<uint8_t*>(std::aligned_alloc(kHuge, size));
   DI_REQUIRE(p, "cannot allocate ", size, " bytes");
-#ifdef MADV_HUGEPAGE
   madvise(p, size, MADV_HUGEPAGE);  // advice only: without it the pages are ordinary
-#endif
   return std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
 }
 

@@ -1,5 +1,6 @@
 #include "core/region_timer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -30,13 +31,10 @@ bool RegionTimer::enabled_ = install();
 
 void RegionTimer::add(const char* name, double ms) {
   auto [t, lock] = locked_table();
-  for (auto& r : t.rows)
-    if (r.name == name) {
-      ++r.calls;
-      r.total_ms += ms;
-      return;
-    }
-  t.rows.push_back({name, 1, ms});
+  auto row = std::ranges::find(t.rows, std::string_view(name), &RegionStat::name);
+  if (row == t.rows.end()) row = t.rows.insert(row, {name});
+  ++row->calls;
+  row->total_ms += ms;
 }
 
 std::vector<RegionStat> RegionTimer::snapshot() {
