@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -21,7 +20,6 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -32,8 +30,6 @@
 
 #include "core/error.h"
 #include "ranks/launch.h"
-
-extern char** environ;
 
 namespace deepinfer::ranks {
 
@@ -79,9 +75,7 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int world_size
 
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   DI_REQUIRE(fd >= 0, "cannot create shared-memory segment ", name, ": ", std::strerror(errno));
-  std::unique_ptr<Segment> s(new Segment);
-  s->name_ = name;
-  s->linked_ = true;
+  std::unique_ptr<Segment> s(new Segment(name, true));
   // Reserving the pages now turns a /dev/shm that is too small into an error here instead of a
   // SIGBUS in the middle of a collective.
   int err = ftruncate(fd, off_t(bytes)) == 0 ? 0 : errno;
@@ -100,9 +94,9 @@ std::unique_ptr<Segment> Segment::create(const std::string& name, int world_size
   h->slot_bytes = slot_bytes;
   h->piece_bytes = piece_bytes;
   h->max_groups = max_groups;
-  for (uint64_t g = 0; g <= max_groups; ++g) new (s->group(g)) GroupArea();
   h->next_group.store(1);  // area 0 is the world
   h->first_dead.store(-1);
+  for (uint64_t g = 0; g <= max_groups; ++g) new (s->group(g)) GroupArea();
   return s;
 }
 
@@ -115,8 +109,7 @@ std::unique_ptr<Segment> Segment::attach(const std::string& name, int world_size
   const bool big_enough = fstat(fd, &st) == 0 && uint64_t(st.st_size) >= sizeof(Header);
   if (!big_enough) close(fd);
   DI_REQUIRE(big_enough, what, ": the segment is too small to be one");
-  std::unique_ptr<Segment> s(new Segment);
-  s->name_ = name;
+  std::unique_ptr<Segment> s(new Segment(name, false));
   s->map(fd, size_t(st.st_size), what);
   const Header* h = s->header();
   DI_REQUIRE(h->magic == kMagic && h->version == kVersion, what,
@@ -186,33 +179,21 @@ std::string new_segment_name() {
 }
 
 std::string describe_exit_status(int status) {
-  if (WIFEXITED(status)) return str_cat("status ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    return str_cat("status SIG", abbrev ? abbrev : "?", " (killed by signal ", sig, ")");
-  }
-  return str_cat("status ", status);
+  if (!WIFSIGNALED(status))
+    return str_cat("status ", WIFEXITED(status) ? WEXITSTATUS(status) : status);
+  const int sig = WTERMSIG(status);
+  const char* abbrev = sigabbrev_np(sig);
+  return str_cat("status SIG", abbrev ? abbrev : "?", " (killed by signal ", sig, ")");
 }
 
 // --- launch of the followers ---
 
 namespace {
 
-std::vector<std::string> own_arguments() {
-  std::ifstream f("/proc/self/cmdline", std::ios::binary);
-  DI_REQUIRE(f, "cannot read /proc/self/cmdline to start the follower ranks");
-  std::vector<std::string> args;
-  for (std::string arg; std::getline(f, arg, '\0');) args.push_back(arg);
-  DI_REQUIRE(!args.empty(), "/proc/self/cmdline is empty");
-  return args;
-}
-
-bool is_rank_variable(const char* entry) {
-  for (const char* name : {kEnvLocalRank, kEnvWorldSize, kEnvShmName}) {
-    const size_t n = std::strlen(name);
-    if (std::strncmp(entry, name, n) == 0 && entry[n] == '=') return true;
-  }
+// Whether `entry` ("NAME=value") sets one of the three rank variables.
+bool is_rank_variable(std::string_view entry) {
+  for (const char* name : {kEnvLocalRank, kEnvWorldSize, kEnvShmName})
+    if (entry.starts_with(str_cat(name, "="))) return true;
   return false;
 }
 
@@ -228,7 +209,11 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 // when the leader dies, and gives up at once if the leader died before that was armed. Returns the
 // pids by rank, pids[0] being this process. On failure, kills what it started and throws.
 std::vector<int> spawn_followers(int world_size, const std::string& shm_name) {
-  std::vector<std::string> args = own_arguments();
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  DI_REQUIRE(cmdline, "cannot read /proc/self/cmdline to start the follower ranks");
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+  DI_REQUIRE(!args.empty(), "/proc/self/cmdline is empty");
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e)
     if (!is_rank_variable(*e)) env.emplace_back(*e);
@@ -293,8 +278,7 @@ void disarm_signal_cleanup() {
 }
 
 void arm_signal_cleanup(const std::string& shm_name) {
-  DI_CHECK(shm_name.size() < sizeof g_armed_name);
-  disarm_signal_cleanup();
+  DI_CHECK(shm_name.size() < sizeof g_armed_name && !g_armed.load());
   std::memcpy(g_armed_name, shm_name.c_str(), shm_name.size() + 1);
   g_armed.store(true);
   struct sigaction sa {};
@@ -331,7 +315,7 @@ int open_pidfd(int pid) {
 
 // Whether `pid` has exited: its pidfd is readable, or without one (an old kernel or a sandbox
 // that forbids them) it is gone or a zombie nobody reaped.
-bool has_exited(int pid, int pidfd) {
+bool has_died(int pid, int pidfd) {
   if (pidfd >= 0) {
     pollfd p{pidfd, POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
@@ -387,16 +371,10 @@ class Liveness {
     for (size_t r = 0; r < pids_.size() && error_.empty(); ++r) {
       if (reaped_[r] || pids_[r] <= 0) continue;
       // The leader reaps its children and so learns their status; the others only see them go.
-      const int status = leader()                           ? reap(r)
-                         : has_exited(pids_[r], pidfds_[r]) ? kUnknown
-                                                            : kRunning;
+      const int status = leader() ? reap(r) : has_died(pids_[r], pidfds_[r]) ? kUnknown : kRunning;
       if (status != kRunning) report(int(r), status);
     }
     return error_;
-  }
-  // The same as an exception.
-  void check() {
-    if (!poll().empty()) throw Error(error_);
   }
 
   // The leader, after the shutdown message: waits up to `timeout_s` for every follower to exit
@@ -433,11 +411,10 @@ class Liveness {
     if (!leader()) return;
     for (size_t r = 1; r < pids_.size(); ++r)
       if (!reaped_[r]) kill(pids_[r], SIGKILL);
-    for (size_t r = 1; r < pids_.size(); ++r) {
-      if (reaped_[r]) continue;
-      while (waitpid(pids_[r], nullptr, 0) < 0 && errno == EINTR) continue;
-      reaped_[r] = true;
-    }
+    // Waits for each, again where a signal interrupted the wait.
+    for (size_t r = 1; r < pids_.size(); ++r)
+      while (!reaped_[r] && waitpid(pids_[r], nullptr, 0) < 0 && errno == EINTR) continue;
+    reaped_.assign(pids_.size(), true);
   }
 
  private:
@@ -520,7 +497,7 @@ bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_
   for (int i = 0; i < 256; ++i) {
     if (ready()) return true;
     if (i >= 128)
-      sched_yield();
+      std::this_thread::yield();
     else
       __builtin_ia32_pause();
   }
@@ -532,11 +509,11 @@ bool wait_until(shm::Word& w, Ready&& ready, Liveness& alive, uint64_t deadline_
     if (now > deadline_us) return false;
     if (now >= next_check) {
       next_check = now + 5000;
-      if (!alive.poll().empty()) {
+      if (const std::string& dead = alive.poll(); !dead.empty()) {
         // A rank that exits right after the condition became true (a follower after the
         // shutdown message) is no failure of this wait.
         if (ready()) return true;
-        alive.check();
+        throw Error(dead);
       }
     }
     futex_sleep(w, seen);
@@ -694,9 +671,8 @@ std::unique_ptr<Group> ShmGroup::split(int color, int key) {
   for (int r = 0; r < size_; ++r)
     if (entries[size_t(r)].color == color) members.push_back(r);
   if (members.size() == 1) return make_single_group();
-  std::stable_sort(members.begin(), members.end(),
-                   [&](int a, int b) { return entries[size_t(a)].key < entries[size_t(b)].key; });
-  const int new_rank = int(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::ranges::stable_sort(members, {}, [&](int r) { return entries[size_t(r)].key; });
+  const int new_rank = int(std::ranges::find(members, rank_) - members.begin());
   const uint64_t area = base + uint64_t(std::distance(colors.begin(), colors.find(color)));
   return std::make_unique<ShmGroup>(state_, area, new_rank, int(members.size()));
 }
@@ -757,11 +733,10 @@ std::unique_ptr<World> make_shm_leader(const WorldOptions& o) {
         state->alive, now_us() + uint64_t(o.join_timeout_s * 1e6));
     DI_REQUIRE(joined, "only ", h->joined.value.load(), " of ", followers,
                " follower ranks joined within ", o.join_timeout_s, " s");
-    for (int r = 1; r < o.world_size; ++r) {
+    for (int r = 1; r < o.world_size; ++r)
       DI_REQUIRE(h->pids[r] == pids[size_t(r)], "rank ", r, " of segment ", name,
                  " was joined by pid ", h->pids[r], ", not by pid ", pids[size_t(r)],
                  " that was started for it");
-    }
   } catch (...) {
     state->alive.kill_children();
     disarm_signal_cleanup();

@@ -65,14 +65,14 @@ class Segment {
   void unlink_name();
 
  private:
-  Segment() = default;
+  Segment(std::string name, bool linked) : name_(std::move(name)), linked_(linked) {}
   // Maps `bytes` of `fd` and closes it; `what` starts the error message.
   void map(int fd, size_t bytes, const std::string& what);
 
   void* base_ = nullptr;
   size_t bytes_ = 0;
   std::string name_;
-  bool linked_ = false;  // created here, and the name is still there
+  bool linked_;  // created here, and the name is still there
 };
 
 }  // namespace deepinfer::ranks::shm

@@ -12,10 +12,6 @@
 #include "core/error.h"
 #include "ranks/launch.h"
 
-#ifndef DEEPINFER_RANKS_HAVE_MPI  // defined by CMake when MPI was found
-#define DEEPINFER_RANKS_HAVE_MPI 0
-#endif
-
 namespace deepinfer::ranks {
 
 void sum_in_rank_order(const float* const* parts, int n_parts, size_t n, float* out) {
@@ -144,7 +140,7 @@ void StepChannel::finish() {
 std::unique_ptr<World> init_world(const WorldOptions& options) {
   DI_REQUIRE(options.world_size >= 0, "world size ", options.world_size, " must be >= 0");
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("OMPI_COMM_WORLD_RANK")) {
-#if DEEPINFER_RANKS_HAVE_MPI
+#ifdef DEEPINFER_RANKS_HAVE_MPI  // defined by CMake when MPI was found
     return make_mpi_world(options);
 #else
     throw Error(

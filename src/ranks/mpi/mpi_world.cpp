@@ -18,6 +18,8 @@ namespace deepinfer::ranks {
 
 namespace {
 
+using namespace std::chrono_literals;
+
 void check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -64,10 +66,9 @@ class MpiGroup final : public Group {
 
   void all_reduce(float* data, size_t n) override {
     const size_t share = (n + size_t(size_) - 1) / size_t(size_);
-    padded_.resize(share * size_t(size_));
+    padded_.assign(share * size_t(size_), 0.0f);
     mine_.resize(share);
     std::copy(data, data + n, padded_.begin());
-    std::fill(padded_.begin() + ptrdiff_t(n), padded_.end(), 0.0f);
     reduce_scatter(padded_.data(), share, mine_.data());
     all_gather(mine_.data(), share * sizeof(float), padded_.data());
     std::copy(padded_.begin(), padded_.begin() + ptrdiff_t(n), data);
@@ -93,25 +94,17 @@ class MpiGroup final : public Group {
   }
 
   void all_gather(const void* in, size_t n_bytes_each, void* out) override {
-    const auto* src = static_cast<const uint8_t*>(in);
-    auto* dst = static_cast<uint8_t*>(out);
-    const size_t step = std::max<size_t>(1, kMaxBytes / size_t(size_));
-    if (n_bytes_each <= step) {
-      const void* send = (in == dst + size_t(rank_) * n_bytes_each) ? MPI_IN_PLACE : in;
-      check(
-          MPI_Allgather(send, int(n_bytes_each), MPI_BYTE, out, int(n_bytes_each), MPI_BYTE, comm_),
-          "MPI_Allgather");
+    auto* mine = static_cast<uint8_t*>(out) + size_t(rank_) * n_bytes_each;
+    if (n_bytes_each > kMaxBytes / size_t(size_)) {
+      // Too large for int counts in one call: each rank broadcasts its block, in pieces.
+      std::memmove(mine, in, n_bytes_each);
+      for (int r = 0; r < size_; ++r)
+        broadcast(static_cast<uint8_t*>(out) + size_t(r) * n_bytes_each, n_bytes_each, r);
       return;
     }
-    std::vector<uint8_t> tmp;  // [size_, len]
-    for (size_t off = 0; off < n_bytes_each; off += step) {
-      const size_t len = std::min(step, n_bytes_each - off);
-      tmp.resize(size_t(size_) * len);
-      check(MPI_Allgather(src + off, int(len), MPI_BYTE, tmp.data(), int(len), MPI_BYTE, comm_),
-            "MPI_Allgather");
-      for (int r = 0; r < size_; ++r)
-        std::memcpy(dst + size_t(r) * n_bytes_each + off, tmp.data() + size_t(r) * len, len);
-    }
+    check(MPI_Allgather(in == mine ? MPI_IN_PLACE : in, int(n_bytes_each), MPI_BYTE, out,
+                        int(n_bytes_each), MPI_BYTE, comm_),
+          "MPI_Allgather");
   }
 
   void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
@@ -141,13 +134,11 @@ class MpiChannel final : public StepChannel {
   void header(uint64_t* head) override {
     MPI_Request req;
     check(MPI_Ibcast(head, 2, MPI_UINT64_T, 0, comm_, &req), "MPI_Ibcast");
-    auto sleep = std::chrono::microseconds(0);
-    for (;;) {
+    for (auto sleep = 0us;; sleep = std::min(sleep + 20us, 1000us)) {
       int done = 0;
       check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test");
       if (done) return;
-      if (sleep.count()) std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep + std::chrono::microseconds(20), std::chrono::microseconds(1000));
+      std::this_thread::sleep_for(sleep);  // returns at once for 0
     }
   }
 
