@@ -13,17 +13,16 @@
 namespace deepinfer {
 
 namespace {
-Isa from_env(Isa best) {
-  const char* s = std::getenv("DEEPINFER_ISA");
-  if (!s || !*s) return best;
-  for (Isa want : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
-    if (!std::strcmp(s, isa_name(want))) return std::min(want, best);
-  throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
-}
-
-// The ISA in effect: read from the environment on first use.
+// The ISA in effect: the best one, capped by DEEPINFER_ISA when it is read on first use.
 std::atomic<Isa>& current_isa() {
-  static std::atomic<Isa> isa{from_env(cpu_best_isa())};
+  static std::atomic<Isa> isa{[] {
+    const Isa best = cpu_best_isa();
+    const char* s = std::getenv("DEEPINFER_ISA");
+    if (!s || !*s) return best;
+    for (Isa want : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+      if (!std::strcmp(s, isa_name(want))) return std::min(want, best);
+    throw Error(str_cat("DEEPINFER_ISA=", s, ": expected scalar, avx2 or avx512"));
+  }()};
   return isa;
 }
 }  // namespace

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 
@@ -41,12 +42,10 @@ std::string_view dtype_name(DType t) {
 }
 
 bool dtype_from_name(std::string_view name, DType* out) {
-  for (size_t i = 0; i < std::size(kNames); ++i)
-    if (kNames[i].name == name) {
-      *out = DType(i);
-      return true;
-    }
-  return false;
+  const NameEntry* e = std::ranges::find(kNames, name, &NameEntry::name);
+  if (e == std::end(kNames)) return false;
+  *out = DType(e - kNames);
+  return true;
 }
 
 int dtype_bits(DType t) {

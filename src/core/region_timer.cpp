@@ -19,15 +19,14 @@ std::pair<Table&, std::unique_lock<std::mutex>> locked_table() {
   static Table* t = new Table();  // never destroyed: regions may close during exit
   return {*t, std::unique_lock(t->mu)};
 }
-bool install() {
+}  // namespace
+
+bool RegionTimer::enabled_ = [] {
   const char* s = std::getenv("DEEPINFER_REGION_TIMING");
   const bool on = s && *s && std::strcmp(s, "0") != 0;
   if (on) std::atexit([] { RegionTimer::print(stderr); });
   return on;
-}
-}  // namespace
-
-bool RegionTimer::enabled_ = install();
+}();
 
 void RegionTimer::add(const char* name, double ms) {
   auto [t, lock] = locked_table();
