@@ -36,26 +36,27 @@ void Arena::reset() {
     chunks_.clear();
     add_chunk(total);
   }
-  cur_ = used_ = 0;
+  at_ = {};
 }
 
 void* Arena::do_allocate(size_t bytes, size_t align) {
   const size_t a = std::max(align, kAlign);
   // The current chunk, else a later one kept from an earlier release, else a new one.
-  for (;; ++cur_, used_ = 0) {
-    if (cur_ == chunks_.size()) add_chunk(bytes + a);
-    const size_t at = round_up(used_, a);
-    if (at + bytes <= chunks_[cur_].size) {
-      used_ = at + bytes;
-      return chunks_[cur_].data + at;
+  for (;; at_ = {at_.chunk + 1, 0}) {
+    if (at_.chunk == chunks_.size()) add_chunk(bytes + a);
+    const size_t off = round_up(at_.used, a);
+    if (off + bytes <= chunks_[at_.chunk].size) {
+      at_.used = off + bytes;
+      return chunks_[at_.chunk].data + off;
     }
   }
 }
 
 void Arena::do_deallocate(void* p, size_t bytes, size_t) {
   // The latest allocation gives its bytes back; any other waits for its scope.
-  if (cur_ < chunks_.size() && static_cast<uint8_t*>(p) + bytes == chunks_[cur_].data + used_)
-    used_ = size_t(static_cast<uint8_t*>(p) - chunks_[cur_].data);
+  if (at_.chunk < chunks_.size() &&
+      static_cast<uint8_t*>(p) + bytes == chunks_[at_.chunk].data + at_.used)
+    at_.used = size_t(static_cast<uint8_t*>(p) - chunks_[at_.chunk].data);
 }
 
 }  // namespace deepinfer

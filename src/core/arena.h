@@ -20,18 +20,15 @@ namespace deepinfer {
 class Arena final : public std::pmr::memory_resource {
  public:
   struct Mark {
-    size_t chunk = 0, used = 0;
+    size_t chunk = 0, used = 0;  // chunk index, bytes used in it
   };
   Arena() = default;
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
   ~Arena() override;
 
-  Mark mark() const { return {cur_, used_}; }
-  void release(Mark m) {
-    cur_ = m.chunk;
-    used_ = m.used;
-  }
+  Mark mark() const { return at_; }
+  void release(Mark m) { at_ = m; }
   // Between steps, when nothing allocated from the arena is alive.
   void reset();
   size_t capacity() const;  // bytes held
@@ -49,7 +46,7 @@ class Arena final : public std::pmr::memory_resource {
     size_t size;
   };
   std::vector<Chunk> chunks_;
-  size_t cur_ = 0, used_ = 0;  // allocation point: chunk index, bytes used in it
+  Mark at_;  // the allocation point
 };
 
 // Gives back everything allocated on `a` after its construction when it goes out of scope. Declare

@@ -10,10 +10,7 @@ namespace deepinfer {
 inline std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
+  for (; bytes >= 1024 && u < 4; ++u) bytes /= 1024;
   char buf[32];
   std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
   return buf;

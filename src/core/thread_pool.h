@@ -13,11 +13,12 @@
 
 namespace deepinfer {
 
-// A non-owning reference to a callable `void(int64_t begin, int64_t end)`.
+// A non-owning reference to a callable `void(int64_t begin, int64_t end)`; a temporary callable
+// lives through the call it is passed to.
 class RangeFn {
  public:
   template <typename F>
-  RangeFn(F& f) : obj_(&f), call_(&invoke<F>) {}  // NOLINT: implicit on purpose
+  RangeFn(F&& f) : obj_(&f), call_(&invoke<std::remove_reference_t<F>>) {}  // NOLINT: implicit
   void operator()(int64_t b, int64_t e) const { call_(obj_, b, e); }
 
  private:
@@ -43,11 +44,6 @@ class ThreadPool {
   // the pool; the caller takes part and returns when all chunks are done. A call from inside a
   // pool task runs serially on that thread. Exceptions must not escape fn.
   void parallel_for(int64_t n, int64_t grain, RangeFn fn);
-  template <typename F>
-  void parallel_for(int64_t n, int64_t grain, F&& fn) {
-    auto& ref = fn;
-    parallel_for(n, grain, RangeFn(ref));
-  }
 
   // The process-wide pool, sized by DEEPINFER_NUM_THREADS or the hardware's thread count.
   static ThreadPool& global();
