@@ -46,10 +46,8 @@ std::vector<std::vector<uint8_t>> Group::all_gather_v(std::span<const uint8_t> m
   std::copy(mine.begin(), mine.end(), padded.begin());
   all_gather(padded.data(), longest, flat.data());
   std::vector<std::vector<uint8_t>> all;
-  for (int r = 0; r < size(); ++r) {
-    const uint8_t* p = flat.data() + size_t(r) * longest;
-    all.emplace_back(p, p + lens[size_t(r)]);
-  }
+  for (size_t r = 0; r < lens.size(); ++r)
+    all.emplace_back(flat.data() + r * longest, flat.data() + r * longest + lens[r]);
   return all;
 }
 
