@@ -62,15 +62,10 @@ Expr fixed_range(int64_t a, int64_t b, int len) {
   const int64_t da = a / p, db = b / p, ra = a % p, rb = b % p;
   if (da == db) return seq({ch(char('0' + da)), fixed_range(ra, rb, len - 1)});
   std::vector<Expr> parts;
-  int64_t full_lo = da, full_hi = db;
-  if (ra != 0) {
-    parts.push_back(seq({ch(char('0' + da)), fixed_range(ra, p - 1, len - 1)}));
-    full_lo = da + 1;
-  }
-  if (rb != p - 1) {
-    parts.push_back(seq({ch(char('0' + db)), fixed_range(0, rb, len - 1)}));
-    full_hi = db - 1;
-  }
+  if (ra != 0) parts.push_back(seq({ch(char('0' + da)), fixed_range(ra, p - 1, len - 1)}));
+  if (rb != p - 1) parts.push_back(seq({ch(char('0' + db)), fixed_range(0, rb, len - 1)}));
+  // The leading digits followed by every remainder.
+  const int64_t full_lo = da + (ra != 0), full_hi = db - (rb != p - 1);
   if (full_lo <= full_hi)
     parts.push_back(
         seq({digits(char('0' + full_lo), char('0' + full_hi)), repeat(digit(), len - 1, len - 1)}));
@@ -135,20 +130,13 @@ Expr magnitude(Bound lo, Bound hi, bool integral) {
   return alt(std::move(parts));
 }
 
-// Bounds of a numeric schema as (lo, hi) in the value's own type: integer bounds round inward;
-// number bounds must be integral.
-struct Range {
-  Bound lo, hi;
-};
-
-class Compiler {
- public:
-  // `max_length`: the largest minLength, maxLength, minItems or maxItems accepted.
-  Compiler(const Json& root, int32_t max_length)
-      : root_(root),
-        max_length_(max_length),
-        ws_(repeat(one_of(" \t\n\r"), 0, kMaxWhitespace)),  // JSON whitespace, bounded
-        sep_(seq({ws_, ch(','), ws_})) {}
+struct Compiler {
+  const Json& root;
+  int32_t max_length;  // the largest minLength, maxLength, minItems or maxItems accepted
+  Expr ws = repeat(one_of(" \t\n\r"), 0, kMaxWhitespace);  // JSON whitespace, bounded
+  Expr sep = seq({ws, ch(','), ws});
+  std::map<std::string, int> ref_depth = {};
+  Expr free_cache[kFreeDepth + 1] = {};  // free_value(depth), once built
 
   Expr value(const Json& s, const std::string& path) {
     if (s.is_boolean()) return s.get<bool>() ? free_value(kFreeDepth) : nothing();
@@ -218,7 +206,6 @@ class Compiler {
     return repeat(utf8_char("<"), min, max);
   }
 
- private:
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
     throw Error(str_cat(path, ": ", what));
   }
@@ -240,11 +227,10 @@ class Compiler {
         "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated",
         "readOnly", "writeOnly", "strict", "name", "propertyOrdering", "contentEncoding",
         "contentMediaType", "unevaluatedProperties"};
-    for (auto it = s.begin(); it != s.end(); ++it) {
-      if (known.count(it.key())) continue;
-      fail(str_cat(path, ".", it.key()),
-           "this schema keyword is not supported for constrained output");
-    }
+    for (const auto& [key, v] : s.items())
+      if (!known.contains(key))
+        fail(str_cat(path, ".", key),
+             "this schema keyword is not supported for constrained output");
     // unevaluatedProperties false is what strict schemas say anyway; anything else constrains.
     if (const Json* u = field(s, "unevaluatedProperties"); u && !is_bool(u, false))
       fail(path + ".unevaluatedProperties", "only false is supported");
@@ -252,12 +238,12 @@ class Compiler {
 
   // `open` ws body ws `close`, the body (and its ws) possibly absent when `optional_body`.
   Expr enclose(char open, Expr body, bool optional_body, char close) {
-    const Expr inner = seq({std::move(body), ws_});
-    return seq({ch(open), ws_, optional_body ? optional(inner) : inner, ch(close)});
+    const Expr inner = seq({std::move(body), ws});
+    return seq({ch(open), ws, optional_body ? optional(inner) : inner, ch(close)});
   }
   // An object member: key ws ':' ws value.
   Expr member(Expr key, Expr value) {
-    return seq({std::move(key), ws_, ch(':'), ws_, std::move(value)});
+    return seq({std::move(key), ws, ch(':'), ws, std::move(value)});
   }
 
   Expr with_null(const Json& s, Expr e) {
@@ -267,22 +253,17 @@ class Compiler {
   Expr ref(const Json& r, const std::string& path) {
     if (!r.is_string()) fail(path + ".$ref", "expected a string");
     const std::string target = r.get<std::string>();
-    const Json* s = nullptr;
-    if (target == "#") {
-      s = &root_;
-    } else {
-      for (const char* key : {"$defs", "definitions"}) {
-        const std::string prefix = str_cat("#/", key, "/");
-        if (!target.starts_with(prefix)) continue;
-        const Json* defs = field(root_, key);
-        if (defs && defs->is_object()) s = field(*defs, target.substr(prefix.size()).c_str());
-        break;
-      }
+    const Json* s = target == "#" ? &root : nullptr;
+    for (const char* key : {"$defs", "definitions"}) {
+      const std::string prefix = str_cat("#/", key, "/");
+      const Json* defs = field(root, key);
+      if (target.starts_with(prefix) && defs && defs->is_object())
+        s = field(*defs, target.substr(prefix.size()).c_str());
     }
     if (!s)
       fail(path + ".$ref",
            str_cat("'", target, "' does not name a schema under #/$defs or #/definitions"));
-    int& depth = ref_depth_[target];
+    int& depth = ref_depth[target];
     if (depth >= kRefDepth) return nothing();
     ++depth;
     Expr e = value(*s, target);
@@ -305,8 +286,8 @@ class Compiler {
     const auto get = [&](const char* key, int32_t absent) {
       const Json* v = field(s, key);
       if (!v) return absent;
-      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max_length_)
-        fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", max_length_, "]"));
+      if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > max_length)
+        fail(str_cat(path, ".", key), str_cat("expected an integer in [0, ", max_length, "]"));
       return int32_t(v->get<int64_t>());
     };
     const int32_t lo = get(lo_key, 0), hi = get(hi_key, -1);
@@ -358,8 +339,10 @@ class Compiler {
                                    "are)"));
   }
 
-  Range range(const Json& s, const std::string& path, bool integral) {
-    Range r;
+  // Bounds of a numeric schema as (lo, hi) in the value's own type: integer bounds round inward;
+  // number bounds must be integral.
+  std::pair<Bound, Bound> range(const Json& s, const std::string& path, bool integral) {
+    Bound lo, hi;
     auto read = [&](const char* key, bool upper, bool exclusive) {
       const Json* v = field(s, key);
       // Draft 4 spells exclusivity as a boolean beside minimum/maximum.
@@ -384,7 +367,7 @@ class Compiler {
           fail(where, "number bounds with a fraction are not supported (integral ones are)");
         b.value = int64_t(x);
       }
-      Bound& slot = upper ? r.hi : r.lo;
+      Bound& slot = upper ? hi : lo;
       // The tighter of minimum and exclusiveMinimum (or the maxima).
       const bool tighter = !slot.present || (upper ? b.value < slot.value : b.value > slot.value) ||
                            (b.value == slot.value && b.exclusive);
@@ -394,30 +377,26 @@ class Compiler {
     read("maximum", true, is_bool(field(s, "exclusiveMaximum"), true));
     read("exclusiveMinimum", false, true);
     read("exclusiveMaximum", true, true);
-    return r;
+    return {lo, hi};
   }
 
   // An integer or number schema (integer bounds are inclusive, see range()).
   Expr numeric(const Json& s, const std::string& path, bool integral) {
-    const Range r = range(s, path, integral);
-    if (!integral && !r.lo.present && !r.hi.present) return any_number();
-    if (r.lo.present && r.hi.present &&
-        (r.lo.value > r.hi.value ||
-         (r.lo.value == r.hi.value && (r.lo.exclusive || r.hi.exclusive))))
+    const auto [lo, hi] = range(s, path, integral);
+    if (!integral && !lo.present && !hi.present) return any_number();
+    if (lo.present && hi.present &&
+        (lo.value > hi.value || (lo.value == hi.value && (lo.exclusive || hi.exclusive))))
       fail(path, integral ? "the bounds leave no integer" : "the bounds leave no number");
     std::vector<Expr> parts;
     // v >= 0: lo' = max(lo, 0) (0 inclusive when lo < 0).
-    const bool nonneg = !r.hi.present || r.hi.value > 0 || (r.hi.value == 0 && !r.hi.exclusive);
-    if (nonneg) {
-      Bound lo = r.lo.present && r.lo.value >= 0 ? r.lo : Bound{true, 0, false};
-      parts.push_back(magnitude(lo, r.hi, integral));
-    }
+    if (!hi.present || hi.value > 0 || (hi.value == 0 && !hi.exclusive))
+      parts.push_back(
+          magnitude(lo.present && lo.value >= 0 ? lo : Bound{true, 0, false}, hi, integral));
     // v < 0 as '-' m: m in [max(-hi, 0), -lo], the bounds' exclusivity swapped over.
-    const bool neg = !r.lo.present || r.lo.value < 0;
-    if (neg) {
-      Bound mlo = r.hi.present && r.hi.value < 0 ? Bound{true, -r.hi.value, r.hi.exclusive}
-                                                 : Bound{true, 0, true};
-      Bound mhi = r.lo.present ? Bound{true, -r.lo.value, r.lo.exclusive} : Bound{};
+    if (!lo.present || lo.value < 0) {
+      const Bound mlo =
+          hi.present && hi.value < 0 ? Bound{true, -hi.value, hi.exclusive} : Bound{true, 0, true};
+      const Bound mhi = lo.present ? Bound{true, -lo.value, lo.exclusive} : Bound{};
       parts.push_back(seq({ch('-'), magnitude(mlo, mhi, integral)}));
     }
     return alt(std::move(parts));
@@ -442,17 +421,17 @@ class Compiler {
     if (!props || props->empty()) {
       // A map: keys free, values after additionalProperties (absent or true: any value).
       const Json* add = field(s, "additionalProperties");
-      if (is_bool(add, false)) return seq({ch('{'), ws_, ch('}')});
+      if (is_bool(add, false)) return seq({ch('{'), ws, ch('}')});
       const Expr v = add && !add->is_boolean() ? value(*add, path + ".additionalProperties")
                                                : free_value(kFreeDepth);
-      return enclose('{', list(member(free_string(), v), sep_, 0, -1), true, '}');
+      return enclose('{', list(member(free_string(), v), sep, 0, -1), true, '}');
     }
     std::vector<Member> ms;
-    for (auto it = props->begin(); it != props->end(); ++it) {
-      const Expr v = value(it.value(), str_cat(path, ".properties.", it.key()));
-      ms.push_back({member(lit(Json(it.key()).dump()), v), required.count(it.key()) > 0});
+    for (const auto& [key, schema] : props->items()) {
+      const Expr v = value(schema, str_cat(path, ".properties.", key));
+      ms.push_back({member(lit(Json(key).dump()), v), required.contains(key)});
     }
-    return enclose('{', members(std::move(ms), sep_), false, '}');
+    return enclose('{', members(std::move(ms), sep), false, '}');
   }
 
   Expr array(const Json& s, const std::string& path) {
@@ -468,41 +447,33 @@ class Compiler {
       // The tuple's members all, then the further items the bounds allow.
       std::vector<Expr> parts;
       for (size_t i = 0; i < pre->size(); ++i) {
-        if (i) parts.push_back(sep_);
+        if (i) parts.push_back(sep);
         parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
       }
       const int32_t n = int32_t(pre->size());
       if (item && (max < 0 || max > n))
-        parts.push_back(repeat(seq({sep_, item}), std::max(0, min - n), max < 0 ? -1 : max - n));
+        parts.push_back(repeat(seq({sep, item}), std::max(0, min - n), max < 0 ? -1 : max - n));
       return enclose('[', seq(std::move(parts)), false, ']');
     }
-    if (!item) return seq({ch('['), ws_, ch(']')});
-    return enclose('[', list(item, sep_, std::max(min, 1), max), min == 0, ']');
+    if (!item) return seq({ch('['), ws, ch(']')});
+    return enclose('[', list(item, sep, std::max(min, 1), max), min == 0, ']');
   }
 
- public:
   Expr free_string() { return seq({ch('"'), repeat(json_string_char(), 0, -1), ch('"')}); }
 
   // Any JSON value, containers nesting at most `depth` deep.
   Expr free_value(int32_t depth) {
-    if (free_[size_t(depth)]) return free_[size_t(depth)];
+    if (free_cache[size_t(depth)]) return free_cache[size_t(depth)];
     std::vector<Expr> opts{free_string(), any_number(), lit("true"), lit("false"), lit("null")};
     if (depth > 0) {
       opts.push_back(free_object(depth));
-      opts.push_back(enclose('[', list(free_value(depth - 1), sep_, 1, -1), true, ']'));
+      opts.push_back(enclose('[', list(free_value(depth - 1), sep, 1, -1), true, ']'));
     }
-    return free_[size_t(depth)] = alt(std::move(opts));
+    return free_cache[size_t(depth)] = alt(std::move(opts));
   }
   Expr free_object(int32_t depth) {
-    return enclose('{', list(member(free_string(), free_value(depth - 1)), sep_, 1, -1), true, '}');
+    return enclose('{', list(member(free_string(), free_value(depth - 1)), sep, 1, -1), true, '}');
   }
-
- private:
-  const Json& root_;
-  int32_t max_length_;
-  Expr ws_, sep_;
-  std::map<std::string, int> ref_depth_;
-  Expr free_[kFreeDepth + 1];  // free_value(depth), once built
 };
 
 }  // namespace
@@ -522,34 +493,34 @@ JsonSchema::JsonSchema(std::string_view schema_json, int32_t max_length)
 JsonSchema::~JsonSchema() = default;
 
 Expr JsonSchema::value() const {
-  return Compiler(impl_->root, impl_->max_length).value(impl_->root, "schema");
+  return Compiler{impl_->root, impl_->max_length}.value(impl_->root, "schema");
 }
 
 std::vector<JsonSchema::Property> JsonSchema::properties() const {
   const Json& root = impl_->root;
-  Compiler c(root, impl_->max_length);
-  std::vector<Property> out;
-  if (root.is_object() && root.contains("$ref"))
-    throw Error("schema: expected properties, not a $ref");
-  const auto p = root.is_object() ? root.find("properties") : root.end();
-  if (!root.is_object() || p == root.end()) return out;
+  if (!root.is_object()) return {};
+  if (root.contains("$ref")) throw Error("schema: expected properties, not a $ref");
+  const auto p = root.find("properties");
+  if (p == root.end()) return {};
   if (!p->is_object()) throw Error("schema.properties: expected an object");
   std::set<std::string> required;
   if (auto r = root.find("required"); r != root.end() && r->is_array())
     for (const Json& n : *r)
       if (n.is_string()) required.insert(n.get<std::string>());
-  for (auto it = p->begin(); it != p->end(); ++it) {
-    const std::string path = "schema.properties." + it.key();
-    Expr json = c.value(it.value(), path);
-    const std::optional<Expr> raw = c.raw_string(it.value(), path);
-    out.push_back({it.key(), required.count(it.key()) > 0, std::move(json), raw.has_value(),
-                   raw.value_or(nullptr)});
+  Compiler c{root, impl_->max_length};
+  std::vector<Property> out;
+  for (const auto& [name, schema] : p->items()) {
+    const std::string path = "schema.properties." + name;
+    Expr json = c.value(schema, path);
+    const std::optional<Expr> raw = c.raw_string(schema, path);
+    out.push_back(
+        {name, required.contains(name), std::move(json), raw.has_value(), raw.value_or(nullptr)});
   }
   return out;
 }
 
 Expr json_object_expr() {
-  return Compiler(Json::object(), /*max_length=*/0).free_object(kFreeDepth);
+  return Compiler{Json::object(), /*max_length=*/0}.free_object(kFreeDepth);
 }
 
 }  // namespace deepinfer::grammar
