@@ -394,12 +394,10 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g)
 
 const uint64_t* Matcher::allowed() {
   if (ended_ || state_ < 0) {
-    std::fill(mask_.begin(), mask_.end(), 0);
+    std::ranges::fill(mask_, 0);
   } else {
-    Grammar::Impl& im = *g_->impl_;
-    std::lock_guard lk(im.mu);
-    const std::vector<uint64_t>& m = im.mask(state_, g_->vocab());
-    std::copy(m.begin(), m.end(), mask_.begin());
+    std::lock_guard lk(g_->impl_->mu);
+    mask_ = g_->impl_->mask(state_, g_->vocab());
   }
   if (none_set(mask_)) set_bit(mask_, g_->vocab().eos());
   return mask_.data();
