@@ -200,13 +200,13 @@ void generate(GenerateOptions& o) {
       tok && o.chat ? chat_marker_tokens(*tok) : std::vector<int32_t>{};
   DI_REQUIRE(o.params.stop.empty() || tok,
              "--stop: stop strings need a tokenizer, and this model has none");
-  const int64_t vocab = le.checkpoint->config().vocab_size;
+  const ModelConfig& mc = le.checkpoint->config();
   // Built on first use (the vocabulary's trie takes a moment).
   std::unique_ptr<server::GrammarCache> grammars;
   auto grammar_cache = [&]() -> server::GrammarCache* {
     if (!grammars && tok)
       grammars = std::make_unique<server::GrammarCache>(
-          server::make_grammar_vocab(*tok, vocab, le.checkpoint->config().eos_token_id));
+          server::make_grammar_vocab(*tok, mc.vocab_size, mc.eos_token_id));
     return grammars.get();
   };
   if (le.world->rank() != 0) {
@@ -220,11 +220,10 @@ void generate(GenerateOptions& o) {
   }
   // Requests go to the least loaded data-parallel replica (this one when there is one).
   Replicas engine(*le.engine, le.layout.cfg.dp > 1 ? le.layout.dp.get() : nullptr);
-  const ModelConfig& mc = le.checkpoint->config();
   const vision::VisionLimits vision{mc.vision_patch_size, mc.vision_downsample_ratio,
                                     mc.has_vision() ? mc.vision_max_n_token : 0,
                                     mc.vision_min_pixels, mc.vision_max_wh_ratio};
-  std::vector<Input> inputs = read_inputs(o, tok, vocab, vision, grammar_cache);
+  std::vector<Input> inputs = read_inputs(o, tok, mc.vocab_size, vision, grammar_cache);
   const size_t n = inputs.size();
   std::vector<json> results(n);
   for (size_t i = 0; i < n; ++i) {

@@ -86,17 +86,16 @@ void serve(ServeOptions& o) {
     return le.finish();
   }
 
-  server::ModelInfo info;
   const std::string given = o.eo.model.empty() ? "deepinfer-tiny" : o.eo.model;
   std::string name = o.served_model_name;
   if (name.empty()) name = std::filesystem::path(given).filename().string();
   if (name.empty()) name = given;  // a path ending in '/'
-  info.names = {name, given};
-  info.tokenizer = le.tokenizer.get();
-  info.vocab_size = c.vocab_size;
-  info.max_model_len = o.eo.engine.sched.max_model_len;
-  info.created = int64_t(std::time(nullptr));
-  info.grammars = grammars.get();
+  server::ModelInfo info{.names = {name, given},
+                         .tokenizer = le.tokenizer.get(),
+                         .vocab_size = c.vocab_size,
+                         .max_model_len = o.eo.engine.sched.max_model_len,
+                         .created = int64_t(std::time(nullptr)),
+                         .grammars = grammars.get()};
   if (c.has_vision() && le.checkpoint->has_vision) {
     info.vision = {c.vision_patch_size, c.vision_downsample_ratio, c.vision_max_n_token,
                    c.vision_min_pixels, c.vision_max_wh_ratio};

@@ -116,18 +116,14 @@ void inspect(const std::string& dir) {
     std::printf("  %-8s %6zu tensors  %s\n", dt.c_str(), e.first,
                 human_bytes(double(e.second)).c_str());
 
-  // How each slot was loaded: layer and expert numbers folded into '*'.
-  std::map<std::string, std::map<std::string, size_t>> forms;  // slot -> "stored -> computes" -> n
-  std::vector<std::string> order;
+  // How each slot was loaded: layer and expert numbers folded into '*'. Slots in the order they
+  // first appear: slot -> "stored -> computes" -> n.
+  nlohmann::ordered_map<std::string, std::map<std::string, size_t>> forms;
   const std::regex number(R"(\.[0-9]+)");
-  for (const auto& [name, form] : ck->forms) {
-    const std::string slot = std::regex_replace(name, number, ".*");
-    if (!forms.count(slot)) order.push_back(slot);
-    ++forms[slot][form];
-  }
+  for (const auto& [name, form] : ck->forms) ++forms[std::regex_replace(name, number, ".*")][form];
   std::printf("slots as loaded (stored dtype -> computation):\n");
-  for (const std::string& slot : order)
-    for (const auto& [form, n] : forms[slot])
+  for (const auto& [slot, by_form] : forms)
+    for (const auto& [form, n] : by_form)
       std::printf("  %-42s %4zux %s\n", slot.c_str(), n, form.c_str());
 
   const WeightFootprint w = weight_footprint(c);
