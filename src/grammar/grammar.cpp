@@ -218,8 +218,7 @@ struct Nfa {
         const ExprNode& sep = *e.parts.back();
         // at[i][w]: before member i, with (w = 1) or without (w = 0) a member written already.
         std::vector<std::array<uint32_t, 2>> at(n + 1);
-        at[0][0] = from;
-        at[0][1] = state();  // unreachable: nothing was written before member 0
+        at[0] = {from, state()};  // at[0][1] unreachable: nothing was written before member 0
         for (size_t i = 1; i <= n; ++i) at[i] = {state(), state()};
         for (size_t i = 0; i < n; ++i) {
           // Reached as the first member or after a separator; one copy of the member.
