@@ -18,9 +18,9 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, int32_t eos)
   std::vector<int32_t>& ids = sorted_ids_;
   for (int32_t i = 0; i < int32_t(bytes_.size()); ++i)
     if (!bytes_[size_t(i)].empty() && i != eos_) ids.push_back(i);
-  // By bytes, then (stable) by id.
-  std::ranges::stable_sort(ids, {},
-                           [this](int32_t i) -> const std::string& { return bytes_[size_t(i)]; });
+  std::sort(ids.begin(), ids.end(), [this](int32_t a, int32_t b) {
+    return bytes_[size_t(a)] != bytes_[size_t(b)] ? bytes_[size_t(a)] < bytes_[size_t(b)] : a < b;
+  });
   // Sorted strings make a trie in preorder by extending the previous string's path: `path[d]`
   // is the node at depth d. A node's subtree ends where the next node of its depth or less
   // begins.
@@ -201,14 +201,15 @@ struct Nfa {
         if (e.max < 0) {
           const uint32_t start = state();
           epsilon(cur, start);
-          cur = emit(item, start);
-          epsilon(emit(sep, cur), start);
-        } else {
-          cur = emit(item, cur);
-          for (int32_t i = std::max(e.min, 1); i < e.max; ++i) {
-            epsilon(cur, end);
-            cur = emit(item, emit(sep, cur));
-          }
+          const uint32_t after = emit(item, start);
+          epsilon(emit(sep, after), start);
+          epsilon(after, end);
+          return end;
+        }
+        cur = emit(item, cur);
+        for (int32_t i = std::max(e.min, 1); i < e.max; ++i) {
+          epsilon(cur, end);
+          cur = emit(item, emit(sep, cur));
         }
         epsilon(cur, end);
         return end;
@@ -218,7 +219,8 @@ struct Nfa {
         const ExprNode& sep = *e.parts.back();
         // at[i][w]: before member i, with (w = 1) or without (w = 0) a member written already.
         std::vector<std::array<uint32_t, 2>> at(n + 1);
-        at[0] = {from, state()};  // at[0][1] unreachable: nothing was written before member 0
+        at[0][0] = from;
+        at[0][1] = state();  // unreachable: nothing was written before member 0
         for (size_t i = 1; i <= n; ++i) at[i] = {state(), state()};
         for (size_t i = 0; i < n; ++i) {
           // Reached as the first member or after a separator; one copy of the member.
@@ -237,28 +239,32 @@ struct Nfa {
         return end;
       }
       case ExprNode::kUntil: {
-        // KMP automaton of the terminator: u[k] = k bytes of it matched. From u[k], byte t[k]
-        // leads on and any other byte where it leads from the restart state x (the longest
-        // proper prefix of t ending the k bytes read).
+        // KMP automaton of the terminator: u[k] = k bytes of it matched.
         const std::string& t = e.text;
-        std::vector<uint32_t> u(t.size() + 1);
-        for (uint32_t& s : u) s = state();
+        const size_t m = t.size();
+        std::vector<size_t> fail(m + 1, 0);
+        for (size_t i = 1, k = 0; i < m; ++i) {
+          while (k && t[i] != t[k]) k = fail[k];
+          if (t[i] == t[k]) ++k;
+          fail[i + 1] = k;
+        }
+        std::vector<uint32_t> u(m + 1);
+        for (size_t k = 0; k <= m; ++k) u[k] = state();
         epsilon(from, u[0]);
-        std::vector<std::array<size_t, 256>> next(t.size());  // next[k][c]: bytes then matched
-        for (size_t k = 0, x = 0; k < t.size(); ++k) {
-          next[k] = next[x];
-          next[k][uint8_t(t[k])] = k + 1;
-          if (k > 0) x = next[x][uint8_t(t[k])];
-          // Runs of bytes with equal targets become one range.
+        for (size_t k = 0; k < m; ++k) {
+          // Target of each byte from u[k]; runs of equal targets become one range.
           std::vector<Edge>& out = edges[u[k]];
           for (int c = 0; c < 256; ++c) {
-            if (c > 0 && out.back().to == u[next[k][c]])
+            size_t j = k;
+            while (j && uint8_t(t[j]) != c) j = fail[j];
+            if (uint8_t(t[j]) == c) ++j;
+            if (c > 0 && out.back().to == u[j])
               out.back().hi = uint8_t(c);
             else
-              out.push_back({uint8_t(c), uint8_t(c), u[next[k][c]]});
+              out.push_back({uint8_t(c), uint8_t(c), u[j]});
           }
         }
-        return u.back();
+        return u[m];
       }
     }
     return from;
@@ -277,9 +283,10 @@ struct Grammar::Impl : Nfa {
   // a byte or accept. Transitions per byte (-1: dead), filled when a state is first expanded.
   struct DState {
     std::vector<uint32_t> nfa;
-    std::vector<int32_t> next = {};  // [256] once expanded, empty before
+    std::vector<int32_t> next;  // [256] once expanded, empty before
     bool accept = false;
-    int32_t mask = -1;  // index into masks, -1: not computed
+    bool terminal = false;  // no byte continues
+    int32_t mask = -1;      // index into masks, -1: not computed
   };
   static constexpr size_t kMaxDStates = size_t(1) << 20;
   static constexpr size_t kMaxMasks = 1024;  // 16 KiB each on a 129k vocabulary
@@ -288,7 +295,9 @@ struct Grammar::Impl : Nfa {
   std::vector<DState> dstates;
   struct VecHash {
     size_t operator()(const std::vector<uint32_t>& v) const {
-      return std::hash<std::string_view>()({reinterpret_cast<const char*>(v.data()), 4 * v.size()});
+      uint64_t h = 1469598103934665603ull;
+      for (uint32_t x : v) h = (h ^ x) * 1099511628211ull;
+      return size_t(h);
     }
   };
   std::unordered_map<std::vector<uint32_t>, int32_t, VecHash> intern;
@@ -307,30 +316,46 @@ struct Grammar::Impl : Nfa {
     std::erase_if(set, [this](uint32_t s) { return edges[s].empty() && s != final_state; });
     std::sort(set.begin(), set.end());
     if (set.empty()) return -1;
-    if (auto it = intern.find(set); it != intern.end()) return it->second;
+    auto it = intern.find(set);
+    if (it != intern.end()) return it->second;
     if (dstates.size() >= kMaxDStates) return -1;  // beyond the budget: treated as a dead end
-    dstates.push_back(
-        {.nfa = set, .accept = std::binary_search(set.begin(), set.end(), final_state)});
-    return intern.emplace(std::move(set), int32_t(dstates.size() - 1)).first->second;
+    DState d;
+    d.accept = std::binary_search(set.begin(), set.end(), final_state);
+    d.nfa = set;
+    const int32_t id = int32_t(dstates.size());
+    dstates.push_back(std::move(d));
+    intern.emplace(std::move(set), id);
+    return id;
   }
 
-  // The transition table of `id`, filled on first use.
-  const int32_t* expand(int32_t id) {
-    if (!dstates[size_t(id)].next.empty()) return dstates[size_t(id)].next.data();
+  void expand(int32_t id) {
+    if (!dstates[size_t(id)].next.empty()) return;
     // Targets per byte, as sorted sets.
     std::vector<std::vector<uint32_t>> to(256);
     for (uint32_t s : dstates[size_t(id)].nfa)
       for (const Edge& e : edges[s])
         for (int b = e.lo; b <= e.hi; ++b) to[size_t(b)].push_back(e.to);
     std::vector<int32_t> next(256, -1);
+    bool any = false;
     for (int b = 0; b < 256; ++b) {
       std::vector<uint32_t>& v = to[size_t(b)];
       std::sort(v.begin(), v.end());
       v.erase(std::unique(v.begin(), v.end()), v.end());
+      any |= !v.empty();
       next[size_t(b)] = b > 0 && v == to[size_t(b - 1)] ? next[size_t(b - 1)] : dstate(v);
     }
-    dstates[size_t(id)].next = std::move(next);
-    return dstates[size_t(id)].next.data();
+    DState& d = dstates[size_t(id)];
+    d.next = std::move(next);
+    d.terminal = !any;
+  }
+
+  int32_t run(int32_t id, std::string_view bytes) {
+    for (char c : bytes) {
+      if (id < 0) return -1;
+      expand(id);
+      id = dstates[size_t(id)].next[uint8_t(c)];
+    }
+    return id;
   }
 
   // The tokens allowed at `id` (walk of the vocabulary trie), plus EOS when it accepts.
@@ -347,15 +372,22 @@ struct Grammar::Impl : Nfa {
     // current path (tables do not move when the state list grows). A dead byte skips the
     // node's subtree.
     std::vector<const int32_t*> next(vocab.max_depth() + 1);
-    next[0] = expand(id);
-    for (uint32_t i = 1; i < nodes.size();) {
+    expand(id);
+    next[0] = dstates[size_t(id)].next.data();
+    const uint32_t n_nodes = uint32_t(nodes.size());
+    for (uint32_t i = 1; i < n_nodes;) {
       const TokenVocab::Node& n = nodes[i];
       const int32_t t = next[n.depth - 1][n.byte];
-      if (t >= 0) {
-        for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) set_bit(bits, ids[k]);
-        if (n.end > i + 1) next[n.depth] = expand(t);
+      if (t < 0) {
+        i = n.end;
+        continue;
       }
-      i = t < 0 ? n.end : i + 1;
+      for (uint32_t k = n.ids_begin; k < n.ids_end; ++k) set_bit(bits, ids[k]);
+      if (n.end > i + 1) {
+        expand(t);
+        next[n.depth] = dstates[size_t(t)].next.data();
+      }
+      ++i;
     }
     if (dstates[size_t(id)].accept) set_bit(bits, vocab.eos());
     dstates[size_t(id)].mask = int32_t(masks.size());
@@ -393,10 +425,12 @@ Matcher::Matcher(std::shared_ptr<const Grammar> g)
 
 const uint64_t* Matcher::allowed() {
   if (ended_ || state_ < 0) {
-    std::ranges::fill(mask_, 0);
+    std::fill(mask_.begin(), mask_.end(), 0);
   } else {
-    std::lock_guard lk(g_->impl_->mu);
-    mask_ = g_->impl_->mask(state_, g_->vocab());
+    Grammar::Impl& im = *g_->impl_;
+    std::lock_guard lk(im.mu);
+    const std::vector<uint64_t>& m = im.mask(state_, g_->vocab());
+    std::copy(m.begin(), m.end(), mask_.begin());
   }
   if (none_set(mask_)) set_bit(mask_, g_->vocab().eos());
   return mask_.data();
@@ -415,11 +449,8 @@ bool Matcher::accept(int32_t token) {
     return ok;
   }
   if (state_ < 0 || vocab.bytes(token).empty()) return false;
-  int32_t next = state_;
-  for (char c : vocab.bytes(token)) {
-    next = im.expand(next)[uint8_t(c)];
-    if (next < 0) return false;
-  }
+  const int32_t next = im.run(state_, vocab.bytes(token));
+  if (next < 0) return false;
   state_ = next;
   return true;
 }
@@ -435,8 +466,8 @@ bool Matcher::finished() const {
   if (ended_ || state_ < 0) return true;
   Grammar::Impl& im = *g_->impl_;
   std::lock_guard lk(im.mu);
-  return std::ranges::all_of(im.dstates[size_t(state_)].nfa,
-                             [&](uint32_t s) { return im.edges[s].empty(); });
+  im.expand(state_);
+  return im.dstates[size_t(state_)].terminal;
 }
 
 }  // namespace deepinfer::grammar
