@@ -409,7 +409,9 @@ std::shared_ptr<const Grammar> Grammar::compile(const Expr& e,
   const uint32_t start = im.state();
   im.final_state = im.emit(*e, start);
   im.seen.assign(im.edges.size(), 0);
-  im.dstate({start});  // the start: DFA state 0
+  // The start is DFA state 0; a format no output satisfies (a schema of false, a $ref only to
+  // itself) has none, and a matcher would have nowhere to begin.
+  DI_REQUIRE(im.dstate({start}) == 0, "no output satisfies it (the schema admits no value)");
   g->vocab_ = std::move(vocab);
   return g;
 }

@@ -210,6 +210,20 @@ TEST(JsonSchemaGrammar, UnsupportedSchemasNameThePlace) {
   }
 }
 
+// A schema no value satisfies compiles to a grammar with no start, refused with a clear error
+// (a matcher started on it read past its states).
+TEST(JsonSchemaGrammar, SchemasAdmittingNoValueAreRefused) {
+  for (const char* s : {"false", R"({"$ref":"#"})", R"({"anyOf":[false]})"}) {
+    try {
+      compile(JsonSchema(s).value());
+      ADD_FAILURE() << "accepted " << s;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("admits no value"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(compile(JsonSchema(R"({"anyOf":[false,{"type":"null"}]})").value()));
+}
+
 bool bit(const uint64_t* m, int32_t t) {
   return (m[t / 64] >> (t % 64)) & 1;
 }

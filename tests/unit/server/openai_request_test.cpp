@@ -419,6 +419,12 @@ TEST(OpenAiRequest, ResponseFormatAndBigNumbersRenderLikeTheEncoder) {
                      "response_format": {"type": "json_schema", "json_schema": {"name": "n",
                        "schema": {"type": "string", "pattern": "^a+$"}}}})",
                  info, 400, "response_format.json_schema.schema", "unsupported_schema");
+  // A schema no value satisfies is refused, not run (a matcher had no state to start from).
+  expect_refusal(kChat,
+                 R"({"messages": [{"role": "user", "content": "x"}],
+                     "response_format": {"type": "json_schema", "json_schema": {"name": "n",
+                       "schema": false}}})",
+                 info, 400, "response_format.json_schema.schema", "unsupported_schema");
   // Without a tokenizer there is no vocabulary to constrain.
   expect_refusal(Endpoint::kCompletions,
                  R"({"prompt": [1, 2], "response_format": {"type": "json_object"}})",
