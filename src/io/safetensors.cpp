@@ -13,7 +13,6 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
-#include <ranges>
 #include <set>
 
 #include "core/error.h"
@@ -276,8 +275,9 @@ const TensorInfo& TensorStore::get(const std::string& name) const {
 }
 
 std::vector<std::string> TensorStore::names() const {
-  const auto keys = std::views::keys(by_name_);
-  return {keys.begin(), keys.end()};
+  std::vector<std::string> v;
+  for (const auto& [n, t] : by_name_) v.push_back(n);
+  return v;
 }
 
 uint64_t TensorStore::total_bytes() const {
@@ -304,8 +304,9 @@ uint64_t SafetensorsWriter::data_bytes() const {
 }
 
 std::vector<std::string> SafetensorsWriter::names() const {
-  const auto names = entries_ | std::views::transform(&Entry::name);
-  return {names.begin(), names.end()};
+  std::vector<std::string> v;
+  for (const auto& e : entries_) v.push_back(e.name);
+  return v;
 }
 
 void SafetensorsWriter::write(const std::string& path) const {

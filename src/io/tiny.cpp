@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
-#include <ranges>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -82,8 +81,9 @@ uint64_t splitmix64(uint64_t& s) {
 }  // namespace
 
 std::vector<std::string> tiny_preset_names() {
-  const auto names = kPresets | std::views::keys;
-  return {names.begin(), names.end()};
+  std::vector<std::string> names;
+  for (const auto& [name, json] : kPresets) names.push_back(name);
+  return names;
 }
 
 ModelConfig tiny_preset_config(const std::string& name) {

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <ranges>
 
 #include "core/error.h"
 
@@ -99,10 +98,13 @@ bool iequals(std::string_view a, std::string_view b) {
 
 std::vector<std::string_view> list_elements(std::string_view list) {
   std::vector<std::string_view> out;
-  for (const auto e : std::views::split(list, ','))
-    if (const std::string_view t = trim_ows(std::string_view(e.begin(), e.end())); !t.empty())
-      out.push_back(t);
-  return out;
+  while (true) {
+    const size_t comma = list.find(',');
+    const std::string_view e = trim_ows(list.substr(0, comma));
+    if (!e.empty()) out.push_back(e);
+    if (comma == std::string_view::npos) return out;
+    list.remove_prefix(comma + 1);
+  }
 }
 
 std::string body_too_large_message(size_t max_body_bytes) {
