@@ -282,8 +282,12 @@ std::vector<uint8_t> converted(const TensorInfo& t, DType want) {
       std::memcpy(&h, t.data + 2 * i, 2);
       v = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
     }
-    h = f32_to_bf16(v);
-    std::memcpy(out.data() + size * i, want == DType::F32 ? static_cast<void*>(&v) : &h, size);
+    if (want == DType::F32) {
+      std::memcpy(out.data() + 4 * i, &v, 4);
+    } else {
+      h = f32_to_bf16(v);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
   }
   return out;
 }
