@@ -49,9 +49,12 @@ struct Job {
   // The rows below are K = w->cols apart (K / 32 for xs).
   const uint16_t* xb = nullptr;  // [n, K] the same x̃ as bf16 (exact) for vdpbf16ps, or null
   // Integer products (fp4 weights, AVX-512 GEMV), or null: per row and 32-block, x̃_k = A_k · 2^E
-  // with integers |A_k| < 2^15 in xi [n, K], and xs [n, K/32] = 2^(E-1) (the fp4 weights
-  // enter as twice their values), or 0 where the block is not so (it runs in fp32 FMAs).
-  const int16_t* xi = nullptr;
+  // with integers |A_k| < 2^15, as the bytes H and L of A = 256·H + L in xi [n, K/32][4 groups]
+  // [H, L][8] (the order within a group: linear_vec.cpp's int_codes), xc [n, K/32] = -12·Σ A_k,
+  // and xs [n, K/32] = 2^(E-1) (the fp4 weights enter as twice their values), or 0 where the
+  // block is not so (it runs in fp32 FMAs).
+  const int8_t* xi = nullptr;
+  const int32_t* xc = nullptr;
   const float* xs = nullptr;
   // GEMM over fp4 weights with xb and xs set: integer blocks run on AMX tiles (linear_vec.cpp).
   bool amx = false;
@@ -71,9 +74,9 @@ struct Kernels {
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
   // ISA has no bf16 products (vdpbf16ps), for quantized rows' bf16 codes too.
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
-  // Job::xi and Job::xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
+  // Job::xi, xc and xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
   // products).
-  void (*int_codes)(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs);
+  void (*int_codes)(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs);
   void (*gemv)(const Job& j);  // n <= gemv_rows
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
@@ -90,7 +93,7 @@ extern const Kernels kAvx2, kAvx512;
 // even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
 // trusted.
 bool avx512_dpbf16_is_canonical();
-// n rounds of 16 independent in-register chains of vfmadd231ps, vdpbf16ps or vpdpwssd, for
+// n rounds of 16 independent in-register chains of vfmadd231ps, vdpbf16ps or vpdpbusd, for
 // linear.cpp to time (sums of 1 x 1).
 enum class ProductKind { Fp32, Bf16, Int16 };
 void avx512_product_chains(ProductKind kind, int64_t n);

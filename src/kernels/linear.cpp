@@ -232,7 +232,7 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
 // Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K], then the same as bf16
 // (bf16 products) or as integers xi [n, K] and their scales xs [n, K/32] (integer products).
 struct QuantScratch {
-  int64_t xqb = 0, xi = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
+  int64_t xqb = 0, xi = 0, xc = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
   QuantScratch(int64_t n, int64_t K, bool bf16, bool ints) {
     bytes = round_up(n * K * 4, 64);
     // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
@@ -240,6 +240,7 @@ struct QuantScratch {
     if (bf16) xqb = std::exchange(bytes, bytes + round_up((n + 15) * K * 2, 64));
     if (ints) {
       xi = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
+      xc = std::exchange(bytes, bytes + round_up(n * (K / 32) * 4, 64));
       xs = std::exchange(bytes, bytes + round_up(n * (K / 32) * 4, 64));
     }
   }
@@ -252,7 +253,8 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
   uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * K : nullptr;
   kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
   if (l.xi)
-    kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int16_t*>(s + l.xi) + i0 * K,
+    kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int8_t*>(s + l.xi) + i0 * K * 2,
+                   reinterpret_cast<int32_t*>(s + l.xc) + i0 * (K / 32),
                    reinterpret_cast<float*>(s + l.xs) + i0 * (K / 32));
 }
 
@@ -266,7 +268,8 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
           .x = q ? reinterpret_cast<const float*>(q) : a.x,
           .ldx = q ? K : a.ldx,
           .xb = qb ? reinterpret_cast<const uint16_t*>(q + l.xqb) : nullptr,
-          .xi = qi ? reinterpret_cast<const int16_t*>(q + l.xi) : nullptr,
+          .xi = qi ? reinterpret_cast<const int8_t*>(q + l.xi) : nullptr,
+          .xc = qi ? reinterpret_cast<const int32_t*>(q + l.xc) : nullptr,
           .xs = qi ? reinterpret_cast<const float*>(q + l.xs) : nullptr,
           .n = a.n,
           .y = a.y,
@@ -286,7 +289,8 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   j.x = base.x + i0 * base.ldx;
   if (base.xb) j.xb = base.xb + i0 * K;
   if (base.xi) {
-    j.xi = base.xi + i0 * K;
+    j.xi = base.xi + i0 * K * 2;
+    j.xc = base.xc + i0 * (K / 32);
     j.xs = base.xs + i0 * (K / 32);
   }
   j.y = base.y + i0 * base.ldy;
@@ -418,9 +422,10 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   });
 }
 
-// Products per second of fp32 FMAs (16 per instruction), vdpbf16ps (32) and vpdpwssd (32), each
+// Products per second of fp32 FMAs (16 per instruction), vdpbf16ps (32) and vpdpbusd (32 16-bit
+// products: 64 byte products, two per 16-bit one), each
 // the best of alternated samples of about 50 us, so that a busy moment shows in none, taken in
-// four bursts 2 ms apart: on Sapphire Rapids vpdpwssd runs at about 2x the FMA rate for a few
+// four bursts 2 ms apart: on Sapphire Rapids VNNI runs at about 2x the FMA rate for a few
 // tens of microseconds and at 1.1-1.5x once it has run for longer, and a single burst read one or
 // the other from process to process.
 struct ProductRates {
@@ -567,7 +572,7 @@ double dpbf16_speedup() {
 std::string auto_products_summary() {
   if (!bf16_products_ok()) return "fp32 FMAs";
   std::string s = auto_bf16_products(2) ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
-  if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpwssd; other " + s;
+  if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpbusd; other " + s;
   if (int_products_ok() && amx_available()) s = "fp4 GEMMs AMX tiles; " + s;
   return s;
 }
@@ -590,7 +595,7 @@ bool amx_available() {
 
 double int16_speedup() {
   // 1.1-1.5 on Sapphire Rapids sustained (vdpbf16ps at half the FMA rate); about 1 where
-  // vdpbf16ps and vpdpwssd issue alike (Zen 4).
+  // vdpbf16ps and vpdpbusd issue alike (Zen 4).
   if (!int_products_ok()) return 0.0;
   const ProductRates& p = product_rates();
   return p.int16 / std::max(p.fma, bf16_products_ok() ? p.bf16 : 0.0);

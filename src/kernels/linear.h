@@ -122,23 +122,24 @@ LinearPath linear_path();
 // or fp32 FMAs. Both give the canonical result bit for bit. Auto takes vdpbf16ps where it
 // multiplies faster than FMAs (timed once: Zen 4), else FMAs for every call of more than one row
 // (Sapphire/Emerald Rapids: a one-row GEMV is bound by its decode, where vdpbf16ps is shorter).
-// Int16Dot: GEMVs over fp4 weights with quantized inputs multiply integers (vpdpwssd, AVX512_VNNI)
-// wherever an input block is integers times a power of two within 16 bits (nearly always: the
-// block maximum maps near 448, and the block is exact unless it also holds a value below about
-// 1/4000 of it with low bits set); such a block's partial is an exact integer sum, which is the
-// canonical partial (no fp32 addition of the canonical order rounds there). Other blocks take FMAs.
-// Auto takes it where vpdpwssd multiplies at least 1.05x faster than both other ways, in the
-// sustained rate (Sapphire Rapids: 1.1-1.5x; the fp4 GEMVs then stream at 0.62-0.69 of the read
-// bandwidth against 0.47-0.53 with the other products). Amx (and Auto, where the CPU has AMX-BF16
-// and the kernel lets the process use its tiles): GEMMs over fp4 weights with quantized inputs
-// multiply those integer blocks on AMX tiles (TDPBF16PS: exact products, and every partial sum
-// exact, so any order is canonical); the other blocks, and every other call, as Auto.
+// Int16Dot: GEMVs over fp4 weights with quantized inputs multiply integers (vpdpbusd over the
+// bytes of the 16-bit inputs, AVX512_VNNI) wherever an input block is integers times a power of two
+// within 16 bits (nearly always: the block maximum maps near 448, and the block is exact unless it
+// also holds a value below about 1/4000 of it with low bits set); such a block's partial is an
+// exact integer sum, which is the canonical partial (no fp32 addition of the canonical order rounds
+// there). Other blocks take FMAs. Auto takes it where VNNI multiplies at least 1.05x faster than
+// both other ways, in the sustained rate (Sapphire Rapids: 1.1-1.5x; the fp4 GEMVs then stream at
+// 0.62-0.69 of the read bandwidth against 0.47-0.53 with the other products). Amx (and Auto, where
+// the CPU has AMX-BF16 and the kernel lets the process use its tiles): GEMMs over fp4 weights with
+// quantized inputs multiply those integer blocks on AMX tiles (TDPBF16PS: exact products, and every
+// partial sum exact, so any order is canonical); the other blocks, and every other call, as Auto.
 enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot, Amx };
 void set_linear_products(LinearProducts p);  // process-wide; Auto by default
 LinearProducts linear_products();
 // Products per second of vdpbf16ps over fp32 FMAs on this CPU (0 without AVX512_BF16).
 double dpbf16_speedup();
-// Products per second of vpdpwssd over the faster of the other two (0 without AVX512_VNNI).
+// Products per second of VNNI (vpdpbusd, two per 16-bit product) over the faster of the other two
+// (0 without AVX512_VNNI).
 double int16_speedup();
 // Whether this CPU and kernel let fp4 GEMMs use AMX tiles (see Amx above).
 bool amx_available();

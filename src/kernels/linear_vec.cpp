@@ -8,9 +8,9 @@
 //         lanes and fused multiply-adds in the pair order; with several rows (AVX-512) two tiles
 //         per pass, so that each broadcast input feeds two FMAs.
 //         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
-//         weight pairs, or for fp4 weights 16-bit integer products (vpdpwssd) in every block whose
-//         inputs are integers times a power of two; several blocks in flight so the chains
-//         overlap, their partials joining the total in block order.
+//         weight pairs, or for fp4 weights integer products (vpdpbusd over the bytes of 16-bit
+//         inputs) in every block whose inputs are integers times a power of two; several blocks in
+//         flight so the chains overlap, their partials joining the total in block order.
 //   GEMM  per task a panel of 3 tiles (48 outputs): chunks of inputs are decoded once into bf16
 //         pairs (AVX-512, quantized) or fp32, then every group of rows runs over the chunk; block
 //         partials live in registers and are scaled into an fp32 accumulator tile.
@@ -18,6 +18,7 @@
 // Decoding: AVX-512 turns e4m3 bytes into bf16 through two 128-entry byte tables (vpermi2b,
 // AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
+#include <array>
 #include <cstring>
 #include <utility>
 
@@ -71,19 +72,24 @@ alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
     0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0, 0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040,
     0x4080, 0x40c0, 0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
 
-// e2m1 nibble -> twice its value as a 16-bit integer (0, ±1, ±2, ±3, ±4, ±6, ±8, ±12), twice
-// over as above: the weights of the integer products (vpdpwssd).
-alignas(64) constexpr int16_t kE2m1X2[32] = {0,  1,  2,  3,  4,   6,  8,  12, 0,  -1, -2,
-                                             -3, -4, -6, -8, -12, 0,  1,  2,  3,  4,  6,
-                                             8,  12, 0,  -1, -2,  -3, -4, -6, -8, -12};
+// e2m1 nibble -> twice its value plus 12, an unsigned byte in [0, 24], four times over (vpermb
+// reads 6 index bits; the two above the nibble must not matter): the weights of the integer
+// products (vpdpbusd).
+constexpr std::array<uint8_t, 64> make_e2m1_u8() {
+  constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  std::array<uint8_t, 64> t{};
+  for (int i = 0; i < 64; ++i) t[size_t(i)] = uint8_t(kTwice[i & 15] + 12);
+  return t;
+}
+alignas(64) constexpr std::array<uint8_t, 64> kE2m1U8 = make_e2m1_u8();
 
 struct Luts {
-  __m512i h0, h1, l0, l1, e2m1, e2m1x2;
+  __m512i h0, h1, l0, l1, e2m1, e2m1u8;
 };
 inline Luts make_luts() {
   return {_mm512_load_si512(kFp8Tables.hi), _mm512_load_si512(kFp8Tables.hi + 64),
           _mm512_load_si512(kFp8Tables.lo), _mm512_load_si512(kFp8Tables.lo + 64),
-          _mm512_load_si512(kE2m1Bf16),     _mm512_load_si512(kE2m1X2)};
+          _mm512_load_si512(kE2m1Bf16),     _mm512_load_si512(kE2m1U8.data())};
 }
 
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
@@ -296,32 +302,48 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 }
 
 #if defined(__AVX512F__)
-// Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): vpdpwssd of
-// the integers A_k against twice the e2m1 values. The int32 sum S is exact and below 2^24, so
+// Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): the
+// integers A_k of a block, split into bytes A = 256·H + L (H, L signed, |H| <= 120), times the
+// weights as unsigned bytes w' = 2·e2m1 + 12 in [0, 24] (vpdpbusd, 4 products per lane). The
+// block sum S = Σ A_k·2w_k = 256·Σ w'H + Σ w'L − 12·Σ A_k is exact in int32 and below 2^24, so
 // S · 2^(E-1) is exactly the block partial of the canonical order (none of whose fp32 partial
-// sums rounds, all being multiples of 2^(E-1) below 2^(E+23)).
+// sums rounds, all being multiples of 2^(E-1) below 2^(E+23)). One 64-byte group of a tile
+// (8 inputs of 16 outputs) decodes into two byte vectors: a lane's low nibbles are its inputs
+// (0, 4, 1, 5) and its high nibbles (2, 6, 3, 7); int_codes lays the H and L bytes out so.
 template <int NR, int NB>
 inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, const Luts& L,
                             F* acc) {
-  const int16_t* xr[NR];
+  const int8_t* xr[NR];
+  const int64_t nb = j.w->cols / 32;
 #pragma GCC unroll 16
-  for (int r = 0; r < NR; ++r) xr[r] = j.xi + r * j.w->cols + b0 * 32;
+  for (int r = 0; r < NR; ++r) xr[r] = j.xi + (r * nb + b0) * 64;
   const uint8_t* src = tile + b0 * 256;  // a block's 32 inputs: 4 groups of 8, 64 bytes each
-  I p[NB][NR] = {};
+  // Source byte p of each quadword's high nibble into byte p's low bits (vpmultishiftqb).
+  const I hi_nibbles = _mm512_set1_epi64(0x3c342c241c140c04);
+  I ph[NB][NR], pl[NB][NR];
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) {
+      ph[bb][r] = _mm512_setzero_si512();
+      pl[bb][r] = set1i(j.xc[r * nb + b0 + bb]);
+    }
   for (int g8 = 0; g8 < 4; ++g8) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
-      // Pairs (8g8 + 2q, 8g8 + 2q + 1) are nibble q of the group's words (decode_pairs).
       const I d = _mm512_loadu_si512(src + bb * 256 + g8 * 64);
-      const I w[4] = {_mm512_permutexvar_epi16(d, L.e2m1x2),
-                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1x2),
-                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 8), L.e2m1x2),
-                      _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 12), L.e2m1x2)};
+      const I w[2] = {
+          _mm512_permutexvar_epi8(d, L.e2m1u8),
+          _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(hi_nibbles, d), L.e2m1u8)};
 #pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r)
-#pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q)
-          p[bb][r] = _mm512_dpwssd_epi32(p[bb][r], w[q], bcast32(xr[r] + bb * 32 + g8 * 8 + 2 * q));
+      for (int r = 0; r < NR; ++r) {
+        const int8_t* a = xr[r] + bb * 64 + g8 * 16;  // H (0,4,1,5), H (2,6,3,7), L, L
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; ++q) {
+          ph[bb][r] = _mm512_dpbusd_epi32(ph[bb][r], w[q], bcast32(a + 4 * q));
+          pl[bb][r] = _mm512_dpbusd_epi32(pl[bb][r], w[q], bcast32(a + 8 + 4 * q));
+        }
+      }
     }
   }
   F part[NB][NR];
@@ -329,7 +351,8 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r)
-      part[bb][r] = _mm512_cvtepi32_ps(p[bb][r]) * set1(j.xs[r * (j.w->cols / 32) + b0 + bb]);
+      part[bb][r] =
+          _mm512_cvtepi32_ps(addi(slli<8>(ph[bb][r]), pl[bb][r])) * set1(j.xs[r * nb + b0 + bb]);
   add_partials<Fp4Row, NR, NB>(j, t, b0, 0, part, acc);
 }
 
@@ -431,14 +454,22 @@ inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
 constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
 // Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
-constexpr int blocks_in_flight(int nr) {
-  if constexpr (kIsa == Isa::Avx512) return nr == 1 ? 8 : nr <= 4 ? 4 : 2;
+// Mode 3 keeps two partials per block and row.
+constexpr int blocks_in_flight(int nr, int mode) {
+  if constexpr (kIsa == Isa::Avx512)
+    return mode == 3 ? (nr == 1   ? 8
+                        : nr == 2 ? 4
+                        : nr <= 4 ? 2
+                                  : 1)
+           : nr == 1 ? 8
+           : nr <= 4 ? 4
+                     : 2;
   return nr == 1 ? 4 : nr == 2 ? 2 : 1;
 }
 
 template <WeightFormat Fm, int Mode, int NR>
 void gemv_rows(const Job& j) {
-  constexpr int NB = blocks_in_flight(NR);
+  constexpr int NB = blocks_in_flight(NR, Mode);
   const int64_t nb = j.w->cols / 32;
   const Luts L = make_luts();
   // The run's first window, which the prefetches below (always a window ahead) never cover.
@@ -825,15 +856,21 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 }
 
 #if defined(__AVX512F__)
-void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs) {
+void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs) {
   const F abs_mask = floats(set1i(0x7fffffff));
+  // Within each group of 8 inputs: the order gemv_blocks_int's weight bytes come in.
+  alignas(64) static constexpr int8_t kOrder[16] = {0, 4,  1, 5,  2,  6,  3,  7,
+                                                    8, 12, 9, 13, 10, 14, 11, 15};
+  const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(kOrder));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t b = 0; b < K / 32; ++b) {
       const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
       const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
       const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)
-      int16_t* o = xi + i * K + b * 32;
+      int8_t* o = xi + (i * K + b * 32) * 2;
+      const int64_t at = i * (K / 32) + b;
       float s = 0.0f;  // not integers
+      xc[at] = 0;
       if (mx == 0.0f) {
         _mm512_storeu_si512(o, _mm512_setzero_si512());
         s = 1.0f;
@@ -843,17 +880,27 @@ void int_codes(const float* xq, int64_t n, int64_t K, int16_t* xi, float* xs) {
         constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v0, kRound), v0, _CMP_EQ_OQ);
         const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v1, kRound), v1, _CMP_EQ_OQ);
-        if ((m0 & m1) == 0xffff) {
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o),
-                              _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(v0)));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16),
-                              _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(v1)));
+        // |A| <= 32639 keeps the high byte within int8 (an e4m3 block gives at most 30720).
+        if ((m0 & m1) == 0xffff && mx * __builtin_bit_cast(float, (127 - E) << 23) <= 32639.0f) {
+          const I A[2] = {_mm512_cvtps_epi32(v0), _mm512_cvtps_epi32(v1)};
+          // L = A wrapped into [-128, 127], H = (A - L) / 256.
+          for (int h = 0; h < 2; ++h) {
+            const I lo = _mm512_srai_epi32(slli<24>(A[h]), 24);
+            const I hi = _mm512_srai_epi32(_mm512_sub_epi32(A[h], lo), 8);
+            const __m128i hb = _mm512_cvtepi32_epi8(hi), lb = _mm512_cvtepi32_epi8(lo);
+            // Groups 2h and 2h + 1: per group H in kOrder, then L in kOrder.
+            const __m128i hs = _mm_shuffle_epi8(hb, order), ls = _mm_shuffle_epi8(lb, order);
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * h), _mm_unpacklo_epi64(hs, ls));
+            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * h + 16),
+                             _mm_unpackhi_epi64(hs, ls));
+          }
+          xc[at] = -12 * _mm512_reduce_add_epi32(addi(A[0], A[1]));
           // 2^(E-1) (the weights are stored doubled); 2^-127 is the one subnormal case
           s = E - 1 >= -126 ? __builtin_bit_cast(float, uint32_t(E - 1 + 127) << 23)
                             : __builtin_bit_cast(float, 0x00400000u);
         }
       }
-      xs[i * (K / 32) + b] = s;
+      xs[at] = s;
     }
 }
 
@@ -927,7 +974,7 @@ void avx512_product_chains(ProductKind kind, int64_t n) {
     for (auto& a : iacc) a = _mm512_setzero_si512();
     for (int64_t i = 0; i < n; ++i)
 #pragma GCC unroll 16
-      for (auto& a : iacc) a = _mm512_dpwssd_epi32(a, ones, ones);
+      for (auto& a : iacc) a = _mm512_dpbusd_epi32(a, ones, ones);
     for (int k = 0; k < 16; ++k) acc[k] = _mm512_cvtepi32_ps(iacc[k]);
   } else if (kind == ProductKind::Bf16) {
     for (int64_t i = 0; i < n; ++i)
