@@ -72,7 +72,14 @@ Expr empty() {
 Expr nothing() {
   return node({.kind = ExprNode::kAlt});
 }
+// The constructors fold away what can never match (a part or a required member that admits no
+// string makes the whole admit none; such an option or optional member is dropped), so that a
+// grammar never offers a way in that leads nowhere.
+bool is_nothing(const Expr& e) {
+  return e->kind == ExprNode::kAlt && e->parts.empty();
+}
 Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
+  if (ranges.empty()) return nothing();
   return node({.kind = ExprNode::kBytes, .ranges = std::move(ranges)});
 }
 Expr lit(std::string_view bytes) {
@@ -81,9 +88,11 @@ Expr lit(std::string_view bytes) {
   return seq(std::move(parts));
 }
 Expr seq(std::vector<Expr> parts) {
+  if (std::any_of(parts.begin(), parts.end(), is_nothing)) return nothing();
   return parts.size() == 1 ? parts[0] : node({.kind = ExprNode::kSeq, .parts = std::move(parts)});
 }
 Expr alt(std::vector<Expr> options) {
+  std::erase_if(options, is_nothing);
   return options.size() == 1 ? options[0]
                              : node({.kind = ExprNode::kAlt, .parts = std::move(options)});
 }
@@ -93,6 +102,12 @@ Expr repeat(Expr e, int32_t min, int32_t max) {
 }
 Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
   DI_REQUIRE(min >= 0 && (max < 0 || max >= min), "list or repeat: bad bounds ", min, "..", max);
+  if (is_nothing(item)) return min == 0 ? empty() : nothing();
+  if (is_nothing(sep)) {  // at most one item
+    if (min > 1) return nothing();
+    sep = empty();
+    max = max == 0 ? 0 : 1;
+  }
   return node({.kind = ExprNode::kList,
                .parts = {std::move(item), std::move(sep)},
                .min = min,
@@ -101,8 +116,18 @@ Expr list(Expr item, Expr sep, int32_t min, int32_t max) {
 Expr members(std::vector<Member> ms, Expr sep) {
   ExprNode n{.kind = ExprNode::kMembers};
   for (Member& m : ms) {
+    if (is_nothing(m.expr)) {
+      if (m.required) return nothing();
+      continue;
+    }
     n.parts.push_back(std::move(m.expr));
     n.required.push_back(m.required);
+  }
+  if (is_nothing(sep)) {  // at most one member: the required one, else any one or none
+    const auto req = std::find(n.required.begin(), n.required.end(), true);
+    if (req == n.required.end()) return alt((n.parts.push_back(empty()), std::move(n.parts)));
+    if (std::count(req, n.required.end(), true) > 1) return nothing();
+    return n.parts[size_t(req - n.required.begin())];
   }
   n.parts.push_back(std::move(sep));
   return node(std::move(n));

@@ -439,7 +439,7 @@ struct Compiler {
     // The further items: any value when "items" is absent, none when it is false.
     const Json* items = field(s, "items");
     const Expr item = !items                  ? free_value(kFreeDepth)
-                      : is_bool(items, false) ? nullptr
+                      : is_bool(items, false) ? nothing()
                                               : value(*items, path + ".items");
     if (const Json* pre = field(s, "prefixItems")) {
       if (!pre->is_array() || pre->empty())
@@ -451,11 +451,10 @@ struct Compiler {
         parts.push_back(value((*pre)[i], str_cat(path, ".prefixItems[", i, "]")));
       }
       const int32_t n = int32_t(pre->size());
-      if (item && (max < 0 || max > n))
+      if (max < 0 || max > n)
         parts.push_back(repeat(seq({sep, item}), std::max(0, min - n), max < 0 ? -1 : max - n));
       return enclose('[', seq(std::move(parts)), false, ']');
     }
-    if (!item) return seq({ch('['), ws, ch(']')});
     return enclose('[', list(item, sep, std::max(min, 1), max), min == 0, ']');
   }
 

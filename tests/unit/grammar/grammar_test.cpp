@@ -213,7 +213,13 @@ TEST(JsonSchemaGrammar, UnsupportedSchemasNameThePlace) {
 // A schema no value satisfies compiles to a grammar with no start, refused with a clear error
 // (a matcher started on it read past its states).
 TEST(JsonSchemaGrammar, SchemasAdmittingNoValueAreRefused) {
-  for (const char* s : {"false", R"({"$ref":"#"})", R"({"anyOf":[false]})"}) {
+  // The last three admit no value only past their start: a required property (or a nested one)
+  // of no value, an array of at least one item that admits none.
+  for (const char* s :
+       {"false", R"({"$ref":"#"})", R"({"anyOf":[false]})",
+        R"({"properties":{"x":false},"required":["x"]})",
+        R"({"properties":{"a":{"properties":{"x":false},"required":["x"]}},"required":["a"]})",
+        R"({"type":"array","items":false,"minItems":1})"}) {
     try {
       compile(JsonSchema(s).value());
       ADD_FAILURE() << "accepted " << s;
@@ -222,6 +228,23 @@ TEST(JsonSchemaGrammar, SchemasAdmittingNoValueAreRefused) {
     }
   }
   EXPECT_NO_THROW(compile(JsonSchema(R"({"anyOf":[false,{"type":"null"}]})").value()));
+  // An optional property of no value is left out (no way into it is offered), and an array of
+  // such items can only be empty.
+  auto g = schema(R"({"properties":{"x":false,"y":{"type":"null"}}})");
+  EXPECT_TRUE(matches(g, R"({"y":null})"));
+  Matcher m(g);
+  ASSERT_TRUE(m.accept('{') && m.accept('"'));
+  EXPECT_FALSE((m.allowed()['x' / 64] >> ('x' % 64)) & 1);
+  EXPECT_TRUE((m.allowed()['y' / 64] >> ('y' % 64)) & 1);
+  auto a = schema(R"({"type":"array","items":false})");
+  EXPECT_TRUE(matches(a, "[]"));
+  EXPECT_FALSE(matches(a, "[null]"));
+  // The expressions themselves: nothing in a sequence, an option, a list item or separator.
+  EXPECT_FALSE(matches(compile(alt({seq({lit("a"), nothing()}), lit("b")})), "a"));
+  EXPECT_TRUE(matches(compile(list(lit("a"), nothing(), 0, 5)), "a"));
+  EXPECT_FALSE(matches(compile(list(lit("a"), nothing(), 0, 5)), "aa"));
+  EXPECT_TRUE(matches(compile(members({{lit("A"), false}, {lit("B"), false}}, nothing())), "B"));
+  EXPECT_FALSE(matches(compile(members({{lit("A"), false}, {lit("B"), false}}, nothing())), "AB"));
 }
 
 bool bit(const uint64_t* m, int32_t t) {
