@@ -204,7 +204,9 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
         // The front checked it against the same limits: only a grammar can fail here.
         std::fprintf(stderr, "deepinfer: replica %d: request %llu refused: %s\n", dp.rank(),
                      (unsigned long long)id, error.c_str());
-        finished.push_back({.id = id, .finish = FinishReason::Error});
+        RequestOutput& out = finished.emplace_back();
+        out.id = id;
+        out.finish = FinishReason::Error;
       }
     }
     for (RequestId id : aborts) engine.abort(id);

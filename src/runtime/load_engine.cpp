@@ -136,7 +136,7 @@ LoadedEngine load_engine(const EngineOptions& o) {
                  "tokens (%.1f MiB per rank incl. %d sequence slots)\n",
                  dir.c_str(), c.n_layers, (long long)c.vocab_size, o.dtype.c_str(),
                  le.tokenizer ? ", tokenizer" : ", no tokenizer", kv.bytes_per_token,
-                 le.engine->num_kv_blocks(), (long long)ec.sched.block_tokens, o.parallel.cp,
+                 le.engine->num_kv_blocks(), (long long)le.engine->block_tokens(), o.parallel.cp,
                  (long long)(le.engine->num_kv_blocks() * le.engine->block_tokens()),
                  double(le.engine->kv_pool_bytes()) / (1 << 20), ec.sched.max_num_seqs);
     if (le.world->size() > 1)
