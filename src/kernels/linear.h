@@ -127,12 +127,13 @@ LinearPath linear_path();
 // within 16 bits (nearly always: the block maximum maps near 448, and the block is exact unless it
 // also holds a value below about 1/4000 of it with low bits set); such a block's partial is an
 // exact integer sum, which is the canonical partial (no fp32 addition of the canonical order rounds
-// there). Other blocks take FMAs. Auto takes it where VNNI multiplies at least 1.05x faster than
-// both other ways, in the sustained rate (Sapphire Rapids: 1.1-1.5x; the fp4 GEMVs then stream at
-// 0.62-0.69 of the read bandwidth against 0.47-0.53 with the other products). Amx (and Auto, where
-// the CPU has AMX-BF16 and the kernel lets the process use its tiles): GEMMs over fp4 weights with
-// quantized inputs multiply those integer blocks on AMX tiles (TDPBF16PS: exact products, and every
-// partial sum exact, so any order is canonical); the other blocks, and every other call, as Auto.
+// there). Other blocks take FMAs. Auto takes it unless VNNI multiplies at less than 0.75x the rate
+// of both other ways (its decode is half theirs; Sapphire Rapids: 1.1-2x the rate; the fp4 GEMVs
+// then stream at 0.77-0.84 of the read bandwidth against 0.47-0.53 with the other products). Amx
+// (and Auto, where the CPU has AMX-BF16 and the kernel lets the process use its tiles): GEMMs over
+// fp4 weights with quantized inputs multiply those integer blocks on AMX tiles (TDPBF16PS: exact
+// products, and every partial sum exact, so any order is canonical); the other blocks, and every
+// other call, as Auto.
 enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot, Amx };
 void set_linear_products(LinearProducts p);  // process-wide; Auto by default
 LinearProducts linear_products();
