@@ -64,6 +64,9 @@ namespace {
 Expr node(ExprNode n) {
   return std::make_shared<const ExprNode>(std::move(n));
 }
+bool is_nothing(const Expr& e) {
+  return e->kind == ExprNode::kAlt && e->parts.empty();
+}
 }  // namespace
 
 Expr empty() {
@@ -75,9 +78,6 @@ Expr nothing() {
 // The constructors fold away what can never match (a part or a required member that admits no
 // string makes the whole admit none; such an option or optional member is dropped), so that a
 // grammar never offers a way in that leads nowhere.
-bool is_nothing(const Expr& e) {
-  return e->kind == ExprNode::kAlt && e->parts.empty();
-}
 Expr byte_ranges(std::vector<std::pair<uint8_t, uint8_t>> ranges) {
   if (ranges.empty()) return nothing();
   return node({.kind = ExprNode::kBytes, .ranges = std::move(ranges)});
@@ -125,7 +125,10 @@ Expr members(std::vector<Member> ms, Expr sep) {
   }
   if (is_nothing(sep)) {  // at most one member: the required one, else any one or none
     const auto req = std::find(n.required.begin(), n.required.end(), true);
-    if (req == n.required.end()) return alt((n.parts.push_back(empty()), std::move(n.parts)));
+    if (req == n.required.end()) {
+      n.parts.push_back(empty());
+      return alt(std::move(n.parts));
+    }
     if (std::count(req, n.required.end(), true) > 1) return nothing();
     return n.parts[size_t(req - n.required.begin())];
   }
