@@ -237,6 +237,25 @@ inline void prefetch_l2(const uint8_t* p, int64_t bytes) {
     _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
 }
 
+// Bytes of one group of 4 inputs (16 outputs) of a tile.
+template <WeightFormat Fm>
+constexpr int64_t kGroupBytes = Fm == F32        ? 256
+                                : Fm == BF16     ? 128
+                                : Fm == Fp8Block ? 64
+                                                 : 32;
+
+// The GEMVs prefetch each line a window ahead as they load it, one prefetch between the loads:
+// a burst of a block run's prefetches at once waits on the miss buffers, and one core then
+// streamed 10.7 GB/s where interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
+template <WeightFormat Fm>
+inline void prefetch_group(const uint8_t* tile, int64_t gi) {
+  constexpr int64_t gb = kGroupBytes<Fm>;
+  if (gi * gb % 64) return;  // the line began in the group before
+#pragma GCC unroll 4
+  for (int64_t o = 0; o < gb; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + kPrefetchAhead), _MM_HINT_T1);
+}
+
 // Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi.
 inline void store_tile(const Job& j, int64_t r, int64_t t, const float* v) {
   float* yr = j.y + r * j.ldy;
@@ -273,6 +292,7 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
+      if (h == 0) prefetch_group<Fm>(tile, (b0 + bb) * 8 + g);
 #if defined(__AVX512F__)
       if constexpr (Mode == 0) {
         I p0, p1;
@@ -332,6 +352,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
       const I d = _mm512_loadu_si512(src + bb * 256 + g8 * 64);
+      prefetch_group<Fp4Row>(src, bb * 8 + g8 * 2);
       const I w[2] = {
           _mm512_permutexvar_epi8(d, L.e2m1u8),
           _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(hi_nibbles, d), L.e2m1u8)};
@@ -394,6 +415,8 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
       F wa[4], wb[4];
+      prefetch_group<Fm>(ta, (b0 + bb) * 8 + g);
+      prefetch_group<Fm>(tb, (b0 + bb) * 8 + g);
       decode_group<Fm>(ta, (b0 + bb) * 8 + g, 0, L, wa);
       decode_group<Fm>(tb, (b0 + bb) * 8 + g, 0, L, wb);
 #pragma GCC unroll 16
@@ -424,15 +447,11 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
 template <WeightFormat Fm, int NR>
 void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
   constexpr int NB = NR <= 4 ? 2 : 1;  // within the 32 registers: 2·NB·NR partials, 8 weights
-  const int64_t nb = j.w->cols / 32, block_bytes = j.w->tile_bytes / nb;
+  const int64_t nb = j.w->cols / 32;
   const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
   alignas(64) float out[2][NR][16] = {};
   int64_t b = 0;
-  for (; b + NB <= nb; b += NB) {
-    for (int c = 0; c < 2; ++c)
-      prefetch_l2(tile + c * j.w->tile_bytes + b * block_bytes + kPrefetchAhead, NB * block_bytes);
-    gemv_pair_blocks<Fm, NR, NB>(j, tile, t, b, L, out);
-  }
+  for (; b + NB <= nb; b += NB) gemv_pair_blocks<Fm, NR, NB>(j, tile, t, b, L, out);
   for (; b < nb; ++b) gemv_pair_blocks<Fm, NR, 1>(j, tile, t, b, L, out);
 #pragma GCC unroll 2
   for (int c = 0; c < 2; ++c)
@@ -475,7 +494,6 @@ void gemv_rows(const Job& j) {
   // The run's first window, which the prefetches below (always a window ahead) never cover.
   prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
               min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
-  const int64_t block_bytes = j.w->tile_bytes / nb;
   for (int64_t t = j.t0; t < j.t1; ++t) {
     if constexpr (kIsa == Isa::Avx512 && Mode == 1 && NR >= 2) {
       if (t + 1 < j.t1) {
@@ -489,12 +507,9 @@ void gemv_rows(const Job& j) {
     for (int h = 0; h < kH; ++h) {
       F acc[NR] = {};
       int64_t b = 0;
-      for (; b + NB <= nb; b += NB) {
-        // Blocks of one tile are contiguous (and tiles follow each other): prefetch a few KiB
-        // ahead so that the decode overlaps the DRAM latency (the second half reads from cache).
-        if (h == 0) prefetch_l2(tile + b * block_bytes + kPrefetchAhead, NB * block_bytes);
-        run_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
-      }
+      // Blocks of one tile are contiguous and tiles follow each other: the loads prefetch a
+      // window ahead (prefetch_group), so the decode overlaps the DRAM latency.
+      for (; b + NB <= nb; b += NB) run_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
       for (; b < nb; ++b) run_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) store(out[r] + h * kLanes, acc[r]);
