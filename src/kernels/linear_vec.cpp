@@ -248,12 +248,12 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
 // a burst of a block run's prefetches at once waits on the miss buffers, and one core then
 // streamed 10.7 GB/s where interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
 template <WeightFormat Fm>
-inline void prefetch_group(const uint8_t* tile, int64_t gi) {
+inline void prefetch_group(const uint8_t* tile, int64_t gi, int64_t ahead = kPrefetchAhead) {
   constexpr int64_t gb = kGroupBytes<Fm>;
   if (gi * gb % 64) return;  // the line began in the group before
 #pragma GCC unroll 4
   for (int64_t o = 0; o < gb; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + kPrefetchAhead), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + ahead), _MM_HINT_T1);
 }
 
 // Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi.
@@ -579,10 +579,10 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
-    // The next chunk of this tile into L2 while this one decodes (three streams, far apart).
-    prefetch_l2(tile + (kc0 + kc) * in_bytes, (min64(K, kc0 + 2 * kc) - kc0 - kc) * in_bytes);
     for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
       const int64_t k = g * 4 - kc0;
+      // The next chunk of this tile into L2 while this one decodes (three streams, far apart).
+      if (g * 4 + kc < K) prefetch_group<Fm>(tile, g, kc * in_bytes);
 #if defined(__AVX512F__)
       if constexpr (Fm != F32) {
         if (bf16) {
