@@ -40,6 +40,16 @@ inline int64_t min64(int64_t a, int64_t b) {
   return a < b ? a : b;
 }
 
+// A vector of weights loaded once into a register. GCC otherwise folds the load into each
+// instruction that reads the value, or loads it again for one that overwrites it (vpermi2b), and
+// repeated loads of a line still on its way from DRAM hold up the out-of-order window: one core's
+// fp8 GEMV streamed 11.7 GB/s so, 14.8 with one load per line (docs/benchmarks.md).
+inline I load_line(const void* p) {
+  I v = loadui(p);
+  asm("" : "+v"(v));
+  return v;
+}
+
 // --- decoding (ISA-specific) ---
 
 #if defined(__AVX512F__)
@@ -99,10 +109,7 @@ template <WeightFormat Fm>
 inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I& p1) {
   if constexpr (Fm == Fp8Block) {
     // The 64 bytes are stored so that the in-lane byte unpacks below put the pairs in order.
-    // One load per line: vpermi2b overwrites its index, and GCC otherwise loads the line again
-    // for each lookup, which from DRAM cost a fifth of the stream (11.7 -> 14.8 GB/s on a core).
-    I b = _mm512_loadu_si512(tile + g * 64);
-    asm("" : "+v"(b));
+    const I b = load_line(tile + g * 64);
     I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
     hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(char(0x80)), 0xF8);  // | sign
     const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
@@ -111,13 +118,13 @@ inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I
   } else if constexpr (Fm == Fp4Row) {
     // Through the word table: word 2o + s of the 8-input group holds row o's inputs 2j + s in
     // nibble j, so pairs 2g and 2g + 1 are nibbles 0 and 1 (g even) or 2 and 3 (g odd).
-    I d = _mm512_loadu_si512(tile + (g / 2) * 64);
+    I d = load_line(tile + (g / 2) * 64);
     if (g & 1) d = _mm512_srli_epi16(d, 8);
     p0 = _mm512_permutexvar_epi16(d, L.e2m1);
     p1 = _mm512_permutexvar_epi16(_mm512_srli_epi16(d, 4), L.e2m1);
   } else {
-    p0 = _mm512_loadu_si512(tile + g * 128);
-    p1 = _mm512_loadu_si512(tile + g * 128 + 64);
+    p0 = load_line(tile + g * 128);
+    p1 = load_line(tile + g * 128 + 64);
   }
 }
 
@@ -183,7 +190,7 @@ inline void load_pair(const uint8_t* tile, int64_t k0, int h, F& w0, F& w1) {
   } else {
     // Words 16h..16h+15 of group k0/8 alternate inputs k0 and k0+1 of rows 8h..8h+7, in
     // nibble (k0 % 8) / 2 of each word.
-    I v = loadui(tile + (k0 / 8) * 64 + 32 * h);
+    I v = load_line(tile + (k0 / 8) * 64 + 32 * h);
     v = _mm256_srl_epi16(v, _mm_cvtsi32_si128(int(4 * ((k0 % 8) / 2))));
     w0 = e2m1x8(v);
     w1 = e2m1x8(srli<16>(v));
@@ -196,7 +203,7 @@ inline void decode4(const uint8_t* tile, int64_t g, int h, const Luts&, F* w) {
     // (even, odd) bf16 pairs per row: the even input is the low half of each 32-bit lane.
 #pragma GCC unroll 2
     for (int s = 0; s < 2; ++s) {
-      const I d = loadui(tile + g * 128 + s * 64 + h * 32);
+      const I d = load_line(tile + g * 128 + s * 64 + h * 32);
       w[2 * s] = floats(slli<16>(d));
       w[2 * s + 1] = floats(d & set1i(int32_t(0xffff0000u)));
     }
@@ -214,7 +221,7 @@ inline void decode_group(const uint8_t* tile, int64_t g, int h, const Luts& L, F
   if constexpr (Fm == F32) {
     const float* f = reinterpret_cast<const float*>(tile) + g * 64 + h * kLanes;
 #pragma GCC unroll 4
-    for (int q = 0; q < 4; ++q) w[q] = loadu(f + q * 16);
+    for (int q = 0; q < 4; ++q) w[q] = floats(load_line(f + q * 16));
   } else {
     decode4<Fm>(tile, g, h, L, w);
   }
@@ -354,7 +361,7 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
   for (int g8 = 0; g8 < 4; ++g8) {
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
-      const I d = _mm512_loadu_si512(src + bb * 256 + g8 * 64);
+      const I d = load_line(src + bb * 256 + g8 * 64);
       prefetch_group<Fp4Row>(src, bb * 8 + g8 * 2);
       const I w[2] = {
           _mm512_permutexvar_epi8(d, L.e2m1u8),
