@@ -425,8 +425,9 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb) {
       F wa[4], wb[4];
-      prefetch_group<Fm>(ta, (b0 + bb) * 8 + g);
-      prefetch_group<Fm>(tb, (b0 + bb) * 8 + g);
+      // Two streams: each a half window ahead, the same bytes in flight as one stream's.
+      prefetch_group<Fm>(ta, (b0 + bb) * 8 + g, kPrefetchAhead / 2);
+      prefetch_group<Fm>(tb, (b0 + bb) * 8 + g, kPrefetchAhead / 2);
       decode_group<Fm>(ta, (b0 + bb) * 8 + g, 0, L, wa);
       decode_group<Fm>(tb, (b0 + bb) * 8 + g, 0, L, wb);
 #pragma GCC unroll 16
