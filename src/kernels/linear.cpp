@@ -387,30 +387,43 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   // pool's workers must see this thread's vectors, not their own thread_local copies.
   thread_local struct {
     std::vector<int64_t> at, first;
+    std::vector<size_t> owner;
     std::vector<linear_isa::Job> jobs;
     std::vector<QuantScratch> layouts;
   } t_bufs;
-  auto& [at, first, jobs, layouts] = t_bufs;
+  auto& [at, first, owner, jobs, layouts] = t_bufs;
   layouts.clear();
-  at.assign(calls.size() + 1, 0);  // each call's scratch offset
+  // Each call's scratch offset; a call whose input and layout are its predecessor's (an
+  // expert's w1 and w3) shares its quantization: owner[c] is the call that quantizes for c.
+  at.assign(calls.size() + 1, 0);
+  owner.resize(calls.size());
   for (size_t c = 0; c < calls.size(); ++c) {
+    const LinearArgs& a = calls[c].a;
     const bool ints = use_int_products(kern, calls[c].w->weight());
-    layouts.emplace_back(calls[c].a.n, calls[c].w->cols(),
-                         !ints && kern.to_bf16 && use_bf16_products(calls[c].a.n), ints);
-    at[c + 1] = at[c] + layouts[c].bytes;
+    const QuantScratch& l = layouts.emplace_back(
+        a.n, calls[c].w->cols(), !ints && kern.to_bf16 && use_bf16_products(a.n), ints);
+    const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
+    const bool shared = p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
+                        calls[c - 1].w->cols() == calls[c].w->cols() &&
+                        layouts[c - 1].bytes == l.bytes && layouts[c - 1].xqb == l.xqb &&
+                        layouts[c - 1].xi == l.xi;
+    owner[c] = shared ? owner[c - 1] : c;
+    at[c + 1] = at[c] + (shared ? 0 : l.bytes);
   }
   uint8_t* s = t_act.bytes(size_t(at.back()));
+  ThreadPool& pool = ThreadPool::global();
+  pool.parallel_for(int64_t(calls.size()), 1, [&](int64_t c0, int64_t c1) {
+    for (size_t c = size_t(c0); c < size_t(c1); ++c)
+      if (owner[c] == c)
+        quantize_rows(kern, calls[c].a, calls[c].w->cols(), layouts[c], s + at[c], 0, calls[c].a.n);
+  });
   jobs.resize(calls.size());
   first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
-    const PreparedLinear& pw = *calls[c].w;
-    const LinearArgs& a = calls[c].a;
-    quantize_rows(kern, a, pw.cols(), layouts[c], s + at[c], 0, a.n);
-    jobs[c] = call_job(pw, a, s + at[c], layouts[c]);
+    jobs[c] = call_job(*calls[c].w, calls[c].a, s + at[owner[c]], layouts[c]);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
-  ThreadPool& pool = ThreadPool::global();
   const int64_t grain = std::max<int64_t>(1, total / (pool.size() * 4));
   pool.parallel_for(total, grain, [&](int64_t c0, int64_t c1) {
     size_t c = size_t(std::upper_bound(first.begin(), first.end(), c0) - first.begin()) - 1;

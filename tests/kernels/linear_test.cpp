@@ -75,14 +75,16 @@ void check_case(const Case& c, uint64_t seed) {
 }
 
 // A batch of calls (the experts of a decode step: mixed formats, shapes, row counts, output
-// ranges and strides, GEMV-sized and larger, quantized and plain) gives each call exactly what
-// linear_ref gives it, on every ISA and thread count.
+// ranges and strides, GEMV-sized and larger, quantized and plain, some reading the previous
+// call's input as an expert's w1 and w3 do) gives each call exactly what linear_ref gives it, on
+// every ISA and thread count.
 TEST(LinearFast, ManyMatchesEachCall) {
   KernelEnvGuard guard;
   struct Spec {
     WeightFormat fmt;
     int64_t rows, cols, n, row0, n_out, pad_x, pad_y;
-    bool quant = true;  // Weight::quant_input: QLin, else the plain linear
+    bool quant = true;    // Weight::quant_input: QLin, else the plain linear
+    bool same_x = false;  // reads the previous call's input (the same pointer)
   };
   const std::vector<Spec> specs = {
       {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 0, 0},
@@ -90,6 +92,8 @@ TEST(LinearFast, ManyMatchesEachCall) {
       {WeightFormat::Fp8Block, 70, 160, 3, 5, 50, 0, 1},
       {WeightFormat::BF16, 40, 64, 1, 0, -1, 0, 0, false},  // plain linears among the QLins
       {WeightFormat::Fp4Row, 17, 64, 4, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 33, 64, 4, 0, -1, 0, 0, true, true},    // shares its quantization
+      {WeightFormat::Fp8Block, 20, 64, 4, 0, -1, 0, 0, true, true},  // same input, other layout
       {WeightFormat::Fp8Block, 256, 96, 2, 0, -1, 0, 0},
       {WeightFormat::F32, 20, 96, 2, 3, 10, 0, 2, false},
       {WeightFormat::Fp8Block, 64, 64, 1, 0, -1, 0, 0, false},  // fp8 values, input unquantized
@@ -107,12 +111,13 @@ TEST(LinearFast, ManyMatchesEachCall) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const Spec& s = specs[i];
     pws.emplace_back(ws[i].w);
-    xs.push_back(make_activations(s.n, s.cols, s.cols + s.pad_x, 90 + i, false));
+    xs.push_back(s.same_x ? xs.back()
+                          : make_activations(s.n, s.cols, s.cols + s.pad_x, 90 + i, false));
     const int64_t n_out = s.n_out < 0 ? s.rows - s.row0 : s.n_out;
     ldy.push_back(n_out + s.pad_y);
     want.emplace_back(size_t(s.n * ldy[i]), -7.0f);
     const LinearArgs a{xs[i].data(), s.n,    s.cols + s.pad_x, want[i].data(),
-                       ldy[i],       s.row0, s.n_out};
+                       ldy[i],       s.row0, s.n_out};  // (a copy of the shared input)
     linear_ref(ws[i].w, a);
   }
   for (Isa isa : machine_isas())
@@ -126,9 +131,11 @@ TEST(LinearFast, ManyMatchesEachCall) {
         for (size_t i = 0; i < specs.size(); ++i) got.emplace_back(want[i].size(), -7.0f);
         for (size_t i = 0; i < specs.size(); ++i) {
           const Spec& s = specs[i];
+          size_t src = i;  // the call whose input this one reads
+          while (specs[src].same_x) --src;
           calls.push_back(
               {&pws[i],
-               {xs[i].data(), s.n, s.cols + s.pad_x, got[i].data(), ldy[i], s.row0, s.n_out}});
+               {xs[src].data(), s.n, s.cols + s.pad_x, got[i].data(), ldy[i], s.row0, s.n_out}});
         }
         linear_many(calls);
         for (size_t i = 0; i < specs.size(); ++i)
