@@ -314,10 +314,15 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   const int64_t n_tiles = t_end - t_begin;
   LinearPath path = linear_path();
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
-  // (the hyper-connection projections, the router): then GEMV tasks over groups of rows.
+  // (the hyper-connection projections, the router): then GEMV tasks over groups of rows. A plain
+  // bf16 weight (the head) stays on the GEMV up to four groups of rows: its two-tile FMAs, each
+  // run of tiles read from memory once for all the groups, outrun the GEMM's packing (2 threads,
+  // 16 rows: 262 against 185 GFLOP/s; docs/benchmarks.md).
+  const int64_t gemv_max =
+      w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows : kern.gemv_rows;
   if (path == LinearPath::Auto)
-    path = n <= kern.gemv_rows || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
-                                                                             : LinearPath::Gemm;
+    path = n <= gemv_max || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
+                                                                       : LinearPath::Gemm;
   // AMX tiles take the bf16 codes and need to know which blocks are integers.
   const bool amx = quant && path == LinearPath::Gemm && use_amx(kern, w);
   const bool bf16 = quant && kern.to_bf16 && (amx || use_bf16_products(n));  // bf16 codes
@@ -344,17 +349,18 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     // Tasks are (group of up to gemv_rows rows, run of tiles). A small weight is not split
     // (nor worth waking the pool for, with one group of rows).
     const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
-    const int64_t run =
-        n_tiles * pk.tile_bytes < (int64_t(64) << 10)
-            ? n_tiles
-            : std::max<int64_t>(1, n_tiles / std::max<int64_t>(1, threads * 2 / groups));
+    // A task is a run of tiles for every group of rows in turn: with several groups, a run small
+    // enough to stay in this core's cache is read from memory once for all of them.
+    const int64_t run = groups > 1 ? std::max<int64_t>(1, (int64_t(256) << 10) / pk.tile_bytes)
+                        : n_tiles * pk.tile_bytes < (int64_t(64) << 10)
+                            ? n_tiles
+                            : std::max<int64_t>(1, n_tiles / std::max<int64_t>(1, threads * 2));
     const int64_t runs = (n_tiles + run - 1) / run;
-    pool.parallel_for(groups * runs, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t i0 = (c / runs) * gr, r0 = (c % runs) * run;
-        kern.gemv(sub_job(base, i0, std::min(gr, n - i0), t_begin + r0,
-                          t_begin + std::min(n_tiles, r0 + run)));
-      }
+    pool.parallel_for(runs, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t i0 = 0; i0 < n; i0 += gr)
+          kern.gemv(sub_job(base, i0, std::min(gr, n - i0), t_begin + c * run,
+                            t_begin + std::min(n_tiles, (c + 1) * run)));
     });
     return;
   }

@@ -161,6 +161,14 @@ TEST(LinearFast, DenseSweepMatchesRef) {
         for (int64_t n : {1, 3, 4, 6, 13}) check_case({f, false, rows, cols, n}, seed++);
 }
 
+TEST(LinearFast, GemvRunsForSeveralRowGroupsMatchRef) {
+  // Tiles of 64 KiB: the GEMV's tasks are runs of 4 tiles, each taken for every group of 8 rows
+  // in turn (and Auto keeps a plain bf16 weight on the GEMV up to 32 rows).
+  uint64_t seed = 3000;
+  for (int64_t n : {9, 20, 32, 33}) check_case({WeightFormat::BF16, false, 100, 2048, n}, seed++);
+  check_case({WeightFormat::Fp8Block, true, 100, 2048, 17}, seed++);
+}
+
 TEST(LinearFast, DenseSweepWithOtherSeedsMatchesRef) {
   // The dense sweep's shapes again with other inputs: among them products below fp32's normal
   // range, which the canonical fused steps keep exactly (a rounded product would not).
