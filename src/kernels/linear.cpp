@@ -350,11 +350,13 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     // (nor worth waking the pool for, with one group of rows).
     const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
     // A task is a run of tiles for every group of rows in turn: with several groups, a run small
-    // enough to stay in this core's cache is read from memory once for all of them.
+    // enough to stay in this core's cache is read from memory once for all of them. One group
+    // takes one run per thread: a run's start costs a window's wait before its stream flows, and
+    // two or four runs per thread streamed 4-15 % slower (docs/benchmarks.md).
     const int64_t run = groups > 1 ? std::max<int64_t>(1, (int64_t(256) << 10) / pk.tile_bytes)
                         : n_tiles * pk.tile_bytes < (int64_t(64) << 10)
                             ? n_tiles
-                            : std::max<int64_t>(1, n_tiles / std::max<int64_t>(1, threads * 2));
+                            : (n_tiles + threads - 1) / threads;
     const int64_t runs = (n_tiles + run - 1) / run;
     pool.parallel_for(runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
