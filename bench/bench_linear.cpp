@@ -1,6 +1,8 @@
 #include "bench_linear.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -43,12 +45,21 @@ SynthWeight synth_weight(const std::string& fmt, int64_t out, int64_t in, uint64
     for (auto& b : s.data) b = uint8_t(rng());
     w.scale_cols = in / 32;
     s.scale.resize(size_t(out * w.scale_cols));
+  } else if (fmt == "bf16") {  // a plain bf16 weight, as the head's: inputs not quantized
+    w.format = WeightFormat::BF16;
+    w.quant_input = false;
+    s.data.resize(size_t(out * in * 2));
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    for (size_t i = 0; i < s.data.size(); i += 2) {
+      const uint16_t h = uint16_t(std::bit_cast<uint32_t>(round_bf16(nd(rng))) >> 16);
+      std::memcpy(&s.data[i], &h, 2);
+    }
   } else {
-    throw Error(str_cat("bench linear: unknown format '", fmt, "' (expected fp8 or fp4)"));
+    throw Error(str_cat("bench linear: unknown format '", fmt, "' (expected fp8, fp4 or bf16)"));
   }
   for (auto& b : s.scale) b = uint8_t(118 + rng() % 6);
   w.data = s.data.data();
-  w.scale = s.scale.data();
+  w.scale = s.scale.empty() ? nullptr : s.scale.data();
   return s;
 }
 

@@ -93,7 +93,7 @@ void add_command(CLI::App& app) {
     CLI::App* cmd = bench->add_subcommand(
         "linear", "fp8/fp4 GEMV (GB/s vs read bandwidth) and GEMM (GFLOP/s vs oneDNN bf16)");
     add_common(cmd, *f);
-    cmd->add_option("--formats", *formats, "Weight formats: fp8, fp4");
+    cmd->add_option("--formats", *formats, "Weight formats: fp8, fp4, bf16 (plain, as the head)");
     cmd->add_option("--rows", *rows, "GEMM row counts");
     cmd->add_option("--gemv-rows", *gemv_rows,
                     "GEMV row counts (e.g. 1,5: a verify step of 4 drafts)");
