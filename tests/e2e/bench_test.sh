@@ -12,7 +12,8 @@ export DEEPINFER_NUM_THREADS=2
 
 "$BIN" make-tiny --out "$WORK/tiny" >/dev/null || fail "make-tiny"
 "$BIN" bench bandwidth --mib 64 --reps 1 --json > "$WORK/bw.jsonl" || fail "bench bandwidth"
-"$BIN" bench linear --shapes 256:512,512:96 --rows 16 --working-set-mib 8 --pairs 2 --json \
+"$BIN" bench linear --formats fp8,fp4,bf16 --shapes 256:512,512:96 --rows 16 --working-set-mib 8 \
+  --pairs 2 --json \
   > "$WORK/linear.jsonl" 2>"$WORK/linear.err" || { cat "$WORK/linear.err"; fail "bench linear"; }
 "$BIN" bench decode --model "$WORK/tiny" --batches 1,4 --steps 2 --pairs 3 --prompt 16 --prefill 32 \
   --speculative 3 --spec-tokens 8 --json \
@@ -41,8 +42,9 @@ assert len(bw) == 1 and bw[0]["bench"] == "bandwidth" and bw[0]["read_gbs"] > 0,
 lin = rows("linear.jsonl")
 gemv = [r for r in lin if r["bench"] == "linear_gemv"]
 gemm = [r for r in lin if r["bench"] == "linear_gemm"]
-# fp8 and fp4, two shapes, one GEMV and one GEMM row count each.
-assert len(gemv) == 4 and len(gemm) == 4, lin
+# fp8, fp4 and bf16, two shapes, one GEMV and one GEMM row count each.
+assert len(gemv) == 6 and len(gemm) == 6, lin
+assert sorted({r["format"] for r in lin if "format" in r}) == ["bf16", "fp4", "fp8"], lin
 for r in gemv:
     paired(r, "gbs", "limit_gbs", 2)
 for r in gemm:
