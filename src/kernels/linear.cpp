@@ -315,11 +315,13 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   LinearPath path = linear_path();
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
   // (the hyper-connection projections, the router): then GEMV tasks over groups of rows. A plain
-  // bf16 weight (the head) stays on the GEMV up to four groups of rows: its two-tile FMAs, each
-  // run of tiles read from memory once for all the groups, outrun the GEMM's packing (2 threads,
-  // 16 rows: 262 against 185 GFLOP/s; docs/benchmarks.md).
-  const int64_t gemv_max =
-      w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows : kern.gemv_rows;
+  // bf16 weight (the head) stays on the GEMV up to four groups of rows, an fp8 one up to two:
+  // their two-tile FMAs, each run of tiles read from memory once for all the groups, outrun the
+  // GEMM's packing there (2 threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x;
+  // docs/benchmarks.md). fp4 weights have AMX GEMMs, faster from 16 rows.
+  const int64_t gemv_max = w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
+                           : w.format == WeightFormat::Fp8Block     ? 2 * kern.gemv_rows
+                                                                    : kern.gemv_rows;
   if (path == LinearPath::Auto)
     path = n <= gemv_max || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                        : LinearPath::Gemm;

@@ -163,10 +163,11 @@ TEST(LinearFast, DenseSweepMatchesRef) {
 
 TEST(LinearFast, GemvRunsForSeveralRowGroupsMatchRef) {
   // Tiles of 64 KiB: the GEMV's tasks are runs of 4 tiles, each taken for every group of 8 rows
-  // in turn (and Auto keeps a plain bf16 weight on the GEMV up to 32 rows).
+  // in turn (and Auto keeps a plain bf16 weight on the GEMV up to 32 rows, fp8 up to 16).
   uint64_t seed = 3000;
   for (int64_t n : {9, 20, 32, 33}) check_case({WeightFormat::BF16, false, 100, 2048, n}, seed++);
-  check_case({WeightFormat::Fp8Block, true, 100, 2048, 17}, seed++);
+  for (int64_t n : {16, 17}) check_case({WeightFormat::Fp8Block, true, 100, 2048, n}, seed++);
+  check_case({WeightFormat::Fp8Block, false, 100, 2048, 16}, seed++);  // wo_a: plain fp8
 }
 
 TEST(LinearFast, DenseSweepWithOtherSeedsMatchesRef) {
