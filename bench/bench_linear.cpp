@@ -1,7 +1,6 @@
 #include "bench_linear.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -51,7 +50,7 @@ SynthWeight synth_weight(const std::string& fmt, int64_t out, int64_t in, uint64
     s.data.resize(size_t(out * in * 2));
     std::normal_distribution<float> nd(0.0f, 0.02f);
     for (size_t i = 0; i < s.data.size(); i += 2) {
-      const uint16_t h = uint16_t(std::bit_cast<uint32_t>(round_bf16(nd(rng))) >> 16);
+      const uint16_t h = f32_to_bf16(nd(rng));
       std::memcpy(&s.data[i], &h, 2);
     }
   } else {

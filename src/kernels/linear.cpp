@@ -233,7 +233,8 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
 }
 
 // Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K], then the same as bf16
-// (bf16 products) or as integers xi [n, K] and their scales xs [n, K/32] (integer products).
+// (bf16 products) or as the integer codes of isa.h's Job (integer products): bytes xi [n, 2K],
+// corrections xc [n, K/32] and scales xs [n, K/32].
 struct QuantScratch {
   int64_t xqb = 0, xi = 0, xc = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
   QuantScratch(int64_t n, int64_t K, bool bf16, bool ints) {
@@ -348,8 +349,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
 
   const int64_t threads = pool.size();
   if (path == LinearPath::Gemv) {
-    // Tasks are (group of up to gemv_rows rows, run of tiles). A small weight is not split
-    // (nor worth waking the pool for, with one group of rows).
+    // Groups of up to gemv_rows rows. A small weight is not split (nor worth waking the pool
+    // for, with one group of rows).
     const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
     // A task is a run of tiles for every group of rows in turn: with several groups, a run small
     // enough to stay in this core's cache is read from memory once for all of them. One group
@@ -413,10 +414,10 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const QuantScratch& l = layouts.emplace_back(
         a.n, calls[c].w->cols(), !ints && kern.to_bf16 && use_bf16_products(a.n), ints);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
+    // (Same n and K: the layouts agree when they hold the same parts.)
     const bool shared = p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
                         calls[c - 1].w->cols() == calls[c].w->cols() &&
-                        layouts[c - 1].bytes == l.bytes && layouts[c - 1].xqb == l.xqb &&
-                        layouts[c - 1].xi == l.xi;
+                        layouts[c - 1].xqb == l.xqb && layouts[c - 1].xi == l.xi;
     owner[c] = shared ? owner[c - 1] : c;
     at[c + 1] = at[c] + (shared ? 0 : l.bytes);
   }

@@ -41,9 +41,9 @@ inline int64_t min64(int64_t a, int64_t b) {
 }
 
 // A vector of weights loaded once into a register. GCC otherwise folds the load into each
-// instruction that reads the value, or loads it again for one that overwrites it (vpermi2b), and
-// repeated loads of a line still on its way from DRAM hold up the out-of-order window: one core's
-// fp8 GEMV streamed 11.7 GB/s so, 14.8 with one load per line (docs/benchmarks.md).
+// instruction that reads the value, or loads it again for one that overwrites it (vpermi2b: three
+// loads per fp8 line), and one core's fp8 GEMV streamed 11.7 GB/s from DRAM so, 14.8 with one load
+// per line (docs/benchmarks.md).
 inline I load_line(const void* p) {
   I v = loadui(p);
   asm("" : "+v"(v));
@@ -255,8 +255,8 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
                                                  : 32;
 
 // The GEMVs prefetch each line a window ahead as they load it, one prefetch between the loads:
-// a burst of a block run's prefetches at once waits on the miss buffers, and one core then
-// streamed 10.7 GB/s where interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
+// with a block run's prefetches in one burst (likely waiting on the line-fill buffers) one core
+// streamed 10.7 GB/s, interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
 template <WeightFormat Fm>
 inline void prefetch_group(const uint8_t* tile, int64_t gi, int64_t ahead = kPrefetchAhead) {
   constexpr int64_t gb = kGroupBytes<Fm>;
