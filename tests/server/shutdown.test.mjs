@@ -51,11 +51,14 @@ describe('shutdown', () => {
     // A generous timeout, so that a slow machine still finishes the request.
     const server = await startServer(args.deepinfer, ['--shutdown-timeout', '300']);
     let signalled;
-    const result = await stream(server.url, 200, () => {
+    // Enough tokens to be still running when the probe connects 300 ms after the signal: a
+    // request finished by then lets the server exit, and its port can then belong to another
+    // test's server.
+    const result = await stream(server.url, 2000, () => {
       server.proc.kill('SIGTERM');
       signalled = new Promise((r) => setTimeout(r, 300)).then(() => refused(server.url));
     });
-    assert.deepEqual(result, { tokens: 200, finish: 'length', done: true });
+    assert.deepEqual(result, { tokens: 2000, finish: 'length', done: true });
     assert.ok(await signalled, 'a new connection was accepted after SIGTERM');
     const { code } = await server.exited;
     assert.equal(code, 0, server.log());
