@@ -332,6 +332,23 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 }
 
 #if defined(__AVX512F__)
+// The canonical partial of block b of row r of an fp4 tile in fp32 FMAs, as gemv_blocks's Mode 1
+// computes it: for a row whose block is not integers (Job::xs 0) in the integer products below.
+[[gnu::noinline]] F fma_partial(const Job& j, const uint8_t* tile, int64_t b, int r,
+                                const Luts& L) {
+  const float* xr = j.x + r * j.ldx + b * 32;
+  F p = zero();
+  for (int g = 0; g < 8; ++g) {
+    F w[4];
+    decode_group<Fp4Row>(tile, b * 8 + g, 0, L, w);
+    p = fmadd(set1(xr[4 * g + 1]), w[1], p);
+    p = fmadd(set1(xr[4 * g]), w[0], p);
+    p = fmadd(set1(xr[4 * g + 3]), w[3], p);
+    p = fmadd(set1(xr[4 * g + 2]), w[2], p);
+  }
+  return p;
+}
+
 // Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): the
 // integers A_k of a block, split into bytes A = 256·H + L (H, L signed, |H| <= 120), times the
 // weights as unsigned bytes w' = 2·e2m1 + 12 in [0, 24] (vpdpbusd, 4 products per lane). The
@@ -381,33 +398,12 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r)
-      part[bb][r] =
-          _mm512_cvtepi32_ps(addi(slli<8>(ph[bb][r]), pl[bb][r])) * set1(j.xs[r * nb + b0 + bb]);
+    for (int r = 0; r < NR; ++r) {
+      const float xs = j.xs[r * nb + b0 + bb];
+      part[bb][r] = xs != 0.0f ? _mm512_cvtepi32_ps(addi(slli<8>(ph[bb][r]), pl[bb][r])) * set1(xs)
+                               : fma_partial(j, tile, b0 + bb, r, L);
+    }
   add_partials<Fp4Row, NR, NB>(j, t, b0, 0, part, acc);
-}
-
-// Blocks b0 .. b0+NB-1 of an fp4 tile in Mode 3: as integers where every row's block is (the
-// usual case), else that block in fp32 FMAs (Mode 1), in block order either way.
-template <int NR, int NB>
-inline void gemv_blocks_mixed(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
-                              const Luts& L, F* acc) {
-  auto ints = [&](int64_t b) {
-    bool ok = true;
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) ok &= j.xs[r * (j.w->cols / 32) + b] != 0.0f;
-    return ok;
-  };
-  bool all = true;
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb) all &= ints(b0 + bb);
-  if (all) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
-  for (int bb = 0; bb < NB; ++bb) {
-    if (ints(b0 + bb))
-      gemv_blocks_int<NR, 1>(j, tile, t, b0 + bb, L, acc);
-    else
-      gemv_blocks<Fp4Row, 1, NR, 1>(j, tile, t, b0 + bb, 0, L, acc);
-  }
 }
 #endif
 
@@ -475,7 +471,7 @@ template <WeightFormat Fm, int Mode, int NR, int NB>
 inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                        const Luts& L, F* acc) {
 #if defined(__AVX512F__)
-  if constexpr (Mode == 3) return gemv_blocks_mixed<NR, NB>(j, tile, t, b0, L, acc);
+  if constexpr (Mode == 3) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
 #endif
   gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b0, h, L, acc);
 }

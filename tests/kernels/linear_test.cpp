@@ -269,6 +269,50 @@ TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
       }
 }
 
+TEST(LinearFast, PairOrderInANonIntegerBlockAmongIntegerRows) {
+  // Rows whose block is not integers within 16 bits take fp32 fused steps in the pair order
+  // (odd input first) while the other rows of the call multiply integers. After 28 products of
+  // 448 x 6 (a sum S with an even last bit, step u = 2^-7), input 29 adds -u/2 (a tie: S stays)
+  // and then input 28 adds 3u/4 (S + u); the other order gives S + u, then a tie back to S. The
+  // second block has the same pair at its inputs 30 and 31, after 30 large products.
+  KernelEnvGuard guard;
+  const int64_t K = 64, rows = 32;
+  std::vector<uint8_t> codes(size_t(rows * K / 2), 0x77), scales(size_t(rows * K / 32), 127);
+  for (int64_t o = 0; o < rows; ++o) {
+    codes[size_t(o * K / 2 + 14)] = 0x22;  // inputs 28, 29: weights 1
+    codes[size_t(o * K / 2 + 31)] = 0x22;  // inputs 62, 63
+  }
+  Weight w;
+  w.name = "fp4 6 and 1";
+  w.shape = Shape{rows, K};
+  w.format = WeightFormat::Fp4Row;
+  w.quant_input = true;
+  w.data = codes.data();
+  w.scale = scales.data();
+  w.scale_cols = K / 32;
+  const PreparedLinear pw(w);
+  for (int64_t n = 1; n <= 8; ++n) {
+    std::vector<float> x(size_t(n * K), 448.0f);
+    for (int64_t i = 0; i < n; i += 2)  // even rows: the pairs (odd rows: integers)
+      for (int64_t k : {28, 62}) {
+        x[size_t(i * K + k)] = 3 * 0x1p-9f;
+        x[size_t(i * K + k + 1)] = -0x1p-8f;
+      }
+    std::vector<float> want(size_t(n * rows)), got(want.size());
+    linear_ref(w, {x.data(), n, K, want.data(), rows});
+    for (Isa isa : machine_isas())
+      for (LinearProducts products : machine_products()) {
+        set_cpu_isa(isa);
+        set_linear_products(products);
+        set_linear_path(LinearPath::Gemv);
+        std::fill(got.begin(), got.end(), -7.0f);
+        linear(pw, x.data(), n, got.data());
+        ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+            << isa_name(isa) << " products=" << int(products) << " n=" << n;
+      }
+  }
+}
+
 // The reference against double precision from the spec's definitions (dequantized weights,
 // act_quant QDQ inputs): a few fp32 ulps of the sum of magnitudes.
 TEST(LinearRef, MatchesDoublePrecision) {
