@@ -207,6 +207,10 @@ TEST(LinearFast, LargerShapesMatchRef) {
   check_case({WeightFormat::Fp4Row, true, 150, 800, 29}, 3002);
   check_case({WeightFormat::BF16, false, 130, 544, 21}, 3003);
   check_case({WeightFormat::Fp8Block, true, 64, 4096, 2}, 3004);
+  // One group of rows over a weight split between the threads.
+  check_case({WeightFormat::Fp8Block, true, 64, 4096, 1}, 3005);
+  check_case({WeightFormat::Fp4Row, true, 96, 4096, 1}, 3006);
+  check_case({WeightFormat::Fp4Row, true, 96, 4096, 5}, 3007);
 }
 
 TEST(LinearFast, RowsAreIndependentOfBatch) {
