@@ -88,15 +88,18 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     calls.clear();
     round(g.data(), total * F);
     round(u.data(), total * F);
+    // Each row's SwiGLU (a double exp per value) over the pool.
+    ArenaVec<float> rw(size_t(total), &arena);
     at = 0;
     for (const ExpertJob& jb : jobs) {
-      float* gj = &g[size_t(at * F)];
       for (int64_t i = 0; i < jb.n; ++i)
-        swiglu(gj + i * F, &u[size_t((at + i) * F)], F, limit,
-               jb.row_weights ? jb.row_weights[i] : 1.0f);
-      calls.push_back({&jb.ex->w2, {gj, jb.n, F, jb.dst, D, 0, -1, exact}});
+        rw[size_t(at + i)] = jb.row_weights ? jb.row_weights[i] : 1.0f;
+      calls.push_back({&jb.ex->w2, {&g[size_t(at * F)], jb.n, F, jb.dst, D, 0, -1, exact}});
       at += jb.n;
     }
+    for_rows(total, [&](int64_t i) {
+      swiglu(&g[size_t(i * F)], &u[size_t(i * F)], F, limit, rw[size_t(i)]);
+    });
     round(g.data(), total * F);
     linear_many(calls);
     for (const ExpertJob& jb : jobs) round(jb.dst, jb.n * D);
