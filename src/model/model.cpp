@@ -238,9 +238,9 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
   const std::vector<float>& omega = engram_omega[size_t(z)];
-  for (int64_t i = 0; i < N; ++i) {
+  for_rows(N, [&](int64_t i) {
     // Image rows have gate 0: they pass through.
-    if (!st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)]) continue;
+    if (!st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)]) return;
     const float* V = &kv[size_t((i * (M + 1) + M) * D)];
     for (int64_t cpy = 0; cpy < M; ++cpy) {
       float* h = x + (i * M + cpy) * D;
@@ -255,7 +255,7 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
       for (int64_t d = 0; d < D; ++d) h[d] = f32(double(h[d]) + double(gate) * V[d]);
       round(h, D);
     }
-  }
+  });
 }
 
 void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N,
