@@ -41,19 +41,6 @@ struct Input {
   std::string error;
 };
 
-// Token ids from a JSON array; `what` names the list in errors.
-std::vector<int32_t> token_ids(const json& v, const std::string& what) {
-  DI_REQUIRE(v.is_array(), what, " must be a list of token ids");
-  std::vector<int32_t> ids;
-  for (const auto& t : v) {
-    DI_REQUIRE(
-        t.is_number_integer() && t.get<int64_t>() >= INT32_MIN && t.get<int64_t>() <= INT32_MAX,
-        what, ": ", t.dump(), " is not an integer token id");
-    ids.push_back(t.get<int32_t>());
-  }
-  return ids;
-}
-
 std::vector<int32_t> tokenize(const GenerateOptions& o, const Tokenizer* tok,
                               const std::string& text) {
   DI_REQUIRE(tok,
@@ -130,7 +117,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
     const json ids = json::parse("[" + o.prompt_ids + "]", nullptr, false);
     DI_REQUIRE(!ids.is_discarded(), "--prompt-ids: an entry of '", o.prompt_ids,
                "' is not an integer token id (expected e.g. 1,2,3)");
-    next().req.prompt_ids = token_ids(ids, "--prompt-ids");
+    next().req.prompt_ids = server::token_list(ids, "--prompt-ids", vocab);
   } else if (o.num_prompts >= 0) {
     std::mt19937_64 rng(o.eo.engine.seed);
     for (int64_t i = 0; i < o.num_prompts; ++i) {
@@ -154,7 +141,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           DI_REQUIRE(j["prompt"].is_string(), "\"prompt\" must be a string");
           x.req.prompt_ids = tokenize(o, tok, j["prompt"].get<std::string>());
         } else {
-          x.req.prompt_ids = token_ids(j["prompt_ids"], "\"prompt_ids\"");
+          x.req.prompt_ids = server::token_list(j["prompt_ids"], "prompt_ids", vocab);
         }
         apply_request_fields(j, o, info, grammars, &x.req.params);
         // Images (docs/vision.md): data URLs or files, one per image placeholder of the prompt.
@@ -168,7 +155,8 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
         }
         // Benchmarks and tests: a previous run's output to draft from (speculative decoding).
         if (j.contains("draft_reference"))
-          x.req.params.draft_reference = token_ids(j["draft_reference"], "\"draft_reference\"");
+          x.req.params.draft_reference =
+              server::token_list(j["draft_reference"], "draft_reference", vocab);
       } catch (const Error& e) {
         x.error = str_cat(o.prompts_file, ":", n, ": ", e.what());
       }

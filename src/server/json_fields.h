@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "server/api_request.h"
 
@@ -26,6 +27,8 @@ const Json* find_field(const Json& obj, const char* key);
 
 // An integer within [lo, hi]; numbers with a fraction are wrong types, as in the OpenAI API.
 int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi);
+// An array of token ids, each in [0, vocab).
+std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab);
 
 // --- request fields shared by the OpenAI endpoints and the offline runner's JSONL lines ---
 

@@ -132,15 +132,6 @@ const Tokenizer& need_tokenizer(const ModelInfo& info, const std::string& param,
   return *info.tokenizer;
 }
 
-std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab) {
-  if (!v.is_array()) throw_bad_type(name, "an array of token ids", v);
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ids.push_back(get_token_id(v[i], str_cat(name, "[", i, "]"), vocab));
-  return ids;
-}
-
 // "prompt": a string, an array of strings, an array of token ids, or an array of those.
 std::vector<std::vector<int32_t>> parse_prompts(const Json& j, const ModelInfo& info) {
   const Json& p = need(j, "prompt", "prompt");
@@ -605,6 +596,15 @@ int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi) 
     throw_bad_value(name,
                     str_cat("expected an integer in [", lo, ", ", hi, "], got ", v.dump(), "."));
   return x;
+}
+
+std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab) {
+  if (!v.is_array()) throw_bad_type(name, "an array of token ids", v);
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ids.push_back(get_token_id(v[i], str_cat(name, "[", i, "]"), vocab));
+  return ids;
 }
 
 std::string parse_response_format(const Json& j, OutputShape* shape) {
