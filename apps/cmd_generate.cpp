@@ -85,17 +85,6 @@ void apply_request_fields(const json& j, const GenerateOptions& o, server::Model
   server::constrain(shape, info, p);
 }
 
-// An image of a JSONL line: its bytes decoded as Pillow decodes them and preprocessed for the
-// model's tower (docs/vision.md).
-RequestImage load_image(const vision::VisionLimits& v, const std::string& source,
-                        const std::string& what) {
-  DI_REQUIRE(v.max_tokens > 0, what, ": this model has no vision tower (vision_n_layers = 0)");
-  const vision::RgbImage img =
-      vision::decode_image(vision::image_source_bytes(source, what, /*allow_files=*/true), what);
-  vision::ImagePatches p = vision::preprocess(img, v);
-  return {std::move(p.patches), p.plan.vit_h, p.plan.vit_w};
-}
-
 std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, int64_t vocab,
                                const vision::VisionLimits& vision,
                                const std::function<server::GrammarCache*()>& grammars) {
@@ -150,7 +139,10 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
           for (size_t k = 0; k < v->size(); ++k) {
             const std::string what = str_cat("images[", k, "]");
             DI_REQUIRE((*v)[k].is_string(), what, " must be a string (a data: URL or a file path)");
-            x.req.images.push_back(load_image(vision, (*v)[k].get<std::string>(), what));
+            DI_REQUIRE(vision.max_tokens > 0, what,
+                       ": this model has no vision tower (vision_n_layers = 0)");
+            x.req.images.push_back(server::load_image((*v)[k].get<std::string>(), what, vision,
+                                                      /*allow_files=*/true));
           }
         }
         // Benchmarks and tests: a previous run's output to draft from (speculative decoding).

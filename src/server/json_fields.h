@@ -29,6 +29,10 @@ const Json* find_field(const Json& obj, const char* key);
 int64_t get_int(const Json& v, const std::string& name, int64_t lo, int64_t hi);
 // An array of token ids, each in [0, vocab).
 std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t vocab);
+// An image (a data: URL, or with allow_files a file path too) decoded as Pillow decodes it and
+// preprocessed for the model's tower (docs/vision.md); `what` names it in errors.
+RequestImage load_image(const std::string& source, const std::string& what,
+                        const vision::VisionLimits& v, bool allow_files);
 
 // --- request fields shared by the OpenAI endpoints and the offline runner's JSONL lines ---
 

@@ -188,13 +188,8 @@ RequestImage parse_image_part(const Json& part, const std::string& name, const M
                               ? get_string(need(u, "url", where, "image_url needs 'url'."), where)
                               : get_string(u, where);
   try {
-    const vision::RgbImage img =
-        vision::decode_image(vision::image_source_bytes(url, where, /*allow_files=*/false), where);
-    vision::ImagePatches p = vision::preprocess(img, info.vision);
-    return {std::move(p.patches), p.plan.vit_h, p.plan.vit_w};
-  } catch (const ApiError&) {
-    throw;
-  } catch (const Error& e) {
+    return load_image(url, where, info.vision, /*allow_files=*/false);
+  } catch (const Error& e) {  // the image's own errors (vision/ throws no ApiError)
     throw ApiError(400, e.what(), where, "invalid_image");
   }
 }
@@ -605,6 +600,14 @@ std::vector<int32_t> token_list(const Json& v, const std::string& name, int64_t 
   for (size_t i = 0; i < v.size(); ++i)
     ids.push_back(get_token_id(v[i], str_cat(name, "[", i, "]"), vocab));
   return ids;
+}
+
+RequestImage load_image(const std::string& source, const std::string& what,
+                        const vision::VisionLimits& v, bool allow_files) {
+  const vision::RgbImage img =
+      vision::decode_image(vision::image_source_bytes(source, what, allow_files), what);
+  vision::ImagePatches p = vision::preprocess(img, v);
+  return {std::move(p.patches), p.plan.vit_h, p.plan.vit_w};
 }
 
 std::string parse_response_format(const Json& j, OutputShape* shape) {
