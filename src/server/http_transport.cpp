@@ -66,20 +66,13 @@ void compact(std::string& buf, size_t& used, size_t at_least) {
   }
 }
 
-// The Date header's value, formatted at most once a second (per thread: each transport's event
-// thread keeps its own, so that several transports in one process share nothing).
-const std::string& http_date() {
-  thread_local std::string text;
-  thread_local time_t at = 0;
-  if (const time_t now = time(nullptr); now != at) {
-    at = now;
-    tm t{};
-    gmtime_r(&now, &t);
-    char buf[64];
-    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t);
-    text = buf;
-  }
-  return text;
+// The Date header's value (RFC 9110 §5.6.7): the current time in GMT.
+std::string http_date() {
+  const time_t now = time(nullptr);
+  tm t{};
+  gmtime_r(&now, &t);
+  char buf[64];
+  return std::string(buf, strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &t));
 }
 
 // Accept-Encoding allows gzip (RFC 9110 §12.5.3): listed, or '*', with a non-zero weight.
