@@ -270,11 +270,6 @@ void Metrics::request_finished(FinishReason why, double seconds) {
   e2e_.observe(seconds);
 }
 
-void Metrics::client_disconnected() {
-  std::lock_guard lk(mu_);
-  ++disconnects_;
-}
-
 void Metrics::http_response(int status) {
   std::lock_guard lk(mu_);
   ++http_[status];
@@ -310,7 +305,7 @@ std::string Metrics::render(const EngineGauges& g, int64_t in_flight) const {
     out += str_cat("deepinfer_requests_finished_total{finish_reason=\"", finish_reason_name(r),
                    "\"} ", finished_[size_t(r)], "\n");
   counter("deepinfer_client_disconnects_total", "Calls cancelled because the client went away.",
-          disconnects_);
+          disconnects_.load());
   add_header(&out, "deepinfer_http_responses_total", "counter", "HTTP responses, by status.");
   for (const auto& [status, n] : http_)
     out += str_cat("deepinfer_http_responses_total{status=\"", status, "\"} ", n, "\n");

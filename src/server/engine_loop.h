@@ -98,7 +98,7 @@ class Metrics {
   void token_generated(double seconds_since_previous, bool first);  // TTFT when `first`
   void request_finished(FinishReason why, double seconds);
   // Handler threads.
-  void client_disconnected();
+  void client_disconnected() { ++disconnects_; }
   void http_response(int status);
 
   // The whole exposition; `gauges` and the generation calls `in_flight` are sampled by the
@@ -110,7 +110,7 @@ class Metrics {
   int64_t prompt_tokens_ = 0, generation_tokens_ = 0, requests_admitted_ = 0;
   std::array<int64_t, size_t(FinishReason::Error) + 1> finished_{};  // by FinishReason
   std::map<int, int64_t> http_;                                      // responses by status
-  int64_t disconnects_ = 0;
+  std::atomic<int64_t> disconnects_{0};
   // Bucket bounds in seconds.
   Histogram ttft_{
       {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80}};
