@@ -81,6 +81,14 @@ inline float e8m0_to_f32(uint8_t b) {
 // to 255 (NaN); zero and values below 2^-127's rounding range map to 0; the largest encodable
 // value is 2^127 (254).
 uint8_t f32_to_e8m0(float f);
+// §3.3: the power of two 2^ceil(log2(f32(a * c))) from the bits of the rounded product, as an e8m0
+// code (value 2^(code - 127)); the block scales of act_quant, fp4 "I" and the release's weights.
+// Meant for products in (0, 2^127], where the code is exact.
+inline uint8_t pow2ceil_e8m0(float a, float c) {
+  const uint32_t t = f32_bits(a * c);
+  const uint32_t e = (t >> 23) & 0xff, m = t & 0x7fffff;
+  return uint8_t(e + (m != 0 ? 1 : 0));
+}
 
 // --- e2m1 (fp4) ---
 extern const float kE2m1Values[16];

@@ -235,14 +235,6 @@ Init init_for(const TensorSpec& s) {
   return {0, 1.0f / std::sqrt(fan_in)};  // linears (hc_*_fn too): O(1) outputs for O(1) inputs
 }
 
-uint8_t pow2ceil_e8m0(float amax, float inv_qmax) {
-  // The smallest power of two s with amax * inv_qmax <= s (as the release's scales are made).
-  const float t = amax * inv_qmax;
-  if (!(t > 0)) return 127 - 20;
-  const uint32_t b = f32_bits(t);
-  return uint8_t(std::clamp(int(b >> 23) + ((b & 0x7fffff) ? 1 : 0), 1, 254));
-}
-
 struct Encoded {
   DType dtype;
   Shape shape;

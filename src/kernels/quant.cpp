@@ -66,12 +66,6 @@ auto fp4c_scale(uint8_t* scales) {
 
 }  // namespace
 
-uint8_t pow2ceil_e8m0(float a, float c) {
-  const uint32_t t = f32_bits(a * c);
-  const uint32_t e = (t >> 23) & 0xff, m = t & 0x7fffff;
-  return uint8_t(e + (m != 0 ? 1 : 0));
-}
-
 // --- fp8 ---
 
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {

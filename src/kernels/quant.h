@@ -12,10 +12,6 @@
 
 namespace deepinfer {
 
-// §3.3: the power of two 2^ceil(log2(f32(a * c))) from the bits of the rounded product, as an e8m0
-// code (value 2^(code - 127)).
-uint8_t pow2ceil_e8m0(float a, float c);
-
 // --- act_quant (fp8 e4m3, block 32, e8m0 scales); n % 32 == 0 ---
 // codes[n] e4m3, scales[n/32] e8m0.
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
