@@ -6,13 +6,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "engine/replicas.h"
 #include "server/json_fields.h"
 #include "server/structured_output.h"
@@ -115,8 +116,7 @@ std::vector<Input> read_inputs(const GenerateOptions& o, const Tokenizer* tok, i
         r.prompt_ids.push_back(int32_t(rng() % uint64_t(vocab)));
     }
   } else {
-    std::ifstream f(o.prompts_file);
-    DI_REQUIRE(f, o.prompts_file, ": cannot read");
+    std::istringstream f(read_file(o.prompts_file, o.prompts_file));
     std::string line;
     for (int64_t n = 1; std::getline(f, line); ++n) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;

@@ -4,12 +4,12 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <variant>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "io/show_json.h"
 
 namespace deepinfer {
@@ -234,9 +234,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
   DI_REQUIRE(fs::exists(path, ec) || ec, path,
              ": does not exist (expected a checkpoint directory or its config.json)");
   if (fs::is_directory(path, ec)) file = (fs::path(path) / "config.json").string();
-  std::ifstream in(file);
-  DI_REQUIRE(in, file, ": cannot read model config");
-  return parse(std::string(std::istreambuf_iterator<char>(in), {}), file);
+  return parse(read_file(file, file), file);
 }
 
 std::string ModelConfig::to_json() const {

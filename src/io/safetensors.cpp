@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "io/show_json.h"
 
 namespace deepinfer {
@@ -221,9 +221,7 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
     return f;
   };
   if (fs::exists(index, ec)) {
-    std::ifstream in(index);
-    DI_REQUIRE(in, index, ": cannot read");
-    json j = json::parse(in, nullptr, false);
+    json j = json::parse(read_file(index, index), nullptr, false);
     DI_REQUIRE(!j.is_discarded() && j.is_object(), index, ": not a JSON object");
     auto wm = j.find("weight_map");
     DI_REQUIRE(wm != j.end() && wm->is_object(), index,

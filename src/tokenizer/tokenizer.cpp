@@ -18,7 +18,6 @@
 #include <bit>
 #include <deque>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -27,6 +26,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "tokenizer/utf8.h"
 
 namespace deepinfer::tokenizer_internal {
@@ -741,14 +741,6 @@ int32_t config_token_id(const Reader& r, const json& config, const char* key,
   return it != impl.vocab.end() ? it->second : -1;
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat("tokenizer: cannot open ", path.string()));
-  std::string text(std::istreambuf_iterator<char>(in), {});
-  if (in.bad()) throw Error(str_cat("tokenizer: cannot read ", path.string()));
-  return text;
-}
-
 }  // namespace
 }  // namespace deepinfer::tokenizer_internal
 
@@ -815,9 +807,9 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
                         " does not exist (expected a directory with tokenizer.json, or the "
                         "tokenizer.json file)"));
   const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
-  const std::string config =
-      fs::is_regular_file(config_path, ec) ? read_file(config_path) : std::string();
-  return from_json(read_file(json_path), config, json_path.string());
+  auto read = [](const fs::path& p) { return read_file(p.string(), "tokenizer: " + p.string()); };
+  const std::string config = fs::is_regular_file(config_path, ec) ? read(config_path) : "";
+  return from_json(read(json_path), config, json_path.string());
 }
 
 // --- encode ---

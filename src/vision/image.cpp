@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file.h"
 
 namespace deepinfer::vision {
 
@@ -341,15 +342,7 @@ std::string image_source_bytes(std::string_view src, const std::string& what, bo
              ": remote image URLs are not fetched; send the image as a data: URL");
   DI_REQUIRE(allow_files, what, ": expected a data:<type>;base64,<data> URL");
   const std::string path(src.starts_with("file://") ? src.substr(7) : src);
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  DI_REQUIRE(f, what, ": cannot read the image file '", path, "'");
-  std::string out;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) {
-    out.append(buf, n);
-    if (out.size() > max_bytes) break;
-  }
-  std::fclose(f);
+  std::string out = read_file(path, str_cat(what, ": the image file '", path, "'"), max_bytes);
   DI_REQUIRE(out.size() <= max_bytes, what, ": an image of more than ", max_bytes, " bytes");
   return out;
 }
