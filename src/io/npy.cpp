@@ -2,16 +2,15 @@
 
 #include <fstream>
 #include <string>
+#include <type_traits>
 
 #include "core/error.h"
 
 namespace deepinfer {
 
-namespace {
-
-// A .npy 1.0 file of 4-byte elements.
-void write_npy(const std::string& path, const char* descr, const void* data,
-               const std::vector<int64_t>& shape) {
+template <typename T>
+void npy_write(const std::string& path, const T* data, const std::vector<int64_t>& shape) {
+  const char* descr = std::is_same_v<T, float> ? "<f4" : "<i4";
   int64_t n = 1;
   std::string sh;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -29,18 +28,11 @@ void write_npy(const std::string& path, const char* descr, const void* data,
   std::ofstream f(path, std::ios::binary);
   DI_REQUIRE(f, path, ": cannot create");
   f.write(h.data(), std::streamsize(h.size()));
-  f.write(static_cast<const char*>(data), std::streamsize(size_t(n) * 4));
+  f.write(reinterpret_cast<const char*>(data), std::streamsize(size_t(n) * sizeof(T)));
   DI_REQUIRE(f, path, ": write failed");
 }
 
-}  // namespace
-
-void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
-  write_npy(path, "<f4", data, shape);
-}
-void npy_write_i32(const std::string& path, const int32_t* data,
-                   const std::vector<int64_t>& shape) {
-  write_npy(path, "<i4", data, shape);
-}
+template void npy_write(const std::string&, const float*, const std::vector<int64_t>&);
+template void npy_write(const std::string&, const int32_t*, const std::vector<int64_t>&);
 
 }  // namespace deepinfer

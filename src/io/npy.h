@@ -8,7 +8,8 @@
 
 namespace deepinfer {
 
-void npy_write_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);
-void npy_write_i32(const std::string& path, const int32_t* data, const std::vector<int64_t>& shape);
+// T is float ("<f4") or int32_t ("<i4"), the two instantiations npy.cpp provides.
+template <typename T>
+void npy_write(const std::string& path, const T* data, const std::vector<int64_t>& shape);
 
 }  // namespace deepinfer

@@ -388,11 +388,11 @@ void NpyActivationDump::begin_call() {
 }
 void NpyActivationDump::put(const std::string& name, const float* data,
                             const std::vector<int64_t>& shape) {
-  npy_write_f32(call_dir_ + "/" + name + ".npy", data, shape);
+  npy_write(call_dir_ + "/" + name + ".npy", data, shape);
 }
 void NpyActivationDump::put(const std::string& name, const int32_t* data,
                             const std::vector<int64_t>& shape) {
-  npy_write_i32(call_dir_ + "/" + name + ".npy", data, shape);
+  npy_write(call_dir_ + "/" + name + ".npy", data, shape);
 }
 
 Model::Model(const Checkpoint& ck, ModelOptions opt)

@@ -37,7 +37,7 @@ std::vector<double> reference(const std::string& model, const std::vector<uint16
   const fs::path out = fs::temp_directory_path() / ("deepinfer-vision-out-" + tag + ".npy");
   std::vector<float> x(patches.size());
   for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(patches[i]);
-  npy_write_f32(in.string(), x.data(), {vit_h * vit_w, width});
+  npy_write(in.string(), x.data(), {vit_h * vit_w, width});
   run_command(std::string("cd ") + DEEPINFER_SOURCE_DIR +
               "/tests/reference && /usr/bin/python3 -m v41ref.vision --model " + preset_dir(model) +
               " --patches " + in.string() + " --grid " + std::to_string(vit_h) + " " +
@@ -135,7 +135,7 @@ std::map<std::string, NpyArray> reference_with_image(const std::string& preset, 
   const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(T);
   const fs::path e = fs::temp_directory_path() / ("deepinfer-image-" + tag + ".npy");
   const fs::path out = fs::temp_directory_path() / ("deepinfer-image-" + tag + ".npz");
-  npy_write_f32(e.string(), dense.data(), {T, D});
+  npy_write(e.string(), dense.data(), {T, D});
   run_command(std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
               "/tests/reference/run_reference.py --quiet --model " + preset_dir(preset) +
               " --prompt-ids " + ids + " --dtype fp32 --image-embeds " + e.string() +
