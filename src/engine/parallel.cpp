@@ -41,10 +41,10 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   L.dp = world.group().split(L.replica_rank == 0 ? 0 : -1, L.dp_rank);
   if (cfg.dp == 1) {
     L.channel = g > 1 ? &world.channel() : nullptr;
-    if (cfg.cp > 1) L.model.context = cp_shard(*L.replica);
-    if (cfg.ep > 1) L.model.experts = static_moe(*L.replica);
+    if (cfg.cp > 1) L.model.context = std::make_shared<ContextShard>(L.replica.get());
+    if (cfg.ep > 1) L.model.experts = std::make_shared<ExpertExchange>(L.replica.get());
   } else if (cfg.ep > 1) {
-    L.model.experts = ep_dispatch(world.group());
+    L.model.experts = std::make_shared<ExpertExchange>(&world.group(), true);
   }
   const int ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? L.replica_rank : L.dp_rank;
   L.expert_begin = n_experts / cfg.ep * ep_rank;
