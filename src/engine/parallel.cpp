@@ -57,21 +57,21 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   return L;
 }
 
-void fields(auto& io, FieldsOf<SchedSeq> auto& q) {
+void fields(auto& io, ranks::FieldsOf<SchedSeq> auto& q) {
   io(q.seq_id, q.slot, q.start_pos, q.tokens, q.n_padding, q.reset_blocks, q.new_blocks, q.sample,
      q.decode, q.restore, q.n_drafts, q.backup, q.rollback, q.saves);
 }
 
 std::vector<uint8_t> encode_sched_output(const SchedOutput& out) {
   ranks::Writer w;
-  PutFields{w}(out.seqs, out.released);
+  w(out.seqs, out.released);
   return w.take();
 }
 
 SchedOutput decode_sched_output(std::span<const uint8_t> bytes) {
   ranks::Reader r(bytes, "step message");
   SchedOutput out;
-  GetFields{r, "step message"}(out.seqs, out.released);
+  r(out.seqs, out.released);
   r.expect_end();
   return out;
 }

@@ -14,14 +14,11 @@
 // ep in {1, dp}.
 #pragma once
 
-#include <concepts>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
-#include <utility>
 #include <vector>
 
 #include "engine/scheduler.h"
@@ -108,89 +105,5 @@ class ModelRunner {
   int64_t interval_ = 1, steps_ = 0;
   bool empty_steps_ = false, busy_ = true;
 };
-
-// The ranks' messages are lists of fields, each list serving both directions: PutFields writes
-// the fields in turn, GetFields reads them back in the same order. A bool takes one byte, an
-// optional a presence byte then its value, a vector of other than plain values its length then
-// each item, and a struct its field list: a fields(io, s) overload next to its message.
-struct PutFields {
-  ranks::Writer& w;
-  template <typename... T>
-  void operator()(const T&... v) {
-    (put(v), ...);
-  }
-  template <ranks::Pod T>
-  void put(const T& v) {
-    w.put(v);
-  }
-  void put(const std::string& s) { w.put_string(s); }
-  template <typename T>
-  void put(const std::optional<T>& v) {
-    (*this)(v.has_value(), v.value_or(T()));
-  }
-  template <typename A, typename B>
-  void put(const std::pair<A, B>& v) {
-    (*this)(v.first, v.second);
-  }
-  template <typename T>
-  void put(const std::vector<T>& v) {
-    if constexpr (ranks::Pod<T>) {
-      w.put_vector(v);
-    } else {
-      w.put<uint64_t>(v.size());
-      for (const T& x : v) put(x);
-    }
-  }
-  template <typename T>
-  void put(const T& v) {
-    fields(*this, v);
-  }
-};
-
-struct GetFields {
-  ranks::Reader& r;
-  const char* what;  // the message, for errors
-  template <typename... T>
-  void operator()(T&... v) {
-    (get(v), ...);
-  }
-  template <ranks::Pod T>
-  void get(T& v) {
-    v = r.get<T>();
-  }
-  void get(bool& b) { b = r.get<uint8_t>() != 0; }
-  void get(std::string& s) { s = r.get_string(); }
-  template <typename T>
-  void get(std::optional<T>& v) {
-    bool has = false;
-    (*this)(has, v.emplace());
-    if (!has) v.reset();
-  }
-  template <typename A, typename B>
-  void get(std::pair<A, B>& v) {
-    (*this)(v.first, v.second);
-  }
-  template <typename T>
-  void get(std::vector<T>& v) {
-    if constexpr (ranks::Pod<T>) {
-      v = r.get_vector<T>();
-    } else {
-      // Every item of these messages takes 8 bytes at least.
-      const auto n = r.get<uint64_t>();
-      DI_REQUIRE(n <= r.remaining() / 8, what, ": a list of ", n, " items in ", r.remaining(),
-                 " bytes");
-      v.resize(n);
-      for (T& x : v) get(x);
-    }
-  }
-  template <typename T>
-  void get(T& v) {
-    fields(*this, v);
-  }
-};
-
-// A field list's struct: T is U, const (written) or not (read).
-template <typename T, typename U>
-concept FieldsOf = std::same_as<std::remove_const_t<T>, U>;
 
 }  // namespace deepinfer

@@ -12,20 +12,20 @@ namespace deepinfer {
 // The messages of one exchange. The front's: a shutdown flag, then per other replica (in rank
 // order) a length-prefixed part holding its new requests and its aborts. A replica's: its load,
 // then the tokens and the endings of its latest step. Their field lists follow (in this namespace,
-// where PutFields and GetFields find them); a request's grammar travels as its source.
+// where the Writer and the Reader find them); a request's grammar travels as its source.
 
-void fields(auto& io, FieldsOf<Request> auto& q) {
+void fields(auto& io, ranks::FieldsOf<Request> auto& q) {
   auto& p = q.params;
   io(q.id, q.prompt_ids, p.max_tokens, p.temperature, p.top_k, p.top_p, p.min_p,
      p.repetition_penalty, p.presence_penalty, p.frequency_penalty, p.seed, p.stop_token_ids,
      p.stop, p.ignore_eos, p.logprobs, p.grammar_source, p.draft_reference);
 }
 
-void fields(auto& io, FieldsOf<TokenEvent> auto& ev) {
+void fields(auto& io, ranks::FieldsOf<TokenEvent> auto& ev) {
   io(ev.id, ev.token, ev.logprobs);
 }
 
-void fields(auto& io, FieldsOf<RequestOutput> auto& o) {
+void fields(auto& io, ranks::FieldsOf<RequestOutput> auto& o) {
   io(o.id, o.prompt_ids, o.output_ids, o.logprobs, o.finish, o.stop_text, o.drafted, o.accepted);
 }
 
@@ -114,7 +114,7 @@ void Replicas::exchange(bool shutdown) {
   w.put<uint8_t>(shutdown);
   for (size_t i = 0; i < queued_.size(); ++i) {
     part = {};
-    PutFields{part}(queued_[i], aborts_[i]);
+    part(queued_[i], aborts_[i]);
     w.put_vector(part.bytes());
   }
   const auto parts = dp_->all_gather_v(w.bytes());
@@ -126,7 +126,7 @@ void Replicas::exchange(bool shutdown) {
     queued_[i].clear();
     aborts_[i].clear();
     ranks::Reader r(parts[i + 1], "replica report");
-    GetFields{r, "replica report"}(remote_loads_[i], events, done);
+    r(remote_loads_[i], events, done);
     r.expect_end();
     std::move(events.begin(), events.end(), std::back_inserter(remote_events_));
     for (RequestOutput& o : done) {
@@ -172,7 +172,7 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
   std::vector<RequestOutput> finished;
   for (;;) {
     ranks::Writer w;
-    PutFields{w}(engine_load(engine), events, finished);
+    w(engine_load(engine), events, finished);
     std::vector<std::vector<uint8_t>> parts;
     {
       DI_REGION("comm.dp_exchange");
@@ -186,7 +186,7 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
     ranks::Reader rd(mine, "replica requests");
     std::vector<Request> requests;
     std::vector<RequestId> aborts;
-    GetFields{rd, "replica requests"}(requests, aborts);
+    rd(requests, aborts);
     rd.expect_end();
     for (Request& q : requests) {
       std::string error;

@@ -3,15 +3,24 @@
 // are copied in host byte order (all ranks run the same build on the same architecture) with no
 // padding or alignment. A Reader never reads past its bytes: a truncated or corrupt message
 // throws deepinfer::Error naming the message and the offset.
+//
+// The ranks' structured messages are field lists, each list serving both directions: w(a, b, ...)
+// writes the fields in turn, r(a, b, ...) reads them back in the same order. A bool takes one
+// byte, an optional a presence byte then its value, a vector of other than plain values its
+// length then each item, and a struct its field list: a fields(io, s) overload next to its
+// message, found by argument-dependent lookup, with s a FieldsOf the struct.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <ranges>
 #include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -20,6 +29,10 @@ namespace deepinfer::ranks {
 
 template <typename T>
 concept Pod = std::is_trivially_copyable_v<T> && !std::is_pointer_v<T>;
+
+// A field list's struct: T is U, const (written) or not (read).
+template <typename T, typename U>
+concept FieldsOf = std::same_as<std::remove_const_t<T>, U>;
 
 class Writer {
  public:
@@ -40,10 +53,43 @@ class Writer {
     buf_.insert(buf_.end(), bytes, bytes + n);
   }
 
+  // Writes a field list.
+  template <typename... T>
+  void operator()(const T&... v) {
+    (field(v), ...);
+  }
+
   const std::vector<uint8_t>& bytes() const { return buf_; }
   std::vector<uint8_t> take() { return std::move(buf_); }
 
  private:
+  template <Pod T>
+  void field(const T& v) {
+    put(v);
+  }
+  void field(const std::string& s) { put_string(s); }
+  template <typename T>
+  void field(const std::optional<T>& v) {
+    (*this)(v.has_value(), v.value_or(T()));
+  }
+  template <typename A, typename B>
+  void field(const std::pair<A, B>& v) {
+    (*this)(v.first, v.second);
+  }
+  template <typename T>
+  void field(const std::vector<T>& v) {
+    if constexpr (Pod<T>) {
+      put_vector(v);
+    } else {
+      put<uint64_t>(v.size());
+      for (const T& x : v) field(x);
+    }
+  }
+  template <typename T>
+  void field(const T& v) {
+    fields(*this, v);
+  }
+
   std::vector<uint8_t> buf_;
 };
 
@@ -79,7 +125,47 @@ class Reader {
                " (writer and reader disagree on the layout)");
   }
 
+  // Reads a field list.
+  template <typename... T>
+  void operator()(T&... v) {
+    (field(v), ...);
+  }
+
  private:
+  template <Pod T>
+  void field(T& v) {
+    v = get<T>();
+  }
+  void field(bool& b) { b = get<uint8_t>() != 0; }
+  void field(std::string& s) { s = get_string(); }
+  template <typename T>
+  void field(std::optional<T>& v) {
+    bool has = false;
+    (*this)(has, v.emplace());
+    if (!has) v.reset();
+  }
+  template <typename A, typename B>
+  void field(std::pair<A, B>& v) {
+    (*this)(v.first, v.second);
+  }
+  template <typename T>
+  void field(std::vector<T>& v) {
+    if constexpr (Pod<T>) {
+      v = get_vector<T>();
+    } else {
+      // Every item of these messages takes 8 bytes at least.
+      const auto n = get<uint64_t>();
+      DI_REQUIRE(n <= remaining() / 8, what_, ": a list of ", n, " items in ", remaining(),
+                 " bytes");
+      v.resize(n);
+      for (T& x : v) field(x);
+    }
+  }
+  template <typename T>
+  void field(T& v) {
+    fields(*this, v);
+  }
+
   // A length prefix, validated against what is left before anything is allocated, then the
   // elements.
   template <typename Seq>
