@@ -24,27 +24,6 @@
 
 namespace deepinfer {
 
-CpBlockPools::CpBlockPools(int32_t cp, int32_t blocks_per_rank) {
-  DI_REQUIRE(cp >= 1, "context-parallel size must be >= 1");
-  for (int32_t r = 0; r < cp; ++r) pools_.emplace_back(blocks_per_rank);
-}
-
-int32_t CpBlockPools::num_used() const {
-  return std::accumulate(pools_.begin(), pools_.end(), 0,
-                         [](int32_t n, const BlockPool& p) { return n + p.num_used(); });
-}
-
-int64_t CpBlockPools::reachable_blocks(size_t held) const {
-  // Blocks held, held + 1, ... come from pools i mod cp: after min_free full rounds every pool is
-  // down by min_free; the last, partial round goes on while the next pool still has one.
-  const size_t cp = pools_.size();
-  int64_t min_free = INT64_MAX;
-  for (const auto& p : pools_) min_free = std::min<int64_t>(min_free, p.num_free());
-  int64_t n = int64_t(held) + min_free * int64_t(cp);
-  for (size_t k = 0; k < cp && pools_[(held + k) % cp].num_free() > min_free; ++k) ++n;
-  return n;
-}
-
 PrefixCache::PrefixCache(int64_t block_tokens, int32_t n_pools, int32_t blocks_per_pool,
                          int32_t num_snapshots)
     : block_tokens_(block_tokens),
@@ -135,7 +114,12 @@ void PrefixCache::drop_snapshot(int32_t snap) {
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp,
                      int32_t num_snapshots)
-    : cfg_(cfg), pools_(cp, num_blocks), cache_(cfg.block_tokens, cp, num_blocks, num_snapshots) {
+    : cfg_(cfg),
+      pools_([&] {
+        DI_REQUIRE(cp >= 1, "context-parallel size must be >= 1");
+        return std::vector<BlockPool>(size_t(cp), BlockPool(num_blocks));
+      }()),
+      cache_(cfg.block_tokens, cp, num_blocks, num_snapshots) {
   DI_REQUIRE(cfg.max_num_seqs >= 1, "max_num_seqs must be >= 1");
   DI_REQUIRE(cfg.max_num_batched_tokens >= 1 && cfg.max_num_prefill_tokens >= 1,
              "max_num_batched_tokens and max_num_prefill_tokens must be >= 1");
@@ -174,23 +158,35 @@ std::string Scheduler::add(Request req) {
   return "";
 }
 
+int32_t Scheduler::blocks_used() const {
+  return std::accumulate(pools_.begin(), pools_.end(), 0,
+                         [](int32_t n, const BlockPool& p) { return n + p.num_used(); });
+}
+
 int64_t Scheduler::room(const Sequence* s) const {
-  return pools_.reachable_blocks(s->blocks.size()) * cfg_.block_tokens;
+  // Blocks held, held + 1, ... come from pools i mod cp: after min_free full rounds every pool is
+  // down by min_free; the last, partial round goes on while the next pool still has one.
+  const size_t held = s->blocks.size(), cp = pools_.size();
+  int64_t min_free = INT64_MAX;
+  for (const auto& p : pools_) min_free = std::min<int64_t>(min_free, p.num_free());
+  int64_t n = int64_t(held) + min_free * int64_t(cp);
+  for (size_t k = 0; k < cp && pools_[(held + k) % cp].num_free() > min_free; ++k) ++n;
+  return n * cfg_.block_tokens;
 }
 
 void Scheduler::grow_blocks(Sequence* s, int64_t tokens) {
   DI_CHECK(room(s) >= tokens, "growing without free blocks");
   while (int64_t(s->blocks.size()) * cfg_.block_tokens < tokens) {
     const size_t i = s->blocks.size();
-    s->blocks.push_back(pools_.pool_of(i).allocate());
-    cache_.evict(int32_t(i % size_t(pools_.cp())), s->blocks.back());  // what it held is gone
+    s->blocks.push_back(pool_of(i).allocate());
+    cache_.evict(int32_t(i % pools_.size()), s->blocks.back());  // what it held is gone
   }
-  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, pools_.num_used());
+  stats_.peak_blocks_used = std::max(stats_.peak_blocks_used, blocks_used());
 }
 
 void Scheduler::release_blocks(Sequence* s) {
   // Last block first: a cached prefix loses its end before its start.
-  for (size_t i = s->blocks.size(); i-- > 0;) pools_.pool_of(i).release(s->blocks[i]);
+  for (size_t i = s->blocks.size(); i-- > 0;) pool_of(i).release(s->blocks[i]);
   s->blocks.clear();
   s->blocks_sent = 0;
   s->blocks_cached = 0;
@@ -229,7 +225,7 @@ bool Scheduler::take_hit(Sequence* s) {
   const int64_t max_blocks = (int64_t(s->tokens.size()) - 1) / cfg_.block_tokens;
   PrefixCache::Hit hit = cache_.lookup(s->tokens, s->block_hashes, max_blocks);
   if (hit.blocks.empty()) return false;
-  for (size_t i = 0; i < hit.blocks.size(); ++i) pools_.pool_of(i).ref(hit.blocks[i]);
+  for (size_t i = 0; i < hit.blocks.size(); ++i) pool_of(i).ref(hit.blocks[i]);
   s->blocks = std::move(hit.blocks);
   s->blocks_cached = s->blocks.size();
   s->num_computed = int64_t(s->blocks.size()) * cfg_.block_tokens;

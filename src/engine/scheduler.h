@@ -119,23 +119,6 @@ struct SchedOutput {
   bool empty() const { return seqs.empty(); }
 };
 
-// KV blocks of a context-parallel group: one pool per CP rank, all of the same size. A sequence's
-// i-th block lives on rank i mod cp (block ids are local to that rank's pool), so its compressed
-// KV is spread evenly and the group holds cp times the context of one rank.
-class CpBlockPools {
- public:
-  CpBlockPools(int32_t cp, int32_t blocks_per_rank);
-  int32_t cp() const { return int32_t(pools_.size()); }
-  int32_t blocks_per_rank() const { return pools_[0].num_blocks(); }
-  int32_t num_used() const;
-  BlockPool& pool_of(size_t block_index) { return pools_[block_index % pools_.size()]; }
-  // The tokens of KV a sequence holding `held` blocks can reach with the free blocks.
-  int64_t reachable_blocks(size_t held) const;
-
- private:
-  std::vector<BlockPool> pools_;
-};
-
 // splitmix64's finaliser: the prefix cache's block hashes and the sampler's counter-based draws.
 inline uint64_t splitmix_finalise(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -260,14 +243,15 @@ class Scheduler {
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   bool has_work() const { return !waiting_.empty() || !running_.empty(); }
-  int32_t blocks_used() const { return pools_.num_used(); }
-  int32_t blocks_total() const { return pools_.cp() * pools_.blocks_per_rank(); }
+  int32_t blocks_used() const;
+  int32_t blocks_total() const { return int32_t(pools_.size()) * pools_[0].num_blocks(); }
   const SchedulerStats& stats() const { return stats_; }
 
  private:
   // The tokens of KV a sequence's blocks plus the free ones it can reach would hold; allocation
   // of the blocks missing for `tokens` (they must be free).
   int64_t room(const Sequence* s) const;
+  BlockPool& pool_of(size_t block_index) { return pools_[block_index % pools_.size()]; }
   void grow_blocks(Sequence* s, int64_t tokens);
   // Gives a sequence's blocks back (and forgets what its next step was to restore).
   void release_blocks(Sequence* s);
@@ -288,7 +272,10 @@ class Scheduler {
   void plan_saves(Sequence* s, SchedSeq& q, size_t q_index, SchedOutput& out);
 
   SchedulerConfig cfg_;
-  CpBlockPools pools_;
+  // KV blocks of a context-parallel group: one pool per CP rank, all of the same size. A
+  // sequence's i-th block lives on rank i mod cp (block ids are local to that rank's pool), so its
+  // compressed KV is spread evenly and the group holds cp times the context of one rank.
+  std::vector<BlockPool> pools_;
   PrefixCache cache_;
   // Blocks completed by the step being scheduled, entered in the cache once it ran.
   struct Pending {

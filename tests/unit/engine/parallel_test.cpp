@@ -9,14 +9,25 @@ namespace {
 
 using testing::make_request;
 
-TEST(CpBlockPools, BlocksComeFromPoolsInTurn) {
-  CpBlockPools p(3, 2);  // pools of 2 blocks on 3 ranks
-  EXPECT_EQ(p.reachable_blocks(0), 6);
-  p.pool_of(0).allocate();              // block 0 on rank 0
-  p.pool_of(3).allocate();              // block 3 on rank 0: rank 0 is now empty
-  EXPECT_EQ(p.reachable_blocks(1), 3);  // blocks 1 (rank 1), 2 (rank 2), then rank 0 is empty
-  EXPECT_EQ(p.reachable_blocks(0), 0);
-  EXPECT_EQ(p.num_used(), 2);
+TEST(Scheduler, ContextParallelBlocksComeFromPoolsInTurn) {
+  SchedulerConfig cfg;
+  cfg.block_tokens = 4;
+  cfg.max_model_len = 1000;
+  Scheduler s(cfg, 2, 3);  // pools of 2 blocks on 3 ranks
+  EXPECT_EQ(s.add(make_request(1, 3, 8)), "");
+  EXPECT_EQ(s.add(make_request(2, 20, 1)), "");
+  EXPECT_EQ(s.add(make_request(3, 4, 8)), "");
+  SchedOutput out;
+  s.schedule(out);
+  ASSERT_EQ(out.seqs.size(), 2u);
+  EXPECT_EQ(out.seqs[0].new_blocks, std::vector<int32_t>{0});  // block 0 on rank 0
+  // Blocks 0, 1, 2 on ranks 0, 1, 2; block 3 would be on rank 0, which is now empty: 12 of the
+  // 20 tokens fit although 5 blocks were free.
+  EXPECT_EQ(out.seqs[1].new_blocks, (std::vector<int32_t>{1, 0, 0}));
+  EXPECT_EQ(out.seqs[1].tokens.size(), 12u);
+  // Rank 0 has no block left for a block 0: the third request waits although 2 blocks are free.
+  EXPECT_EQ(s.num_waiting(), 1u);
+  EXPECT_EQ(s.blocks_used(), 4);
 }
 
 TEST(Scheduler, ContextParallelPoolsHoldCpTimesTheContext) {
