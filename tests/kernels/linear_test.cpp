@@ -236,6 +236,20 @@ TEST(LinearFast, RowsAreIndependentOfBatch) {
   }
 }
 
+// A QLin fp4 weight over the given codes (two per byte) and e8m0 scales (one per 32 inputs).
+Weight fp4_codes(const char* name, int64_t rows, int64_t K, const std::vector<uint8_t>& codes,
+                 const std::vector<uint8_t>& scales) {
+  Weight w;
+  w.name = name;
+  w.shape = Shape{rows, K};
+  w.format = WeightFormat::Fp4Row;
+  w.quant_input = true;
+  w.data = codes.data();
+  w.scale = scales.data();
+  w.scale_cols = K / 32;
+  return w;
+}
+
 TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
   // Blocks whose partial rounds differently in another order: 30 products 448 x 6 (a sum above
   // 2^16, where the fp32 step is 2^-7), then two of 3·2^-9 x 0.5, each below half a step (lost
@@ -246,14 +260,7 @@ TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
   const int64_t n = 40, K = 256, rows = 48;
   std::vector<uint8_t> codes(size_t(rows * K / 2), 0x77), scales(size_t(rows * K / 32), 127);
   for (size_t b = 15; b < codes.size(); b += 16) codes[b] = 0x11;  // inputs 30, 31: 0.5
-  Weight w;
-  w.name = "fp4 6 and 0.5";
-  w.shape = Shape{rows, K};
-  w.format = WeightFormat::Fp4Row;
-  w.quant_input = true;
-  w.data = codes.data();
-  w.scale = scales.data();
-  w.scale_cols = K / 32;
+  const Weight w = fp4_codes("fp4 6 and 0.5", rows, K, codes, scales);
   const PreparedLinear pw(w);
   std::vector<float> x(size_t(n * K));
   for (size_t k = 0; k < x.size(); ++k) x[k] = k % 32 < 30 ? 448.0f : 3 * 0x1p-9f;
@@ -286,14 +293,7 @@ TEST(LinearFast, PairOrderInANonIntegerBlockAmongIntegerRows) {
     codes[size_t(o * K / 2 + 14)] = 0x22;  // inputs 28, 29: weights 1
     codes[size_t(o * K / 2 + 31)] = 0x22;  // inputs 62, 63
   }
-  Weight w;
-  w.name = "fp4 6 and 1";
-  w.shape = Shape{rows, K};
-  w.format = WeightFormat::Fp4Row;
-  w.quant_input = true;
-  w.data = codes.data();
-  w.scale = scales.data();
-  w.scale_cols = K / 32;
+  const Weight w = fp4_codes("fp4 6 and 1", rows, K, codes, scales);
   const PreparedLinear pw(w);
   for (int64_t n = 1; n <= 8; ++n) {
     std::vector<float> x(size_t(n * K), 448.0f);
