@@ -1,6 +1,6 @@
 #include "bench_util.h"
 
-#include <emmintrin.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -65,7 +65,7 @@ double now_s() {
 
 namespace {
 // Sums 64-bit lanes of [p, p + n) (n a multiple of 128 bytes) with eight independent
-// accumulators; 16-byte loads keep the loop in the baseline ISA and still outrun DRAM. With
+// accumulators and 16-byte loads (the baseline ISA). With
 // `prefetch`, each 128 bytes also prefetch the lines 8 KiB ahead into L2, as the GEMVs do: on
 // some machines (a Sapphire Rapids VM) the hardware prefetchers alone reach 0.6 of what a
 // prefetched read does, so a limit read without them would flatter every ratio.
@@ -87,8 +87,30 @@ uint64_t sum_range(const uint8_t* p, uint64_t n) {
   return out[0] + out[1];
 }
 
-// One read of bufs by every thread, with or without software prefetch.
+// The same with 32-byte loads (AVX2, where the CPU has it). The limit is the faster loop: on the
+// Xeon VM the 16-byte loop read 27-32 GB/s from build to build (code placement alone), this one
+// 35 (docs/benchmarks.md).
 template <bool prefetch>
+__attribute__((target("avx2"))) uint64_t sum_range_avx2(const uint8_t* p, uint64_t n) {
+  __m256i a[4];
+  for (auto& v : a) v = _mm256_setzero_si256();
+  for (uint64_t i = 0; i < n; i += 128) {
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
+    }
+    for (int k = 0; k < 4; ++k)
+      a[k] = _mm256_add_epi64(a[k],
+                              _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32 * k)));
+  }
+  for (int k = 1; k < 4; ++k) a[0] = _mm256_add_epi64(a[0], a[k]);
+  uint64_t out[4];
+  std::memcpy(out, &a[0], 32);
+  return out[0] + out[1] + out[2] + out[3];
+}
+
+// One read of bufs by every thread, with or without software prefetch, with 16- or 32-byte loads.
+template <bool prefetch, bool wide = false>
 double sweep_once(const std::vector<std::span<const uint8_t>>& bufs) {
   // Thread t reads share t of the buffers' concatenation (crossing buffer ends), so that no
   // synchronisation between buffers lowers the limit.
@@ -106,7 +128,9 @@ double sweep_once(const std::vector<std::span<const uint8_t>>& bufs) {
       uint64_t at = 0, acc = 0;
       for (const auto& b : bufs) {
         const uint64_t n = b.size() / 128 * 128, from = std::max(lo, at), to = std::min(hi, at + n);
-        if (from < to) acc += sum_range<prefetch>(b.data() + (from - at), to - from);
+        if (from < to)
+          acc += wide ? sum_range_avx2<prefetch>(b.data() + (from - at), to - from)
+                      : sum_range<prefetch>(b.data() + (from - at), to - from);
         at += n;
       }
       sink[size_t(i)] = acc;
@@ -138,7 +162,10 @@ double read_bandwidth_gbs(uint64_t bytes, int reps) {
 }
 
 double sweep_seconds(const std::vector<std::span<const uint8_t>>& bufs) {
-  return std::min(sweep_once<false>(bufs), sweep_once<true>(bufs));
+  double t = std::min(sweep_once<false>(bufs), sweep_once<true>(bufs));
+  if (__builtin_cpu_supports("avx2"))
+    t = std::min({t, sweep_once<false, true>(bufs), sweep_once<true, true>(bufs)});
+  return t;
 }
 
 double median(std::vector<double> v) {
