@@ -64,49 +64,41 @@ double now_s() {
 }
 
 namespace {
-// Sums 64-bit lanes of [p, p + n) (n a multiple of 128 bytes) with eight independent
-// accumulators and 16-byte loads (the baseline ISA). With
-// `prefetch`, each 128 bytes also prefetch the lines 8 KiB ahead into L2, as the GEMVs do: on
-// some machines (a Sapphire Rapids VM) the hardware prefetchers alone reach 0.6 of what a
-// prefetched read does, so a limit read without them would flatter every ratio.
+// Sums 64-bit lanes of [p, p + n) (n a multiple of 128 bytes) in V-wide loads (V: a vector of
+// uint64_t), one accumulator per vector of each 128 bytes. With `prefetch`, each 128 bytes also
+// prefetch the lines 8 KiB ahead into L2, as the GEMVs do: on some machines (a Sapphire Rapids
+// VM) the hardware prefetchers alone reach 0.6 of what a prefetched read does, so a limit read
+// without them would flatter every ratio.
+template <typename V, bool prefetch>
+[[gnu::always_inline]] inline uint64_t sum_lanes(const uint8_t* p, uint64_t n) {
+  constexpr int kVecs = int(128 / sizeof(V));
+  V a[kVecs] = {};
+  for (uint64_t i = 0; i < n; i += 128) {
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
+    }
+    for (int k = 0; k < kVecs; ++k) a[k] += *reinterpret_cast<const V*>(p + i + sizeof(V) * k);
+  }
+  for (int k = 1; k < kVecs; ++k) a[0] += a[k];
+  uint64_t out = 0;
+  for (size_t j = 0; j < sizeof(V) / 8; ++j) out += a[0][j];
+  return out;
+}
+using U64x2 = uint64_t __attribute__((vector_size(16)));
+using U64x4 = uint64_t __attribute__((vector_size(32)));
+
+// 16-byte loads (the baseline ISA).
 template <bool prefetch>
 uint64_t sum_range(const uint8_t* p, uint64_t n) {
-  __m128i a[8];
-  for (auto& v : a) v = _mm_setzero_si128();
-  for (uint64_t i = 0; i < n; i += 128) {
-    if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
-    }
-    for (int k = 0; k < 8; ++k)
-      a[k] = _mm_add_epi64(a[k], _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16 * k)));
-  }
-  for (int k = 1; k < 8; ++k) a[0] = _mm_add_epi64(a[0], a[k]);
-  uint64_t out[2];
-  std::memcpy(out, &a[0], 16);
-  return out[0] + out[1];
+  return sum_lanes<U64x2, prefetch>(p, n);
 }
-
-// The same with 32-byte loads (AVX2, where the CPU has it). The limit is the faster loop: on the
-// Xeon VM the 16-byte loop read 27-32 GB/s from build to build (code placement alone), this one
-// 35 (docs/benchmarks.md).
+// 32-byte loads (AVX2, where the CPU has it). The limit is the faster loop: on the Xeon VM the
+// 16-byte loop read 27-32 GB/s from build to build (code placement alone), this one 35
+// (docs/benchmarks.md).
 template <bool prefetch>
 __attribute__((target("avx2"))) uint64_t sum_range_avx2(const uint8_t* p, uint64_t n) {
-  __m256i a[4];
-  for (auto& v : a) v = _mm256_setzero_si256();
-  for (uint64_t i = 0; i < n; i += 128) {
-    if (prefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
-    }
-    for (int k = 0; k < 4; ++k)
-      a[k] = _mm256_add_epi64(a[k],
-                              _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32 * k)));
-  }
-  for (int k = 1; k < 4; ++k) a[0] = _mm256_add_epi64(a[0], a[k]);
-  uint64_t out[4];
-  std::memcpy(out, &a[0], 32);
-  return out[0] + out[1] + out[2] + out[3];
+  return sum_lanes<U64x4, prefetch>(p, n);
 }
 
 // One read of bufs by every thread, with or without software prefetch, with 16- or 32-byte loads.
