@@ -389,9 +389,9 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   });
 }
 
-// Several QLin GEMV calls (n <= the ISA's gemv_rows each) as one parallel loop over all their
-// tiles: one wake-up of the pool instead of one per call, and the tiles balanced over the threads
-// as one stream. Each output is computed exactly as run_fast's GEMV computes it.
+// Several GEMV calls (n <= the ISA's gemv_rows each) as one parallel loop over all their tiles:
+// one wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
+// stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
   // Reused from call to call (no allocation once large enough). Named through references: the
@@ -401,22 +401,35 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     std::vector<size_t> owner;
     std::vector<linear_isa::Job> jobs;
     std::vector<QuantScratch> layouts;
+    std::vector<char> dense_bf16;  // plain calls: the inputs were bf16 values, converted
   } t_bufs;
-  auto& [at, first, owner, jobs, layouts] = t_bufs;
+  auto& [at, first, owner, jobs, layouts, dense_bf16] = t_bufs;
   layouts.clear();
   // Each call's scratch offset; a call whose input and layout are its predecessor's (an
   // expert's w1 and w3) shares its quantization: owner[c] is the call that quantizes for c.
+  // A plain call's scratch holds its inputs as bf16 when its weight takes bf16 products.
   at.assign(calls.size() + 1, 0);
   owner.resize(calls.size());
+  dense_bf16.assign(calls.size(), 0);
+  auto plain_bf16 = [&](const LinearCall& c) {
+    return kern.to_bf16 && c.w->packed().bf16_products && use_bf16_products(c.a.n);
+  };
   for (size_t c = 0; c < calls.size(); ++c) {
     const LinearArgs& a = calls[c].a;
+    const int64_t K = calls[c].w->cols();
+    if (!calls[c].w->weight().quant_input) {
+      layouts.emplace_back(0, K, false, false);
+      owner[c] = c;
+      at[c + 1] = at[c] + (plain_bf16(calls[c]) ? round_up(a.n * K * 2, 64) : 0);
+      continue;
+    }
     const bool ints = use_int_products(kern, calls[c].w->weight());
-    const QuantScratch& l = layouts.emplace_back(
-        a.n, calls[c].w->cols(), !ints && kern.to_bf16 && use_bf16_products(a.n), ints);
+    const QuantScratch& l =
+        layouts.emplace_back(a.n, K, !ints && kern.to_bf16 && use_bf16_products(a.n), ints);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
-    // (Same n and K: the layouts agree when they hold the same parts.)
+    // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
-                        calls[c - 1].w->cols() == calls[c].w->cols() &&
+                        calls[c - 1].w->weight().quant_input && calls[c - 1].w->cols() == K &&
                         layouts[c - 1].xqb == l.xqb && layouts[c - 1].xi == l.xi;
     owner[c] = shared ? owner[c - 1] : c;
     at[c + 1] = at[c] + (shared ? 0 : l.bytes);
@@ -424,14 +437,23 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   uint8_t* s = t_act.bytes(size_t(at.back()));
   ThreadPool& pool = ThreadPool::global();
   pool.parallel_for(int64_t(calls.size()), 1, [&](int64_t c0, int64_t c1) {
-    for (size_t c = size_t(c0); c < size_t(c1); ++c)
-      if (owner[c] == c)
-        quantize_rows(kern, calls[c].a, calls[c].w->cols(), layouts[c], s + at[c], 0, calls[c].a.n);
+    for (size_t c = size_t(c0); c < size_t(c1); ++c) {
+      const LinearArgs& a = calls[c].a;
+      if (!calls[c].w->weight().quant_input) {
+        if (plain_bf16(calls[c]))
+          dense_bf16[c] = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
+                                       reinterpret_cast<uint16_t*>(s + at[c]));
+      } else if (owner[c] == c) {
+        quantize_rows(kern, a, calls[c].w->cols(), layouts[c], s + at[c], 0, a.n);
+      }
+    }
   });
   jobs.resize(calls.size());
   first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
   for (size_t c = 0; c < calls.size(); ++c) {
-    jobs[c] = call_job(*calls[c].w, calls[c].a, s + at[owner[c]], layouts[c]);
+    const bool quant = calls[c].w->weight().quant_input;
+    jobs[c] = call_job(*calls[c].w, calls[c].a, quant ? s + at[owner[c]] : nullptr, layouts[c]);
+    if (dense_bf16[c]) jobs[c].xb = reinterpret_cast<const uint16_t*>(s + at[c]);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
@@ -529,7 +551,7 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     check_call(c.w->weight(), a);
-    if (c.w->weight().quant_input && gemv_ok && !a.exact && a.n <= kernels_for(isa).gemv_rows)
+    if (gemv_ok && !a.exact && a.n <= kernels_for(isa).gemv_rows)
       small.push_back(c);
     else
       linear(*c.w, a);

@@ -93,9 +93,10 @@ class PreparedLinear {
 // The model's entry point, as the reference's `linear()`: the weight's stored form decides the
 // computation (Weight::quant_input: QLin, else the plain linear).
 void linear(const PreparedLinear& w, const LinearArgs& a);
-// Several independent calls, each giving exactly what `linear` gives it. Quantized calls of at
-// most a few rows (decode) share one pass of the thread pool over all their weights, which
-// saves a pool wake-up per call and balances many small weights (the experts of a step) as one.
+// Several independent calls, each giving exactly what `linear` gives it. Calls of at most a few
+// rows (decode) share one pass of the thread pool over all their weights, which saves a pool
+// wake-up per call and balances many small weights (the experts of a step, the output
+// projection's groups) as one stream.
 struct LinearCall {
   const PreparedLinear* w;
   LinearArgs a;

@@ -149,8 +149,12 @@ void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float
   rope_rows(st, rope, o, H, Dh, true);
   ArenaVec<float> a(size_t(N * G * Ro), &arena);
   const int64_t group_in = H * Dh / G;
+  ArenaVec<LinearCall> calls(&arena);  // group g: its inputs, rows [g·Ro, (g+1)·Ro) of wo_a
+  calls.reserve(size_t(G));
   for (int64_t g = 0; g < G; ++g)
-    linear(P.wo_a, {o + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact});
+    calls.push_back(
+        {&P.wo_a, {o + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact}});
+  linear_many(calls);
   round(a.data(), N * G * Ro);
   project(P.wo_b, a.data(), N, out);
   dump(st, l, "attn.out", out, {N, c.dim});

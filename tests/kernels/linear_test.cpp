@@ -85,6 +85,7 @@ TEST(LinearFast, ManyMatchesEachCall) {
     int64_t rows, cols, n, row0, n_out, pad_x, pad_y;
     bool quant = true;    // Weight::quant_input: QLin, else the plain linear
     bool same_x = false;  // reads the previous call's input (the same pointer)
+    bool bf16_x = false;  // inputs that are bf16 values (plain calls take bf16 products then)
   };
   const std::vector<Spec> specs = {
       {WeightFormat::Fp4Row, 96, 256, 1, 0, -1, 0, 0},
@@ -99,6 +100,10 @@ TEST(LinearFast, ManyMatchesEachCall) {
       {WeightFormat::Fp8Block, 64, 64, 1, 0, -1, 0, 0, false},  // fp8 values, input unquantized
       {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},          // more rows: the single-call path
       {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
+      // The output projection's groups: plain fp8, bf16 inputs, a range of rows each.
+      {WeightFormat::Fp8Block, 64, 256, 1, 0, 32, 0, 0, false, false, true},
+      {WeightFormat::Fp8Block, 64, 256, 1, 32, 32, 256, 64, false, false, true},
+      {WeightFormat::BF16, 40, 64, 2, 0, -1, 0, 0, false, false, true},
   };
   std::vector<OwnedWeight> ws;
   std::vector<PreparedLinear> pws;
@@ -112,7 +117,7 @@ TEST(LinearFast, ManyMatchesEachCall) {
     const Spec& s = specs[i];
     pws.emplace_back(ws[i].w);
     xs.push_back(s.same_x ? xs.back()
-                          : make_activations(s.n, s.cols, s.cols + s.pad_x, 90 + i, false));
+                          : make_activations(s.n, s.cols, s.cols + s.pad_x, 90 + i, s.bf16_x));
     const int64_t n_out = s.n_out < 0 ? s.rows - s.row0 : s.n_out;
     ldy.push_back(n_out + s.pad_y);
     want.emplace_back(size_t(s.n * ldy[i]), -7.0f);
