@@ -20,6 +20,7 @@
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
 #include <array>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "kernels/isa.h"
@@ -847,12 +848,89 @@ inline F round_e4m3(F v) {
   return floats(select_lt(a, set1(0x1p-6f), bits(tiny), u) | sign);
 }
 
+#if defined(__AVX512F__)
+// The reductions of 16 vectors of int32 lanes by op (max, add), lane b of the result reducing
+// m[b]: a tree of 128-bit and in-lane shuffles (3 operations a vector) instead of 16 horizontal
+// reductions.
+template <typename Op>
+inline I tree16(I (&m)[16], Op op) {
+  auto shuf_x4 = [](I a, I b, auto imm) {
+    return _mm512_shuffle_i32x4(a, b, decltype(imm)::value);
+  };
+  auto shuf = [](I a, I b, auto imm) {
+    return _mm512_castps_si512(
+        _mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), decltype(imm)::value));
+  };
+  using C44 = std::integral_constant<int, 0x44>;
+  using CEE = std::integral_constant<int, 0xEE>;
+  using C88 = std::integral_constant<int, 0x88>;
+  using CDD = std::integral_constant<int, 0xDD>;
+  I r1[8], r2[4], r3[2];
+  for (int i = 0; i < 8; ++i)  // 128-bit lanes: m[2i] in q0, q1 and m[2i+1] in q2, q3
+    r1[i] = op(shuf_x4(m[2 * i], m[2 * i + 1], C44{}), shuf_x4(m[2 * i], m[2 * i + 1], CEE{}));
+  for (int j = 0; j < 4; ++j)  // lane q: vector 4j + q's four partials
+    r2[j] = op(shuf_x4(r1[2 * j], r1[2 * j + 1], C88{}), shuf_x4(r1[2 * j], r1[2 * j + 1], CDD{}));
+  for (int k = 0; k < 2; ++k)  // lane q: two of vector 8k + q's, two of 8k + 4 + q's
+    r3[k] = op(shuf(r2[2 * k], r2[2 * k + 1], C44{}), shuf(r2[2 * k], r2[2 * k + 1], CEE{}));
+  // Element 4q + s: vector 4s + q.
+  const I t = op(shuf(r3[0], r3[1], C88{}), shuf(r3[0], r3[1], CDD{}));
+  return _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
+}
+// The maxima of 16 vectors of non-negative floats, compared as integers (their bits: NaN and
+// infinity always compare largest).
+inline I max16(I (&m)[16]) {
+  return tree16(m, [](I a, I b) { return _mm512_max_epi32(a, b); });
+}
+
+// e8m0 codes (one per lane) -> 2^(c-127) as the scalar e8m0() decodes them (0: 2^-127, 255: NaN).
+inline F e8m0_lanes(I c) {
+  const I u = where_eq(c, 0, set1i(0x00400000), slli<23>(c));
+  return floats(where_eq(c, 255, set1i(0x7fc00000), u));
+}
+
+// quantize()'s blocks b0 .. b0+15 of one row, their scales computed 16 at a time. Returns false
+// (nothing written) when a block's maximum is not a finite number, which quantize's per-block
+// code then handles as it always has.
+inline bool quantize16(const float* xr, int64_t b0, float* xq, uint16_t* xqb) {
+  const I abs_mask = set1i(0x7fffffff);
+  I m[16];
+  for (int b = 0; b < 16; ++b)
+    m[b] = _mm512_max_epi32(loadui(xr + (b0 + b) * 32) & abs_mask,
+                            loadui(xr + (b0 + b) * 32 + 16) & abs_mask);
+  const I mb = max16(m);
+  if (_mm512_cmpge_epi32_mask(mb, set1i(0x7f800000))) return false;  // infinity or NaN
+  const F a = _mm512_max_ps(floats(mb), set1(1e-4f));
+  const I tb = bits(a * set1(1.0f / 448.0f));
+  const I code = addi(srli<23>(tb) & set1i(0xff),
+                      _mm512_maskz_set1_epi32(_mm512_test_epi32_mask(tb, set1i(0x7fffff)), 1));
+  const F sg = e8m0_lanes(code), vi = e8m0_lanes(_mm512_sub_epi32(set1i(254), code));
+  for (int b = 0; b < 16; ++b) {
+    const I lane = set1i(b);
+    const F sgb = _mm512_permutexvar_ps(lane, sg), vib = _mm512_permutexvar_ps(lane, vi);
+    for (int h = 0; h < 2; ++h) {
+      const int64_t at = (b0 + b) * 32 + h * 16;
+      const F v = min(max(loadu(xr + at) * vib, set1(-448.0f)), set1(448.0f));
+      const F r = round_e4m3(v) * sgb;
+      storeu(xq + at, r);
+      if (xqb) store_hi16(xqb + at, r);
+    }
+  }
+  return true;
+}
+#endif
+
 void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb) {
   constexpr int kV = 32 / kLanes;  // vectors per block of 32
   const I abs_mask = set1i(0x7fffffff);
   for (int64_t i = 0; i < n; ++i) {
     const float* xr = x + i * ldx;
-    for (int64_t b = 0; b < K / 32; ++b) {
+    int64_t b = 0;
+#if defined(__AVX512F__)
+    for (; b + 16 <= K / 32; b += 16)
+      if (!quantize16(xr, b, xq + i * K, xqb ? xqb + i * K : nullptr)) break;
+#endif
+    for (; b < K / 32; ++b) {
       F xv[kV];
       F m = zero();
 #pragma GCC unroll 4
@@ -878,6 +956,72 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
 }
 
 #if defined(__AVX512F__)
+// Output byte p of a block's 64 (group p/16; H for p % 16 < 8, else L; input 8·(p/16) +
+// (0, 4, 1, 5, 2, 6, 3, 7)[p % 8]) as a byte of the block's two vectors of int32 A (indices
+// 0-63: the first, 64-127: the second): with hi, byte 1 of A for H and byte 0 for L; else
+// byte 0 everywhere.
+constexpr std::array<uint8_t, 64> int_code_bytes(bool hi) {
+  constexpr int kOrder8[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+  std::array<uint8_t, 64> t{};
+  for (int p = 0; p < 64; ++p) {
+    const int k = 8 * (p / 16) + kOrder8[p % 8], h_slot = p % 16 < 8;
+    t[size_t(p)] = uint8_t((k / 16) * 64 + 4 * (k % 16) + (hi && h_slot ? 1 : 0));
+  }
+  return t;
+}
+alignas(64) constexpr std::array<uint8_t, 64> kIntCodeP = int_code_bytes(true);
+alignas(64) constexpr std::array<uint8_t, 64> kIntCodeQ = int_code_bytes(false);
+
+// int_codes's blocks b0 .. b0+15 of one row (xq, xi, xc and xs at that row), 16 at a time:
+// E, the scales and the corrections as vectors over the blocks; each block's bytes by two
+// permutes of its integers A: L = byte 0 of A, H = byte 1 plus the carry of byte 0's sign
+// (A = 256·H + L with L signed).
+inline void int_codes16(const float* xq, int64_t b0, int8_t* xi, int32_t* xc, float* xs) {
+  const I abs_mask = set1i(0x7fffffff);
+  I m[16];
+  for (int b = 0; b < 16; ++b)
+    m[b] = _mm512_max_epi32(loadui(xq + (b0 + b) * 32) & abs_mask,
+                            loadui(xq + (b0 + b) * 32 + 16) & abs_mask);
+  const I mx = max16(m);                                        // the blocks' maxima (bits)
+  const I E = _mm512_sub_epi32(srli<23>(mx), set1i(127 + 14));  // max < 2^(E+15)
+  const __mmask16 zero = _mm512_testn_epi32_mask(mx, mx);
+  const __mmask16 in_range =
+      _mm512_cmpge_epi32_mask(E, set1i(-126)) & _mm512_cmple_epi32_mask(E, set1i(0));
+  // 2^-E >= 1 (the products are exact); 1 where E is out of range (those blocks are not used)
+  const F inv = floats(_mm512_mask_blend_epi32(in_range, set1i(127 << 23),
+                                               slli<23>(_mm512_sub_epi32(set1i(127), E))));
+  // |A| <= 32639 keeps the high byte within int8 (an e4m3 block gives at most 30720).
+  __mmask16 ok =
+      in_range & ~zero & _mm512_cmp_ps_mask(floats(mx) * inv, set1(32639.0f), _CMP_LE_OQ);
+  const I P = _mm512_load_si512(kIntCodeP.data()), Q = _mm512_load_si512(kIntCodeQ.data());
+  // 1 in the H slots of a group of 16 bytes, 0 in the L slots.
+  const I h_carry =
+      _mm512_set1_epi64(0x0101010101010101LL) & _mm512_set_epi64(0, -1, 0, -1, 0, -1, 0, -1);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  I sums[16];
+  for (int b = 0; b < 16; ++b) {
+    const F invb = _mm512_permutexvar_ps(set1i(b), inv);
+    const F v0 = loadu(xq + (b0 + b) * 32) * invb, v1 = loadu(xq + (b0 + b) * 32 + 16) * invb;
+    const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v0, kRound), v0, _CMP_EQ_OQ);
+    const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v1, kRound), v1, _CMP_EQ_OQ);
+    if ((m0 & m1) != 0xffff) ok &= __mmask16(~(1u << b));
+    const I A0 = _mm512_cvtps_epi32(v0), A1 = _mm512_cvtps_epi32(v1);
+    const I lo_hi = _mm512_permutex2var_epi8(A0, P, A1), lo = _mm512_permutex2var_epi8(A0, Q, A1);
+    const I carry = _mm512_srli_epi16(lo, 7) & h_carry;  // byte 0's sign bit, in the H slots
+    _mm512_storeu_si512(xi + (b0 + b) * 64, _mm512_add_epi8(lo_hi, carry));
+    sums[b] = addi(A0, A1);
+  }
+  // Zero blocks: bytes 0 (A = 0 above), correction 0, scale 1.
+  const I s = tree16(sums, [](I a, I b) { return _mm512_add_epi32(a, b); });
+  _mm512_storeu_si512(xc + b0, _mm512_maskz_mullo_epi32(ok, s, set1i(-12)));
+  // 2^(E-1) (the weights are stored doubled); 2^-127 is the one subnormal case
+  const I e1 = _mm512_add_epi32(E, set1i(127 - 1));
+  const I scale = _mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e1, set1i(0)), set1i(0x00400000),
+                                          slli<23>(e1));
+  _mm512_storeu_si512(
+      xs + b0, _mm512_mask_blend_epi32(zero, _mm512_maskz_mov_epi32(ok, scale), set1i(0x3f800000)));
+}
+
 void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs) {
   const F abs_mask = floats(set1i(0x7fffffff));
   // Within each group of 8 inputs: the order gemv_blocks_int's weight bytes come in.
@@ -886,6 +1030,11 @@ void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, f
   const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(kOrder));
   for (int64_t i = 0; i < n; ++i)
     for (int64_t b = 0; b < K / 32; ++b) {
+      if (b % 16 == 0 && b + 16 <= K / 32) {
+        int_codes16(xq + i * K, b, xi + i * K * 2, xc + i * (K / 32), xs + i * (K / 32));
+        b += 15;
+        continue;
+      }
       const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
       const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
       const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)

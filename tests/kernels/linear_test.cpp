@@ -370,6 +370,38 @@ TEST(LinearFast, ActQuantMatchesRef) {
   }
 }
 
+// The integer codes of the fp4 GEMV, 16 blocks at a time, equal those of one block at a time:
+// the corrections and scales bit for bit, and the bytes of every block that is integers. The
+// activations mix all-zero blocks, blocks below act_quant's floor (E out of range) and blocks
+// too fine for 16-bit integers.
+TEST(LinearFast, IntCodesSixteenBlocksAtATimeMatchOneAtATime) {
+  if (!(cpu_best_isa() == Isa::Avx512 && linear_isa::kAvx512.int_codes))
+    GTEST_SKIP() << "no integer products";
+  const linear_isa::Kernels& k = linear_isa::kAvx512;
+  const int64_t K = 32 * 40, n = 6, nb = K / 32;  // 2 groups of 16 blocks and 8 more a row
+  const auto x = make_activations(n, K, K, 33, false);
+  std::vector<float> q(size_t(n * K));
+  k.quantize(x.data(), K, n, K, q.data(), nullptr);
+  std::vector<int8_t> xi(size_t(n * K * 2)), xi1(xi.size());
+  std::vector<int32_t> xc(size_t(n * nb)), xc1(xc.size());
+  std::vector<float> xs(size_t(n * nb)), xs1(xs.size());
+  k.int_codes(q.data(), n, K, xi.data(), xc.data(), xs.data());
+  for (int64_t b = 0; b < n * nb; ++b)  // a block at a time (fewer than 16: the scalar loop)
+    k.int_codes(q.data() + b * 32, 1, 32, xi1.data() + b * 64, &xc1[size_t(b)], &xs1[size_t(b)]);
+  int seen[3] = {};  // blocks: not integers, zero, integers
+  for (int64_t b = 0; b < n * nb; ++b) {
+    ASSERT_EQ(f32_bits(xs[size_t(b)]), f32_bits(xs1[size_t(b)])) << "block " << b;
+    ASSERT_EQ(xc[size_t(b)], xc1[size_t(b)]) << "block " << b;
+    ++seen[xs1[size_t(b)] == 0.0f ? 0 : xs1[size_t(b)] == 1.0f ? 1 : 2];
+    if (xs1[size_t(b)] == 0.0f) continue;
+    for (int j = 0; j < 64; ++j)
+      ASSERT_EQ(xi[size_t(b * 64 + j)], xi1[size_t(b * 64 + j)]) << "block " << b << " byte " << j;
+  }
+  EXPECT_GT(seen[0], 0);
+  EXPECT_GT(seen[1], 0);
+  EXPECT_GT(seen[2], n * nb / 2);
+}
+
 TEST(LinearFast, Dpbf16IsCanonicalHere) {
   if (cpu_best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX512_BF16";
   EXPECT_TRUE(linear_isa::avx512_dpbf16_is_canonical());
