@@ -201,6 +201,12 @@ bool int_products_ok() {
   return ok;
 }
 
+// Whether a plain call of n rows over `pk` converts its inputs to bf16 for bf16 products (they
+// take them when every input is a bf16 value, not tiny).
+bool dense_bf16_products(const linear_isa::Kernels& kern, const PackedWeight& pk, int64_t n) {
+  return kern.to_bf16 && pk.bf16_products && use_bf16_products(n);
+}
+
 // Whether a QLin GEMV over `w` multiplies as integers (fp4 weights; isa.h's Job::xi).
 bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
   const LinearProducts p = linear_products();
@@ -341,7 +347,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     });
   linear_isa::Job base = call_job(pw, a, q, layout);
   base.amx = amx;
-  if (!quant && kern.to_bf16 && pk.bf16_products && use_bf16_products(n)) {
+  if (!quant && dense_bf16_products(kern, pk, n)) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
@@ -411,16 +417,15 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   at.assign(calls.size() + 1, 0);
   owner.resize(calls.size());
   dense_bf16.assign(calls.size(), 0);
-  auto plain_bf16 = [&](const LinearCall& c) {
-    return kern.to_bf16 && c.w->packed().bf16_products && use_bf16_products(c.a.n);
-  };
   for (size_t c = 0; c < calls.size(); ++c) {
     const LinearArgs& a = calls[c].a;
     const int64_t K = calls[c].w->cols();
     if (!calls[c].w->weight().quant_input) {
       layouts.emplace_back(0, K, false, false);
       owner[c] = c;
-      at[c + 1] = at[c] + (plain_bf16(calls[c]) ? round_up(a.n * K * 2, 64) : 0);
+      at[c + 1] = at[c] + (dense_bf16_products(kern, calls[c].w->packed(), calls[c].a.n)
+                               ? round_up(a.n * K * 2, 64)
+                               : 0);
       continue;
     }
     const bool ints = use_int_products(kern, calls[c].w->weight());
@@ -440,7 +445,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     for (size_t c = size_t(c0); c < size_t(c1); ++c) {
       const LinearArgs& a = calls[c].a;
       if (!calls[c].w->weight().quant_input) {
-        if (plain_bf16(calls[c]))
+        if (dense_bf16_products(kern, calls[c].w->packed(), calls[c].a.n))
           dense_bf16[c] = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
                                        reinterpret_cast<uint16_t*>(s + at[c]));
       } else if (owner[c] == c) {

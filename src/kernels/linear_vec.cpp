@@ -877,28 +877,22 @@ inline I tree16(I (&m)[16], Op op) {
   return _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
 }
-// The maxima of 16 vectors of non-negative floats, compared as integers (their bits: NaN and
-// infinity always compare largest).
-inline I max16(I (&m)[16]) {
+// The largest magnitude of each of the 16 blocks of 32 values x[b0*32 ..], as bits (compared as
+// integers: NaN and infinity always compare largest), lane b for block b0 + b.
+inline I abs_max16(const float* x, int64_t b0) {
+  const I abs_mask = set1i(0x7fffffff);
+  I m[16];
+  for (int b = 0; b < 16; ++b)
+    m[b] = _mm512_max_epi32(loadui(x + (b0 + b) * 32) & abs_mask,
+                            loadui(x + (b0 + b) * 32 + 16) & abs_mask);
   return tree16(m, [](I a, I b) { return _mm512_max_epi32(a, b); });
-}
-
-// e8m0 codes (one per lane) -> 2^(c-127) as the scalar e8m0() decodes them (0: 2^-127, 255: NaN).
-inline F e8m0_lanes(I c) {
-  const I u = where_eq(c, 0, set1i(0x00400000), slli<23>(c));
-  return floats(where_eq(c, 255, set1i(0x7fc00000), u));
 }
 
 // quantize()'s blocks b0 .. b0+15 of one row, their scales computed 16 at a time. Returns false
 // (nothing written) when a block's maximum is not a finite number, which quantize's per-block
 // code then handles as it always has.
 inline bool quantize16(const float* xr, int64_t b0, float* xq, uint16_t* xqb) {
-  const I abs_mask = set1i(0x7fffffff);
-  I m[16];
-  for (int b = 0; b < 16; ++b)
-    m[b] = _mm512_max_epi32(loadui(xr + (b0 + b) * 32) & abs_mask,
-                            loadui(xr + (b0 + b) * 32 + 16) & abs_mask);
-  const I mb = max16(m);
+  const I mb = abs_max16(xr, b0);
   if (_mm512_cmpge_epi32_mask(mb, set1i(0x7f800000))) return false;  // infinity or NaN
   const F a = _mm512_max_ps(floats(mb), set1(1e-4f));
   const I tb = bits(a * set1(1.0f / 448.0f));
@@ -977,12 +971,7 @@ alignas(64) constexpr std::array<uint8_t, 64> kIntCodeQ = int_code_bytes(false);
 // permutes of its integers A: L = byte 0 of A, H = byte 1 plus the carry of byte 0's sign
 // (A = 256·H + L with L signed).
 inline void int_codes16(const float* xq, int64_t b0, int8_t* xi, int32_t* xc, float* xs) {
-  const I abs_mask = set1i(0x7fffffff);
-  I m[16];
-  for (int b = 0; b < 16; ++b)
-    m[b] = _mm512_max_epi32(loadui(xq + (b0 + b) * 32) & abs_mask,
-                            loadui(xq + (b0 + b) * 32 + 16) & abs_mask);
-  const I mx = max16(m);                                        // the blocks' maxima (bits)
+  const I mx = abs_max16(xq, b0);                               // the blocks' maxima (bits)
   const I E = _mm512_sub_epi32(srli<23>(mx), set1i(127 + 14));  // max < 2^(E+15)
   const __mmask16 zero = _mm512_testn_epi32_mask(mx, mx);
   const __mmask16 in_range =
@@ -1028,13 +1017,11 @@ void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, f
   alignas(64) static constexpr int8_t kOrder[16] = {0, 4,  1, 5,  2,  6,  3,  7,
                                                     8, 12, 9, 13, 10, 14, 11, 15};
   const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(kOrder));
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t b = 0; b < K / 32; ++b) {
-      if (b % 16 == 0 && b + 16 <= K / 32) {
-        int_codes16(xq + i * K, b, xi + i * K * 2, xc + i * (K / 32), xs + i * (K / 32));
-        b += 15;
-        continue;
-      }
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t b = 0;
+    for (; b + 16 <= K / 32; b += 16)
+      int_codes16(xq + i * K, b, xi + i * K * 2, xc + i * (K / 32), xs + i * (K / 32));
+    for (; b < K / 32; ++b) {
       const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
       const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
       const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)
@@ -1073,6 +1060,7 @@ void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, f
       }
       xs[at] = s;
     }
+  }
 }
 
 bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {

@@ -188,11 +188,14 @@ DI_VEC float e8m0(uint8_t b) {
   return __builtin_bit_cast(float, u);
 }
 
-// e8m0 scale bytes p[kLanes] -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
-DI_VEC F e8m0v(const uint8_t* p) {
-  const I d = load_u8(p);
+// e8m0 codes, one per lane -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
+DI_VEC F e8m0_lanes(I d) {
   const I u = where_eq(d, 0, set1i(0x00400000), slli<23>(d));
   return floats(where_eq(d, 255, set1i(0x7fc00000), u));
+}
+// e8m0 scale bytes p[kLanes] -> their values (e8m0_lanes).
+DI_VEC F e8m0v(const uint8_t* p) {
+  return e8m0_lanes(load_u8(p));
 }
 
 }  // namespace deepinfer::simd::DI_SIMD_NS
