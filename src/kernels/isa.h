@@ -56,7 +56,7 @@ struct Job {
   const int8_t* xi = nullptr;
   const int32_t* xc = nullptr;
   const float* xs = nullptr;
-  // GEMM over fp4 weights with xb and xs set: integer blocks run on AMX tiles (linear_vec.cpp).
+  // Products on AMX tiles (fp8, fp4 or bf16 weights, with xb set; GEMV n <= 16).
   bool amx = false;
   int64_t n = 0;
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
@@ -89,10 +89,15 @@ struct Kernels {
 // The tables of each ISA (linear_vec.cpp compiled for it).
 extern const Kernels kAvx2, kAvx512;
 
-// Whether vdpbf16ps computes exactly the canonical pair order (acc + odd product, rounded, +
-// even product, rounded) on a set of adversarial operands; checked once before the bf16 GEMM is
-// trusted.
+// Whether vdpbf16ps computes a lane as acc + odd product, rounded, + even product, rounded (the
+// order the linears' chains rely on: reduce.h) on a set of adversarial operands; checked once
+// before the bf16 products are trusted.
 bool avx512_dpbf16_is_canonical();
+// Whether TDPBF16PS computes each output of a block in the linears' canonical order (reduce.h:
+// the even products' chain and the odd products', each fused and from +0, then their sum, then
+// added to the tile) on adversarial operands. Call only once the process may use the tiles
+// (amx_available).
+bool amx_is_canonical();
 // n rounds of 16 independent in-register chains of vfmadd231ps, vdpbf16ps or vpdpbusd, for
 // linear.cpp to time (sums of 1 x 1).
 enum class ProductKind { Fp32, Bf16, Int16 };

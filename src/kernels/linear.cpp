@@ -157,7 +157,7 @@ float dot_row(const Weight& w, int64_t r, const float* xv, bool exact) {
       for (int i = 0; i < 32; ++i) p += double(xv[b * 32 + i]) * wb[i];
       acc_d += p * s;
     } else {
-      acc = std::fma(block_dot<true>(xv + b * 32, wb, 32), s, acc);  // kernels/reduce.h
+      acc = std::fma(linear_block_dot(xv + b * 32, wb), s, acc);  // kernels/reduce.h
     }
   }
   return exact ? float(acc_d) : acc;
@@ -201,12 +201,6 @@ bool int_products_ok() {
   return ok;
 }
 
-// Whether a plain call of n rows over `pk` converts its inputs to bf16 for bf16 products (they
-// take them when every input is a bf16 value, not tiny).
-bool dense_bf16_products(const linear_isa::Kernels& kern, const PackedWeight& pk, int64_t n) {
-  return kern.to_bf16 && pk.bf16_products && use_bf16_products(n);
-}
-
 // Whether a QLin GEMV over `w` multiplies as integers (fp4 weights; isa.h's Job::xi).
 bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
   const LinearProducts p = linear_products();
@@ -215,12 +209,37 @@ bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
           ((p == LinearProducts::Auto || p == LinearProducts::Amx) && auto_int_products()));
 }
 
-// Whether a QLin GEMM over `w` runs its integer blocks on AMX tiles (isa.h's Job::amx).
-bool use_amx(const linear_isa::Kernels& kern, const Weight& w) {
+// Whether this CPU's AMX tiles may serve the linears: the kernel lets the process use them, and
+// they follow the canonical order.
+bool amx_canonical() {
+  static const bool ok = amx_available() && linear_isa::amx_is_canonical();
+  return ok;
+}
+
+// Whether calls over `w` may run on AMX tiles (isa.h's Job::amx).
+bool amx_ok(const linear_isa::Kernels& kern, const Weight& w) {
   const LinearProducts p = linear_products();
   return (p == LinearProducts::Auto || p == LinearProducts::Amx) && &kern == &linear_isa::kAvx512 &&
-         w.format == WeightFormat::Fp4Row && bf16_products_ok() && int_products_ok() &&
-         amx_available();
+         w.format != WeightFormat::F32 && amx_canonical();
+}
+
+// How a call of n rows over `pw` multiplies: on AMX tiles, in integers (fp4 GEMVs with quantized
+// inputs, isa.h's Job::xi), with bf16 inputs (quantized codes or dense values, for the tiles or
+// vdpbf16ps), else in fp32 FMAs. One-row fp4 GEMVs keep the integers, faster there than the
+// tiles.
+struct CallProducts {
+  bool amx = false, ints = false, bf16 = false;
+};
+CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear& pw, int64_t n,
+                           bool gemv) {
+  const Weight& w = pw.weight();
+  const bool int_gemv = w.quant_input && gemv && use_int_products(kern, w);
+  CallProducts c;
+  c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) && !(int_gemv && n == 1);
+  c.ints = int_gemv && !c.amx;
+  c.bf16 = kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
+           (w.quant_input || pw.packed().bf16_products);
+  return c;
 }
 
 // Checks a call and returns its number of outputs.
@@ -332,24 +351,22 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (path == LinearPath::Auto)
     path = n <= gemv_max || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                        : LinearPath::Gemm;
-  // AMX tiles take the bf16 codes and need to know which blocks are integers.
-  const bool amx = quant && path == LinearPath::Gemm && use_amx(kern, w);
-  const bool bf16 = quant && kern.to_bf16 && (amx || use_bf16_products(n));  // bf16 codes
-  const bool ints = quant && (amx || (path == LinearPath::Gemv && use_int_products(kern, w)));
+  const CallProducts prod = call_products(kern, pw, n, path == LinearPath::Gemv);
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  const QuantScratch layout(n, K, bf16 && (amx || !ints), ints);
+  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
     pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
       quantize_rows(kern, a, K, layout, q, i0, i1);
     });
   linear_isa::Job base = call_job(pw, a, q, layout);
-  base.amx = amx;
-  if (!quant && dense_bf16_products(kern, pk, n)) {
-    // Dense inputs that are bf16 values (and not tiny) take the bf16 products too.
-    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t(n * K * 2)));
+  base.amx = prod.amx;
+  if (!quant && prod.bf16) {
+    // Dense inputs that are bf16 values (and not tiny) take the bf16 products too (with room
+    // after them for the GEMM's tiles, which read groups of 16 rows).
+    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t((n + 15) * K * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
   }
 
@@ -408,8 +425,9 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     std::vector<linear_isa::Job> jobs;
     std::vector<QuantScratch> layouts;
     std::vector<char> dense_bf16;  // plain calls: the inputs were bf16 values, converted
+    std::vector<char> amx;         // the call's products run on AMX tiles
   } t_bufs;
-  auto& [at, first, owner, jobs, layouts, dense_bf16] = t_bufs;
+  auto& [at, first, owner, jobs, layouts, dense_bf16, amx] = t_bufs;
   layouts.clear();
   // Each call's scratch offset; a call whose input and layout are its predecessor's (an
   // expert's w1 and w3) shares its quantization: owner[c] is the call that quantizes for c.
@@ -417,20 +435,20 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   at.assign(calls.size() + 1, 0);
   owner.resize(calls.size());
   dense_bf16.assign(calls.size(), 0);
+  amx.assign(calls.size(), 0);
   for (size_t c = 0; c < calls.size(); ++c) {
     const LinearArgs& a = calls[c].a;
     const int64_t K = calls[c].w->cols();
+    const CallProducts prod = call_products(kern, *calls[c].w, a.n, true);
+    amx[c] = prod.amx;
     if (!calls[c].w->weight().quant_input) {
       layouts.emplace_back(0, K, false, false);
       owner[c] = c;
-      at[c + 1] = at[c] + (dense_bf16_products(kern, calls[c].w->packed(), calls[c].a.n)
-                               ? round_up(a.n * K * 2, 64)
-                               : 0);
+      dense_bf16[c] = prod.bf16;
+      at[c + 1] = at[c] + (prod.bf16 ? round_up(a.n * K * 2, 64) : 0);
       continue;
     }
-    const bool ints = use_int_products(kern, calls[c].w->weight());
-    const QuantScratch& l =
-        layouts.emplace_back(a.n, K, !ints && kern.to_bf16 && use_bf16_products(a.n), ints);
+    const QuantScratch& l = layouts.emplace_back(a.n, K, prod.bf16, prod.ints);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
@@ -445,7 +463,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     for (size_t c = size_t(c0); c < size_t(c1); ++c) {
       const LinearArgs& a = calls[c].a;
       if (!calls[c].w->weight().quant_input) {
-        if (dense_bf16_products(kern, calls[c].w->packed(), calls[c].a.n))
+        if (dense_bf16[c])
           dense_bf16[c] = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
                                        reinterpret_cast<uint16_t*>(s + at[c]));
       } else if (owner[c] == c) {
@@ -458,6 +476,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   for (size_t c = 0; c < calls.size(); ++c) {
     const bool quant = calls[c].w->weight().quant_input;
     jobs[c] = call_job(*calls[c].w, calls[c].a, quant ? s + at[owner[c]] : nullptr, layouts[c]);
+    jobs[c].amx = amx[c];
     if (dense_bf16[c]) jobs[c].xb = reinterpret_cast<const uint16_t*>(s + at[c]);
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
@@ -627,7 +646,7 @@ std::string auto_products_summary() {
   if (!bf16_products_ok()) return "fp32 FMAs";
   std::string s = auto_bf16_products(2) ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
   if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpbusd; other " + s;
-  if (int_products_ok() && amx_available()) s = "fp4 GEMMs AMX tiles; " + s;
+  if (amx_canonical()) s = "AMX tiles (but one-row fp4 GEMVs: vpdpbusd); other " + s;
   return s;
 }
 

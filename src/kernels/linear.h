@@ -131,10 +131,10 @@ LinearPath linear_path();
 // there). Other blocks take FMAs. Auto takes it unless VNNI multiplies at less than 0.75x the rate
 // of both other ways (its decode is half theirs; Sapphire Rapids: 1.1-2x the rate; the fp4 GEMVs
 // then stream at 0.87-0.98 of the read bandwidth on the V4.1-Flash shapes, 0.78 on the smallest).
-// Amx (and Auto, where the CPU has AMX-BF16 and the kernel lets the process use its tiles): GEMMs
-// over fp4 weights with quantized inputs multiply those integer blocks on AMX tiles (TDPBF16PS:
-// exact products, and every partial sum exact, so any order is canonical); the other blocks, and
-// every other call, as Auto.
+// Amx (and Auto, where the CPU has AMX-BF16, the kernel lets the process use its tiles and they
+// follow the canonical order): every GEMM and GEMV of bf16-exact products (quantized inputs, or
+// bf16 inputs against bf16-exact weights) runs on AMX tiles (TDPBF16PS, whose order per block is
+// the canonical one: reduce.h), except one-row fp4 GEMVs, which keep the integer products.
 enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot, Amx };
 void set_linear_products(LinearProducts p);  // process-wide; Auto by default
 LinearProducts linear_products();

@@ -4,16 +4,19 @@
 //
 //   GEMV  one pass over a tile's contiguous values for up to 8 rows (AVX2: 4), software-prefetched
 //         into L2.
+//         AMX (fp8, fp4, bf16 weights; inputs as bf16): each block decoded into bf16 pairs and
+//         multiplied by the tiles for all rows at once (gemv_amx).
 //         Dense inputs (or codes without bf16 or integer products): weights decoded to fp32
-//         lanes and fused multiply-adds in the pair order; with several rows (AVX-512) two tiles
+//         lanes and fused multiply-adds in the two chains; with 2-4 rows (AVX-512) two tiles
 //         per pass, so that each broadcast input feeds two FMAs.
 //         AVX-512 with quantized inputs: vdpbf16ps over the codes (exact products) against bf16
-//         weight pairs, or for fp4 weights integer products (vpdpbusd over the bytes of 16-bit
-//         inputs) in every block whose inputs are integers times a power of two; several blocks in
-//         flight so the chains overlap, their partials joining the total in block order.
+//         weight pairs regrouped into the chains, or for fp4 weights integer products (vpdpbusd
+//         over the bytes of 16-bit inputs) in every block whose inputs are integers times a power
+//         of two; several blocks in flight so the chains overlap, their partials joining the
+//         total in block order.
 //   GEMM  per task a panel of 3 tiles (48 outputs): chunks of inputs are decoded once into bf16
-//         pairs (AVX-512, quantized) or fp32, then every group of rows runs over the chunk; block
-//         partials live in registers and are scaled into an fp32 accumulator tile.
+//         pairs (AVX-512: AMX tiles or vdpbf16ps) or fp32, then every group of rows runs over the
+//         chunk; block partials are scaled into an fp32 accumulator tile.
 //
 // Decoding: AVX-512 turns e4m3 bytes into bf16 through two 128-entry byte tables (vpermi2b,
 // AVX512_VBMI) and e2m1 nibbles through a 16-entry word table (vpermw); AVX2 places the e4m3 bits
@@ -149,6 +152,19 @@ inline I bcast32(const void* p) {
 }
 inline __m512bh bcast_pair(const uint16_t* p) {
   return reinterpret_cast<__m512bh>(bcast32(p));
+}
+
+// The chains' pairs of inputs 4g .. 4g+3 for vdpbf16ps, which adds a lane's odd (high) product
+// first: (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h).
+inline __m512bh bcast_chain(const uint16_t* x, int odd) {
+  return reinterpret_cast<__m512bh>(
+      _mm512_set1_epi32(int32_t(uint32_t(x[2 + odd]) | uint32_t(x[odd]) << 16)));
+}
+// Weight pairs p0 = (w[4g], w[4g+1]) and p1 = (w[4g+2], w[4g+3]) regrouped likewise.
+inline void chain_pairs(I p0, I p1, I& even, I& odd) {
+  constexpr __mmask32 kLow = 0x55555555;  // the low word of each 32-bit lane
+  even = _mm512_mask_blend_epi16(kLow, _mm512_slli_epi32(p0, 16), p1);
+  odd = _mm512_mask_blend_epi16(kLow, p0, _mm512_srli_epi32(p1, 16));
 }
 
 #else  // AVX2
@@ -290,15 +306,25 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
     for (int r = 0; r < NR; ++r) acc[r] = fmadd(p[bb][r], ws, acc[r]);
   }
 }
+// The same for partials still in their two chains: p = even + odd.
+template <WeightFormat Fm, int NR, int NB>
+inline void add_chains(const Job& j, int64_t t, int64_t b0, int h, F (&e)[NB][NR], F (&o)[NB][NR],
+                       F* acc) {
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) e[bb][r] = e[bb][r] + o[bb][r];
+  add_partials<Fm, NR, NB>(j, t, b0, h, e, acc);
+}
 
 // --- GEMV ---
 
-// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds in
-// the pair order (odd input first), 3 integer products (AVX-512, fp4: gemv_blocks_int below).
+// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds,
+// each in the two chains of reduce.h, 3 integer products (AVX-512, fp4: gemv_blocks_int below).
 template <WeightFormat Fm, int Mode, int NR, int NB>
 inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
                         const Luts& L, F* acc) {
-  F p[NB][NR] = {};
+  F pe[NB][NR] = {}, po[NB][NR] = {};
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
@@ -306,13 +332,16 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
       if (h == 0) prefetch_group<Fm>(tile, (b0 + bb) * 8 + g);
 #if defined(__AVX512F__)
       if constexpr (Mode == 0) {
-        I p0, p1;
+        I p0, p1, we, wo;
         decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
+        chain_pairs(p0, p1, we, wo);
 #pragma GCC unroll 16
         for (int r = 0; r < NR; ++r) {
           const uint16_t* xr = j.xb + r * j.w->cols + (b0 + bb) * 32 + 4 * g;
-          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p0), bcast_pair(xr));
-          p[bb][r] = _mm512_dpbf16_ps(p[bb][r], reinterpret_cast<__m512bh>(p1), bcast_pair(xr + 2));
+          pe[bb][r] =
+              _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we), bcast_chain(xr, 0));
+          po[bb][r] =
+              _mm512_dpbf16_ps(po[bb][r], reinterpret_cast<__m512bh>(wo), bcast_chain(xr, 1));
         }
         continue;
       }
@@ -322,14 +351,14 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
-        p[bb][r] = fmadd(set1(xr[1]), w[1], p[bb][r]);
-        p[bb][r] = fmadd(set1(xr[0]), w[0], p[bb][r]);
-        p[bb][r] = fmadd(set1(xr[3]), w[3], p[bb][r]);
-        p[bb][r] = fmadd(set1(xr[2]), w[2], p[bb][r]);
+        pe[bb][r] = fmadd(set1(xr[0]), w[0], pe[bb][r]);
+        po[bb][r] = fmadd(set1(xr[1]), w[1], po[bb][r]);
+        pe[bb][r] = fmadd(set1(xr[2]), w[2], pe[bb][r]);
+        po[bb][r] = fmadd(set1(xr[3]), w[3], po[bb][r]);
       }
     }
   }
-  add_partials<Fm, NR, NB>(j, t, b0, h, p, acc);
+  add_chains<Fm, NR, NB>(j, t, b0, h, pe, po, acc);
 }
 
 #if defined(__AVX512F__)
@@ -338,16 +367,16 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 [[gnu::noinline]] F fma_partial(const Job& j, const uint8_t* tile, int64_t b, int r,
                                 const Luts& L) {
   const float* xr = j.x + r * j.ldx + b * 32;
-  F p = zero();
+  F e = zero(), o = zero();
   for (int g = 0; g < 8; ++g) {
     F w[4];
     decode_group<Fp4Row>(tile, b * 8 + g, 0, L, w);
-    p = fmadd(set1(xr[4 * g + 1]), w[1], p);
-    p = fmadd(set1(xr[4 * g]), w[0], p);
-    p = fmadd(set1(xr[4 * g + 3]), w[3], p);
-    p = fmadd(set1(xr[4 * g + 2]), w[2], p);
+    e = fmadd(set1(xr[4 * g]), w[0], e);
+    o = fmadd(set1(xr[4 * g + 1]), w[1], o);
+    e = fmadd(set1(xr[4 * g + 2]), w[2], e);
+    o = fmadd(set1(xr[4 * g + 3]), w[3], o);
   }
-  return p;
+  return e + o;
 }
 
 // Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): the
@@ -416,7 +445,7 @@ template <WeightFormat Fm, int NR, int NB>
 inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t b0, const Luts& L,
                              float (*out)[NR][16]) {
   const uint8_t* tb = ta + j.w->tile_bytes;
-  F p[2][NB][NR] = {};
+  F p[2][2][NB][NR] = {};  // [tile][chain]
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
@@ -431,12 +460,11 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
       for (int r = 0; r < NR; ++r) {
         const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          const int k = q ^ 1;  // the pair order: odd input first
+        for (int k = 0; k < 4; ++k) {
           F x = set1(xr[k]);
           asm("" : "+v"(x));  // one broadcast into a register, not one per FMA
-          p[0][bb][r] = fmadd(x, wa[k], p[0][bb][r]);
-          p[1][bb][r] = fmadd(x, wb[k], p[1][bb][r]);
+          p[0][k & 1][bb][r] = fmadd(x, wa[k], p[0][k & 1][bb][r]);
+          p[1][k & 1][bb][r] = fmadd(x, wb[k], p[1][k & 1][bb][r]);
         }
       }
     }
@@ -447,14 +475,15 @@ inline void gemv_pair_blocks(const Job& j, const uint8_t* ta, int64_t t, int64_t
     for (int bb = 0; bb < NB; ++bb) {
       const F ws = block_wscale<Fm>(*j.w, t + c, b0 + bb, 0);
 #pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r) store(out[c][r], fmadd(p[c][bb][r], ws, load(out[c][r])));
+      for (int r = 0; r < NR; ++r)
+        store(out[c][r], fmadd(p[c][0][bb][r] + p[c][1][bb][r], ws, load(out[c][r])));
     }
 }
 
 // Tiles t and t + 1 of a Mode 1 GEMV (see gemv_pair_blocks).
 template <WeightFormat Fm, int NR>
 void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
-  constexpr int NB = NR <= 4 ? 2 : 1;  // within the 32 registers: 2·NB·NR partials, 8 weights
+  constexpr int NB = 1;  // within the 32 registers: 4·NB·NR partials (NR <= 4), 8 weights
   const int64_t nb = j.w->cols / 32;
   const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
   alignas(64) float out[2][NR][16] = {};
@@ -481,29 +510,22 @@ inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0,
 constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
 // Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
-// Mode 3 keeps two partials per block and row.
-constexpr int blocks_in_flight(int nr, int mode) {
-  if constexpr (kIsa == Isa::Avx512)
-    return mode == 3 ? (nr == 1   ? 8
-                        : nr == 2 ? 4
-                        : nr <= 4 ? 2
-                                  : 1)
-           : nr == 1 ? 8
-           : nr <= 4 ? 4
-                     : 2;
-  return nr == 1 ? 4 : nr == 2 ? 2 : 1;
+// Every mode keeps two partials per block and row (the chains, or Mode 3's bytes).
+constexpr int blocks_in_flight(int nr) {
+  if constexpr (kIsa == Isa::Avx512) return nr == 1 ? 8 : nr == 2 ? 4 : nr <= 4 ? 2 : 1;
+  return nr == 1 ? 2 : 1;
 }
 
 template <WeightFormat Fm, int Mode, int NR>
 void gemv_rows(const Job& j) {
-  constexpr int NB = blocks_in_flight(NR, Mode);
+  constexpr int NB = blocks_in_flight(NR);
   const int64_t nb = j.w->cols / 32;
   const Luts L = make_luts();
   // The run's first window, which the prefetches below (always a window ahead) never cover.
   prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
               min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
   for (int64_t t = j.t0; t < j.t1; ++t) {
-    if constexpr (kIsa == Isa::Avx512 && Mode == 1 && NR >= 2) {
+    if constexpr (kIsa == Isa::Avx512 && Mode == 1 && NR >= 2 && NR <= 4) {
       if (t + 1 < j.t1) {
         gemv_tile_pair<Fm, NR>(j, t++, L);
         continue;
@@ -533,10 +555,18 @@ void gemv_n(const Job& j, std::integer_sequence<int, NR...>) {
   kRows[(j.n < kGemvRows ? j.n : kGemvRows) - 1](j);
 }
 
+#if defined(__AVX512F__)
+template <WeightFormat Fm>
+void gemv_amx(const Job& j);  // below, with the GEMM's tiles
+#endif
+
 template <WeightFormat Fm>
 void gemv_fmt(const Job& j) {
   constexpr auto rows = std::make_integer_sequence<int, kGemvRows>();
 #if defined(__AVX512F__)
+  if constexpr (Fm != F32) {
+    if (j.amx && j.xb) return gemv_amx<Fm>(j);
+  }
   if constexpr (Fm == Fp4Row) {
     if (j.xi) return gemv_n<Fm, 3>(j, rows);
   }
@@ -556,7 +586,8 @@ void gemv(const Job& j) {
 // --- GEMM ---
 
 constexpr bool kBf16Dot = kIsa == Isa::Avx512;
-constexpr int kMr = kIsa == Isa::Avx512 ? 8 : 6;  // rows per micro-kernel call
+// Rows per micro-kernel call: two chains of partials per row and vector within the registers.
+constexpr int kMr = kIsa == Isa::Avx512 ? 4 : 3;
 // Accumulator vectors per row in one micro-kernel call: the whole panel with AVX-512, one tile
 // (two halves) with AVX2.
 constexpr int kCols = kIsa == Isa::Avx512 ? int(kGemmPanelTiles) : 2;
@@ -583,6 +614,8 @@ GemmScratch scratch_of(const Job& j) {
 
 template <WeightFormat Fm>
 void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
+  [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
+
   const Luts L = make_luts();
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
   for (int64_t t = 0; t < nt; ++t) {
@@ -596,6 +629,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
         if (bf16) {
           I p0, p1;
           decode_pairs<Fm>(tile, g, L, p0, p1);
+          if (chains) chain_pairs(p0, p1, p0, p1);
           _mm512_store_si512(s.b + ((k / 2) * nt + t) * 64, p0);
           _mm512_store_si512(s.b + ((k / 2 + 1) * nt + t) * 64, p1);
           continue;
@@ -646,11 +680,12 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
   }
   const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
   for (int64_t b = 0; b < kc / 32; ++b) {
-    F p[MR][NV] = {};
+    F p[2][MR][NV] = {};  // the even and the odd chain
 #pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
 #if defined(__AVX512F__)
       if constexpr (Mode == 0) {
+        // Pair row kk: the even (kk even) or odd chain's pairs of inputs 4·(kk/2) .. +3.
         __m512bh w[NV];
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v)
@@ -658,16 +693,17 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
               _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
-          const __m512bh a = bcast_pair(j.xb + (i0 + i) * j.w->cols + kc0 + b * 32 + 2 * kk);
+          const __m512bh a =
+              bcast_chain(j.xb + (i0 + i) * j.w->cols + kc0 + b * 32 + 4 * (kk / 2), kk & 1);
 #pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[i][v] = _mm512_dpbf16_ps(p[i][v], a, w[v]);
+          for (int v = 0; v < NV; ++v) p[kk & 1][i][v] = _mm512_dpbf16_ps(p[kk & 1][i][v], a, w[v]);
         }
         continue;
       }
 #endif
       const int64_t k0 = b * 32 + 2 * kk;
 #pragma GCC unroll 2
-      for (int odd = 1; odd >= 0; --odd) {
+      for (int odd = 0; odd < 2; ++odd) {
         F w[NV];
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) w[v] = load(bp + ((k0 + odd) * cols + v) * kLanes);
@@ -675,11 +711,15 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
         for (int i = 0; i < MR; ++i) {
           const F a = set1(j.x[(i0 + i) * j.ldx + kc0 + k0 + odd]);
 #pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[i][v] = fmadd(a, w[v], p[i][v]);
+          for (int v = 0; v < NV; ++v) p[odd][i][v] = fmadd(a, w[v], p[odd][i][v]);
         }
       }
     }
-    scale_into<MR, NV>(s, i0, b, cols, v0, p);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) p[0][i][v] = p[0][i][v] + p[1][i][v];
+    scale_into<MR, NV>(s, i0, b, cols, v0, p[0]);
   }
 }
 
@@ -698,19 +738,17 @@ MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
 }
 
 #if defined(__AVX512F__)
-// --- AMX (Job::amx: fp4 weights, quantized inputs) ---
-// Where a block of a row is integers (Job::xs, as in gemv_blocks_int), its products are exact
-// and so is every partial sum in fp32 (multiples of xs below 2^24 xs, none subnormal), so the
-// block partial is the same in any order: TDPBF16PS of up to 16 rows against one tile's 16 bf16
-// pair rows (the packed chunk, read with a stride) gives it. Rows whose block is not integer take
-// vdpbf16ps in the canonical order, as micro's Mode 0 does.
+// --- AMX (Job::amx: fp8, fp4 or bf16 weights, inputs as bf16 in Job::xb) ---
+// TDPBF16PS of up to 16 rows against one tile's block (16 outputs x 32 inputs as 16 bf16 pair
+// rows), into a zeroed partial tile, computes each output's block partial in the linears'
+// canonical order (reduce.h: the even and the odd chain, then their sum; amx_is_canonical checks
+// it). Partials are scaled into accumulators held in registers one block behind the tiles.
 
-// The tile registers: 0 and 1 a block of 16 rows (16 x 32 bf16; rows past the job's last are
-// read but not used: the quantized rows are followed by room for 15 more), 2 and 3 a tile's block
-// (16 pairs x 16 outputs), 4 and 5 their partials (16 x 16 fp32): two blocks in flight. A task
+// The tile registers: 0 and 1 a block of `rows` rows (rows x 32 bf16), 2 and 3 a tile's block
+// (16 pairs x 16 outputs), 4 and 5 their partials (rows x 16 fp32): two blocks in flight. A task
 // configures the tiles itself and releases them at its end, since other code on the thread
 // (oneDNN) may use them in between.
-void amx_configure() {
+void amx_configure(int rows) {
   struct alignas(64) {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {};
@@ -718,19 +756,35 @@ void amx_configure() {
   } cfg;
   for (int t = 0; t < 6; ++t) {
     cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
+    cfg.rows[t] = uint8_t(t == 2 || t == 3 ? 16 : rows);
   }
   // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
   asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
 
-// Smallest Job::xs whose products stay normal (the tiles flush subnormals to zero).
-constexpr float kAmxMinScale = 0x1p-126f;
+// Tile registers 2u (rows of xa, K apart) times 2 + u (16 pair rows, `ld` bytes apart) into the
+// zeroed partial tile 4 + u.
+// (The intrinsics take the register numbers as literals.)
+template <int U>
+inline void amx_block(const uint16_t* xa, int64_t K, const uint8_t* wb, int64_t ld) {
+  if constexpr (U == 0) {
+    _tile_loadd(0, xa, K * 2);
+    _tile_loadd(2, wb, ld);
+    _tile_zero(4);
+    _tile_dpbf16ps(4, 0, 2);
+  } else {
+    _tile_loadd(1, xa, K * 2);
+    _tile_loadd(3, wb, ld);
+    _tile_zero(5);
+    _tile_dpbf16ps(5, 1, 3);
+  }
+}
 
 // Rows i0 .. i0+m (m <= 16) against the NT tiles of a packed chunk of bf16 pairs: the partials
 // of each (tile, block), in that order, come from the tiles one step ahead of their scaling into
-// accumulators held in registers.
+// accumulators held in registers. (The tiles read 16 rows: the rows past the job's last are
+// room left after the inputs, read but not used.)
 template <int NT>
 void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s) {
   const int64_t K = j.w->cols, nb = kc / 32, steps = NT * nb;
@@ -740,17 +794,10 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
   auto issue = [&](int64_t u) {
     const int64_t t = u / nb, b = u % nb;
     const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;  // pair kk at + kk * NT * 64
-    if (u & 1) {
-      _tile_loadd(1, xa + b * 32, K * 2);
-      _tile_loadd(3, wb, NT * 64);
-      _tile_zero(5);
-      _tile_dpbf16ps(5, 1, 3);
-    } else {
-      _tile_loadd(0, xa + b * 32, K * 2);
-      _tile_loadd(2, wb, NT * 64);
-      _tile_zero(4);
-      _tile_dpbf16ps(4, 0, 2);
-    }
+    if (u & 1)
+      amx_block<1>(xa + b * 32, K, wb, NT * 64);
+    else
+      amx_block<0>(xa + b * 32, K, wb, NT * 64);
   };
   F acc[16];
   issue(0);
@@ -761,33 +808,76 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
       for (int i = 0; i < 16; ++i)
         if (i < m) acc[i] = load(s.c + (i0 + i) * (kNt * 16) + t * 16);
     }
+    if (u + 1 < steps) issue(u + 1);  // the tiles run the next step while this one is scaled
     if (u & 1)
       _tile_stored(5, part[1], 64);
     else
       _tile_stored(4, part[0], 64);
-    if (u + 1 < steps) issue(u + 1);  // the tiles run the next step while this one is scaled
     const F ws = load(s.ws + (b * NT + t) * 16);
-    const float* xs = j.xs + i0 * (K / 32) + kc0 / 32 + b;
 #pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      if (i >= m) break;
-      F p = load(part[u & 1][i]);
-      if (!(xs[i * (K / 32)] >= kAmxMinScale)) {  // not integers: the canonical order
-        const uint16_t* xr = xa + i * K + b * 32;
-        const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;
-        p = zero();
-        for (int kk = 0; kk < 16; ++kk)
-          p = _mm512_dpbf16_ps(p, bcast_pair(xr + 2 * kk),
-                               reinterpret_cast<__m512bh>(_mm512_load_si512(wb + kk * NT * 64)));
-      }
-      acc[i] = fmadd(p, ws, acc[i]);
-    }
+    for (int i = 0; i < 16; ++i)
+      if (i < m) acc[i] = fmadd(load(part[u & 1][i]), ws, acc[i]);
     if (b == nb - 1) {
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
         if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
     }
   }
+}
+
+// A GEMV of up to 16 rows on the tiles: each block of a tile decoded into bf16 pairs in a small
+// buffer as it streams in (prefetched a window ahead as gemv_rows's), one TDPBF16PS of all the
+// rows against it. The tiles run one block ahead of the scaling, which takes the place of
+// vdpbf16ps's chains: the cost per block is the same for 1 row or 16.
+template <WeightFormat Fm>
+void gemv_amx(const Job& j) {
+  const int64_t K = j.w->cols, nb = K / 32;
+  const int m = int(j.n);
+  const Luts L = make_luts();
+  alignas(64) uint8_t buf[2][1024];
+  alignas(64) float part[2][16][16];
+  amx_configure(m);
+  prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
+              min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
+  for (int64_t t = j.t0; t < j.t1; ++t) {
+    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
+    auto issue = [&](int64_t b) {
+      uint8_t* wb = buf[b & 1];
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        prefetch_group<Fm>(tile, b * 8 + g);
+        I p0, p1;
+        decode_pairs<Fm>(tile, b * 8 + g, L, p0, p1);
+        _mm512_store_si512(wb + 2 * g * 64, p0);
+        _mm512_store_si512(wb + (2 * g + 1) * 64, p1);
+      }
+      if (b & 1)
+        amx_block<1>(j.xb + b * 32, K, wb, 64);
+      else
+        amx_block<0>(j.xb + b * 32, K, wb, 64);
+    };
+    F acc[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = zero();
+    issue(0);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b + 1 < nb) issue(b + 1);
+      if (b & 1)
+        _tile_stored(5, part[1], 64);
+      else
+        _tile_stored(4, part[0], 64);
+      const F ws = block_wscale<Fm>(*j.w, t, b, 0);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i)
+        if (i < m) acc[i] = fmadd(load(part[b & 1][i]), ws, acc[i]);
+    }
+    alignas(64) float out[16];
+    for (int i = 0; i < m; ++i) {
+      store(out, acc[i]);
+      store_tile(j, i, t, out);
+    }
+  }
+  _tile_release();
 }
 #endif
 
@@ -803,11 +893,11 @@ void gemm_fmt(const Job& j) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
-    if (Fm == Fp4Row && j.amx && bf16) {
+    if (Fm != F32 && j.amx && bf16) {
       static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
                                       const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
                                                              micro_amx<3>};
-      if (!std::exchange(amx_on, true)) amx_configure();
+      if (!std::exchange(amx_on, true)) amx_configure(16);
       for (int64_t i0 = 0; i0 < j.n; i0 += 16)
         kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s);
       continue;
@@ -1119,6 +1209,57 @@ bool avx512_dpbf16_is_canonical() {
     }
   }
   return true;
+}
+
+bool amx_is_canonical() {
+  // bf16 operands with wide exponent gaps (so that the chains' roundings show), into zeroed and
+  // into filled partial tiles, against the order of reduce.h: e + o, then added to the tile.
+  uint64_t st = 0x2545f4914f6cdd1dull;
+  auto next = [&] {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return st;
+  };
+  auto widen = [](uint16_t h) { return __builtin_bit_cast(float, uint32_t(h) << 16); };
+  alignas(64) uint16_t a[16][32], b[16][32];
+  alignas(64) float c[16][16], out[16][16];
+  amx_configure(16);
+  bool ok = true;
+  for (int it = 0; it < 64 && ok; ++it) {
+    for (int r = 0; r < 16; ++r)
+      for (int k = 0; k < 32; ++k) {
+        const uint64_t v = next();
+        a[r][k] = uint16_t((v & 0x8000) | ((110 + (v >> 16) % 40) << 7) | ((v >> 8) & 0x7f));
+        b[r][k] =
+            uint16_t(((v >> 32) & 0x8000) | ((115 + (v >> 40) % 30) << 7) | ((v >> 24) & 0x7f));
+      }
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 16; ++n) {
+        const uint64_t v = next();
+        c[r][n] = it & 1 ? 0.0f
+                         : __builtin_bit_cast(
+                               float, uint32_t((v & 0x80000000u) | ((100 + (v >> 32) % 60) << 23) |
+                                               ((v >> 8) & 0x7fffff)));
+      }
+    _tile_loadd(4, c, 64);
+    _tile_loadd(0, a, 64);
+    _tile_loadd(2, b, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_stored(4, out, 64);
+    for (int r = 0; r < 16 && ok; ++r)
+      for (int n = 0; n < 16; ++n) {
+        float e = 0, o = 0;
+        for (int k = 0; k < 16; ++k) {
+          e = __builtin_fmaf(widen(a[r][2 * k]), widen(b[k][2 * n]), e);
+          o = __builtin_fmaf(widen(a[r][2 * k + 1]), widen(b[k][2 * n + 1]), o);
+        }
+        const float want = c[r][n] + (e + o);
+        if (std::memcmp(&want, &out[r][n], 4) != 0) ok = false;
+      }
+  }
+  _tile_release();
+  return ok;
 }
 
 void avx512_product_chains(ProductKind kind, int64_t n) {

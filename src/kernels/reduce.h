@@ -2,21 +2,25 @@
 // uses one of these orders in every code path, scalar or vector, whatever the batch size or thread
 // count: that is what makes a token's results bit-identical however it is batched.
 //
-//   dot / linear:  inputs in blocks of 32. A block's partial sum starts at +0 and runs over the
+//   dot:           inputs in blocks of 32. A block's partial sum starts at +0 and runs over the
 //                  pairs (2i, 2i+1) in order, adding the odd element's product first:
 //                      p = p + a[2i+1]·b[2i+1];  p = p + a[2i]·b[2i]
-//                  The running total adds the partials block by block, each times the block's
-//                  scale: acc = fma(p, s, acc) (s = 1 when unscaled, a power of two otherwise, so
-//                  p·s is exact and the fma is acc + p·s). A block of odd length ends with its
-//                  last element alone.
-//                  Linears fuse each step (p = fma(a, b, p): block_dot<true>); the attention and
-//                  indexer dots round the product, then add (block_dot), unless their products
-//                  are exact. When the products are exact (e4m3/e2m1 codes, bf16 x bf16) both
-//                  forms and vdpbf16ps agree bit for bit (measured on Zen 5: acc + the odd pair's
-//                  product, rounded, then + the even one's, rounded); the codes' products are
-//                  also never subnormal, so the instruction's flushing of denormals never applies.
-//                  Fusing the linears' inexact products (fp32 values: the head, the
-//                  hyper-connections) costs one instruction per product instead of two.
+//                  (the attention and indexer dots: the product rounded, then added, unless
+//                  exact). The running total adds the partials block by block:
+//                  acc = acc + p. A block of odd length ends with its last element alone.
+//   linear:        blocks of 32 inputs. A block's partial is two chains of fused multiply-adds,
+//                  each from +0: the even inputs' products in order and the odd inputs', then
+//                  their sum, rounded once:
+//                      e = fma(a[2i], b[2i], e);  o = fma(a[2i+1], b[2i+1], o);  p = e + o
+//                  which is what an AMX tile computes for one 32-input block (TDPBF16PS, checked
+//                  at start-up: linear_vec.cpp's amx_is_canonical). vdpbf16ps, which adds a
+//                  pair's odd product and then its even one into one accumulator, takes pairs
+//                  (a[2i+2], a[2i]) into the even chain and (a[2i+3], a[2i+1]) into the odd one.
+//                  The total adds each partial times the block's scale: acc = fma(p, s, acc)
+//                  (s = 1 when unscaled, a power of two otherwise, so p·s is exact and the fma is
+//                  acc + p·s). The codes' products (e4m3/e2m1 codes times act_quant values,
+//                  bf16 x bf16 above the bf16 products' floor) are exact and never subnormal,
+//                  so the flushing of denormals by the tiles and vdpbf16ps never applies.
 //   vector sums:   16 lanes; lane j sums elements j, j+16, j+32, ... in order (multiply, then add);
 //                  then lanes are folded pairwise: j += j+8, j += j+4, j += j+2, j += j+1.
 #pragma once
@@ -28,16 +32,24 @@ namespace deepinfer {
 // Partial sum of one block of `n` (<= 32) products in the canonical pair order: elements
 // 1, 0, 3, 2, ... (and a last even element alone). Written as one ordered update per iteration:
 // GCC 12.2's -O2 loop vectorizer turns the two-updates-per-iteration form into a reassociated
-// two-lane sum (wrong results, caught by tests/kernels). Fused: each step one fused
-// multiply-add (the linears').
-template <bool Fused = false>
+// two-lane sum (wrong results, caught by tests/kernels).
 inline float block_dot(const float* a, const float* b, int64_t n) {
   float p = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = (i ^ 1) < n ? (i ^ 1) : i;
-    p = Fused ? __builtin_fmaf(a[k], b[k], p) : p + a[k] * b[k];
+    p = p + a[k] * b[k];
   }
   return p;
+}
+
+// A linear's block partial over 32 inputs: the even and the odd chains, then their sum.
+inline float linear_block_dot(const float* a, const float* b) {
+  float e = 0, o = 0;
+  for (int i = 0; i < 32; i += 2) {
+    e = __builtin_fmaf(a[i], b[i], e);
+    o = __builtin_fmaf(a[i + 1], b[i + 1], o);
+  }
+  return e + o;
 }
 
 // Unscaled dot product in the canonical blocked order (`n` need not be a multiple of 32; the

@@ -258,9 +258,8 @@ Weight fp4_codes(const char* name, int64_t rows, int64_t K, const std::vector<ui
 TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
   // Blocks whose partial rounds differently in another order: 30 products 448 x 6 (a sum above
   // 2^16, where the fp32 step is 2^-7), then two of 3·2^-9 x 0.5, each below half a step (lost
-  // one at a time, as the canonical order adds them) but not together. Such a block is not
-  // integers within 16 bits, so AMX tiles (whose order differs) must leave it to vdpbf16ps; a
-  // GEMM of 40 rows runs groups of 16 and a tail.
+  // one at a time in their chains) but not together. Such a block is not integers within 16
+  // bits: the integer products leave it to FMAs; a GEMM of 40 rows runs groups of 16 and a tail.
   KernelEnvGuard guard;
   const int64_t n = 40, K = 256, rows = 48;
   std::vector<uint8_t> codes(size_t(rows * K / 2), 0x77), scales(size_t(rows * K / 32), 127);
@@ -285,12 +284,86 @@ TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
       }
 }
 
+TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
+  // Each block: input 0 times weight 0 is large (P), every other product small (q, below half
+  // of P's fp32 step). The even chain loses its 15 q's to P, the odd chain keeps its 16: the
+  // partial is P + 16q. One chain in the pair order (odd first) gives P, one rounding of the
+  // whole sum P + 31q rounds elsewhere again. Formats: fp8 and fp4 weights with quantized
+  // inputs, bf16 and f32 weights with dense ones; 1 to 40 rows, so that every GEMV and GEMM
+  // path (tiles, vdpbf16ps, FMAs, integers around a non-integer block) runs.
+  KernelEnvGuard guard;
+  const int64_t K = 64, rows = 48;
+  struct Fmt {
+    WeightFormat f;
+    float big_x, big_w, small_x, small_w, want;
+  };
+  // fp8: P = 448·448, q = 2^-8: 2·(P + 2^-4). fp4: even products 448·6, odd ones 2^-9·0.5: the
+  // even chain is exact (16·2688), the odd chain too, the pair order loses odd products once
+  // the sum passes 2^14.
+  const Fmt fmts[] = {
+      {WeightFormat::Fp8Block, 448.0f, 448.0f, 0x1p-4f, 0x1p-4f, 2 * (200704.0f + 0x1p-4f)},
+      {WeightFormat::BF16, 448.0f, 448.0f, 0x1p-4f, 0x1p-4f, 2 * (200704.0f + 0x1p-4f)},
+      {WeightFormat::F32, 448.0f, 448.0f, 0x1p-4f, 0x1p-4f, 2 * (200704.0f + 0x1p-4f)},
+      {WeightFormat::Fp4Row, 448.0f, 6.0f, 0x1p-9f, 0.5f, 2 * (43008.0f + 0x1p-6f)}};
+  for (const Fmt& fm : fmts) {
+    const bool fp4 = fm.f == WeightFormat::Fp4Row;
+    std::vector<uint8_t> u8(size_t(rows * K)), scales(size_t(rows * K / 32), 127);
+    std::vector<uint16_t> b16(size_t(rows * K));
+    std::vector<float> f32(size_t(rows * K));
+    for (int64_t o = 0; o < rows; ++o)
+      for (int64_t k = 0; k < K; ++k) {
+        // fp4: every even input is large, every odd one small (a block of 30 large products
+        // would leave the integer range, so the pair order shows through the odd inputs).
+        const bool big = fp4 ? k % 2 == 0 : k % 32 == 0;
+        const float v = big ? fm.big_w : fm.small_w;
+        const size_t at = size_t(o * K + k);
+        f32[at] = v;
+        b16[at] = uint16_t(__builtin_bit_cast(uint32_t, v) >> 16);
+        u8[at] = big ? 0x7e : 0x18;                 // e4m3 448 and 2^-4
+        if (fp4) u8[size_t(o * K + k) / 2] = 0x17;  // e2m1 6 (even input), 0.5 (odd)
+      }
+    Weight w;
+    w.name = "two chains";
+    w.shape = Shape{rows, K};
+    w.format = fm.f;
+    w.quant_input = fm.f == WeightFormat::Fp8Block || fp4;
+    w.data = fm.f == WeightFormat::BF16  ? static_cast<const void*>(b16.data())
+             : fm.f == WeightFormat::F32 ? static_cast<const void*>(f32.data())
+                                         : static_cast<const void*>(u8.data());
+    if (w.quant_input) {
+      w.scale = scales.data();
+      w.scale_cols = K / 32;
+    }
+    const PreparedLinear pw(w);
+    for (int64_t n : {1, 2, 5, 8, 16, 20, 40}) {
+      std::vector<float> x(size_t(n * K));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          x[size_t(i * K + k)] = (fp4 ? k % 2 == 0 : k % 32 == 0) ? fm.big_x : fm.small_x;
+      std::vector<float> want(size_t(n * rows)), got(want.size());
+      linear_ref(w, {x.data(), n, K, want.data(), rows});
+      ASSERT_EQ(want[0], fm.want) << fmt_name(fm.f);
+      for (Isa isa : machine_isas())
+        for (LinearProducts products : machine_products())
+          for (LinearPath path : {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm}) {
+            set_cpu_isa(isa);
+            set_linear_products(products);
+            set_linear_path(path);
+            std::fill(got.begin(), got.end(), -7.0f);
+            linear(pw, x.data(), n, got.data());
+            ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+                << fmt_name(fm.f) << " n=" << n << " " << isa_name(isa)
+                << " products=" << int(products) << " path=" << int(path);
+          }
+    }
+  }
+}
+
 TEST(LinearFast, PairOrderInANonIntegerBlockAmongIntegerRows) {
-  // Rows whose block is not integers within 16 bits take fp32 fused steps in the pair order
-  // (odd input first) while the other rows of the call multiply integers. After 28 products of
-  // 448 x 6 (a sum S with an even last bit, step u = 2^-7), input 29 adds -u/2 (a tie: S stays)
-  // and then input 28 adds 3u/4 (S + u); the other order gives S + u, then a tie back to S. The
-  // second block has the same pair at its inputs 30 and 31, after 30 large products.
+  // Rows whose block is not integers within 16 bits take fp32 fused steps in the two chains
+  // while the other rows of the call multiply integers: 28 products of 448 x 6, then inputs 28
+  // (3·2^-9 x 1) and 29 (-2^-8 x 1), small against the sum's step; the second block has the
+  // same pair at its inputs 30 and 31, after 30 large products.
   KernelEnvGuard guard;
   const int64_t K = 64, rows = 32;
   std::vector<uint8_t> codes(size_t(rows * K / 2), 0x77), scales(size_t(rows * K / 32), 127);
@@ -405,6 +478,13 @@ TEST(LinearFast, IntCodesSixteenBlocksAtATimeMatchOneAtATime) {
 TEST(LinearFast, Dpbf16IsCanonicalHere) {
   if (cpu_best_isa() != Isa::Avx512) GTEST_SKIP() << "no AVX512_BF16";
   EXPECT_TRUE(linear_isa::avx512_dpbf16_is_canonical());
+}
+
+// The tiles of an AMX CPU follow the linears' order (else they would silently go unused, and
+// their paths untested).
+TEST(LinearFast, AmxIsCanonicalHere) {
+  if (!amx_available()) GTEST_SKIP() << "no AMX-BF16 tiles";
+  EXPECT_TRUE(linear_isa::amx_is_canonical());
 }
 
 // The timing behind LinearProducts::Auto gives a plausible rate (Zen 4 about 2, Sapphire Rapids
