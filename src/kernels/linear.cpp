@@ -223,10 +223,17 @@ bool amx_ok(const linear_isa::Kernels& kern, const Weight& w) {
          w.format != WeightFormat::F32 && amx_canonical();
 }
 
+// Rows of an AMX GEMV call (isa.h's Job::amx).
+constexpr int64_t kAmxGemvRows = 16;
+// fp4 GEMVs of up to this many rows multiply integers even where AMX tiles could serve them:
+// streaming from memory (`bench linear`) the integer products reached 0.83-0.94 of the read
+// bandwidth at 1 row and 0.68-0.76 at 4, the tiles 0.59-0.70 at 4; at 8 rows 0.45 against
+// 0.46-0.61.
+constexpr int64_t kIntGemvRows = 4;
+
 // How a call of n rows over `pw` multiplies: on AMX tiles, in integers (fp4 GEMVs with quantized
 // inputs, isa.h's Job::xi), with bf16 inputs (quantized codes or dense values, for the tiles or
-// vdpbf16ps), else in fp32 FMAs. One-row fp4 GEMVs keep the integers, faster there than the
-// tiles.
+// vdpbf16ps), else in fp32 FMAs.
 struct CallProducts {
   bool amx = false, ints = false, bf16 = false;
 };
@@ -235,7 +242,8 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
   const Weight& w = pw.weight();
   const bool int_gemv = w.quant_input && gemv && use_int_products(kern, w);
   CallProducts c;
-  c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) && !(int_gemv && n == 1);
+  c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) &&
+          !(int_gemv && n <= kIntGemvRows);
   c.ints = int_gemv && !c.amx;
   c.bf16 = kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
            (w.quant_input || pw.packed().bf16_products);
@@ -345,9 +353,11 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // their two-tile FMAs, each run of tiles read from memory once for all the groups, outrun the
   // GEMM's packing there (2 threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x;
   // docs/benchmarks.md). fp4 weights have AMX GEMMs, faster from 16 rows.
-  const int64_t gemv_max = w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
-                           : w.format == WeightFormat::Fp8Block     ? 2 * kern.gemv_rows
-                                                                    : kern.gemv_rows;
+  // On AMX tiles a GEMV of 16 rows costs about what one of a row does: up to two groups.
+  const int64_t gemv_max = amx_ok(kern, w)                            ? 2 * kAmxGemvRows
+                           : w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
+                           : w.format == WeightFormat::Fp8Block       ? 2 * kern.gemv_rows
+                                                                      : kern.gemv_rows;
   if (path == LinearPath::Auto)
     path = n <= gemv_max || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                        : LinearPath::Gemm;
@@ -362,19 +372,19 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       quantize_rows(kern, a, K, layout, q, i0, i1);
     });
   linear_isa::Job base = call_job(pw, a, q, layout);
-  base.amx = prod.amx;
   if (!quant && prod.bf16) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too (with room
     // after them for the GEMM's tiles, which read groups of 16 rows).
     uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t((n + 15) * K * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
   }
+  base.amx = prod.amx && base.xb;  // (dense inputs that were not bf16 values: not)
 
   const int64_t threads = pool.size();
   if (path == LinearPath::Gemv) {
     // Groups of up to gemv_rows rows. A small weight is not split (nor worth waking the pool
     // for, with one group of rows).
-    const int64_t gr = kern.gemv_rows, groups = (n + gr - 1) / gr;
+    const int64_t gr = base.amx ? kAmxGemvRows : kern.gemv_rows, groups = (n + gr - 1) / gr;
     // A task is a run of tiles for every group of rows in turn: with several groups, a run small
     // enough to stay in this core's cache is read from memory once for all of them. One group
     // takes one run per thread: a run's start costs a window's wait before its stream flows, and
@@ -476,8 +486,8 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   for (size_t c = 0; c < calls.size(); ++c) {
     const bool quant = calls[c].w->weight().quant_input;
     jobs[c] = call_job(*calls[c].w, calls[c].a, quant ? s + at[owner[c]] : nullptr, layouts[c]);
-    jobs[c].amx = amx[c];
     if (dense_bf16[c]) jobs[c].xb = reinterpret_cast<const uint16_t*>(s + at[c]);
+    jobs[c].amx = amx[c] && jobs[c].xb;
     first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
   }
   const int64_t total = first.back();
