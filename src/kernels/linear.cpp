@@ -404,7 +404,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   }
   // GEMM: tasks are (panel of tiles, range of rows); rows are split only when there are too few
   // panels to keep every thread busy.
-  const int64_t pt = linear_isa::kGemmPanelTiles;
+  const int64_t pt = base.amx ? linear_isa::kAmxPanelTiles : linear_isa::kGemmPanelTiles;
   const int64_t n_panels = (n_tiles + pt - 1) / pt;
   const int64_t row_parts = std::max<int64_t>(
       1, n_panels < threads * 2 ? std::min((threads * 2 + n_panels - 1) / n_panels, n / 16) : 1);

@@ -271,6 +271,27 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
                                 : Fm == Fp8Block ? 64
                                                  : 32;
 
+#if defined(__AVX512F__)
+// The e8m0 codes of tile t's block b, per lane (fp8: one per 32 outputs).
+template <WeightFormat Fm>
+inline I scale_codes(const PackedWeight& w, int64_t t, int64_t b) {
+  if constexpr (Fm == Fp8Block)
+    return set1i(w.scale[(t / 2) * w.scale_cols + b]);
+  else if constexpr (Fm == Fp4Row)
+    return _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
+  else
+    return set1i(127);
+}
+// What multiplying a lane's bf16 pair by its block scale adds to both values' bits (when they
+// are not zero and stay normal): the exponent in bits 7 and up of each half.
+template <WeightFormat Fm>
+inline I exponent_step(const PackedWeight& w, int64_t t, int64_t b) {
+  const I e = slli<7>(_mm512_sub_epi32(scale_codes<Fm>(w, t, b), set1i(127)));
+  return _mm512_or_si512(e & set1i(0xffff), slli<16>(e));
+}
+#endif
+
 // The GEMVs prefetch each line a window ahead as they load it, one prefetch between the loads:
 // with a block run's prefetches in one burst (likely waiting on the line-fill buffers) one core
 // streamed 10.7 GB/s, interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
@@ -593,8 +614,14 @@ constexpr int kMr = kIsa == Isa::Avx512 ? 4 : 3;
 constexpr int kCols = kIsa == Isa::Avx512 ? int(kGemmPanelTiles) : 2;
 constexpr int64_t kKcBf16 = 256;  // inputs per packed chunk (bf16 pairs: 24 KiB for 3 tiles)
 constexpr int64_t kKcF32 = 128;   // (fp32: 24 KiB)
-constexpr int64_t kKcMax = kBf16Dot ? kKcBf16 : kKcF32;
-constexpr int64_t kNt = kGemmPanelTiles;
+// AMX tiles: the same 256 (6 tiles: 48 KiB); chunks of 512 and 1024 inputs, with the
+// accumulator tiles loaded and stored less often, ran 5-20 % slower (the inputs of a group of
+// rows no longer stay in L1 for its second 3 tiles).
+constexpr int64_t kKcAmx = kBf16Dot ? kKcBf16 : kKcF32;
+constexpr int64_t kKcMax = kKcAmx;
+// Bytes of the packed chunk: the largest of the three.
+constexpr int64_t kPackBytes = kKcAmx / 2 * kAmxPanelTiles * 64;
+constexpr int64_t kNt = kAmxPanelTiles;  // the scratch's room: tiles per panel, at most
 
 struct GemmScratch {
   float* c;    // [n, kNt * 16] accumulators
@@ -602,18 +629,24 @@ struct GemmScratch {
   float* ws;   // [kc/32][nt][16] block scales
 };
 
+// (The accumulators have room for 15 rows more: AMX tiles read and write groups of 16 rows.)
 int64_t gemm_scratch_bytes(int64_t n, int64_t /*K*/) {
-  const int64_t c = n * kNt * 16 * 4, b = kKcF32 * kNt * 64, ws = kKcMax / 32 * kNt * 64;
+  const int64_t c = (n + 15) * kNt * 16 * 4, b = kPackBytes, ws = kKcMax / 32 * kNt * 64;
   return (c + 63) / 64 * 64 + b + ws;
 }
 
 GemmScratch scratch_of(const Job& j) {
-  uint8_t* b = j.scratch + (j.n * kNt * 16 * 4 + 63) / 64 * 64;
-  return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kKcF32 * kNt * 64)};
+  uint8_t* b = j.scratch + ((j.n + 15) * kNt * 16 * 4 + 63) / 64 * 64;
+  return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kPackBytes)};
 }
 
 template <WeightFormat Fm>
-void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
+// A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. With
+// `fold` (AMX tiles), each block's weights are packed times its scale: a power of two, so the
+// bf16 values stay exact (fold_ok checks the range) and the tiles' partial is exactly the
+// scaled partial the canonical order adds.
+void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bool fold,
+                GemmScratch& s) {
   [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
 
   const Luts L = make_luts();
@@ -630,6 +663,11 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
           I p0, p1;
           decode_pairs<Fm>(tile, g, L, p0, p1);
           if (chains) chain_pairs(p0, p1, p0, p1);
+          if (fold) {
+            const I e = exponent_step<Fm>(*j.w, j.t0 + t, g / 8);
+            p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
+            p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
+          }
           _mm512_store_si512(s.b + ((k / 2) * nt + t) * 64, p0);
           _mm512_store_si512(s.b + ((k / 2 + 1) * nt + t) * 64, p1);
           continue;
@@ -754,7 +792,7 @@ void amx_configure(int rows) {
     uint16_t colsb[16] = {};
     uint8_t rows[16] = {};
   } cfg;
-  for (int t = 0; t < 6; ++t) {
+  for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
     cfg.rows[t] = uint8_t(t == 2 || t == 3 ? 16 : rows);
   }
@@ -785,24 +823,26 @@ inline void amx_block(const uint16_t* xa, int64_t K, const uint8_t* wb, int64_t 
 // of each (tile, block), in that order, come from the tiles one step ahead of their scaling into
 // accumulators held in registers. (The tiles read 16 rows: the rows past the job's last are
 // room left after the inputs, read but not used.)
+// The chunk holds `nt` tiles; this call runs NT of them from tile t0.
 template <int NT>
-void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s) {
+void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s,
+               int64_t t0, int64_t nt) {
   const int64_t K = j.w->cols, nb = kc / 32, steps = NT * nb;
   const uint16_t* xa = j.xb + i0 * K + kc0;
   alignas(64) float part[2][16][16];
-  // Step u (tile u / nb, block u % nb) into partial tile 4 + (u & 1).
+  // Step u (tile t0 + u / nb, block u % nb) into partial tile 4 + (u & 1).
   auto issue = [&](int64_t u) {
-    const int64_t t = u / nb, b = u % nb;
-    const uint8_t* wb = s.b + (b * 16 * NT + t) * 64;  // pair kk at + kk * NT * 64
+    const int64_t t = t0 + u / nb, b = u % nb;
+    const uint8_t* wb = s.b + (b * 16 * nt + t) * 64;  // pair kk at + kk * nt * 64
     if (u & 1)
-      amx_block<1>(xa + b * 32, K, wb, NT * 64);
+      amx_block<1>(xa + b * 32, K, wb, nt * 64);
     else
-      amx_block<0>(xa + b * 32, K, wb, NT * 64);
+      amx_block<0>(xa + b * 32, K, wb, nt * 64);
   };
   F acc[16];
   issue(0);
   for (int64_t u = 0; u < steps; ++u) {
-    const int64_t t = u / nb, b = u % nb;
+    const int64_t t = t0 + u / nb, b = u % nb;
     if (b == 0) {
 #pragma GCC unroll 16
       for (int i = 0; i < 16; ++i)
@@ -813,7 +853,7 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
       _tile_stored(5, part[1], 64);
     else
       _tile_stored(4, part[0], 64);
-    const F ws = load(s.ws + (b * NT + t) * 16);
+    const F ws = load(s.ws + (b * nt + t) * 16);
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i)
       if (i < m) acc[i] = fmadd(load(part[u & 1][i]), ws, acc[i]);
@@ -823,6 +863,55 @@ void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const G
         if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
     }
   }
+}
+
+// Whether the weights of tiles [t0, t0 + nt) and inputs [kc0, kc0 + kc) may be packed times
+// their block scales (pack_chunk's fold): scales from 2^-86 to 2^100 keep every value normal and
+// finite (e4m3 values from 2^-9 to 448, e2m1 from 0.5 to 6), and every product too, with inputs
+// as small as act_quant's (a value's last bit from 2^-31) or as the bf16 products' floor.
+template <WeightFormat Fm>
+bool fold_ok(const Job& j, int64_t nt, int64_t kc0, int64_t kc) {
+  if constexpr (Fm == BF16) return true;
+  __mmask16 bad = 0;
+  for (int64_t t = j.t0; t < j.t0 + nt; ++t)
+    for (int64_t b = kc0 / 32; b < (kc0 + kc) / 32; ++b) {
+      const I c = scale_codes<Fm>(*j.w, t, b);
+      bad |= _mm512_cmplt_epi32_mask(c, set1i(127 - 86)) | _mm512_cmpgt_epi32_mask(c, set1i(227));
+    }
+  return bad == 0;
+}
+
+// micro_amx over a chunk packed with folded scales: the partial tiles are the accumulators
+// themselves (loaded from and stored to GemmScratch::c around the chunk), since adding a block's
+// partial times a power of two is adding the folded partial. TDPBF16PS adds e + o to the tile:
+// exactly acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles' accumulators for 16
+// rows (past the job's last: the room after them), 0 the block of inputs, 2 and 3 the weights.
+template <int NT>
+void micro_amx_folded(const Job& j, int64_t i0, int /*m*/, int64_t kc0, int64_t kc,
+                      const GemmScratch& s, int64_t t0, int64_t nt) {
+  const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
+  const uint16_t* xa = j.xb + i0 * K + kc0;
+  float* c = s.c + i0 * (kNt * 16) + t0 * 16;
+  _tile_loadd(4, c, ldc);
+  if constexpr (NT > 1) _tile_loadd(5, c + 16, ldc);
+  if constexpr (NT > 2) _tile_loadd(6, c + 32, ldc);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;  // tile t0 + t's pair kk: + (kk·nt + t)·64
+    _tile_loadd(0, xa + b * 32, K * 2);
+    _tile_loadd(2, wb, nt * 64);
+    _tile_dpbf16ps(4, 0, 2);
+    if constexpr (NT > 1) {
+      _tile_loadd(3, wb + 64, nt * 64);
+      _tile_dpbf16ps(5, 0, 3);
+    }
+    if constexpr (NT > 2) {
+      _tile_loadd(2, wb + 128, nt * 64);
+      _tile_dpbf16ps(6, 0, 2);
+    }
+  }
+  _tile_stored(4, c, ldc);
+  if constexpr (NT > 1) _tile_stored(5, c + 16, ldc);
+  if constexpr (NT > 2) _tile_stored(6, c + 32, ldc);
 }
 
 // A GEMV of up to 16 rows on the tiles: each block of a tile decoded into bf16 pairs in a small
@@ -898,24 +987,31 @@ template <WeightFormat Fm>
 void gemm_fmt(const Job& j) {
   const int64_t K = j.w->cols, nt = j.t1 - j.t0, cols = nt * kH;
   const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != F32;
-  const int64_t KC = bf16 ? kKcBf16 : kKcF32;
+  const int64_t KC = bf16 ? (j.amx ? kKcAmx : kKcBf16) : kKcF32;
   GemmScratch s = scratch_of(j);
-  for (int64_t i = 0; i < j.n * kNt * 16; ++i) s.c[i] = 0.0f;
+  for (int64_t i = 0; i < (j.n + 15) * kNt * 16; ++i) s.c[i] = 0.0f;
   [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
-    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
     if (Fm != F32 && j.amx && bf16) {
-      static constexpr void (*kAmx[])(const Job&, int64_t, int, int64_t, int64_t,
-                                      const GemmScratch&) = {micro_amx<1>, micro_amx<2>,
-                                                             micro_amx<3>};
+      using AmxFn = void (*)(const Job&, int64_t, int, int64_t, int64_t, const GemmScratch&,
+                             int64_t, int64_t);
+      static constexpr AmxFn kScaled[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
+      static constexpr AmxFn kFolded[] = {micro_amx_folded<1>, micro_amx_folded<2>,
+                                          micro_amx_folded<3>};
+      const bool fold = fold_ok<Fm>(j, nt, kc0, kc);
+      pack_chunk<Fm>(j, nt, kc0, kc, bf16, fold, s);
       if (!std::exchange(amx_on, true)) amx_configure(16);
+      // Each group of rows against 3 tiles at a time: its inputs stay in L1 between them.
       for (int64_t i0 = 0; i0 < j.n; i0 += 16)
-        kAmx[nt - 1](j, i0, int(min64(16, j.n - i0)), kc0, kc, s);
+        for (int64_t t0 = 0; t0 < nt; t0 += 3)
+          (fold ? kFolded : kScaled)[min64(3, nt - t0) - 1](j, i0, int(min64(16, j.n - i0)), kc0,
+                                                            kc, s, t0, nt);
       continue;
     }
 #endif
+    pack_chunk<Fm>(j, nt, kc0, kc, bf16, false, s);
     for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
