@@ -224,7 +224,7 @@ bool amx_ok(const linear_isa::Kernels& kern, const Weight& w) {
 }
 
 // Rows of an AMX GEMV call (isa.h's Job::amx).
-constexpr int64_t kAmxGemvRows = 16;
+constexpr int64_t kAmxGemvRows = 64;
 // fp4 GEMVs of up to this many rows multiply integers even where AMX tiles could serve them:
 // streaming from memory (`bench linear`) the integer products reached 0.83-0.94 of the read
 // bandwidth at 1 row and 0.68-0.76 at 4, the tiles 0.59-0.70 at 4; at 8 rows 0.45 against
@@ -241,11 +241,16 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
                            bool gemv) {
   const Weight& w = pw.weight();
   const bool int_gemv = w.quant_input && gemv && use_int_products(kern, w);
+  // A one-row GEMV over bf16 weights (the head) streams fastest in fp32 FMAs on its inputs as
+  // they are, where vdpbf16ps multiplies slower than FMAs (Sapphire Rapids: the small model's
+  // head took 16.5 ms a step so, 18.0 on the tiles, 18.5 with vdpbf16ps).
+  const bool fma_row =
+      gemv && n == 1 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
   c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) &&
-          !(int_gemv && n <= kIntGemvRows);
+          !(int_gemv && n <= kIntGemvRows) && !fma_row;
   c.ints = int_gemv && !c.amx;
-  c.bf16 = kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
+  c.bf16 = !fma_row && kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
            (w.quant_input || pw.packed().bf16_products);
   return c;
 }
@@ -353,8 +358,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // their two-tile FMAs, each run of tiles read from memory once for all the groups, outrun the
   // GEMM's packing there (2 threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x;
   // docs/benchmarks.md). fp4 weights have AMX GEMMs, faster from 16 rows.
-  // On AMX tiles a GEMV of 16 rows costs about what one of a row does: up to two groups.
-  const int64_t gemv_max = amx_ok(kern, w)                            ? 2 * kAmxGemvRows
+  // On AMX tiles a GEMV streams each weight block once for up to 64 rows (one call).
+  const int64_t gemv_max = amx_ok(kern, w)                            ? kAmxGemvRows
                            : w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
                            : w.format == WeightFormat::Fp8Block       ? 2 * kern.gemv_rows
                                                                       : kern.gemv_rows;

@@ -921,7 +921,7 @@ void micro_amx_folded(const Job& j, int64_t i0, int /*m*/, int64_t kc0, int64_t 
 // block ahead of the scaling, which takes the place of vdpbf16ps's chains: the cost per block
 // is about the same for 1 row or 16.
 template <WeightFormat Fm>
-void gemv_amx(const Job& j) {
+void gemv_amx_scaled(const Job& j) {
   const int64_t K = j.w->cols, nb = K / 32;
   const int m = int(j.n);
   const Luts L = make_luts();
@@ -980,6 +980,114 @@ void gemv_amx(const Job& j) {
     }
   }
   _tile_release();
+}
+
+// Tile register 0 or 1 (`a`: the inputs of row group G, 16 rows K apart) times 2 or 3 (`bt`: the
+// block's weights) into accumulator tile 4 + G. (The intrinsics take register numbers as
+// literals.)
+#define DI_AMX_DP(C)           \
+  do {                         \
+    if (a == 0 && bt == 2)     \
+      _tile_dpbf16ps(C, 0, 2); \
+    else if (a == 0)           \
+      _tile_dpbf16ps(C, 0, 3); \
+    else if (bt == 2)          \
+      _tile_dpbf16ps(C, 1, 2); \
+    else                       \
+      _tile_dpbf16ps(C, 1, 3); \
+  } while (0)
+template <int G>
+inline void amx_group(const uint16_t* xa, int64_t K, int a, int bt) {
+  static_assert(G < 4);
+  if (a == 0)
+    _tile_loadd(0, xa, K * 2);
+  else
+    _tile_loadd(1, xa, K * 2);
+  if constexpr (G == 0) DI_AMX_DP(4);
+  if constexpr (G == 1) DI_AMX_DP(5);
+  if constexpr (G == 2) DI_AMX_DP(6);
+  if constexpr (G == 3) DI_AMX_DP(7);
+}
+#undef DI_AMX_DP
+
+// A GEMV of up to 64 rows whose weights may be folded with their scales (fold_ok): each block
+// decoded once into bf16 pairs times its scale, then one TDPBF16PS per group of 16 rows into
+// that group's accumulator tile, which adds the block exactly as the canonical step does
+// (micro_amx_folded); nothing leaves the tiles until the tile of outputs is done.
+template <WeightFormat Fm>
+void gemv_amx_folded(const Job& j) {
+  const int64_t K = j.w->cols, nb = K / 32;
+  const int groups = int((j.n + 15) / 16);
+  const Luts L = make_luts();
+  alignas(64) uint8_t buf[3][1024];
+  alignas(64) float out[16][16];
+  // One group: its rows only; several: 16 each (the inputs have room after the last row).
+  amx_configure(groups == 1 ? int(j.n) : 16);
+  prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
+              min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
+  for (int64_t t = j.t0; t < j.t1; ++t) {
+    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
+    auto decode = [&](int64_t b) {
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
+      if constexpr (Fm == BF16) return;  // read by the tiles in place
+      uint8_t* wb = buf[b % 3];
+      const I e = exponent_step<Fm>(*j.w, t, b);
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        I p[2];
+        decode_pairs<Fm>(tile, b * 8 + g, L, p[0], p[1]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          p[h] =
+              _mm512_mask_add_epi16(p[h], _mm512_test_epi16_mask(p[h], set1i(0x7fff7fff)), p[h], e);
+          _mm512_store_si512(wb + (2 * g + h) * 64, p[h]);
+        }
+      }
+    };
+    _tile_zero(4);
+    if (groups > 1) _tile_zero(5);
+    if (groups > 2) _tile_zero(6);
+    if (groups > 3) _tile_zero(7);
+    decode(0);
+    if (nb > 1) decode(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b + 2 < nb) decode(b + 2);
+      const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[b % 3];
+      const int bt = 2 + int(b & 1);
+      if (bt == 2)
+        _tile_loadd(2, wb, 64);
+      else
+        _tile_loadd(3, wb, 64);
+      const uint16_t* xa = j.xb + b * 32;
+      amx_group<0>(xa, K, 0, bt);
+      if (groups > 1) amx_group<1>(xa + 16 * K, K, 1, bt);
+      if (groups > 2) amx_group<2>(xa + 32 * K, K, 0, bt);
+      if (groups > 3) amx_group<3>(xa + 48 * K, K, 1, bt);
+    }
+    for (int g = 0; g < groups; ++g) {
+      if (g == 0) _tile_stored(4, out, 64);
+      if (g == 1) _tile_stored(5, out, 64);
+      if (g == 2) _tile_stored(6, out, 64);
+      if (g == 3) _tile_stored(7, out, 64);
+      for (int i = 0; i < 16 && g * 16 + i < j.n; ++i) store_tile(j, g * 16 + i, t, out[i]);
+    }
+  }
+  _tile_release();
+}
+
+// AMX GEMVs: one row, or weights whose scales cannot be folded, take the scaled partials (per
+// group of 16 rows); others accumulate in the tiles.
+template <WeightFormat Fm>
+void gemv_amx(const Job& j) {
+  if (j.n > 1 && fold_ok<Fm>(j, j.t1 - j.t0, 0, j.w->cols)) return gemv_amx_folded<Fm>(j);
+  for (int64_t i0 = 0; i0 < j.n; i0 += 16) {
+    Job g = j;
+    g.n = min64(16, j.n - i0);
+    g.xb = j.xb + i0 * j.w->cols;
+    g.y = j.y + i0 * j.ldy;
+    gemv_amx_scaled<Fm>(g);
+  }
 }
 #endif
 
