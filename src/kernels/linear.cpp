@@ -241,11 +241,12 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
                            bool gemv) {
   const Weight& w = pw.weight();
   const bool int_gemv = w.quant_input && gemv && use_int_products(kern, w);
-  // A one-row GEMV over bf16 weights (the head) streams fastest in fp32 FMAs on its inputs as
-  // they are, where vdpbf16ps multiplies slower than FMAs (Sapphire Rapids: the small model's
-  // head took 16.5 ms a step so, 18.0 on the tiles, 18.5 with vdpbf16ps).
+  // A GEMV of up to 4 rows over bf16 weights (the head) streams fastest in fp32 FMAs on its
+  // inputs as they are, where vdpbf16ps multiplies slower than FMAs (Sapphire Rapids, the small
+  // model's head a step: 1 row 16.5 ms so, 18.0 on the tiles, 18.5 with vdpbf16ps; 4 rows
+  // 17.2-17.5 against 18.2-18.3 on the tiles).
   const bool fma_row =
-      gemv && n == 1 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
+      gemv && n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
   c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) &&
           !(int_gemv && n <= kIntGemvRows) && !fma_row;
