@@ -37,10 +37,11 @@ namespace deepinfer::linear_isa {
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
 constexpr int64_t kGemmPanelTiles = 3;
-// With AMX tiles (Job::amx): 6, run 3 at a time against each block of inputs, so that the inputs
-// are read once per 96 outputs (at 48, a 5120 x 1280 GEMM of 512 rows read them from memory at
-// the rate its tiles multiplied).
-constexpr int64_t kAmxPanelTiles = 6;
+// With AMX tiles (Job::amx): 6 (up to 16 when the weight has few outputs: one panel a thread),
+// run 3 at a time against each block of inputs, so that the inputs are read once per 96 outputs
+// or more (at 48, a 5120 x 1280 GEMM of 512 rows read them from memory at the rate its tiles
+// multiplied).
+constexpr int64_t kAmxPanelTiles = 6, kAmxPanelTilesMax = 16;
 
 // One call over tiles [t0, t1) of a packed weight for `n` rows.
 struct Job {

@@ -410,7 +410,17 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   }
   // GEMM: tasks are (panel of tiles, range of rows); rows are split only when there are too few
   // panels to keep every thread busy.
-  const int64_t pt = base.amx ? linear_isa::kAmxPanelTiles : linear_isa::kGemmPanelTiles;
+  // AMX panels: one a thread when that is at most kAmxPanelTilesMax tiles (512 outputs: the
+  // inputs read twice, not 6 times), else of 3 to 6 tiles, the size whose panels spread most
+  // evenly over the threads.
+  int64_t pt = linear_isa::kGemmPanelTiles;
+  if (base.amx && n_tiles <= threads * linear_isa::kAmxPanelTilesMax) {
+    pt = std::max<int64_t>(3, (n_tiles + threads - 1) / threads);
+  } else if (base.amx) {
+    auto most = [&](int64_t p) { return ((n_tiles + p - 1) / p + threads - 1) / threads * p; };
+    for (int64_t p = linear_isa::kAmxPanelTiles; p >= 3; --p)
+      if (p == linear_isa::kAmxPanelTiles || most(p) < most(pt)) pt = p;
+  }
   const int64_t n_panels = (n_tiles + pt - 1) / pt;
   const int64_t row_parts = std::max<int64_t>(
       1, n_panels < threads * 2 ? std::min((threads * 2 + n_panels - 1) / n_panels, n / 16) : 1);

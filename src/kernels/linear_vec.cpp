@@ -620,8 +620,8 @@ constexpr int64_t kKcF32 = 128;   // (fp32: 24 KiB)
 constexpr int64_t kKcAmx = kBf16Dot ? kKcBf16 : kKcF32;
 constexpr int64_t kKcMax = kKcAmx;
 // Bytes of the packed chunk: the largest of the three.
-constexpr int64_t kPackBytes = kKcAmx / 2 * kAmxPanelTiles * 64;
-constexpr int64_t kNt = kAmxPanelTiles;  // the scratch's room: tiles per panel, at most
+constexpr int64_t kPackBytes = kKcAmx / 2 * kAmxPanelTilesMax * 64;
+constexpr int64_t kNt = kAmxPanelTilesMax;  // the scratch's room: tiles per panel, at most
 
 struct GemmScratch {
   float* c;    // [n, kNt * 16] accumulators
@@ -783,7 +783,8 @@ MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
 // it). Partials are scaled into accumulators held in registers one block behind the tiles.
 
 // The tile registers: 0 and 1 a block of `rows` rows (rows x 32 bf16), 2 and 3 a tile's block
-// (16 pairs x 16 outputs), 4 and 5 their partials (rows x 16 fp32): two blocks in flight. A task
+// (16 pairs x 16 outputs), 4 and 5 their partials (rows x 16 fp32): two blocks in flight; 6 and 7
+// either two more tiles' blocks (16 pair rows) or, with `rows` 16, two more accumulators. A task
 // configures the tiles itself and releases them at its end, since other code on the thread
 // (oneDNN) may use them in between.
 void amx_configure(int rows) {
@@ -794,7 +795,7 @@ void amx_configure(int rows) {
   } cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.colsb[t] = 64;
-    cfg.rows[t] = uint8_t(t == 2 || t == 3 ? 16 : rows);
+    cfg.rows[t] = uint8_t(t == 2 || t == 3 || t == 6 || t == 7 ? 16 : rows);
   }
   // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
   asm volatile("" : : "r"(&cfg) : "memory");
@@ -1019,40 +1020,83 @@ void gemv_amx_folded(const Job& j) {
   const int64_t K = j.w->cols, nb = K / 32;
   const int groups = int((j.n + 15) / 16);
   const Luts L = make_luts();
-  alignas(64) uint8_t buf[3][1024];
+  alignas(64) uint8_t buf[3][1024], buf2[2][3][1024];
   alignas(64) float out[16][16];
   // One group: its rows only; several: 16 each (the inputs have room after the last row).
   amx_configure(groups == 1 ? int(j.n) : 16);
   prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
               min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
-  for (int64_t t = j.t0; t < j.t1; ++t) {
+  // Block b of tile t decoded into wb, times its scale (bf16 weights: read by the tiles in place).
+  auto decode = [&](int64_t t, int64_t b, uint8_t* wb) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
-    auto decode = [&](int64_t b) {
 #pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
-      if constexpr (Fm == BF16) return;  // read by the tiles in place
-      uint8_t* wb = buf[b % 3];
-      const I e = exponent_step<Fm>(*j.w, t, b);
+    for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
+    if constexpr (Fm == BF16) return;
+    const I e = exponent_step<Fm>(*j.w, t, b);
 #pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        I p[2];
-        decode_pairs<Fm>(tile, b * 8 + g, L, p[0], p[1]);
+    for (int g = 0; g < 8; ++g) {
+      I p[2];
+      decode_pairs<Fm>(tile, b * 8 + g, L, p[0], p[1]);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          p[h] =
-              _mm512_mask_add_epi16(p[h], _mm512_test_epi16_mask(p[h], set1i(0x7fff7fff)), p[h], e);
-          _mm512_store_si512(wb + (2 * g + h) * 64, p[h]);
-        }
+      for (int h = 0; h < 2; ++h) {
+        p[h] =
+            _mm512_mask_add_epi16(p[h], _mm512_test_epi16_mask(p[h], set1i(0x7fff7fff)), p[h], e);
+        _mm512_store_si512(wb + (2 * g + h) * 64, p[h]);
       }
+    }
+  };
+  auto store_out = [&](int64_t t, int g) {
+    for (int i = 0; i < 16 && g * 16 + i < j.n; ++i) store_tile(j, g * 16 + i, t, out[i]);
+  };
+  int64_t t = j.t0;
+  // One group of rows: two tiles at a time, whose accumulator chains overlap (one chain's
+  // TDPBF16PS waits for the one before), the inputs loaded once for both; even and odd blocks
+  // in different registers.
+  for (; groups == 1 && t + 1 < j.t1; t += 2) {
+    const uint8_t* tl[2] = {j.w->data + t * j.w->tile_bytes, j.w->data + (t + 1) * j.w->tile_bytes};
+    auto decode2 = [&](int64_t b) {
+      decode(t, b, buf2[0][b % 3]);
+      decode(t + 1, b, buf2[1][b % 3]);
     };
+    auto wb = [&](int u, int64_t b) -> const uint8_t* {
+      return Fm == BF16 ? tl[u] + b * 1024 : buf2[u][b % 3];
+    };
+    _tile_zero(4);
+    _tile_zero(5);
+    decode2(0);
+    if (nb > 1) decode2(1);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b + 2 < nb) decode2(b + 2);
+      const uint16_t* xa = j.xb + b * 32;
+      if (b & 1) {
+        _tile_loadd(1, xa, K * 2);
+        _tile_loadd(6, wb(0, b), 64);
+        _tile_loadd(7, wb(1, b), 64);
+        _tile_dpbf16ps(4, 1, 6);
+        _tile_dpbf16ps(5, 1, 7);
+      } else {
+        _tile_loadd(0, xa, K * 2);
+        _tile_loadd(2, wb(0, b), 64);
+        _tile_loadd(3, wb(1, b), 64);
+        _tile_dpbf16ps(4, 0, 2);
+        _tile_dpbf16ps(5, 0, 3);
+      }
+    }
+    _tile_stored(4, out, 64);
+    store_out(t, 0);
+    _tile_stored(5, out, 64);
+    store_out(t + 1, 0);
+  }
+  for (; t < j.t1; ++t) {
+    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
     _tile_zero(4);
     if (groups > 1) _tile_zero(5);
     if (groups > 2) _tile_zero(6);
     if (groups > 3) _tile_zero(7);
-    decode(0);
-    if (nb > 1) decode(1);
+    decode(t, 0, buf[0]);
+    if (nb > 1) decode(t, 1, buf[1]);
     for (int64_t b = 0; b < nb; ++b) {
-      if (b + 2 < nb) decode(b + 2);
+      if (b + 2 < nb) decode(t, b + 2, buf[(b + 2) % 3]);
       const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[b % 3];
       const int bt = 2 + int(b & 1);
       if (bt == 2)
@@ -1070,7 +1114,7 @@ void gemv_amx_folded(const Job& j) {
       if (g == 1) _tile_stored(5, out, 64);
       if (g == 2) _tile_stored(6, out, 64);
       if (g == 3) _tile_stored(7, out, 64);
-      for (int i = 0; i < 16 && g * 16 + i < j.n; ++i) store_tile(j, g * 16 + i, t, out[i]);
+      store_out(t, g);
     }
   }
   _tile_release();
@@ -1113,8 +1157,8 @@ void gemm_fmt(const Job& j) {
       if (!std::exchange(amx_on, true)) amx_configure(16);
       // Each group of rows against 3 tiles at a time: its inputs stay in L1 between them.
       for (int64_t i0 = 0; i0 < j.n; i0 += 16)
-        for (int64_t t0 = 0; t0 < nt; t0 += 3)
-          (fold ? kFolded : kScaled)[min64(3, nt - t0) - 1](j, i0, int(min64(16, j.n - i0)), kc0,
+        for (int64_t t0 = 0, sub = (nt + 2) / 3, w = (nt + sub - 1) / sub; t0 < nt; t0 += w)
+          (fold ? kFolded : kScaled)[min64(w, nt - t0) - 1](j, i0, int(min64(16, j.n - i0)), kc0,
                                                             kc, s, t0, nt);
       continue;
     }
