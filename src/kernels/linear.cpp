@@ -672,7 +672,8 @@ std::string auto_products_summary() {
   if (!bf16_products_ok()) return "fp32 FMAs";
   std::string s = auto_bf16_products(2) ? "vdpbf16ps" : "vdpbf16ps at 1 row, else fp32 FMAs";
   if (int_products_ok() && auto_int_products()) s = "fp4 GEMVs vpdpbusd; other " + s;
-  if (amx_canonical()) s = "AMX tiles (but one-row fp4 GEMVs: vpdpbusd); other " + s;
+  if (amx_canonical())
+    s = "AMX tiles (but GEMVs of up to 4 rows: fp4 vpdpbusd, plain bf16 FMAs); other " + s;
   return s;
 }
 

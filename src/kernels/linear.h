@@ -134,7 +134,8 @@ LinearPath linear_path();
 // Amx (and Auto, where the CPU has AMX-BF16, the kernel lets the process use its tiles and they
 // follow the canonical order): every GEMM and GEMV of bf16-exact products (quantized inputs, or
 // bf16 inputs against bf16-exact weights) runs on AMX tiles (TDPBF16PS, whose order per block is
-// the canonical one: reduce.h), except one-row fp4 GEMVs, which keep the integer products.
+// the canonical one: reduce.h), except GEMVs of up to 4 rows over fp4 weights (the integer
+// products) and over bf16 weights with dense inputs (fp32 FMAs, where those outrun vdpbf16ps).
 enum class LinearProducts { Auto, Bf16Dot, Fp32Fma, Int16Dot, Amx };
 void set_linear_products(LinearProducts p);  // process-wide; Auto by default
 LinearProducts linear_products();
