@@ -1436,31 +1436,46 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 #if defined(__AVX512F__)
 const Kernels kAvx512{quantize, to_bf16, int_codes, gemv, gemm, gemm_scratch_bytes, kGemvRows};
 
-bool avx512_dpbf16_is_canonical() {
-  // Operands like those of quantized GEMMs (e4m3-like bf16 values) and wide exponent gaps, so
-  // that the order of the two additions and their rounding show.
-  uint64_t st = 0x9e3779b97f4a7c15ull;
-  auto next = [&] {
+namespace {
+
+// The start-up probes' operands: bf16 and fp32 values of random sign and mantissa over a range
+// of exponents (wide gaps, so that the order of additions and their roundings show).
+struct ProbeValues {
+  uint64_t st;
+  uint64_t next() {
     st ^= st << 13;
     st ^= st >> 7;
     st ^= st << 17;
     return st;
-  };
-  auto bits_f32 = [](uint32_t u) { return __builtin_bit_cast(float, u); };
-  auto widen = [&](uint16_t h) { return bits_f32(uint32_t(h) << 16); };
+  }
+  // Mantissa bits `mant` (0x70: e4m3-like values), biased exponents [e0, e0 + span).
+  uint16_t bf16(int e0, int span, int mant) {
+    const uint64_t r = next();
+    return uint16_t((r & 0x8000) | ((e0 + (r >> 16) % span) << 7) | ((r >> 8) & mant));
+  }
+  float f32(int e0, int span) {
+    const uint64_t r = next();
+    return __builtin_bit_cast(float, uint32_t((r & 0x80000000u) | ((e0 + (r >> 32) % span) << 23) |
+                                              ((r >> 8) & 0x7fffff)));
+  }
+};
+inline float widen(uint16_t h) {
+  return __builtin_bit_cast(float, uint32_t(h) << 16);
+}
+
+}  // namespace
+
+bool avx512_dpbf16_is_canonical() {
+  // Operands like those of quantized GEMMs (e4m3-like bf16 values).
+  ProbeValues pv{0x9e3779b97f4a7c15ull};
   for (int it = 0; it < 4096; ++it) {
     alignas(64) uint16_t a[32], b[32];
     alignas(64) float acc[16], out[16];
     for (int l = 0; l < 32; ++l) {
-      const uint64_t r = next();
-      a[l] = uint16_t((r & 0x8000) | ((110 + (r >> 16) % 40) << 7) | ((r >> 8) & 0x70));
-      b[l] = uint16_t(((r >> 32) & 0x8000) | ((115 + (r >> 40) % 30) << 7) | ((r >> 24) & 0x7f));
+      a[l] = pv.bf16(110, 40, 0x70);
+      b[l] = pv.bf16(115, 30, 0x7f);
     }
-    for (int l = 0; l < 16; ++l) {
-      const uint64_t r = next();
-      acc[l] = bits_f32(
-          uint32_t((r & 0x80000000u) | ((100 + (r >> 32) % 60) << 23) | ((r >> 8) & 0x7fffff)));
-    }
+    for (int l = 0; l < 16; ++l) acc[l] = pv.f32(100, 60);
     store(out, _mm512_dpbf16_ps(load(acc), reinterpret_cast<__m512bh>(loadui(a)),
                                 reinterpret_cast<__m512bh>(loadui(b))));
     for (int l = 0; l < 16; ++l) {
@@ -1473,16 +1488,9 @@ bool avx512_dpbf16_is_canonical() {
 }
 
 bool amx_is_canonical() {
-  // bf16 operands with wide exponent gaps (so that the chains' roundings show), into zeroed and
-  // into filled partial tiles, against the order of reduce.h: e + o, then added to the tile.
-  uint64_t st = 0x2545f4914f6cdd1dull;
-  auto next = [&] {
-    st ^= st << 13;
-    st ^= st >> 7;
-    st ^= st << 17;
-    return st;
-  };
-  auto widen = [](uint16_t h) { return __builtin_bit_cast(float, uint32_t(h) << 16); };
+  // Into zeroed and into filled partial tiles, against the order of reduce.h: e + o, then added
+  // to the tile.
+  ProbeValues pv{0x2545f4914f6cdd1dull};
   alignas(64) uint16_t a[16][32], b[16][32];
   alignas(64) float c[16][16], out[16][16];
   amx_configure(16);
@@ -1490,19 +1498,11 @@ bool amx_is_canonical() {
   for (int it = 0; it < 64 && ok; ++it) {
     for (int r = 0; r < 16; ++r)
       for (int k = 0; k < 32; ++k) {
-        const uint64_t v = next();
-        a[r][k] = uint16_t((v & 0x8000) | ((110 + (v >> 16) % 40) << 7) | ((v >> 8) & 0x7f));
-        b[r][k] =
-            uint16_t(((v >> 32) & 0x8000) | ((115 + (v >> 40) % 30) << 7) | ((v >> 24) & 0x7f));
+        a[r][k] = pv.bf16(110, 40, 0x7f);
+        b[r][k] = pv.bf16(115, 30, 0x7f);
       }
     for (int r = 0; r < 16; ++r)
-      for (int n = 0; n < 16; ++n) {
-        const uint64_t v = next();
-        c[r][n] = it & 1 ? 0.0f
-                         : __builtin_bit_cast(
-                               float, uint32_t((v & 0x80000000u) | ((100 + (v >> 32) % 60) << 23) |
-                                               ((v >> 8) & 0x7fffff)));
-      }
+      for (int n = 0; n < 16; ++n) c[r][n] = it & 1 ? 0.0f : pv.f32(100, 60);
     _tile_loadd(4, c, 64);
     _tile_loadd(0, a, 64);
     _tile_loadd(2, b, 64);

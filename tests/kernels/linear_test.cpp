@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <random>
+#include <string>
 #include <tuple>
 
 #include "core/dtype.h"
@@ -255,6 +257,25 @@ Weight fp4_codes(const char* name, int64_t rows, int64_t K, const std::vector<ui
   return w;
 }
 
+// linear(pw) of the n rows x on every ISA, products choice and given path gives `want`.
+void expect_every_path(const PreparedLinear& pw, const std::vector<float>& x, int64_t n,
+                       const std::vector<float>& want, std::initializer_list<LinearPath> paths,
+                       const std::string& what) {
+  std::vector<float> got(want.size());
+  for (Isa isa : machine_isas())
+    for (LinearProducts products : machine_products())
+      for (LinearPath path : paths) {
+        set_cpu_isa(isa);
+        set_linear_products(products);
+        set_linear_path(path);
+        std::fill(got.begin(), got.end(), -7.0f);
+        linear(pw, x.data(), n, got.data());
+        ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+            << what << " " << isa_name(isa) << " products=" << int(products)
+            << " path=" << int(path);
+      }
+}
+
 TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
   // Blocks whose partial rounds differently in another order: 30 products 448 x 6 (a sum above
   // 2^16, where the fp32 step is 2^-7), then two of 3·2^-9 x 0.5, each below half a step (lost
@@ -269,19 +290,9 @@ TEST(LinearFast, RoundingBlocksMatchRefOnEveryProductPath) {
   std::vector<float> x(size_t(n * K));
   for (size_t k = 0; k < x.size(); ++k) x[k] = k % 32 < 30 ? 448.0f : 3 * 0x1p-9f;
   for (int64_t i = 1; i < n; i += 2) x[size_t(i * K + 3)] = 224.0f;  // rows differ
-  std::vector<float> want(size_t(n * rows)), got(want.size());
+  std::vector<float> want(size_t(n * rows));
   linear_ref(w, {x.data(), n, K, want.data(), rows});
-  for (Isa isa : machine_isas())
-    for (LinearProducts products : machine_products())
-      for (LinearPath path : {LinearPath::Gemv, LinearPath::Gemm}) {
-        set_cpu_isa(isa);
-        set_linear_products(products);
-        set_linear_path(path);
-        std::fill(got.begin(), got.end(), -7.0f);
-        linear(pw, x.data(), n, got.data());
-        ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
-            << isa_name(isa) << " products=" << int(products) << " path=" << int(path);
-      }
+  expect_every_path(pw, x, n, want, {LinearPath::Gemv, LinearPath::Gemm}, "fp4 6 and 0.5");
 }
 
 TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
@@ -340,21 +351,12 @@ TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
       for (int64_t i = 0; i < n; ++i)
         for (int64_t k = 0; k < K; ++k)
           x[size_t(i * K + k)] = (fp4 ? k % 2 == 0 : k % 32 == 0) ? fm.big_x : fm.small_x;
-      std::vector<float> want(size_t(n * rows)), got(want.size());
+      std::vector<float> want(size_t(n * rows));
       linear_ref(w, {x.data(), n, K, want.data(), rows});
       ASSERT_EQ(want[0], fm.want) << fmt_name(fm.f);
-      for (Isa isa : machine_isas())
-        for (LinearProducts products : machine_products())
-          for (LinearPath path : {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm}) {
-            set_cpu_isa(isa);
-            set_linear_products(products);
-            set_linear_path(path);
-            std::fill(got.begin(), got.end(), -7.0f);
-            linear(pw, x.data(), n, got.data());
-            ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
-                << fmt_name(fm.f) << " n=" << n << " " << isa_name(isa)
-                << " products=" << int(products) << " path=" << int(path);
-          }
+      expect_every_path(pw, x, n, want, {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm},
+                        std::string(fmt_name(fm.f)) + " n=" + std::to_string(n));
+      if (HasFatalFailure()) return;
     }
   }
 }
