@@ -361,27 +361,25 @@ TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
   }
 }
 
-TEST(LinearFast, GemmsKeepBlocksOfTinyAndHugeScales) {
-  // The AMX GEMMs pack weights times their block scales where that keeps every value normal
+TEST(LinearFast, BlocksOfTinyAndHugeScalesOnEveryPath) {
+  // The AMX kernels pack weights times their block scales where that keeps every value normal
   // (2^-86 .. 2^100); blocks of other scales (2^-107, 2^108 here, among ordinary ones) must take
-  // the scaled partials instead. fp8 and fp4 weights, 40 rows (two groups of 16 and a tail).
+  // the scaled partials instead. fp8 and fp4 weights; 1, 5 and 40 rows (two groups of 16 and a
+  // tail), GEMV and GEMM.
   KernelEnvGuard guard;
-  const int64_t rows = 64, K = 256, n = 40;
+  const int64_t rows = 64, K = 256;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row}) {
     OwnedWeight ow = make_weight(f, rows, K, 11, true);
     for (size_t i = 0; i < ow.scale.size(); i += 3) ow.scale[i] = i % 2 ? 20 : 235;
     ow.w.scale = ow.scale.data();
     const PreparedLinear pw(ow.w);
-    const auto x = make_activations(n, K, K, 12, false);
-    std::vector<float> want(size_t(n * rows)), got(want.size());
-    linear_ref(ow.w, {x.data(), n, K, want.data(), rows});
-    for (LinearProducts products : machine_products()) {
-      set_linear_products(products);
-      set_linear_path(LinearPath::Gemm);
-      std::fill(got.begin(), got.end(), -7.0f);
-      linear(pw, x.data(), n, got.data());
-      ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
-          << fmt_name(f) << " products=" << int(products);
+    for (int64_t n : {1, 5, 40}) {
+      const auto x = make_activations(n, K, K, 12, false);
+      std::vector<float> want(size_t(n * rows));
+      linear_ref(ow.w, {x.data(), n, K, want.data(), rows});
+      expect_every_path(pw, x, n, want, {LinearPath::Gemv, LinearPath::Gemm},
+                        std::string(fmt_name(f)) + " n=" + std::to_string(n));
+      if (HasFatalFailure()) return;
     }
   }
 }
