@@ -249,7 +249,7 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
       gemv && n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
   c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) &&
-          !(int_gemv && n <= kIntGemvRows) && !fma_row;
+          pw.packed().amx_scales && !(int_gemv && n <= kIntGemvRows) && !fma_row;
   c.ints = int_gemv && !c.amx;
   c.bf16 = !fma_row && kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
            (w.quant_input || pw.packed().bf16_products);
@@ -630,6 +630,13 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   p_.data = buf;
   p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||
                      (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
+  p_.amx_scales = true;
+  if (w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row) {
+    const int64_t n_scales = w.format == WeightFormat::Fp4Row ? w.rows() * (K / 32)
+                                                              : (w.rows() + 31) / 32 * w.scale_cols;
+    for (int64_t i = 0; i < n_scales; ++i)
+      p_.amx_scales &= w.scale[i] >= 127 - 86 && w.scale[i] <= 127 + 100;
+  }
   p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
   if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
   ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {

@@ -272,22 +272,17 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
                                                  : 32;
 
 #if defined(__AVX512F__)
-// The e8m0 codes of tile t's block b, per lane (fp8: one per 32 outputs).
-template <WeightFormat Fm>
-inline I scale_codes(const PackedWeight& w, int64_t t, int64_t b) {
-  if constexpr (Fm == Fp8Block)
-    return set1i(w.scale[(t / 2) * w.scale_cols + b]);
-  else if constexpr (Fm == Fp4Row)
-    return _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
-  else
-    return set1i(127);
-}
-// What multiplying a lane's bf16 pair by its block scale adds to both values' bits (when they
-// are not zero and stay normal): the exponent in bits 7 and up of each half.
+// What multiplying a lane's bf16 pair by the scale of tile t's block b adds to both values' bits
+// (when they are not zero and stay normal: PackedWeight::amx_scales): the scale's exponent in
+// bits 7 and up of each half.
 template <WeightFormat Fm>
 inline I exponent_step(const PackedWeight& w, int64_t t, int64_t b) {
-  const I e = slli<7>(_mm512_sub_epi32(scale_codes<Fm>(w, t, b), set1i(127)));
+  I code = set1i(127);  // bf16 weights: scale 1
+  if constexpr (Fm == Fp8Block) code = set1i(w.scale[(t / 2) * w.scale_cols + b]);
+  if constexpr (Fm == Fp4Row)
+    code = _mm512_cvtepu8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
+  const I e = slli<7>(_mm512_sub_epi32(code, set1i(127)));
   return _mm512_or_si512(e & set1i(0xffff), slli<16>(e));
 }
 #endif
@@ -641,12 +636,11 @@ GemmScratch scratch_of(const Job& j) {
 }
 
 template <WeightFormat Fm>
-// A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. With
-// `fold` (AMX tiles), each block's weights are packed times its scale: a power of two, so the
-// bf16 values stay exact (fold_ok checks the range) and the tiles' partial is exactly the
-// scaled partial the canonical order adds.
-void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bool fold,
-                GemmScratch& s) {
+// A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. For
+// AMX tiles (Job::amx), each block's weights are packed times its scale: a power of two, so the
+// bf16 values stay exact (PackedWeight::amx_scales) and the tiles' partial is exactly the scaled
+// partial the canonical order adds.
+void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
   [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
 
   const Luts L = make_luts();
@@ -663,7 +657,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bo
           I p0, p1;
           decode_pairs<Fm>(tile, g, L, p0, p1);
           if (chains) chain_pairs(p0, p1, p0, p1);
-          if (fold) {
+          if (j.amx) {
             const I e = exponent_step<Fm>(*j.w, j.t0 + t, g / 8);
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
@@ -802,94 +796,15 @@ void amx_configure(int rows) {
   _tile_loadconfig(&cfg);
 }
 
-// Tile registers 2u (rows of xa, K apart) times 2 + u (16 pair rows, `ld` bytes apart) into the
-// zeroed partial tile 4 + u.
-// (The intrinsics take the register numbers as literals.)
-template <int U>
-inline void amx_block(const uint16_t* xa, int64_t K, const uint8_t* wb, int64_t ld) {
-  if constexpr (U == 0) {
-    _tile_loadd(0, xa, K * 2);
-    _tile_loadd(2, wb, ld);
-    _tile_zero(4);
-    _tile_dpbf16ps(4, 0, 2);
-  } else {
-    _tile_loadd(1, xa, K * 2);
-    _tile_loadd(3, wb, ld);
-    _tile_zero(5);
-    _tile_dpbf16ps(5, 1, 3);
-  }
-}
-
-// Rows i0 .. i0+m (m <= 16) against the NT tiles of a packed chunk of bf16 pairs: the partials
-// of each (tile, block), in that order, come from the tiles one step ahead of their scaling into
-// accumulators held in registers. (The tiles read 16 rows: the rows past the job's last are
-// room left after the inputs, read but not used.)
-// The chunk holds `nt` tiles; this call runs NT of them from tile t0.
+// Rows i0 .. i0+16 against NT tiles, from tile t0, of a chunk of `nt` tiles packed with their
+// scales folded in (PackedWeight::amx_scales): the partial tiles are the accumulators themselves
+// (loaded from and stored to GemmScratch::c around the chunk), since adding a block's partial
+// times a power of two is adding the folded partial. TDPBF16PS adds e + o to the tile: exactly
+// acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles' accumulators for 16 rows (past
+// the job's last: the room after them), 0 the block of inputs, 2 and 3 the weights.
 template <int NT>
-void micro_amx(const Job& j, int64_t i0, int m, int64_t kc0, int64_t kc, const GemmScratch& s,
-               int64_t t0, int64_t nt) {
-  const int64_t K = j.w->cols, nb = kc / 32, steps = NT * nb;
-  const uint16_t* xa = j.xb + i0 * K + kc0;
-  alignas(64) float part[2][16][16];
-  // Step u (tile t0 + u / nb, block u % nb) into partial tile 4 + (u & 1).
-  auto issue = [&](int64_t u) {
-    const int64_t t = t0 + u / nb, b = u % nb;
-    const uint8_t* wb = s.b + (b * 16 * nt + t) * 64;  // pair kk at + kk * nt * 64
-    if (u & 1)
-      amx_block<1>(xa + b * 32, K, wb, nt * 64);
-    else
-      amx_block<0>(xa + b * 32, K, wb, nt * 64);
-  };
-  F acc[16];
-  issue(0);
-  for (int64_t u = 0; u < steps; ++u) {
-    const int64_t t = t0 + u / nb, b = u % nb;
-    if (b == 0) {
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        if (i < m) acc[i] = load(s.c + (i0 + i) * (kNt * 16) + t * 16);
-    }
-    if (u + 1 < steps) issue(u + 1);  // the tiles run the next step while this one is scaled
-    if (u & 1)
-      _tile_stored(5, part[1], 64);
-    else
-      _tile_stored(4, part[0], 64);
-    const F ws = load(s.ws + (b * nt + t) * 16);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i)
-      if (i < m) acc[i] = fmadd(load(part[u & 1][i]), ws, acc[i]);
-    if (b == nb - 1) {
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        if (i < m) store(s.c + (i0 + i) * (kNt * 16) + t * 16, acc[i]);
-    }
-  }
-}
-
-// Whether the weights of tiles [t0, t0 + nt) and inputs [kc0, kc0 + kc) may be packed times
-// their block scales (pack_chunk's fold): scales from 2^-86 to 2^100 keep every value normal and
-// finite (e4m3 values from 2^-9 to 448, e2m1 from 0.5 to 6), and every product too, with inputs
-// as small as act_quant's (a value's last bit from 2^-31) or as the bf16 products' floor.
-template <WeightFormat Fm>
-bool fold_ok(const Job& j, int64_t nt, int64_t kc0, int64_t kc) {
-  if constexpr (Fm == BF16) return true;
-  __mmask16 bad = 0;
-  for (int64_t t = j.t0; t < j.t0 + nt; ++t)
-    for (int64_t b = kc0 / 32; b < (kc0 + kc) / 32; ++b) {
-      const I c = scale_codes<Fm>(*j.w, t, b);
-      bad |= _mm512_cmplt_epi32_mask(c, set1i(127 - 86)) | _mm512_cmpgt_epi32_mask(c, set1i(227));
-    }
-  return bad == 0;
-}
-
-// micro_amx over a chunk packed with folded scales: the partial tiles are the accumulators
-// themselves (loaded from and stored to GemmScratch::c around the chunk), since adding a block's
-// partial times a power of two is adding the folded partial. TDPBF16PS adds e + o to the tile:
-// exactly acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles' accumulators for 16
-// rows (past the job's last: the room after them), 0 the block of inputs, 2 and 3 the weights.
-template <int NT>
-void micro_amx_folded(const Job& j, int64_t i0, int /*m*/, int64_t kc0, int64_t kc,
-                      const GemmScratch& s, int64_t t0, int64_t nt) {
+void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
+               int64_t nt) {
   const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
   const uint16_t* xa = j.xb + i0 * K + kc0;
   float* c = s.c + i0 * (kNt * 16) + t0 * 16;
@@ -913,74 +828,6 @@ void micro_amx_folded(const Job& j, int64_t i0, int /*m*/, int64_t kc0, int64_t 
   _tile_stored(4, c, ldc);
   if constexpr (NT > 1) _tile_stored(5, c + 16, ldc);
   if constexpr (NT > 2) _tile_stored(6, c + 32, ldc);
-}
-
-// A GEMV of up to 16 rows on the tiles: each block of a tile decoded into bf16 pairs in a small
-// buffer as it streams in (prefetched a window ahead as gemv_rows's), one TDPBF16PS of all the
-// rows against it. The decode runs two blocks ahead of the tiles (a tile load waits for the
-// buffer's stores to reach the cache: one block ahead ran 20 % slower in L2) and the tiles one
-// block ahead of the scaling, which takes the place of vdpbf16ps's chains: the cost per block
-// is about the same for 1 row or 16.
-template <WeightFormat Fm>
-void gemv_amx_scaled(const Job& j) {
-  const int64_t K = j.w->cols, nb = K / 32;
-  const int m = int(j.n);
-  const Luts L = make_luts();
-  alignas(64) uint8_t buf[3][1024];
-  alignas(64) float part[2][16][16];
-  amx_configure(m);
-  prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
-              min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
-  for (int64_t t = j.t0; t < j.t1; ++t) {
-    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
-    auto decode = [&](int64_t b) {
-      if constexpr (Fm == BF16) {  // the tile's own pairs, read by the tiles in place
-#pragma GCC unroll 8
-        for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
-        return;
-      }
-      uint8_t* wb = buf[b % 3];
-#pragma GCC unroll 8
-      for (int g = 0; g < 8; ++g) {
-        prefetch_group<Fm>(tile, b * 8 + g);
-        I p0, p1;
-        decode_pairs<Fm>(tile, b * 8 + g, L, p0, p1);
-        _mm512_store_si512(wb + 2 * g * 64, p0);
-        _mm512_store_si512(wb + (2 * g + 1) * 64, p1);
-      }
-    };
-    auto multiply = [&](int64_t b) {
-      const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[b % 3];
-      if (b & 1)
-        amx_block<1>(j.xb + b * 32, K, wb, 64);
-      else
-        amx_block<0>(j.xb + b * 32, K, wb, 64);
-    };
-    F acc[16];
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) acc[i] = zero();
-    decode(0);
-    if (nb > 1) decode(1);
-    multiply(0);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b + 2 < nb) decode(b + 2);
-      if (b + 1 < nb) multiply(b + 1);
-      if (b & 1)
-        _tile_stored(5, part[1], 64);
-      else
-        _tile_stored(4, part[0], 64);
-      const F ws = block_wscale<Fm>(*j.w, t, b, 0);
-#pragma GCC unroll 16
-      for (int i = 0; i < 16; ++i)
-        if (i < m) acc[i] = fmadd(load(part[b & 1][i]), ws, acc[i]);
-    }
-    alignas(64) float out[16];
-    for (int i = 0; i < m; ++i) {
-      store(out, acc[i]);
-      store_tile(j, i, t, out);
-    }
-  }
-  _tile_release();
 }
 
 // Tile register 0 or 1 (`a`: the inputs of row group G, 16 rows K apart) times 2 or 3 (`bt`: the
@@ -1011,12 +858,15 @@ inline void amx_group(const uint16_t* xa, int64_t K, int a, int bt) {
 }
 #undef DI_AMX_DP
 
-// A GEMV of up to 64 rows whose weights may be folded with their scales (fold_ok): each block
-// decoded once into bf16 pairs times its scale, then one TDPBF16PS per group of 16 rows into
-// that group's accumulator tile, which adds the block exactly as the canonical step does
-// (micro_amx_folded); nothing leaves the tiles until the tile of outputs is done.
+// A GEMV of up to 64 rows on the tiles: each block decoded once into bf16 pairs times its scale
+// (PackedWeight::amx_scales), then one TDPBF16PS per group of 16 rows into that group's
+// accumulator tile, which adds the block exactly as the canonical step does (micro_amx); nothing
+// leaves the tiles until the tile of outputs is done. The decode runs two blocks ahead of the
+// tiles (a tile load waits for the buffer's stores to reach the cache: one block ahead ran 20 %
+// slower in L2). With one group of rows, two tiles of outputs at a time. One-row fp8 GEMVs so:
+// 0.74-0.85 of the read bandwidth against 0.75-0.82 with the partials scaled in registers.
 template <WeightFormat Fm>
-void gemv_amx_folded(const Job& j) {
+void gemv_amx(const Job& j) {
   const int64_t K = j.w->cols, nb = K / 32;
   const int groups = int((j.n + 15) / 16);
   const Luts L = make_luts();
@@ -1120,20 +970,6 @@ void gemv_amx_folded(const Job& j) {
   _tile_release();
 }
 
-// AMX GEMVs accumulate in the tiles (one-row fp8 GEMVs so: 0.74-0.85 of the read bandwidth
-// against 0.75-0.82 with the partials scaled in registers, `bench linear`); weights whose scales
-// cannot be folded take the scaled partials, per group of 16 rows.
-template <WeightFormat Fm>
-void gemv_amx(const Job& j) {
-  if (fold_ok<Fm>(j, j.t1 - j.t0, 0, j.w->cols)) return gemv_amx_folded<Fm>(j);
-  for (int64_t i0 = 0; i0 < j.n; i0 += 16) {
-    Job g = j;
-    g.n = min64(16, j.n - i0);
-    g.xb = j.xb + i0 * j.w->cols;
-    g.y = j.y + i0 * j.ldy;
-    gemv_amx_scaled<Fm>(g);
-  }
-}
 #endif
 
 template <WeightFormat Fm>
@@ -1148,23 +984,19 @@ void gemm_fmt(const Job& j) {
     const int64_t kc = min64(KC, K - kc0);
 #if defined(__AVX512F__)
     if (Fm != F32 && j.amx && bf16) {
-      using AmxFn = void (*)(const Job&, int64_t, int, int64_t, int64_t, const GemmScratch&,
-                             int64_t, int64_t);
-      static constexpr AmxFn kScaled[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
-      static constexpr AmxFn kFolded[] = {micro_amx_folded<1>, micro_amx_folded<2>,
-                                          micro_amx_folded<3>};
-      const bool fold = fold_ok<Fm>(j, nt, kc0, kc);
-      pack_chunk<Fm>(j, nt, kc0, kc, bf16, fold, s);
+      using AmxFn =
+          void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t, int64_t);
+      static constexpr AmxFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
+      pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
       if (!std::exchange(amx_on, true)) amx_configure(16);
       // Each group of rows against 3 tiles at a time: its inputs stay in L1 between them.
       for (int64_t i0 = 0; i0 < j.n; i0 += 16)
         for (int64_t t0 = 0, sub = (nt + 2) / 3, w = (nt + sub - 1) / sub; t0 < nt; t0 += w)
-          (fold ? kFolded : kScaled)[min64(w, nt - t0) - 1](j, i0, int(min64(16, j.n - i0)), kc0,
-                                                            kc, s, t0, nt);
+          kAmx[min64(w, nt - t0) - 1](j, i0, kc0, kc, s, t0, nt);
       continue;
     }
 #endif
-    pack_chunk<Fm>(j, nt, kc0, kc, bf16, false, s);
+    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
     for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {

@@ -362,10 +362,10 @@ TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
 }
 
 TEST(LinearFast, BlocksOfTinyAndHugeScalesOnEveryPath) {
-  // The AMX kernels pack weights times their block scales where that keeps every value normal
-  // (2^-86 .. 2^100); blocks of other scales (2^-107, 2^108 here, among ordinary ones) must take
-  // the scaled partials instead. fp8 and fp4 weights; 1, 5 and 40 rows (two groups of 16 and a
-  // tail), GEMV and GEMM.
+  // The AMX kernels pack weights times their block scales, which keeps every value normal for
+  // scales 2^-86 .. 2^100; a weight with other scales (2^-107, 2^108 here, among ordinary ones)
+  // must stay off the tiles (PackedWeight::amx_scales). fp8 and fp4 weights; 1, 5 and 40 rows
+  // (two groups of 16 and a tail), GEMV and GEMM.
   KernelEnvGuard guard;
   const int64_t rows = 64, K = 256;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row}) {
