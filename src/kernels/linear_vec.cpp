@@ -2,10 +2,10 @@
 // order every path reproduces), written once for AVX-512 (a tile of 16 outputs is one vector) and
 // AVX2 (two vectors, `h` = which half).
 //
-//   GEMV  one pass over a tile's contiguous values for up to 8 rows (AVX2: 4), software-prefetched
-//         into L2.
-//         AMX (fp8, fp4, bf16 weights; inputs as bf16): each block decoded into bf16 pairs and
-//         multiplied by the tiles for all rows at once (gemv_amx).
+//   GEMV  one pass over a tile's contiguous values for up to 8 rows (AVX2: 4; AMX tiles: 64),
+//         software-prefetched into L2.
+//         AMX (fp8, fp4, bf16 weights; inputs as bf16): each block decoded into bf16 pairs times
+//         its scale and multiplied by the tiles for all rows at once (gemv_amx).
 //         Dense inputs (or codes without bf16 or integer products): weights decoded to fp32
 //         lanes and fused multiply-adds in the two chains; with 2-4 rows (AVX-512) two tiles
 //         per pass, so that each broadcast input feeds two FMAs.
@@ -772,13 +772,14 @@ MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
 #if defined(__AVX512F__)
 // --- AMX (Job::amx: fp8, fp4 or bf16 weights, inputs as bf16 in Job::xb) ---
 // TDPBF16PS of up to 16 rows against one tile's block (16 outputs x 32 inputs as 16 bf16 pair
-// rows), into a zeroed partial tile, computes each output's block partial in the linears'
-// canonical order (reduce.h: the even and the odd chain, then their sum; amx_is_canonical checks
-// it). Partials are scaled into accumulators held in registers one block behind the tiles.
+// rows) adds to each output the block's partial in the linears' canonical order (reduce.h: the
+// even and the odd chain, then their sum; amx_is_canonical checks it). With the weights packed
+// times their power-of-two block scale, that addition is the canonical acc + p·s itself, so the
+// accumulators stay in tile registers.
 
-// The tile registers: 0 and 1 a block of `rows` rows (rows x 32 bf16), 2 and 3 a tile's block
-// (16 pairs x 16 outputs), 4 and 5 their partials (rows x 16 fp32): two blocks in flight; 6 and 7
-// either two more tiles' blocks (16 pair rows) or, with `rows` 16, two more accumulators. A task
+// The tile registers: 0 and 1 a block of `rows` rows of inputs (rows x 32 bf16), 2 and 3 a tile's
+// block of weights (16 pairs x 16 outputs), 4 and 5 accumulators (rows x 16 fp32); 6 and 7
+// either two more tiles' blocks of weights or, with `rows` 16, two more accumulators. A task
 // configures the tiles itself and releases them at its end, since other code on the thread
 // (oneDNN) may use them in between.
 void amx_configure(int rows) {
