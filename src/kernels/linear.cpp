@@ -354,13 +354,13 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   const int64_t n_tiles = t_end - t_begin;
   LinearPath path = linear_path();
   // GEMM for many rows, unless the weight has too few outputs to make panels for the threads
-  // (the hyper-connection projections, the router): then GEMV tasks over groups of rows. A plain
-  // bf16 weight (the head) stays on the GEMV up to four groups of rows, an fp8 one up to two:
-  // their two-tile FMAs, each run of tiles read from memory once for all the groups, outrun the
-  // GEMM's packing there (2 threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x;
-  // docs/benchmarks.md). fp4 weights have AMX GEMMs, faster from 16 rows.
-  // On AMX tiles a GEMV streams each weight block once for up to 64 rows (one call).
-  const int64_t gemv_max = amx_ok(kern, w)                            ? kAmxGemvRows
+  // (the hyper-connection projections, the router): then GEMV tasks over groups of rows. On AMX
+  // tiles a GEMV call streams each weight block once for up to 64 rows (a 64-row expert call:
+  // 1,530-1,590 GFLOP/s, the packed GEMM 990-1,120). Else a plain bf16 weight (the head) stays
+  // on the GEMV up to four groups of rows, an fp8 one up to two: their two-tile FMAs, each run
+  // of tiles read from memory once for all the groups, outrun the GEMM's packing there (2
+  // threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x; docs/benchmarks.md).
+  const int64_t gemv_max = call_products(kern, pw, n, true).amx       ? kAmxGemvRows
                            : w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
                            : w.format == WeightFormat::Fp8Block       ? 2 * kern.gemv_rows
                                                                       : kern.gemv_rows;
