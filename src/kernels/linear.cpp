@@ -360,14 +360,16 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   // on the GEMV up to four groups of rows, an fp8 one up to two: their two-tile FMAs, each run
   // of tiles read from memory once for all the groups, outrun the GEMM's packing there (2
   // threads, 16 rows: bf16 262 against 185 GFLOP/s, fp8 equal to 1.3x; docs/benchmarks.md).
-  const int64_t gemv_max = call_products(kern, pw, n, true).amx       ? kAmxGemvRows
+  const CallProducts gemv_prod = call_products(kern, pw, n, true);
+  const int64_t gemv_max = gemv_prod.amx                              ? kAmxGemvRows
                            : w.format == WeightFormat::BF16 && !quant ? 4 * kern.gemv_rows
                            : w.format == WeightFormat::Fp8Block       ? 2 * kern.gemv_rows
                                                                       : kern.gemv_rows;
   if (path == LinearPath::Auto)
     path = n <= gemv_max || n_tiles <= 2 * linear_isa::kGemmPanelTiles ? LinearPath::Gemv
                                                                        : LinearPath::Gemm;
-  const CallProducts prod = call_products(kern, pw, n, path == LinearPath::Gemv);
+  const CallProducts prod =
+      path == LinearPath::Gemv ? gemv_prod : call_products(kern, pw, n, false);
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.

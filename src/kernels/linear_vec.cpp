@@ -150,9 +150,6 @@ inline I bcast32(const void* p) {
   std::memcpy(&v, p, 4);
   return _mm512_set1_epi32(v);
 }
-inline __m512bh bcast_pair(const uint16_t* p) {
-  return reinterpret_cast<__m512bh>(bcast32(p));
-}
 
 // The chains' pairs of inputs 4g .. 4g+3 for vdpbf16ps, which adds a lane's odd (high) product
 // first: (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h).
@@ -607,15 +604,14 @@ constexpr int kMr = kIsa == Isa::Avx512 ? 4 : 3;
 // Accumulator vectors per row in one micro-kernel call: the whole panel with AVX-512, one tile
 // (two halves) with AVX2.
 constexpr int kCols = kIsa == Isa::Avx512 ? int(kGemmPanelTiles) : 2;
-constexpr int64_t kKcBf16 = 256;  // inputs per packed chunk (bf16 pairs: 24 KiB for 3 tiles)
-constexpr int64_t kKcF32 = 128;   // (fp32: 24 KiB)
-// AMX tiles: the same 256 (6 tiles: 48 KiB); chunks of 512 and 1024 inputs, with the
-// accumulator tiles loaded and stored less often, ran 5-20 % slower (the inputs of a group of
-// rows no longer stay in L1 for its second 3 tiles).
-constexpr int64_t kKcAmx = kBf16Dot ? kKcBf16 : kKcF32;
-constexpr int64_t kKcMax = kKcAmx;
-// Bytes of the packed chunk: the largest of the three.
-constexpr int64_t kPackBytes = kKcAmx / 2 * kAmxPanelTilesMax * 64;
+// Inputs per packed chunk: bf16 pairs 24 KiB for 3 tiles (AMX panels of 6: 48 KiB; chunks of 512
+// and 1024 inputs, with the accumulator tiles loaded and stored less often, ran 5-20 % slower:
+// the inputs of a group of rows no longer stay in L1 for its second 3 tiles), fp32 24 KiB.
+constexpr int64_t kKcBf16 = 256;
+constexpr int64_t kKcF32 = 128;
+constexpr int64_t kKcMax = kBf16Dot ? kKcBf16 : kKcF32;
+// Bytes of the packed chunk at most (bf16 pairs of AMX panels; fp32 chunks of 3 tiles fit).
+constexpr int64_t kPackBytes = kKcMax / 2 * kAmxPanelTilesMax * 64;
 constexpr int64_t kNt = kAmxPanelTilesMax;  // the scratch's room: tiles per panel, at most
 
 struct GemmScratch {
@@ -657,7 +653,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
           I p0, p1;
           decode_pairs<Fm>(tile, g, L, p0, p1);
           if (chains) chain_pairs(p0, p1, p0, p1);
-          if (j.amx) {
+          if (j.amx && Fm != BF16) {
             const I e = exponent_step<Fm>(*j.w, j.t0 + t, g / 8);
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
@@ -677,7 +673,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
         for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
       }
     }
-    for (int64_t b = 0; b < kc / 32; ++b)
+    for (int64_t b = 0; b < kc / 32 && !j.amx; ++b)  // (the tiles' weights carry their scales)
 #pragma GCC unroll 2
       for (int h = 0; h < kH; ++h)
         store(s.ws + (b * nt + t) * 16 + h * kLanes,
@@ -871,7 +867,7 @@ void gemv_amx(const Job& j) {
   const int64_t K = j.w->cols, nb = K / 32;
   const int groups = int((j.n + 15) / 16);
   const Luts L = make_luts();
-  alignas(64) uint8_t buf[3][1024], buf2[2][3][1024];
+  alignas(64) uint8_t buf[2][3][1024];  // [tile of a pair][block % 3]
   alignas(64) float out[16][16];
   // One group: its rows only; several: 16 each (the inputs have room after the last row).
   amx_configure(groups == 1 ? int(j.n) : 16);
@@ -906,11 +902,11 @@ void gemv_amx(const Job& j) {
   for (; groups == 1 && t + 1 < j.t1; t += 2) {
     const uint8_t* tl[2] = {j.w->data + t * j.w->tile_bytes, j.w->data + (t + 1) * j.w->tile_bytes};
     auto decode2 = [&](int64_t b) {
-      decode(t, b, buf2[0][b % 3]);
-      decode(t + 1, b, buf2[1][b % 3]);
+      decode(t, b, buf[0][b % 3]);
+      decode(t + 1, b, buf[1][b % 3]);
     };
     auto wb = [&](int u, int64_t b) -> const uint8_t* {
-      return Fm == BF16 ? tl[u] + b * 1024 : buf2[u][b % 3];
+      return Fm == BF16 ? tl[u] + b * 1024 : buf[u][b % 3];
     };
     _tile_zero(4);
     _tile_zero(5);
@@ -944,11 +940,11 @@ void gemv_amx(const Job& j) {
     if (groups > 1) _tile_zero(5);
     if (groups > 2) _tile_zero(6);
     if (groups > 3) _tile_zero(7);
-    decode(t, 0, buf[0]);
-    if (nb > 1) decode(t, 1, buf[1]);
+    decode(t, 0, buf[0][0]);
+    if (nb > 1) decode(t, 1, buf[0][1]);
     for (int64_t b = 0; b < nb; ++b) {
-      if (b + 2 < nb) decode(t, b + 2, buf[(b + 2) % 3]);
-      const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[b % 3];
+      if (b + 2 < nb) decode(t, b + 2, buf[0][(b + 2) % 3]);
+      const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[0][b % 3];
       const int bt = 2 + int(b & 1);
       if (bt == 2)
         _tile_loadd(2, wb, 64);
@@ -977,7 +973,7 @@ template <WeightFormat Fm>
 void gemm_fmt(const Job& j) {
   const int64_t K = j.w->cols, nt = j.t1 - j.t0, cols = nt * kH;
   const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != F32;
-  const int64_t KC = bf16 ? (j.amx ? kKcAmx : kKcBf16) : kKcF32;
+  const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
   for (int64_t i = 0; i < (j.n + 15) * kNt * 16; ++i) s.c[i] = 0.0f;
   [[maybe_unused]] bool amx_on = false;
