@@ -83,7 +83,7 @@ struct Kernels {
   // Job::xi, xc and xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
   // products).
   void (*int_codes)(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs);
-  void (*gemv)(const Job& j);  // n <= gemv_rows
+  void (*gemv)(const Job& j);  // n <= gemv_rows (on AMX tiles, Job::amx: n <= 64)
   void (*gemm)(const Job& j);  // any n; bf16 products when j.xb is set
   int64_t (*gemm_scratch_bytes)(int64_t n, int64_t K);
   // Rows one GEMV call runs against each weight block as it streams: 8 with AVX-512's 32 vector

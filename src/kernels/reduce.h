@@ -15,7 +15,7 @@
 //                  which is what an AMX tile computes for one 32-input block (TDPBF16PS, checked
 //                  at start-up: linear_vec.cpp's amx_is_canonical). vdpbf16ps, which adds a
 //                  pair's odd product and then its even one into one accumulator, takes pairs
-//                  (a[2i+2], a[2i]) into the even chain and (a[2i+3], a[2i+1]) into the odd one.
+//                  (a[4g+2], a[4g]) into the even chain and (a[4g+3], a[4g+1]) into the odd one.
 //                  The total adds each partial times the block's scale: acc = fma(p, s, acc)
 //                  (s = 1 when unscaled, a power of two otherwise, so p·s is exact and the fma is
 //                  acc + p·s). The codes' products (e4m3/e2m1 codes times act_quant values,
