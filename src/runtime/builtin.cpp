@@ -24,7 +24,8 @@ std::string cache_dir() {
   return (fs::temp_directory_path() / "deepinfer-cache").string();
 }
 
-uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec) {
+uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec,
+                              bool keep_existing) {
   ModelConfig c =
       spec.random ? random_tiny_config(spec.config_seed) : tiny_preset_config(spec.preset);
   if (spec.vision) {
@@ -74,6 +75,10 @@ uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec
     if (fs::exists(tok_config)) fs::copy_file(tok_config, tmp / "tokenizer_config.json");
   }
   std::error_code ec;
+  if (keep_existing && fs::exists(final_dir / "config.json")) {
+    fs::remove_all(tmp);
+    return bytes;
+  }
   if (fs::exists(final_dir)) fs::remove_all(final_dir, ec);
   fs::rename(tmp, final_dir, ec);
   if (ec) {
@@ -89,7 +94,7 @@ std::string default_model_dir() {
   if (!fs::exists(dir / "config.json") || !fs::exists(dir / "model.safetensors.index.json")) {
     fs::create_directories(dir.parent_path());
     std::fprintf(stderr, "deepinfer: creating the built-in tiny model in %s\n", dir.c_str());
-    make_tiny_checkpoint(dir.string(), TinyCheckpoint{});
+    make_tiny_checkpoint(dir.string(), TinyCheckpoint{}, /*keep_existing=*/true);
   }
   return dir.string();
 }

@@ -32,8 +32,11 @@ struct TinyCheckpoint : TinyWriteOptions {
   }
 };
 // Writes the checkpoint into `dir` (atomically: a temporary directory renamed into place).
-// Returns the tensor bytes written.
-uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec);
+// Returns the tensor bytes written. An existing checkpoint in `dir` is replaced, or, with
+// keep_existing (caches that several processes fill at once), kept: another process may be
+// reading it, so the new copy is discarded.
+uint64_t make_tiny_checkpoint(const std::string& dir, const TinyCheckpoint& spec,
+                              bool keep_existing = false);
 // The directory of the built-in model (preset tiny, seed 0), creating it if needed.
 std::string default_model_dir();
 

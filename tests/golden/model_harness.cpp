@@ -34,7 +34,7 @@ std::string preset_dir(const std::string& model, uint64_t seed) {
       t.preset = name;
     }
     t.seed = seed;
-    make_tiny_checkpoint(dir.string(), t);
+    make_tiny_checkpoint(dir.string(), t, /*keep_existing=*/true);
   }
   return dir.string();
 }
