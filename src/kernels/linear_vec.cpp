@@ -319,60 +319,8 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
     for (int r = 0; r < NR; ++r) acc[r] = fmadd(p[bb][r], ws, acc[r]);
   }
 }
-// The same for partials still in their two chains: p = even + odd.
-template <WeightFormat Fm, int NR, int NB>
-inline void add_chains(const Job& j, int64_t t, int64_t b0, int h, F (&e)[NB][NR], F (&o)[NB][NR],
-                       F* acc) {
-#pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
-#pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) e[bb][r] = e[bb][r] + o[bb][r];
-  add_partials<Fm, NR, NB>(j, t, b0, h, e, acc);
-}
 
 // --- GEMV ---
-
-// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds,
-// each in the two chains of reduce.h, 3 integer products (AVX-512, fp4: gemv_blocks_int below).
-template <WeightFormat Fm, int Mode, int NR, int NB>
-inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                        const Luts& L, F* acc) {
-  F pe[NB][NR] = {}, po[NB][NR] = {};
-#pragma GCC unroll 2
-  for (int g = 0; g < 8; ++g) {
-#pragma GCC unroll 16
-    for (int bb = 0; bb < NB; ++bb) {
-      if (h == 0) prefetch_group<Fm>(tile, (b0 + bb) * 8 + g);
-#if defined(__AVX512F__)
-      if constexpr (Mode == 0) {
-        I p0, p1, we, wo;
-        decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
-        chain_pairs(p0, p1, we, wo);
-#pragma GCC unroll 16
-        for (int r = 0; r < NR; ++r) {
-          const uint16_t* xr = j.xb + r * j.w->cols + (b0 + bb) * 32 + 4 * g;
-          pe[bb][r] =
-              _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we), bcast_chain(xr, 0));
-          po[bb][r] =
-              _mm512_dpbf16_ps(po[bb][r], reinterpret_cast<__m512bh>(wo), bcast_chain(xr, 1));
-        }
-        continue;
-      }
-#endif
-      F w[4];
-      decode_group<Fm>(tile, (b0 + bb) * 8 + g, h, L, w);
-#pragma GCC unroll 16
-      for (int r = 0; r < NR; ++r) {
-        const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
-        pe[bb][r] = fmadd(set1(xr[0]), w[0], pe[bb][r]);
-        po[bb][r] = fmadd(set1(xr[1]), w[1], po[bb][r]);
-        pe[bb][r] = fmadd(set1(xr[2]), w[2], pe[bb][r]);
-        po[bb][r] = fmadd(set1(xr[3]), w[3], po[bb][r]);
-      }
-    }
-  }
-  add_chains<Fm, NR, NB>(j, t, b0, h, pe, po, acc);
-}
 
 #if defined(__AVX512F__)
 // The canonical partial of block b of row r of an fp4 tile in fp32 FMAs, as gemv_blocks's Mode 1
@@ -450,6 +398,56 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 }
 #endif
 
+// Mode: 0 bf16 products (AVX-512: bf16 codes times bf16 pairs), 1 fp32 fused multiply-adds,
+// each in the two chains of reduce.h, 3 integer products (AVX-512, fp4: gemv_blocks_int above):
+// blocks b0 .. b0+NB-1 of tile t.
+template <WeightFormat Fm, int Mode, int NR, int NB>
+inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
+                        const Luts& L, F* acc) {
+#if defined(__AVX512F__)
+  if constexpr (Mode == 3) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
+#endif
+  F pe[NB][NR] = {}, po[NB][NR] = {};
+#pragma GCC unroll 2
+  for (int g = 0; g < 8; ++g) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb) {
+      if (h == 0) prefetch_group<Fm>(tile, (b0 + bb) * 8 + g);
+#if defined(__AVX512F__)
+      if constexpr (Mode == 0) {
+        I p0, p1, we, wo;
+        decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
+        chain_pairs(p0, p1, we, wo);
+#pragma GCC unroll 16
+        for (int r = 0; r < NR; ++r) {
+          const uint16_t* xr = j.xb + r * j.w->cols + (b0 + bb) * 32 + 4 * g;
+          pe[bb][r] =
+              _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we), bcast_chain(xr, 0));
+          po[bb][r] =
+              _mm512_dpbf16_ps(po[bb][r], reinterpret_cast<__m512bh>(wo), bcast_chain(xr, 1));
+        }
+        continue;
+      }
+#endif
+      F w[4];
+      decode_group<Fm>(tile, (b0 + bb) * 8 + g, h, L, w);
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
+        const float* xr = j.x + r * j.ldx + (b0 + bb) * 32 + 4 * g;
+        pe[bb][r] = fmadd(set1(xr[0]), w[0], pe[bb][r]);
+        po[bb][r] = fmadd(set1(xr[1]), w[1], po[bb][r]);
+        pe[bb][r] = fmadd(set1(xr[2]), w[2], pe[bb][r]);
+        po[bb][r] = fmadd(set1(xr[3]), w[3], po[bb][r]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) pe[bb][r] = pe[bb][r] + po[bb][r];  // p = even + odd
+  add_partials<Fm, NR, NB>(j, t, b0, h, pe, acc);
+}
+
 // Mode 1 over tiles t and t + 1 at once (AVX-512, several rows): each input, broadcast into a
 // register, feeds both tiles' fused multiply-adds. An FMA per broadcast from memory ran at about
 // 0.6 of the FMA rate here, and multi-row GEMVs (a verify step's dense layers) are bound by it.
@@ -509,16 +507,6 @@ void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
     for (int r = 0; r < NR; ++r) store_tile(j, r, t + c, out[c][r]);
 }
 
-// Blocks b0 .. b0+NB-1 of tile t in any Mode.
-template <WeightFormat Fm, int Mode, int NR, int NB>
-inline void run_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0, int h,
-                       const Luts& L, F* acc) {
-#if defined(__AVX512F__)
-  if constexpr (Mode == 3) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
-#endif
-  gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b0, h, L, acc);
-}
-
 // Rows one GEMV call runs against each weight block (Kernels::gemv_rows).
 constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
@@ -552,8 +540,8 @@ void gemv_rows(const Job& j) {
       int64_t b = 0;
       // Blocks of one tile are contiguous and tiles follow each other: the loads prefetch a
       // window ahead (prefetch_group), so the decode overlaps the DRAM latency.
-      for (; b + NB <= nb; b += NB) run_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
-      for (; b < nb; ++b) run_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
+      for (; b + NB <= nb; b += NB) gemv_blocks<Fm, Mode, NR, NB>(j, tile, t, b, h, L, acc);
+      for (; b < nb; ++b) gemv_blocks<Fm, Mode, NR, 1>(j, tile, t, b, h, L, acc);
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) store(out[r] + h * kLanes, acc[r]);
     }
@@ -827,33 +815,27 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   if constexpr (NT > 2) _tile_stored(6, c + 32, ldc);
 }
 
-// Tile register 0 or 1 (`a`: the inputs of row group G, 16 rows K apart) times 2 or 3 (`bt`: the
-// block's weights) into accumulator tile 4 + G. (The intrinsics take register numbers as
-// literals.)
-#define DI_AMX_DP(C)           \
-  do {                         \
-    if (a == 0 && bt == 2)     \
-      _tile_dpbf16ps(C, 0, 2); \
-    else if (a == 0)           \
-      _tile_dpbf16ps(C, 0, 3); \
-    else if (bt == 2)          \
-      _tile_dpbf16ps(C, 1, 2); \
-    else                       \
-      _tile_dpbf16ps(C, 1, 3); \
+// Block weights `wb` into tile register BT (2 or 3: the block's parity) times the inputs `xa` of
+// each group G of 16 rows (K apart; registers 0 and 1 in turn) into accumulator tile 4 + G, for
+// `groups` groups. (The intrinsics take register numbers as literals.)
+#define DI_AMX_GROUPS(BT)                 \
+  do {                                    \
+    _tile_loadd(BT, wb, 64);              \
+    _tile_loadd(0, xa, K * 2);            \
+    _tile_dpbf16ps(4, 0, BT);             \
+    if (groups > 1) {                     \
+      _tile_loadd(1, xa + 16 * K, K * 2); \
+      _tile_dpbf16ps(5, 1, BT);           \
+    }                                     \
+    if (groups > 2) {                     \
+      _tile_loadd(0, xa + 32 * K, K * 2); \
+      _tile_dpbf16ps(6, 0, BT);           \
+    }                                     \
+    if (groups > 3) {                     \
+      _tile_loadd(1, xa + 48 * K, K * 2); \
+      _tile_dpbf16ps(7, 1, BT);           \
+    }                                     \
   } while (0)
-template <int G>
-inline void amx_group(const uint16_t* xa, int64_t K, int a, int bt) {
-  static_assert(G < 4);
-  if (a == 0)
-    _tile_loadd(0, xa, K * 2);
-  else
-    _tile_loadd(1, xa, K * 2);
-  if constexpr (G == 0) DI_AMX_DP(4);
-  if constexpr (G == 1) DI_AMX_DP(5);
-  if constexpr (G == 2) DI_AMX_DP(6);
-  if constexpr (G == 3) DI_AMX_DP(7);
-}
-#undef DI_AMX_DP
 
 // A GEMV of up to 64 rows on the tiles: each block decoded once into bf16 pairs times its scale
 // (PackedWeight::amx_scales), then one TDPBF16PS per group of 16 rows into that group's
@@ -945,16 +927,11 @@ void gemv_amx(const Job& j) {
     for (int64_t b = 0; b < nb; ++b) {
       if (b + 2 < nb) decode(t, b + 2, buf[0][(b + 2) % 3]);
       const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[0][b % 3];
-      const int bt = 2 + int(b & 1);
-      if (bt == 2)
-        _tile_loadd(2, wb, 64);
-      else
-        _tile_loadd(3, wb, 64);
       const uint16_t* xa = j.xb + b * 32;
-      amx_group<0>(xa, K, 0, bt);
-      if (groups > 1) amx_group<1>(xa + 16 * K, K, 1, bt);
-      if (groups > 2) amx_group<2>(xa + 32 * K, K, 0, bt);
-      if (groups > 3) amx_group<3>(xa + 48 * K, K, 1, bt);
+      if (b & 1)
+        DI_AMX_GROUPS(3);
+      else
+        DI_AMX_GROUPS(2);
     }
     for (int g = 0; g < groups; ++g) {
       if (g == 0) _tile_stored(4, out, 64);
@@ -966,6 +943,7 @@ void gemv_amx(const Job& j) {
   }
   _tile_release();
 }
+#undef DI_AMX_GROUPS
 
 #endif
 
@@ -1193,54 +1171,22 @@ inline void int_codes16(const float* xq, int64_t b0, int8_t* xi, int32_t* xc, fl
 }
 
 void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs) {
-  const F abs_mask = floats(set1i(0x7fffffff));
-  // Within each group of 8 inputs: the order gemv_blocks_int's weight bytes come in.
-  alignas(64) static constexpr int8_t kOrder[16] = {0, 4,  1, 5,  2,  6,  3,  7,
-                                                    8, 12, 9, 13, 10, 14, 11, 15};
-  const __m128i order = _mm_load_si128(reinterpret_cast<const __m128i*>(kOrder));
+  const int64_t nb = K / 32;
   for (int64_t i = 0; i < n; ++i) {
     int64_t b = 0;
-    for (; b + 16 <= K / 32; b += 16)
-      int_codes16(xq + i * K, b, xi + i * K * 2, xc + i * (K / 32), xs + i * (K / 32));
-    for (; b < K / 32; ++b) {
-      const F a0 = loadu(xq + i * K + b * 32), a1 = loadu(xq + i * K + b * 32 + 16);
-      const float mx = reduce_max(max(_mm512_and_ps(a0, abs_mask), _mm512_and_ps(a1, abs_mask)));
-      const int E = int(__builtin_bit_cast(uint32_t, mx) >> 23) - 127 - 14;  // max < 2^(E+15)
-      int8_t* o = xi + (i * K + b * 32) * 2;
-      const int64_t at = i * (K / 32) + b;
-      float s = 0.0f;  // not integers
-      xc[at] = 0;
-      if (mx == 0.0f) {
-        _mm512_storeu_si512(o, _mm512_setzero_si512());
-        s = 1.0f;
-      } else if (E >= -126 && E <= 0) {
-        const F inv = floats(set1i((127 - E) << 23));  // 2^-E >= 1: the products are exact
-        const F v0 = a0 * inv, v1 = a1 * inv;
-        constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-        const __mmask16 m0 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v0, kRound), v0, _CMP_EQ_OQ);
-        const __mmask16 m1 = _mm512_cmp_ps_mask(_mm512_roundscale_ps(v1, kRound), v1, _CMP_EQ_OQ);
-        // |A| <= 32639 keeps the high byte within int8 (an e4m3 block gives at most 30720).
-        if ((m0 & m1) == 0xffff && mx * __builtin_bit_cast(float, (127 - E) << 23) <= 32639.0f) {
-          const I A[2] = {_mm512_cvtps_epi32(v0), _mm512_cvtps_epi32(v1)};
-          // L = A wrapped into [-128, 127], H = (A - L) / 256.
-          for (int h = 0; h < 2; ++h) {
-            const I lo = _mm512_srai_epi32(slli<24>(A[h]), 24);
-            const I hi = _mm512_srai_epi32(_mm512_sub_epi32(A[h], lo), 8);
-            const __m128i hb = _mm512_cvtepi32_epi8(hi), lb = _mm512_cvtepi32_epi8(lo);
-            // Groups 2h and 2h + 1: per group H in kOrder, then L in kOrder.
-            const __m128i hs = _mm_shuffle_epi8(hb, order), ls = _mm_shuffle_epi8(lb, order);
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * h), _mm_unpacklo_epi64(hs, ls));
-            _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 32 * h + 16),
-                             _mm_unpackhi_epi64(hs, ls));
-          }
-          xc[at] = -12 * _mm512_reduce_add_epi32(addi(A[0], A[1]));
-          // 2^(E-1) (the weights are stored doubled); 2^-127 is the one subnormal case
-          s = E - 1 >= -126 ? __builtin_bit_cast(float, uint32_t(E - 1 + 127) << 23)
-                            : __builtin_bit_cast(float, 0x00400000u);
-        }
-      }
-      xs[at] = s;
-    }
+    for (; b + 16 <= nb; b += 16)
+      int_codes16(xq + i * K, b, xi + i * K * 2, xc + i * nb, xs + i * nb);
+    if (b == nb) continue;
+    // The last blocks, padded to 16 with zero blocks (whose codes are dropped).
+    alignas(64) float x16[16 * 32] = {};
+    alignas(64) int8_t xi16[16 * 64];
+    int32_t xc16[16];
+    float xs16[16];
+    std::memcpy(x16, xq + i * K + b * 32, size_t(nb - b) * 32 * 4);
+    int_codes16(x16, 0, xi16, xc16, xs16);
+    std::memcpy(xi + (i * K + b * 32) * 2, xi16, size_t(nb - b) * 64);
+    std::memcpy(xc + i * nb + b, xc16, size_t(nb - b) * 4);
+    std::memcpy(xs + i * nb + b, xs16, size_t(nb - b) * 4);
   }
 }
 

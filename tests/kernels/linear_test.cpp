@@ -3,6 +3,7 @@
 // itself against an independent double-precision evaluation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <random>
@@ -468,11 +469,39 @@ TEST(LinearFast, ActQuantMatchesRef) {
   }
 }
 
-// The integer codes of the fp4 GEMV, 16 blocks at a time, equal those of one block at a time:
-// the corrections and scales bit for bit, and the bytes of every block that is integers. The
-// activations mix all-zero blocks, blocks below act_quant's floor (E out of range) and blocks
-// too fine for 16-bit integers.
-TEST(LinearFast, IntCodesSixteenBlocksAtATimeMatchOneAtATime) {
+// One block's integer codes (linear_isa::Job::xi, xc and xs) in plain arithmetic: x = A·2^E
+// with integers |A| <= 32639 (max < 2^(E+15)), else xs 0; a zero block: bytes 0, xs 1.
+void int_codes_block_ref(const float* x, int8_t* xi, int32_t* xc, float* xs) {
+  constexpr int kOrder8[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // within each group of 8 inputs
+  float mx = 0;
+  for (int k = 0; k < 32; ++k) mx = std::max(mx, std::fabs(x[k]));
+  const int E = int(f32_bits(mx) >> 23) - 127 - 14;
+  *xc = 0;
+  *xs = mx == 0.0f ? 1.0f : 0.0f;
+  int32_t A[32] = {}, sum = 0;
+  if (mx != 0.0f && (E < -126 || E > 0)) return;
+  for (int k = 0; k < 32 && mx != 0.0f; ++k) {
+    const float v = std::ldexp(x[k], -E);
+    if (v != std::nearbyint(v) || std::fabs(v) > 32639.0f) return;
+    A[k] = int32_t(v);
+    sum += A[k];
+  }
+  for (int g = 0; g < 4; ++g)
+    for (int p = 0; p < 8; ++p) {
+      const int32_t a = A[8 * g + kOrder8[p]], lo = int8_t(a & 0xff);
+      xi[16 * g + p] = int8_t((a - lo) / 256);  // H, then L: A = 256·H + L
+      xi[16 * g + 8 + p] = int8_t(lo);
+    }
+  if (mx == 0.0f) return;
+  *xc = -12 * sum;
+  *xs = std::ldexp(1.0f, E - 1);  // the weights are stored doubled
+}
+
+// The integer codes of the fp4 GEMV, 16 blocks at a time (and a last group padded to 16), equal
+// the plain arithmetic of one block: the corrections and scales bit for bit, and the bytes of
+// every block that is integers. The activations mix all-zero blocks, blocks below act_quant's
+// floor (E out of range) and blocks too fine for 16-bit integers.
+TEST(LinearFast, IntCodesMatchOneBlockReference) {
   if (!(cpu_best_isa() == Isa::Avx512 && linear_isa::kAvx512.int_codes))
     GTEST_SKIP() << "no integer products";
   const linear_isa::Kernels& k = linear_isa::kAvx512;
@@ -484,8 +513,8 @@ TEST(LinearFast, IntCodesSixteenBlocksAtATimeMatchOneAtATime) {
   std::vector<int32_t> xc(size_t(n * nb)), xc1(xc.size());
   std::vector<float> xs(size_t(n * nb)), xs1(xs.size());
   k.int_codes(q.data(), n, K, xi.data(), xc.data(), xs.data());
-  for (int64_t b = 0; b < n * nb; ++b)  // a block at a time (fewer than 16: the scalar loop)
-    k.int_codes(q.data() + b * 32, 1, 32, xi1.data() + b * 64, &xc1[size_t(b)], &xs1[size_t(b)]);
+  for (int64_t b = 0; b < n * nb; ++b)
+    int_codes_block_ref(q.data() + b * 32, xi1.data() + b * 64, &xc1[size_t(b)], &xs1[size_t(b)]);
   int seen[3] = {};  // blocks: not integers, zero, integers
   for (int64_t b = 0; b < n * nb; ++b) {
     ASSERT_EQ(f32_bits(xs[size_t(b)]), f32_bits(xs1[size_t(b)])) << "block " << b;
