@@ -176,6 +176,16 @@ bool bf16_products_ok() {
   static const bool ok = cpu_best_isa() == Isa::Avx512 && linear_isa::avx512_dpbf16_is_canonical();
   return ok;
 }
+bool int_products_ok() {
+  static const bool ok = cpu_best_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
+  return ok;
+}
+// Whether this CPU's AMX tiles may serve the linears: the kernel lets the process use them, and
+// they follow the canonical order.
+bool amx_canonical() {
+  static const bool ok = amx_available() && linear_isa::amx_is_canonical();
+  return ok;
+}
 
 // Auto's choices (kernels/linear.h): vdpbf16ps for a call of n rows, integer products for fp4.
 bool auto_bf16_products(int64_t n) {
@@ -186,41 +196,6 @@ bool auto_bf16_products(int64_t n) {
 // (here: 2x at one row, 1.5x at four, in L2, with product rates read at 1.07-2.0).
 bool auto_int_products() {
   return int16_speedup() >= 0.75;
-}
-
-// Whether a call of n rows multiplies its bf16-exact products with vdpbf16ps (else fp32 FMAs,
-// same bits).
-bool use_bf16_products(int64_t n) {
-  const LinearProducts p = linear_products();
-  return bf16_products_ok() && p != LinearProducts::Fp32Fma &&
-         (p == LinearProducts::Bf16Dot || auto_bf16_products(n));
-}
-
-bool int_products_ok() {
-  static const bool ok = cpu_best_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
-  return ok;
-}
-
-// Whether a QLin GEMV over `w` multiplies as integers (fp4 weights; isa.h's Job::xi).
-bool use_int_products(const linear_isa::Kernels& kern, const Weight& w) {
-  const LinearProducts p = linear_products();
-  return kern.int_codes && int_products_ok() && w.format == WeightFormat::Fp4Row &&
-         (p == LinearProducts::Int16Dot ||
-          ((p == LinearProducts::Auto || p == LinearProducts::Amx) && auto_int_products()));
-}
-
-// Whether this CPU's AMX tiles may serve the linears: the kernel lets the process use them, and
-// they follow the canonical order.
-bool amx_canonical() {
-  static const bool ok = amx_available() && linear_isa::amx_is_canonical();
-  return ok;
-}
-
-// Whether calls over `w` may run on AMX tiles (isa.h's Job::amx).
-bool amx_ok(const linear_isa::Kernels& kern, const Weight& w) {
-  const LinearProducts p = linear_products();
-  return (p == LinearProducts::Auto || p == LinearProducts::Amx) && &kern == &linear_isa::kAvx512 &&
-         w.format != WeightFormat::F32 && amx_canonical();
 }
 
 // Rows of an AMX GEMV call (isa.h's Job::amx).
@@ -240,7 +215,12 @@ struct CallProducts {
 CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear& pw, int64_t n,
                            bool gemv) {
   const Weight& w = pw.weight();
-  const bool int_gemv = w.quant_input && gemv && use_int_products(kern, w);
+  const LinearProducts p = linear_products();
+  const bool auto_or_amx = p == LinearProducts::Auto || p == LinearProducts::Amx;
+  const bool bf16_exact = w.quant_input || pw.packed().bf16_products;
+  const bool int_gemv = w.quant_input && gemv && kern.int_codes && int_products_ok() &&
+                        w.format == WeightFormat::Fp4Row &&
+                        (p == LinearProducts::Int16Dot || (auto_or_amx && auto_int_products()));
   // A GEMV of up to 4 rows over bf16 weights (the head) streams fastest in fp32 FMAs on its
   // inputs as they are, where vdpbf16ps multiplies slower than FMAs (Sapphire Rapids, the small
   // model's head a step: 1 row 16.5 ms so, 18.0 on the tiles, 18.5 with vdpbf16ps; 4 rows
@@ -248,11 +228,14 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
   const bool fma_row =
       gemv && n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
-  c.amx = amx_ok(kern, w) && (w.quant_input || pw.packed().bf16_products) &&
-          pw.packed().amx_scales && !(int_gemv && n <= kIntGemvRows) && !fma_row;
+  c.amx = auto_or_amx && &kern == &linear_isa::kAvx512 && w.format != WeightFormat::F32 &&
+          amx_canonical() && bf16_exact && pw.packed().amx_scales &&
+          !(int_gemv && n <= kIntGemvRows) && !fma_row;
   c.ints = int_gemv && !c.amx;
-  c.bf16 = !fma_row && kern.to_bf16 && (c.amx || (!c.ints && use_bf16_products(n))) &&
-           (w.quant_input || pw.packed().bf16_products);
+  // Else vdpbf16ps where chosen (or fp32 FMAs, same bits).
+  c.bf16 = !fma_row && kern.to_bf16 && bf16_exact &&
+           (c.amx || (!c.ints && bf16_products_ok() && p != LinearProducts::Fp32Fma &&
+                      (p == LinearProducts::Bf16Dot || auto_bf16_products(n))));
   return c;
 }
 
@@ -445,78 +428,71 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
 // stream. Each output is computed exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
-  // Reused from call to call (no allocation once large enough). Named through references: the
-  // pool's workers must see this thread's vectors, not their own thread_local copies.
-  thread_local struct {
-    std::vector<int64_t> at, first;
-    std::vector<size_t> owner;
-    std::vector<linear_isa::Job> jobs;
-    std::vector<QuantScratch> layouts;
-    std::vector<char> dense_bf16;  // plain calls: the inputs were bf16 values, converted
-    std::vector<char> amx;         // the call's products run on AMX tiles
-  } t_bufs;
-  auto& [at, first, owner, jobs, layouts, dense_bf16, amx] = t_bufs;
-  layouts.clear();
-  // Each call's scratch offset; a call whose input and layout are its predecessor's (an
-  // expert's w1 and w3) shares its quantization: owner[c] is the call that quantizes for c.
-  // A plain call's scratch holds its inputs as bf16 when its weight takes bf16 products.
-  at.assign(calls.size() + 1, 0);
-  owner.resize(calls.size());
-  dense_bf16.assign(calls.size(), 0);
-  amx.assign(calls.size(), 0);
+  // Per call: its scratch layout and offset; the call that quantizes for it (a call whose input
+  // and layout are its predecessor's, an expert's w1 and w3, shares that quantization); whether
+  // its scratch holds its inputs as bf16 (a plain call whose weight takes bf16 products) and
+  // whether its products run on AMX tiles; its job, and the tiles of the calls before it.
+  struct Plan {
+    QuantScratch l;
+    int64_t at;
+    size_t owner;
+    bool dense_bf16, amx;
+    linear_isa::Job job;
+    int64_t first;
+  };
+  // Reused from call to call (no allocation once large enough). Named through a reference: the
+  // pool's workers must see this thread's vector, not their own thread_local copy.
+  thread_local std::vector<Plan> t_plans;
+  std::vector<Plan>& plans = t_plans;
+  plans.clear();
+  int64_t bytes = 0;
   for (size_t c = 0; c < calls.size(); ++c) {
     const LinearArgs& a = calls[c].a;
+    const bool quant = calls[c].w->weight().quant_input;
     const int64_t K = calls[c].w->cols();
     const CallProducts prod = call_products(kern, *calls[c].w, a.n, true);
-    amx[c] = prod.amx;
-    if (!calls[c].w->weight().quant_input) {
-      layouts.emplace_back(0, K, false, false);
-      owner[c] = c;
-      dense_bf16[c] = prod.bf16;
-      at[c + 1] = at[c] + (prod.bf16 ? round_up(a.n * K * 2, 64) : 0);
-      continue;
-    }
-    const QuantScratch& l = layouts.emplace_back(a.n, K, prod.bf16, prod.ints);
+    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
-    const bool shared = p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
+    const bool shared = quant && p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
                         calls[c - 1].w->weight().quant_input && calls[c - 1].w->cols() == K &&
-                        layouts[c - 1].xqb == l.xqb && layouts[c - 1].xi == l.xi;
-    owner[c] = shared ? owner[c - 1] : c;
-    at[c + 1] = at[c] + (shared ? 0 : l.bytes);
+                        plans[c - 1].l.xqb == l.xqb && plans[c - 1].l.xi == l.xi;
+    plans.push_back({l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx});
+    bytes += quant ? (shared ? 0 : l.bytes) : prod.bf16 ? round_up(a.n * K * 2, 64) : 0;
   }
-  uint8_t* s = t_act.bytes(size_t(at.back()));
+  uint8_t* s = t_act.bytes(size_t(bytes));
   ThreadPool& pool = ThreadPool::global();
   pool.parallel_for(int64_t(calls.size()), 1, [&](int64_t c0, int64_t c1) {
     for (size_t c = size_t(c0); c < size_t(c1); ++c) {
       const LinearArgs& a = calls[c].a;
-      if (!calls[c].w->weight().quant_input) {
-        if (dense_bf16[c])
-          dense_bf16[c] = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
-                                       reinterpret_cast<uint16_t*>(s + at[c]));
-      } else if (owner[c] == c) {
-        quantize_rows(kern, a, calls[c].w->cols(), layouts[c], s + at[c], 0, a.n);
-      }
+      Plan& p = plans[c];
+      if (p.dense_bf16)
+        p.dense_bf16 = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
+                                    reinterpret_cast<uint16_t*>(s + p.at));
+      else if (calls[c].w->weight().quant_input && p.owner == c)
+        quantize_rows(kern, a, calls[c].w->cols(), p.l, s + p.at, 0, a.n);
     }
   });
-  jobs.resize(calls.size());
-  first.assign(calls.size() + 1, 0);  // prefix sums of the calls' tile counts
+  int64_t total = 0;
   for (size_t c = 0; c < calls.size(); ++c) {
+    Plan& p = plans[c];
     const bool quant = calls[c].w->weight().quant_input;
-    jobs[c] = call_job(*calls[c].w, calls[c].a, quant ? s + at[owner[c]] : nullptr, layouts[c]);
-    if (dense_bf16[c]) jobs[c].xb = reinterpret_cast<const uint16_t*>(s + at[c]);
-    jobs[c].amx = amx[c] && jobs[c].xb;
-    first[c + 1] = first[c] + (jobs[c].t1 - jobs[c].t0);
+    p.job = call_job(*calls[c].w, calls[c].a, quant ? s + plans[p.owner].at : nullptr, p.l);
+    if (p.dense_bf16) p.job.xb = reinterpret_cast<const uint16_t*>(s + p.at);
+    p.job.amx = p.amx && p.job.xb;
+    p.first = total;
+    total += p.job.t1 - p.job.t0;
   }
-  const int64_t total = first.back();
   const int64_t grain = std::max<int64_t>(1, total / (pool.size() * 4));
   pool.parallel_for(total, grain, [&](int64_t c0, int64_t c1) {
-    size_t c = size_t(std::upper_bound(first.begin(), first.end(), c0) - first.begin()) - 1;
+    auto after = [](int64_t i, const Plan& p) { return i < p.first; };
+    size_t c = size_t(std::upper_bound(plans.begin(), plans.end(), c0, after) - plans.begin()) - 1;
     for (int64_t at = c0; at < c1; ++c) {
-      const int64_t end = std::min(c1, first[c + 1]);
+      const linear_isa::Job& j = plans[c].job;
+      const int64_t end = std::min(c1, plans[c].first + (j.t1 - j.t0));
       if (end > at) {
-        const int64_t base = jobs[c].t0 - first[c];
-        kern.gemv(sub_job(jobs[c], 0, jobs[c].n, base + at, base + end));
+        const int64_t base = j.t0 - plans[c].first;
+        kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
         at = end;
       }
     }
