@@ -23,7 +23,6 @@
 // into an fp32 2^120 too small and scales back, and looks e2m1 magnitudes up in an 8-entry table.
 #include <array>
 #include <cstring>
-#include <type_traits>
 #include <utility>
 
 #include "kernels/isa.h"
@@ -247,7 +246,7 @@ inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
   if constexpr (Fm == Fp8Block)
     return set1(e8m0(w.scale[(t / 2) * w.scale_cols + b]));
   else if constexpr (Fm == Fp4Row)
-    return e8m0v(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes);
+    return e8m0_lanes(load_u8(w.scale + (t * (w.cols / 32) + b) * 16 + h * kLanes));
   else
     return set1(1.0f);
 }
@@ -565,15 +564,12 @@ template <WeightFormat Fm>
 void gemv_fmt(const Job& j) {
   constexpr auto rows = std::make_integer_sequence<int, kGemvRows>();
 #if defined(__AVX512F__)
-  if constexpr (Fm != F32) {
+  if constexpr (Fm != F32)
     if (j.amx && j.xb) return gemv_amx<Fm>(j);
-  }
-  if constexpr (Fm == Fp4Row) {
+  if constexpr (Fm == Fp4Row)
     if (j.xi) return gemv_n<Fm, 3>(j, rows);
-  }
-  if constexpr (Fm != F32) {
+  if constexpr (Fm != F32)
     if (j.xb) return gemv_n<Fm, 0>(j, rows);
-  }
 #endif
   gemv_n<Fm, 1>(j, rows);
 }
@@ -1011,28 +1007,26 @@ inline F round_e4m3(F v) {
 // The reductions of 16 vectors of int32 lanes by op (max, add), lane b of the result reducing
 // m[b]: a tree of 128-bit and in-lane shuffles (3 operations a vector) instead of 16 horizontal
 // reductions.
+// op of two shuffles of a and b (immediates Lo and Hi): of 128-bit lanes (X4), else of the
+// 32-bit elements within each.
+template <bool X4, int Lo, int Hi, typename Op>
+inline I shuffles_op(I a, I b, Op op) {
+  if constexpr (X4) return op(_mm512_shuffle_i32x4(a, b, Lo), _mm512_shuffle_i32x4(a, b, Hi));
+  const __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
+  return op(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, Lo)),
+            _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, Hi)));
+}
 template <typename Op>
 inline I tree16(I (&m)[16], Op op) {
-  auto shuf_x4 = [](I a, I b, auto imm) {
-    return _mm512_shuffle_i32x4(a, b, decltype(imm)::value);
-  };
-  auto shuf = [](I a, I b, auto imm) {
-    return _mm512_castps_si512(
-        _mm512_shuffle_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(b), decltype(imm)::value));
-  };
-  using C44 = std::integral_constant<int, 0x44>;
-  using CEE = std::integral_constant<int, 0xEE>;
-  using C88 = std::integral_constant<int, 0x88>;
-  using CDD = std::integral_constant<int, 0xDD>;
   I r1[8], r2[4], r3[2];
   for (int i = 0; i < 8; ++i)  // 128-bit lanes: m[2i] in q0, q1 and m[2i+1] in q2, q3
-    r1[i] = op(shuf_x4(m[2 * i], m[2 * i + 1], C44{}), shuf_x4(m[2 * i], m[2 * i + 1], CEE{}));
+    r1[i] = shuffles_op<true, 0x44, 0xEE>(m[2 * i], m[2 * i + 1], op);
   for (int j = 0; j < 4; ++j)  // lane q: vector 4j + q's four partials
-    r2[j] = op(shuf_x4(r1[2 * j], r1[2 * j + 1], C88{}), shuf_x4(r1[2 * j], r1[2 * j + 1], CDD{}));
+    r2[j] = shuffles_op<true, 0x88, 0xDD>(r1[2 * j], r1[2 * j + 1], op);
   for (int k = 0; k < 2; ++k)  // lane q: two of vector 8k + q's, two of 8k + 4 + q's
-    r3[k] = op(shuf(r2[2 * k], r2[2 * k + 1], C44{}), shuf(r2[2 * k], r2[2 * k + 1], CEE{}));
+    r3[k] = shuffles_op<false, 0x44, 0xEE>(r2[2 * k], r2[2 * k + 1], op);
   // Element 4q + s: vector 4s + q.
-  const I t = op(shuf(r3[0], r3[1], C88{}), shuf(r3[0], r3[1], CDD{}));
+  const I t = shuffles_op<false, 0x88, 0xDD>(r3[0], r3[1], op);
   return _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), t);
 }

@@ -193,9 +193,5 @@ DI_VEC F e8m0_lanes(I d) {
   const I u = where_eq(d, 0, set1i(0x00400000), slli<23>(d));
   return floats(where_eq(d, 255, set1i(0x7fc00000), u));
 }
-// e8m0 scale bytes p[kLanes] -> their values (e8m0_lanes).
-DI_VEC F e8m0v(const uint8_t* p) {
-  return e8m0_lanes(load_u8(p));
-}
 
 }  // namespace deepinfer::simd::DI_SIMD_NS
