@@ -4,11 +4,9 @@
 // split nor the thread count changes a bit).
 #include "kernels/linear.h"
 
-#if defined(__x86_64__) && defined(__linux__)
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -664,16 +662,12 @@ std::string auto_products_summary() {
 
 bool amx_available() {
   static const bool ok = [] {
-#if defined(__x86_64__) && defined(__linux__)
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
     if (!(d & (1u << 22)) || !(d & (1u << 24))) return false;  // AMX-BF16, AMX-TILE
     // Linux hands the tile state to a process that asks (ARCH_REQ_XCOMP_PERM, XTILEDATA);
     // the permission holds for all its threads.
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0 && cpu_best_isa() == Isa::Avx512;
-#else
-    return false;
-#endif
   }();
   return ok;
 }

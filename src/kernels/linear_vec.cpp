@@ -953,12 +953,10 @@ void gemm_fmt(const Job& j) {
   [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
+    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
     if (Fm != F32 && j.amx && bf16) {
-      using AmxFn =
-          void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratch&, int64_t, int64_t);
-      static constexpr AmxFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};
-      pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
+      static constexpr MicroFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};  // (t0, nt)
       if (!std::exchange(amx_on, true)) amx_configure(16);
       // Each group of rows against 3 tiles at a time: its inputs stay in L1 between them.
       for (int64_t i0 = 0; i0 < j.n; i0 += 16)
@@ -967,7 +965,6 @@ void gemm_fmt(const Job& j) {
       continue;
     }
 #endif
-    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
     for (int64_t i0 = 0; i0 < j.n; i0 += kMr) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
