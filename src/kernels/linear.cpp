@@ -604,15 +604,14 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   uint8_t* buf = buf_.get();
   uint8_t* scale_dst = buf + data_bytes;
   p_.data = buf;
-  p_.bf16_products = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row ||
-                     (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
-  p_.amx_scales = true;
-  if (w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row) {
-    const int64_t n_scales = w.format == WeightFormat::Fp4Row ? w.rows() * (K / 32)
+  const bool coded = w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row;
+  p_.bf16_products =
+      coded || (w.format == WeightFormat::BF16 && bf16_not_tiny(w.bf16(), w.shape.numel()));
+  const int64_t n_scales = !coded                             ? 0
+                           : w.format == WeightFormat::Fp4Row ? w.rows() * (K / 32)
                                                               : (w.rows() + 31) / 32 * w.scale_cols;
-    for (int64_t i = 0; i < n_scales; ++i)
-      p_.amx_scales &= w.scale[i] >= 127 - 86 && w.scale[i] <= 127 + 100;
-  }
+  p_.amx_scales = std::all_of(w.scale, w.scale + n_scales,
+                              [](uint8_t s) { return s >= 127 - 86 && s <= 127 + 100; });
   p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
   if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
   ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {
