@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -167,23 +168,17 @@ RgbImage decode_webp(std::string_view bytes, const std::string& what, int64_t ma
   opt.color_mode = MODE_RGBA;
   opt.use_threads = 0;
   const WebPData data{reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()};
-  WebPAnimDecoder* dec = WebPAnimDecoderNew(&data, &opt);
-  DI_REQUIRE(dec, what, ": not a readable WebP image");
+  const std::unique_ptr<WebPAnimDecoder, decltype(&WebPAnimDecoderDelete)> dec(
+      WebPAnimDecoderNew(&data, &opt), WebPAnimDecoderDelete);
   WebPAnimInfo info;
+  DI_REQUIRE(dec && WebPAnimDecoderGetInfo(dec.get(), &info), what, ": not a readable WebP image");
+  const int64_t w = info.canvas_width, h = info.canvas_height;
+  check_size(w, h, max_pixels, what);
   uint8_t* canvas = nullptr;
   int ts = 0;
-  const bool got = WebPAnimDecoderGetInfo(dec, &info);
-  const int64_t w = got ? info.canvas_width : 0, h = got ? info.canvas_height : 0;
-  const bool sized = w > 0 && h > 0 && w * h <= max_pixels;
-  const bool ok = got && sized && WebPAnimDecoderGetNext(dec, &canvas, &ts);
-  RgbImage out;
-  if (ok) {
-    out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
-    for (int64_t i = 0; i < w * h; ++i) std::memcpy(&out.rgb[size_t(3 * i)], canvas + 4 * i, 3);
-  }
-  WebPAnimDecoderDelete(dec);
-  if (got && !sized) check_size(w, h, max_pixels, what);
-  DI_REQUIRE(ok, what, ": not a readable WebP image");
+  DI_REQUIRE(WebPAnimDecoderGetNext(dec.get(), &canvas, &ts), what, ": not a readable WebP image");
+  RgbImage out{w, h, std::vector<uint8_t>(size_t(w * h * 3))};
+  for (int64_t i = 0; i < w * h; ++i) std::memcpy(&out.rgb[size_t(3 * i)], canvas + 4 * i, 3);
   return out;
 }
 
@@ -198,15 +193,15 @@ int gif_read(GifFileType* g, GifByteType* out, int len) {
 RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max_pixels) {
   MemInput in{bytes};
   int err = 0;
-  GifFileType* g = DGifOpen(&in, gif_read, &err);
-  DI_REQUIRE(g, what, ": not a readable GIF image (", GifErrorString(err), ")");
+  const auto close = [](GifFileType* g) { DGifCloseFile(g, nullptr); };
+  const std::unique_ptr<GifFileType, decltype(close)> file(DGifOpen(&in, gif_read, &err), close);
+  DI_REQUIRE(file, what, ": not a readable GIF image (", GifErrorString(err), ")");
+  GifFileType* g = file.get();
   int transparent = -1;
-  bool ok = false, sized = true;
   int64_t w = g->SWidth, h = g->SHeight;
-  RgbImage out;
   std::vector<uint8_t> idx;
   GifRecordType rec;
-  while (!ok && DGifGetRecordType(g, &rec) == GIF_OK && rec != TERMINATE_RECORD_TYPE) {
+  while (DGifGetRecordType(g, &rec) == GIF_OK && rec != TERMINATE_RECORD_TYPE) {
     if (rec == EXTENSION_RECORD_TYPE) {
       int code = 0;
       GifByteType* ext = nullptr;
@@ -222,8 +217,8 @@ RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max
     const GifImageDesc& d = g->Image;
     w = std::max<int64_t>(w, d.Left + d.Width);
     h = std::max<int64_t>(h, d.Top + d.Height);
-    sized = w > 0 && h > 0 && w * h <= max_pixels && d.Width > 0 && d.Height > 0;
-    if (!sized) break;
+    check_size(w, h, max_pixels, what);
+    if (d.Width <= 0 || d.Height <= 0) break;
     idx.assign(size_t(w * h), uint8_t(transparent >= 0 ? transparent : 0));
     bool lines = true;
     // Interlaced frames store rows in four passes (every 8th from 0, every 8th from 4, every
@@ -235,20 +230,16 @@ RgbImage decode_gif(std::string_view bytes, const std::string& what, int64_t max
         lines = DGifGetLine(g, &idx[size_t((d.Top + y) * w + d.Left)], d.Width) == GIF_OK;
     if (!lines) break;
     const ColorMapObject* cm = d.ColorMap ? d.ColorMap : g->SColorMap;
-    out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
+    RgbImage out{w, h, std::vector<uint8_t>(size_t(w * h * 3))};
     for (size_t i = 0; i < idx.size(); ++i) {
       const uint8_t v = idx[i];
       const GifColorType c = cm && v < cm->ColorCount ? cm->Colors[v] : GifColorType{v, v, v};
       std::memcpy(&out.rgb[3 * i], &c, 3);  // Red, Green, Blue bytes
     }
-    ok = true;
+    return out;
   }
-  const int last = g->Error;
-  DGifCloseFile(g, &err);
-  if (!sized) check_size(w, h, max_pixels, what);
-  DI_REQUIRE(ok, what, ": not a readable GIF image (",
-             last ? GifErrorString(last) : "no image in the file", ")");
-  return out;
+  throw Error(str_cat(what, ": not a readable GIF image (",
+                      g->Error ? GifErrorString(g->Error) : "no image in the file", ")"));
 }
 
 // --- Pillow's bicubic resampling (Resample.c, 8 bits per sample) ---
