@@ -33,8 +33,9 @@ const float* Model::image_delimiter(int type) const {
 // One image's progress through the tower: the stage next to run (0: the patch embedding,
 // 1..layers: the blocks, then the final norm and the aligner), the stream and the rotary table.
 struct ImageJob {
-  const uint16_t* patches = nullptr;
-  int64_t vit_h = 0, vit_w = 0;
+  ImageJob(const uint16_t* p, int64_t rows, int64_t cols) : patches(p), vit_h(rows), vit_w(cols) {}
+  const uint16_t* patches;
+  int64_t vit_h, vit_w;
   size_t stage = 0;
   std::vector<float> h, cs, sn;
 };
@@ -45,11 +46,7 @@ std::shared_ptr<ImageJob> Model::begin_image(const uint16_t* patches, int64_t vi
              "this checkpoint has no vision tower (vision_n_layers = ", impl_->c.vision_n_layers,
              ", or no vision.* tensors)");
   DI_REQUIRE(vit_h > 0 && vit_w > 0, "encode_image: an empty patch grid");
-  auto j = std::make_shared<ImageJob>();
-  j->patches = patches;
-  j->vit_h = vit_h;
-  j->vit_w = vit_w;
-  return j;
+  return std::make_shared<ImageJob>(patches, vit_h, vit_w);
 }
 
 void Model::encode_image(const uint16_t* patches, int64_t vit_h, int64_t vit_w,
@@ -123,15 +120,6 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     ++job.stage;
     return false;
   }
-  auto rotate = [&](float* v, int64_t i) {  // one head's vector of row i
-    for (int64_t j = 0; j < half; ++j) {
-      const float a = v[j], b = v[j + half], cj = cs[size_t(i * half + j)],
-                  sj = sn[size_t(i * half + j)];
-      v[j] = (a * cj) - (b * sj);
-      v[j + half] = (b * cj) + (a * sj);
-    }
-  };
-
   if (job.stage <= V.blocks.size()) {  // one block
     const size_t l = job.stage++ - 1;
     const VisionBlockWeights& B = V.blocks[l];
@@ -140,9 +128,15 @@ bool Model::advance_image(ImageJob& job, std::vector<float>& out) {
     u = norm(h, B.norm1);
     lin(L[0], &B.wqkv_bias, u.data(), n, qkv);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t hh = 0; hh < H; ++hh)
-        for (int64_t part = 0; part < 2; ++part)
-          rotate(&qkv[size_t(i * 3 * Dv + part * Dv + hh * hd)], i);
+      for (int64_t hh = 0; hh < 2 * H; ++hh) {  // the heads of q, then those of k
+        float* v = &qkv[size_t(i * 3 * Dv + hh * hd)];
+        for (int64_t j = 0; j < half; ++j) {
+          const float a = v[j], b = v[j + half], cj = cs[size_t(i * half + j)],
+                      sj = sn[size_t(i * half + j)];
+          v[j] = (a * cj) - (b * sj);
+          v[j + half] = (b * cj) + (a * sj);
+        }
+      }
     m.round(qkv.data(), int64_t(qkv.size()));
     o.assign(size_t(n * Dv), 0.0f);
     for_rows(n * H, [&](int64_t ih) {
