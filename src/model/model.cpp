@@ -4,7 +4,6 @@
 
 #include "core/dtype.h"
 #include "core/region_timer.h"
-#include "io/npy.h"
 #include "kernels/elementwise.h"
 #include "kernels/hyper.h"
 #include "kernels/quant.h"
@@ -385,14 +384,6 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
 void NpyActivationDump::begin_call() {
   call_dir_ = dir_ + "/call" + std::to_string(calls_++);
   std::filesystem::create_directories(call_dir_);
-}
-void NpyActivationDump::put(const std::string& name, const float* data,
-                            const std::vector<int64_t>& shape) {
-  npy_write(call_dir_ + "/" + name + ".npy", data, shape);
-}
-void NpyActivationDump::put(const std::string& name, const int32_t* data,
-                            const std::vector<int64_t>& shape) {
-  npy_write(call_dir_ + "/" + name + ".npy", data, shape);
 }
 
 Model::Model(const Checkpoint& ck, ModelOptions opt)

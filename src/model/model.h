@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "io/npy.h"
 #include "kv/kv_cache.h"
 #include "ranks/group.h"
 
@@ -186,9 +187,11 @@ struct DraftOutput {
 class NpyActivationDump {
  public:
   explicit NpyActivationDump(std::string dir) : dir_(std::move(dir)) {}
-  void begin_call();  // at the start of every forward call that dumps
-  void put(const std::string& name, const float* data, const std::vector<int64_t>& shape);
-  void put(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
+  void begin_call();     // at the start of every forward call that dumps
+  template <typename T>  // float or int32_t
+  void put(const std::string& name, const T* data, const std::vector<int64_t>& shape) {
+    npy_write(call_dir_ + "/" + name + ".npy", data, shape);
+  }
 
  private:
   std::string dir_, call_dir_;
