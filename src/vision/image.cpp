@@ -27,8 +27,8 @@ namespace {
 // --- decoding ---
 
 // libpng and libjpeg report errors through a callback that must not return: it records the
-// message here and jumps back to the decoder's setjmp. Everything the decoder owns is declared
-// before that point, so the jump skips no destructor.
+// message here and jumps back to the decoder's setjmp, which throws. Everything the decoder owns
+// is declared before that point, so the jump skips no destructor.
 thread_local char t_error[JMSG_LENGTH_MAX + 64];
 
 void check_size(int64_t w, int64_t h, int64_t max_pixels, const std::string& what) {
@@ -65,38 +65,34 @@ RgbImage decode_png(std::string_view bytes, const std::string& what, int64_t max
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, nullptr, png_fail, png_warn);
   DI_REQUIRE(png, what, ": out of memory reading a PNG");
   png_infop info = png_create_info_struct(png);
-  // Read after a jump back: volatile.
-  volatile bool ok = false, sized = true, gray16 = false;
+  const auto destroy = [&info](png_structp p) {
+    png_destroy_read_struct(&p, info ? &info : nullptr, nullptr);
+  };
+  const std::unique_ptr<png_struct, decltype(destroy)> owner(png, destroy);
+  if (!info || setjmp(png_jmpbuf(png)) != 0)
+    throw Error(str_cat(what, ": not a readable PNG image (", t_error, ")"));
+  png_set_read_fn(png, &in, png_read_bytes);
+  png_read_info(png, info);
   png_uint_32 w = 0, h = 0;
   int depth = 0, color = 0;
-  if (info && setjmp(png_jmpbuf(png)) == 0) {
-    png_set_read_fn(png, &in, png_read_bytes);
-    png_read_info(png, info);
-    png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
-    sized = w > 0 && h > 0 && int64_t(w) * int64_t(h) <= max_pixels;
-    if (sized) {
-      // Pillow opens 16-bit gray as 32-bit integers and clips them to 0..255 for RGB; every
-      // other 16-bit sample keeps its high byte.
-      gray16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
-      if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
-      if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
-      if (depth == 16 && !gray16) png_set_strip_16(png);
-      if (!gray16) png_set_gray_to_rgb(png);
-      png_set_strip_alpha(png);  // dropped, not composited (tRNS included)
-      png_set_interlace_handling(png);
-      png_read_update_info(png, info);
-      // Rows of w RGB pixels, or of w 16-bit gray samples.
-      const size_t stride = png_get_rowbytes(png, info);
-      pixels.resize(stride * h);
-      rows.resize(h);
-      for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels.data() + y * stride;
-      png_read_image(png, rows.data());
-      ok = true;
-    }
-  }
-  png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
-  if (!sized) check_size(w, h, max_pixels, what);
-  DI_REQUIRE(ok, what, ": not a readable PNG image (", t_error, ")");
+  png_get_IHDR(png, info, &w, &h, &depth, &color, nullptr, nullptr, nullptr);
+  check_size(w, h, max_pixels, what);
+  // Pillow opens 16-bit gray as 32-bit integers and clips them to 0..255 for RGB; every other
+  // 16-bit sample keeps its high byte.
+  const bool gray16 = depth == 16 && color == PNG_COLOR_TYPE_GRAY;
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+  if (depth == 16 && !gray16) png_set_strip_16(png);
+  if (!gray16) png_set_gray_to_rgb(png);
+  png_set_strip_alpha(png);  // dropped, not composited (tRNS included)
+  png_set_interlace_handling(png);
+  png_read_update_info(png, info);
+  // Rows of w RGB pixels, or of w 16-bit gray samples.
+  const size_t stride = png_get_rowbytes(png, info);
+  pixels.resize(stride * h);
+  rows.resize(h);
+  for (png_uint_32 y = 0; y < h; ++y) rows[y] = pixels.data() + y * stride;
+  png_read_image(png, rows.data());
   if (!gray16) return {w, h, std::move(pixels)};
   RgbImage out{w, h, std::vector<uint8_t>(size_t(w) * h * 3)};
   for (size_t i = 0; i < size_t(w) * h; ++i) {
@@ -127,36 +123,29 @@ RgbImage decode_jpeg(std::string_view bytes, const std::string& what, int64_t ma
   err.mgr.emit_message = [](j_common_ptr c, int level) {
     if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) jpeg_fail(c);
   };
-  volatile bool ok = false, supported = true, sized = true;  // read after a jump back
-  volatile int64_t w = 0, h = 0;
   jpeg_create_decompress(&c);
-  if (setjmp(err.jump) == 0) {
-    jpeg_mem_src(&c, reinterpret_cast<const unsigned char*>(bytes.data()),
-                 static_cast<unsigned long>(bytes.size()));
-    jpeg_read_header(&c, TRUE);
-    w = c.image_width;
-    h = c.image_height;
-    sized = w > 0 && h > 0 && w * h <= max_pixels;
-    // Pillow decodes with libjpeg's defaults (islow DCT, fancy upsampling); gray is decoded as
-    // gray, then replicated (libjpeg's gray -> RGB conversion).
-    const J_COLOR_SPACE cs = c.jpeg_color_space;
-    supported = cs == JCS_GRAYSCALE || cs == JCS_YCbCr || cs == JCS_RGB;
-    if (sized && supported) {
-      c.out_color_space = JCS_RGB;
-      jpeg_start_decompress(&c);
-      out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
-      while (c.output_scanline < c.output_height) {
-        JSAMPROW row = out.rgb.data() + size_t(c.output_scanline) * size_t(w) * 3;
-        jpeg_read_scanlines(&c, &row, 1);
-      }
-      jpeg_finish_decompress(&c);
-      ok = true;
-    }
+  const std::unique_ptr<jpeg_decompress_struct, decltype(&jpeg_destroy_decompress)> owner(
+      &c, jpeg_destroy_decompress);
+  if (setjmp(err.jump) != 0)
+    throw Error(str_cat(what, ": not a readable JPEG image (", t_error, ")"));
+  jpeg_mem_src(&c, reinterpret_cast<const unsigned char*>(bytes.data()),
+               static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&c, TRUE);
+  const int64_t w = c.image_width, h = c.image_height;
+  check_size(w, h, max_pixels, what);
+  // Pillow decodes with libjpeg's defaults (islow DCT, fancy upsampling); gray is decoded as
+  // gray, then replicated (libjpeg's gray -> RGB conversion).
+  const J_COLOR_SPACE cs = c.jpeg_color_space;
+  DI_REQUIRE(cs == JCS_GRAYSCALE || cs == JCS_YCbCr || cs == JCS_RGB, what,
+             ": a CMYK or YCCK JPEG; expected RGB, YCbCr or grayscale");
+  c.out_color_space = JCS_RGB;
+  jpeg_start_decompress(&c);
+  out = {w, h, std::vector<uint8_t>(size_t(w * h * 3))};
+  while (c.output_scanline < c.output_height) {
+    JSAMPROW row = out.rgb.data() + size_t(c.output_scanline) * size_t(w) * 3;
+    jpeg_read_scanlines(&c, &row, 1);
   }
-  jpeg_destroy_decompress(&c);
-  if (!sized) check_size(w, h, max_pixels, what);
-  DI_REQUIRE(supported, what, ": a CMYK or YCCK JPEG; expected RGB, YCbCr or grayscale");
-  DI_REQUIRE(ok, what, ": not a readable JPEG image (", t_error, ")");
+  jpeg_finish_decompress(&c);
   return out;
 }
 
