@@ -31,79 +31,11 @@ struct Field {
 };
 
 // Every field of ModelConfig with its two spellings (V41_SPEC.md §1.1).
-using C = ModelConfig;
 const Field kFields[] = {
-    {"vocab_size", "vocab_size", &C::vocab_size, true},
-    {"dim", "hidden_size", &C::dim, true},
-    {"moe_inter_dim", "moe_intermediate_size", &C::moe_inter_dim, true},
-    {"n_layers", "num_hidden_layers", &C::n_layers, true},
-    {"n_mtp_layers", "num_nextn_predict_layers", &C::n_mtp_layers},
-    {"n_heads", "num_attention_heads", &C::n_heads, true},
-    {"n_routed_experts", "n_routed_experts", &C::n_routed_experts, true},
-    {"n_shared_experts", "n_shared_experts", &C::n_shared_experts},
-    {"n_activated_experts", "num_experts_per_tok", &C::n_activated_experts, true},
-    {"score_func", "scoring_func", &C::score_func},
-    {"gate_temp", "gate_temp", &C::gate_temp},
-    {"norm_topk_prob", "norm_topk_prob", &C::norm_topk_prob},
-    {"route_scale", "routed_scaling_factor", &C::route_scale},
-    {"swiglu_limit", "swiglu_limit", &C::swiglu_limit},
-    {"q_lora_rank", "q_lora_rank", &C::q_lora_rank, true},
-    {"head_dim", "head_dim", &C::head_dim, true},
-    {"rope_head_dim", "qk_rope_head_dim", &C::rope_head_dim, true},
-    {"norm_eps", "rms_norm_eps", &C::norm_eps},
-    {"o_groups", "o_groups", &C::o_groups, true},
-    {"o_lora_rank", "o_lora_rank", &C::o_lora_rank, true},
-    {"window_size", "sliding_window", &C::window_size, true},
-    {"compress_ratios", "compress_ratios", &C::compress_ratios, true},
-    {"kv_source_layers", "kv_source_layer_ids", &C::kv_source_layers},
-    {"index_source_layers", "index_source_layer_ids", &C::index_source_layers},
-    {"compress_rope_theta", "compress_rope_theta", &C::compress_rope_theta},
-    {"rope_theta", "rope_theta", &C::rope_theta},
-    {"original_seq_len", "rope_scaling.original_max_position_embeddings", &C::original_seq_len},
-    {"rope_factor", "rope_scaling.factor", &C::rope_factor},
-    {"beta_fast", "rope_scaling.beta_fast", &C::beta_fast},
-    {"beta_slow", "rope_scaling.beta_slow", &C::beta_slow},
-    {"index_n_heads", "index_n_heads", &C::index_n_heads},
-    {"index_head_dim", "index_head_dim", &C::index_head_dim},
-    {"index_topk", "index_topk", &C::index_topk},
-    {"candidate_source_layer", "candidate_source_layer_id", &C::candidate_source_layer},
-    {"candidate_topk_blocks", "candidate_topk_blocks", &C::candidate_topk_blocks},
-    {"candidate_block_size", "candidate_block_size", &C::candidate_block_size},
-    {"hc_mult", "hc_mult", &C::hc_mult},
-    {"hc_sinkhorn_iters", "hc_sinkhorn_iters", &C::hc_sinkhorn_iters},
-    {"hc_eps", "hc_eps", &C::hc_eps},
-    {"engram_layer_ids", "engram_layer_ids", &C::engram_layer_ids},
-    {"engram_num_embeddings", "engram_num_embeddings", &C::engram_num_embeddings},
-    {"engram_max_ngram_size", "engram_max_ngram_size", &C::engram_max_ngram_size},
-    {"engram_vocab_size", "engram_vocab_size", &C::engram_vocab_size},
-    {"engram_n_heads", "engram_n_heads", &C::engram_n_heads},
-    {"engram_head_dim", "engram_head_dim", &C::engram_head_dim},
-    {"engram_pad_id", "engram_pad_token_id", &C::engram_pad_id},
-    {"engram_compressed_vocab_size", "engram_compressed_vocab_size",
-     &C::engram_compressed_vocab_size},
-    {"dtype", "", &C::dtype},
-    {"expert_dtype", "", &C::expert_dtype},
-    {"bos_token_id", "bos_token_id", &C::bos_token_id},
-    {"eos_token_id", "eos_token_id", &C::eos_token_id},
-    {"pad_token_id", "pad_token_id", &C::pad_token_id},
-    {"max_position_embeddings", "max_position_embeddings", &C::max_position_embeddings},
-    {"dspark_block_size", "dspark_block_size", &C::dspark_block_size},
-    {"dspark_noise_token_id", "dspark_noise_token_id", &C::dspark_noise_token_id},
-    {"dspark_target_layer_ids", "dspark_target_layer_ids", &C::dspark_target_layer_ids},
-    {"dspark_markov_rank", "dspark_markov_rank", &C::dspark_markov_rank},
-    {"dspark_n_routed_experts", "dspark_n_routed_experts", &C::dspark_n_routed_experts},
-    {"dspark_n_activated_experts", "dspark_num_experts_per_tok", &C::dspark_n_activated_experts},
-    {"vision_n_layers", "vision_config.num_hidden_layers", &C::vision_n_layers},
-    {"vision_dim", "vision_config.hidden_size", &C::vision_dim},
-    {"vision_n_heads", "vision_config.num_attention_heads", &C::vision_n_heads},
-    {"vision_inter_dim", "vision_config.intermediate_size", &C::vision_inter_dim},
-    {"vision_patch_size", "vision_config.patch_size", &C::vision_patch_size},
-    {"vision_downsample_ratio", "vision_config.downsample_ratio", &C::vision_downsample_ratio},
-    {"vision_max_n_token", "vision_config.max_n_token", &C::vision_max_n_token},
-    {"vision_min_pixels", "vision_config.min_pixels", &C::vision_min_pixels},
-    {"vision_max_wh_ratio", "vision_config.max_wh_ratio", &C::vision_max_wh_ratio},
-    {"vision_rope_theta", "vision_config.rope_theta", &C::vision_rope_theta},
-    {"image_token_id", "image_token_id", &C::image_token_id},
+#define DEEPINFER_CONFIG_FIELD(type, name, init, hf_key, required) \
+  {#name, hf_key, &ModelConfig::name, required},
+    DEEPINFER_CONFIG_FIELDS(DEEPINFER_CONFIG_FIELD)
+#undef DEEPINFER_CONFIG_FIELD
 };
 
 // Finds a dotted path ("rope_scaling.factor") in an object; nullptr if absent or null.
@@ -317,6 +249,11 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(v % m == 0, label, ": ", name, " = ", v, " must be a multiple of ", m, " (", why,
                ")");
   };
+  auto token_id = [&](const char* name) {
+    const int64_t v = int_field(*this, name);
+    DI_REQUIRE(v >= 0 && v < vocab_size, label, ": ", name, " = ", v,
+               " must be a token id in [0, vocab_size)");
+  };
   auto layer_list = [&](const char* name, const std::vector<int>& v) {
     for (size_t i = 0; i < v.size(); ++i) {
       DI_REQUIRE(v[i] >= 0 && v[i] < n_layers, label, ": ", name, "[", i, "] = ", v[i],
@@ -397,9 +334,7 @@ void ModelConfig::validate(const std::string& label) const {
                " must be >= index_topk = ", index_topk, " (otherwise masked rows can be selected)");
   }
   if (has_dspark()) {
-    DI_REQUIRE(dspark_noise_token_id >= 0 && dspark_noise_token_id < vocab_size, label,
-               ": dspark_noise_token_id = ", dspark_noise_token_id,
-               " must be a token id in [0, vocab_size)");
+    token_id("dspark_noise_token_id");
     DI_REQUIRE(!dspark_target_layer_ids.empty(), label,
                ": dspark_target_layer_ids must list the backbone layers the draft head reads");
     layer_list("dspark_target_layer_ids", dspark_target_layer_ids);
@@ -418,8 +353,7 @@ void ModelConfig::validate(const std::string& label) const {
                "): each head's 2D rotary halves");
     DI_REQUIRE(vision_max_n_token >= 4, label, ": vision_max_n_token = ", vision_max_n_token,
                " must hold a span of at least one image token (4)");
-    DI_REQUIRE(image_token_id >= 0 && image_token_id < vocab_size, label,
-               ": image_token_id = ", image_token_id, " must be a token id in [0, vocab_size)");
+    token_id("image_token_id");
   }
   // Roles check the sharing structure (who reads whose KV, keys and top-k).
   (void)layer_roles(*this, label);
@@ -438,8 +372,7 @@ void ModelConfig::validate(const std::string& label) const {
     DI_REQUIRE(engram_head_dim > 0 && engram_head_dim % 32 == 0, label,
                ": engram_head_dim = ", engram_head_dim,
                " must be a positive multiple of 32 (fp8 table blocks)");
-    DI_REQUIRE(engram_pad_id >= 0 && engram_pad_id < vocab_size, label,
-               ": engram_pad_id = ", engram_pad_id, " must be a token id in [0, vocab_size)");
+    token_id("engram_pad_id");
   }
 }
 
