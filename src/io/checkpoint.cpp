@@ -56,12 +56,14 @@ std::string accepted_forms(SlotKind k, const Shape& shape) {
                  " without a scale");
 }
 
+}  // namespace
+
 // --- schema ---
 
-// The schema and, when `ck` is given, the slot of it each tensor binds into (`slots`, in schema
-// order; `ck->layers` is sized here).
-std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int expert_end, bool dspark,
-                               bool vision, Checkpoint* ck, std::vector<Weight*>* slots) {
+// The schema of config_; each tensor is bound into its slot (sized here) when `bind_slots`.
+std::vector<TensorSpec> Checkpoint::schema(int expert_begin, int expert_end, bool with_dspark,
+                                           bool with_vision, bool bind_slots) {
+  const ModelConfig& c = config_;
   if (expert_end < 0) expert_end = c.n_routed_experts;
   const auto roles = layer_roles(c);
   const int64_t D = c.dim, M = c.hc_mult, H = c.n_heads, Dh = c.head_dim, Q = c.q_lora_rank;
@@ -73,13 +75,11 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   const WF dense = c.dtype == "fp8" ? WF::Fp8Block : WF::BF16;
   const WF expert = c.expert_dtype == "fp4" ? WF::Fp4Row : dense;
   std::vector<TensorSpec> s;
-  Weight scratch;  // the slot of every tensor when there is no checkpoint
-  LayerWeights scratch_layer;
   auto add = [&](std::string name, SK k, WF f, Shape shape, Weight& slot) {
     s.push_back({std::move(name), k, f, shape});
-    if (slots) slots->push_back(&slot);
+    if (bind_slots) slot = bind(s.back());
   };
-  add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D}, ck ? ck->embed : scratch);
+  add("embed.weight", SK::Bf16, WF::BF16, {c.vocab_size, D}, embed);
   // One block: backbone layer `l` (prefix "layers.<l>.") or DSpark stage (prefix "mtp.<k>.",
   // window-only role, no Engram: z = -1), with the routed experts [e_begin, e_end) of n_experts.
   auto add_layer = [&](const std::string& p, const LayerRole& r, LayerWeights& L, int n_experts,
@@ -140,18 +140,17 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
       add(e + "k_weight", SK::Bf16, WF::BF16, {M, D}, L.engram_k);
     }
   };
-  if (ck) ck->layers.resize(size_t(c.n_layers));
+  layers.resize(size_t(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l)
-    add_layer("layers." + std::to_string(l) + ".", roles[size_t(l)],
-              ck ? ck->layers[size_t(l)] : scratch_layer, c.n_routed_experts, expert_begin,
-              expert_end, c.engram_index(l), vision && c.has_vision());
-  add("norm.weight", SK::Bf16, WF::BF16, {D}, ck ? ck->norm : scratch);
-  add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, ck ? ck->head : scratch);
-  if (dspark && c.has_dspark()) {
+    add_layer("layers." + std::to_string(l) + ".", roles[size_t(l)], layers[size_t(l)],
+              c.n_routed_experts, expert_begin, expert_end, c.engram_index(l),
+              with_vision && c.has_vision());
+  add("norm.weight", SK::Bf16, WF::BF16, {D}, norm);
+  add("head.weight", SK::Fp32Linear, WF::BF16, {c.vocab_size, D}, head);
+  if (with_dspark && c.has_dspark()) {
     // The draft head (V41_SPEC.md §10.4): window-only stages with every one of their experts on
     // every rank, main_proj/main_norm in stage 0, the heads in the last stage.
-    DsparkWeights scratch_dspark;
-    DsparkWeights& dw = ck ? ck->dspark : scratch_dspark;
+    DsparkWeights& dw = dspark;
     dw.stages.resize(size_t(c.n_mtp_layers));
     const int64_t R = c.dspark_markov_rank;
     for (int k = 0; k < c.n_mtp_layers; ++k) {
@@ -172,11 +171,10 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
       }
     }
   }
-  if (vision && c.has_vision()) {
+  if (with_vision && c.has_vision()) {
     const int64_t Dv = c.vision_dim, Fv = c.vision_inter_dim, p = c.vision_patch_size;
     const int64_t r = c.vision_downsample_ratio;
-    VisionWeights scratch_vision;
-    VisionWeights& v = ck ? ck->vision : scratch_vision;
+    VisionWeights& v = vision;
     v.blocks.resize(size_t(c.vision_n_layers));
     add("vision.patch_embed.proj.weight", SK::Bf16, WF::BF16, {Dv, 3 * p * p}, v.patch_embed);
     add("vision.patch_embed.proj.bias", SK::Bf16, WF::BF16, {Dv}, v.patch_embed_bias);
@@ -204,11 +202,11 @@ std::vector<TensorSpec> schema(const ModelConfig& c, int expert_begin, int exper
   return s;
 }
 
-}  // namespace
-
 std::vector<TensorSpec> checkpoint_schema(const ModelConfig& c, int expert_begin, int expert_end,
                                           bool dspark, bool vision) {
-  return schema(c, expert_begin, expert_end, dspark, vision, nullptr, nullptr);
+  Checkpoint scratch;  // its slots are left unbound
+  scratch.config_ = c;
+  return scratch.schema(expert_begin, expert_end, dspark, vision, false);
 }
 
 uint64_t tensor_spec_bytes(const TensorSpec& s) {
@@ -273,21 +271,14 @@ std::string loaded_form(SlotKind kind, const Weight& w) {
 std::vector<uint8_t> converted(const TensorInfo& t, DType want) {
   const size_t n = size_t(t.shape.numel()), size = want == DType::F32 ? 4 : 2;
   std::vector<uint8_t> out(n * size);
+  const size_t in = t.dtype == DType::F32 ? 4 : 2;
   for (size_t i = 0; i < n; ++i) {
     float v;
     uint16_t h;
-    if (t.dtype == DType::F32) {
-      std::memcpy(&v, t.data + 4 * i, 4);
-    } else {
-      std::memcpy(&h, t.data + 2 * i, 2);
-      v = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-    }
-    if (want == DType::F32) {
-      std::memcpy(out.data() + 4 * i, &v, 4);
-    } else {
-      h = f32_to_bf16(v);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
+    std::memcpy(in == 4 ? static_cast<void*>(&v) : &h, t.data + in * i, in);
+    if (in == 2) v = t.dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    if (size == 2) h = f32_to_bf16(v);
+    std::memcpy(out.data() + size * i, size == 4 ? static_cast<const void*>(&v) : &h, size);
   }
   return out;
 }
@@ -423,10 +414,7 @@ std::unique_ptr<Checkpoint> Checkpoint::load(const std::string& dir, int expert_
                accepted_forms(s.kind, s.shape), ")");
 
   // Bind in schema order, each tensor into its slot.
-  std::vector<Weight*> slots;
-  const std::vector<TensorSpec> mine =
-      schema(c, ck->expert_begin, ck->expert_end, ck->has_dspark, ck->has_vision, ck.get(), &slots);
-  for (size_t i = 0; i < mine.size(); ++i) *slots[i] = ck->bind(mine[i]);
+  ck->schema(ck->expert_begin, ck->expert_end, ck->has_dspark, ck->has_vision, true);
   return ck;
 }
 

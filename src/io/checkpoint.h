@@ -182,7 +182,11 @@ class Checkpoint {
   uint64_t converted_bytes = 0;  // bytes of owned converted buffers
 
  private:
+  friend std::vector<TensorSpec> checkpoint_schema(const ModelConfig&, int, int, bool, bool);
   Checkpoint() = default;
+  // checkpoint_schema() for config_; with `bind_slots`, binds each tensor into its slot as listed.
+  std::vector<TensorSpec> schema(int expert_begin, int expert_end, bool with_dspark,
+                                 bool with_vision, bool bind_slots);
   Weight bind(const TensorSpec& spec);  // also counts it in bound_bytes and forms
   // Keeps converted bytes (counted in converted_bytes) for the checkpoint's lifetime.
   const uint8_t* own(std::vector<uint8_t> bytes);
