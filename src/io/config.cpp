@@ -177,9 +177,8 @@ std::string ModelConfig::to_json() const {
 }
 
 int ModelConfig::engram_index(int layer) const {
-  for (size_t z = 0; z < engram_layer_ids.size(); ++z)
-    if (engram_layer_ids[z] == layer) return int(z);
-  return -1;
+  const auto it = std::ranges::find(engram_layer_ids, layer);
+  return it == engram_layer_ids.end() ? -1 : int(it - engram_layer_ids.begin());
 }
 
 // --- validation ---

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "core/error.h"
@@ -279,9 +280,8 @@ std::vector<std::string> TensorStore::names() const {
 }
 
 uint64_t TensorStore::total_bytes() const {
-  uint64_t n = 0;
-  for (const auto& [name, t] : by_name_) n += t->nbytes;
-  return n;
+  return std::accumulate(by_name_.begin(), by_name_.end(), uint64_t(0),
+                         [](uint64_t n, const auto& e) { return n + e.second->nbytes; });
 }
 
 // --- SafetensorsWriter ---
@@ -296,9 +296,8 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, const Shape& s
 }
 
 uint64_t SafetensorsWriter::data_bytes() const {
-  uint64_t n = 0;
-  for (const auto& e : entries_) n += e.bytes.size();
-  return n;
+  return std::accumulate(entries_.begin(), entries_.end(), uint64_t(0),
+                         [](uint64_t n, const Entry& e) { return n + e.bytes.size(); });
 }
 
 std::vector<std::string> SafetensorsWriter::names() const {
