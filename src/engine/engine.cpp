@@ -210,30 +210,29 @@ std::string Engine::check_request(const Request& req) const {
   return scheduler_->check(req);
 }
 
-bool Engine::token_stop(const Sequence& s) const {
+FinishReason Engine::stop_reason(const Sequence& s) const {
   const SamplingParams& p = s.req.params;
   const int32_t t = s.tokens.back();
   // A grammar's end is the end, whatever ignore_eos says (nothing else could follow).
-  return (!p.ignore_eos && t == model_.config().eos_token_id) ||
-         (s.matcher && s.matcher->finished()) ||
-         std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) != p.stop_token_ids.end();
-}
-
-bool Engine::length_stop(const Sequence& s) const {
-  return s.num_generated() >= s.req.params.max_tokens ||
-         int64_t(s.tokens.size()) >= cfg_.sched.max_model_len;
+  if ((!p.ignore_eos && t == model_.config().eos_token_id) ||
+      (s.matcher && s.matcher->finished()) ||
+      std::ranges::find(p.stop_token_ids, t) != p.stop_token_ids.end())
+    return FinishReason::Stop;
+  if (s.num_generated() >= p.max_tokens || int64_t(s.tokens.size()) >= cfg_.sched.max_model_len)
+    return FinishReason::Length;
+  return FinishReason::None;
 }
 
 void Engine::check_stop(Sequence* s) {
   const SamplingParams& p = s->req.params;
-  if (token_stop(*s)) return scheduler_->finish(s, FinishReason::Stop);
+  const FinishReason why = stop_reason(*s);
+  if (why == FinishReason::Stop) return scheduler_->finish(s, why);
   if (!p.stop.empty()) {
     // Only a stop string that ends in the newest token can be new, and it lies within the last
     // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
     // replacement characters a cut through a character may give, at most 9 bytes), not the whole
     // output, so the check costs the same at every length.
-    size_t longest = 0;
-    for (const auto& stop : p.stop) longest = std::max(longest, stop.size());
+    const size_t longest = std::ranges::max(p.stop, {}, &std::string::size).size();
     const int64_t n_out = s->num_generated();
     const int32_t* end = s->tokens.data() + s->tokens.size();
     std::string text;
@@ -247,7 +246,7 @@ void Engine::check_stop(Sequence* s) {
         return scheduler_->finish(s, FinishReason::Stop);
       }
   }
-  if (length_stop(*s)) scheduler_->finish(s, FinishReason::Length);
+  if (why == FinishReason::Length) scheduler_->finish(s, why);
 }
 
 std::vector<TokenEvent> Engine::step() {
@@ -294,13 +293,12 @@ std::vector<TokenEvent> Engine::step() {
           in.allowed = s->matcher->allowed();
         }
         const int32_t t = sampler_.sample(in, &tops_.emplace_back());
-        if (s->matcher) {
-          const bool ok = s->matcher->accept(t);
-          DI_CHECK(ok, "the sampler chose token ", t, ", which the grammar refuses");
-        }
+        if (s->matcher)
+          DI_CHECK(s->matcher->accept(t), "the sampler chose token ", t,
+                   ", which the grammar refuses");
         sampled_.push_back(t);
         s->tokens.push_back(t);  // the next row's history
-        if (j == q.n_drafts || t != drafts[j] || token_stop(*s) || length_stop(*s)) break;
+        if (j == q.n_drafts || t != drafts[j] || stop_reason(*s) != FinishReason::None) break;
       }
       row += 1 + size_t(q.n_drafts);
       const size_t k = sampled_.size() - first;
@@ -344,7 +342,7 @@ void Engine::draft(const SchedOutput& out) {
       accepted = k - 1;
       at += size_t(k);
       const Sequence& s = *scheduler_->find(q.seq_id);
-      if (scheduler_->may_draft(s) && !token_stop(s) && !length_stop(s)) from = sampled_[at - 1];
+      if (scheduler_->may_draft(s) && stop_reason(s) == FinishReason::None) from = sampled_[at - 1];
     }
     draft_in_.push_back({int32_t(i), int64_t(q.tokens.size()) - q.n_drafts + accepted, from});
   }
@@ -437,22 +435,17 @@ int32_t Sampler::choose(const SampleInput& in) {
   // Penalties: repetition over prompt and output, presence/frequency over output. `count_` is
   // all zero between calls: only the entries of this history's tokens are touched, then reset.
   if (p.repetition_penalty != 1.0f) {
-    count_.resize(size_t(V));
     for (int32_t t : toks)
       if (!count_[size_t(t)]++)
         l[t] = l[t] > 0 ? l[t] / p.repetition_penalty : l[t] * p.repetition_penalty;
     for (int32_t t : toks) count_[size_t(t)] = 0;
   }
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    count_.resize(size_t(V));
-    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) ++count_[size_t(toks[i])];
-    for (size_t i = size_t(in.num_prompt); i < toks.size(); ++i) {
-      const int32_t t = toks[i];
-      if (const int32_t n = count_[size_t(t)]) {
+    const std::span<const int32_t> out(toks.begin() + in.num_prompt, toks.end());
+    for (int32_t t : out) ++count_[size_t(t)];
+    for (int32_t t : out)
+      if (const int32_t n = std::exchange(count_[size_t(t)], 0))
         l[t] -= p.frequency_penalty * float(n) + p.presence_penalty;
-        count_[size_t(t)] = 0;
-      }
-    }
   }
   if (in.allowed)
     for (int64_t i = 0; i < V; ++i)
@@ -473,32 +466,31 @@ int32_t Sampler::choose(const SampleInput& in) {
   // Probabilities of the candidates (softmax over them), then top-p and min-p cuts.
   float mx = l[ids_[0]];
   for (int64_t i = 1; i < n; ++i) mx = std::max(mx, l[ids_[size_t(i)]]);
-  std::vector<double>& prob = prob_;
-  prob.resize(size_t(n));
+  prob_.resize(size_t(n));
   double total = 0;
   for (int64_t i = 0; i < n; ++i)
-    total += (prob[size_t(i)] = std::exp(double(l[ids_[size_t(i)]] - mx)));
+    total += (prob_[size_t(i)] = std::exp(double(l[ids_[size_t(i)]] - mx)));
   int64_t keep = n;
   if (p.top_p < 1.0f) {  // the fewest candidates whose mass reaches top_p
     keep = 0;
     for (double cum = 0; keep < n && cum < double(p.top_p); ++keep)
-      cum += prob[size_t(keep)] / total;
+      cum += prob_[size_t(keep)] / total;
   }
   if (p.min_p > 0.0f) {
-    const double floor = double(p.min_p) * prob[0];
+    const double floor = double(p.min_p) * prob_[0];
     int64_t m = 1;
-    while (m < keep && prob[size_t(m)] >= floor) ++m;
+    while (m < keep && prob_[size_t(m)] >= floor) ++m;
     keep = m;
   }
-  const double kept = std::accumulate(prob.begin(), prob.begin() + keep, 0.0);
+  const double kept = std::accumulate(prob_.begin(), prob_.begin() + keep, 0.0);
   const double u = sample_uniform(in.seed, uint64_t(toks.size() - size_t(in.num_prompt))) * kept;
   double cum = 0;
   for (int64_t i = 0; i < keep; ++i) {
-    cum += prob[size_t(i)];
+    cum += prob_[size_t(i)];
     if (u < cum) return ids_[size_t(i)];
   }
   int64_t last = keep - 1;  // rounding left u at the very top: the last candidate with mass
-  while (last > 0 && prob[size_t(last)] == 0) --last;
+  while (last > 0 && prob_[size_t(last)] == 0) --last;
   return ids_[size_t(last)];
 }
 

@@ -34,7 +34,7 @@ struct SampleInput {
 
 class Sampler {
  public:
-  explicit Sampler(int64_t vocab) : vocab_(vocab) {}
+  explicit Sampler(int64_t vocab) : vocab_(vocab), count_(size_t(vocab)) {}
   // The chosen token; fills `top` with the top-K logprobs of the raw distribution when K > 0,
   // followed by the chosen token's when it is not among them.
   int32_t sample(const SampleInput& in, TopLogprobs* top);
@@ -45,7 +45,7 @@ class Sampler {
   std::vector<float> work_;
   std::vector<int32_t> ids_;
   std::vector<double> prob_;
-  std::vector<int32_t> count_;  // per-token counts of one history, zero between calls
+  std::vector<int32_t> count_;  // [vocab] per-token counts of one history, zero between calls
 };
 
 struct EngineConfig {
@@ -113,10 +113,9 @@ class Engine {
  private:
   // Finishes `s` when its newest token ends it.
   void check_stop(Sequence* s);
-  // Whether the newest token ends `s` by itself (end of sequence, a stop id, the grammar's end),
-  // and whether `s` reached its length limit; stop strings aside.
-  bool token_stop(const Sequence& s) const;
-  bool length_stop(const Sequence& s) const;
+  // Stop strings aside, what ends `s` now: Stop when its newest token does by itself (end of
+  // sequence, a stop id, the grammar's end), else Length at its length limit, else None.
+  FinishReason stop_reason(const Sequence& s) const;
   // DSpark: the step's kept rows into the draft head, and each sampling sequence's next drafts.
   void draft(const SchedOutput& out);
 

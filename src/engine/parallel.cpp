@@ -31,14 +31,11 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
              " ranks but --dp/--cp/--ep ask for ", cfg.world_size());
   RankLayout L;
   L.cfg = cfg;
-  L.world_rank = world.rank();
-  const int g = cfg.replica_size();
-  L.dp_rank = L.world_rank / g;
-  L.replica_rank = L.world_rank % g;
-  L.scheduler = L.replica_rank == 0;
+  const int g = cfg.replica_size(), dp_rank = world.rank() / g, replica_rank = world.rank() % g;
+  L.scheduler = replica_rank == 0;
   // Every member calls split in the same order: replica groups, then the dp group.
-  L.replica = world.group().split(L.dp_rank, L.replica_rank);
-  L.dp = world.group().split(L.replica_rank == 0 ? 0 : -1, L.dp_rank);
+  L.replica = world.group().split(dp_rank, replica_rank);
+  L.dp = world.group().split(L.scheduler ? 0 : -1, dp_rank);
   if (cfg.dp == 1) {
     L.channel = g > 1 ? &world.channel() : nullptr;
     if (cfg.cp > 1) L.model.context = std::make_shared<ContextShard>(L.replica.get());
@@ -46,7 +43,7 @@ RankLayout make_rank_layout(const ParallelConfig& cfg, ranks::World& world, int 
   } else if (cfg.ep > 1) {
     L.model.experts = std::make_shared<ExpertExchange>(&world.group(), true);
   }
-  const int ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? L.replica_rank : L.dp_rank;
+  const int ep_rank = cfg.ep == 1 ? 0 : cfg.dp == 1 ? replica_rank : dp_rank;
   L.expert_begin = n_experts / cfg.ep * ep_rank;
   L.expert_end = n_experts / cfg.ep * (ep_rank + 1);
   // Engram rows: shard over the ranks that share tokens when asked to, or by default when the

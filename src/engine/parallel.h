@@ -43,7 +43,6 @@ struct ParallelConfig {
 // This rank's place in the run, and the groups it talks over.
 struct RankLayout {
   ParallelConfig cfg;
-  int world_rank = 0, dp_rank = 0, replica_rank = 0;
   int expert_begin = 0, expert_end = 0;
   bool scheduler = true;                  // runs a scheduler and a sampler (replica rank 0)
   std::unique_ptr<ranks::Group> replica;  // ranks sharing tokens (size 1: none)
