@@ -204,9 +204,7 @@ void serve_replica(Engine& engine, ranks::Group& dp, const GrammarResolver& gram
         // The front checked it against the same limits: only a grammar can fail here.
         std::fprintf(stderr, "deepinfer: replica %d: request %llu refused: %s\n", dp.rank(),
                      (unsigned long long)id, error.c_str());
-        RequestOutput& out = finished.emplace_back();
-        out.id = id;
-        out.finish = FinishReason::Error;
+        finished.push_back({id, {}, {}, {}, FinishReason::Error, {}, 0, 0});
       }
     }
     for (RequestId id : aborts) engine.abort(id);

@@ -74,7 +74,9 @@ PrefixCache::Hit PrefixCache::lookup(std::span<const int32_t> tokens,
 int32_t PrefixCache::take_snapshot() {
   const auto it = std::min_element(snap_used_.begin(), snap_used_.end());
   const auto snap = int32_t(it - snap_used_.begin());
-  drop_snapshot(snap);
+  // Whatever entry held it loses its snapshot (and stays, as a block without one).
+  if (const auto owner = std::exchange(snap_owner_[size_t(snap)], std::nullopt))
+    if (const auto e = entries_.find(*owner); e != entries_.end()) e->second.snapshot = -1;
   *it = ++tick_;
   return snap;
 }
@@ -104,12 +106,6 @@ void PrefixCache::evict(int32_t pool, int32_t block) {
     snap_used_[size_t(it->second.snapshot)] = 0;
   }
   entries_.erase(it);
-}
-
-void PrefixCache::drop_snapshot(int32_t snap) {
-  if (!snap_owner_[size_t(snap)]) return;
-  const auto it = entries_.find(*std::exchange(snap_owner_[size_t(snap)], std::nullopt));
-  if (it != entries_.end()) it->second.snapshot = -1;
 }
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, int32_t num_blocks, int32_t cp,
@@ -209,13 +205,6 @@ void Scheduler::preempt(Sequence* s) {
   // Back into the waiting queue at its arrival position (it is older than later arrivals).
   waiting_.insert(
       std::ranges::find_if(waiting_, [&](Sequence* w) { return w->arrival > s->arrival; }), s);
-}
-
-void Scheduler::admit(Sequence* s) {
-  s->slot = free_slots_.back();
-  free_slots_.pop_back();
-  running_.insert(
-      std::ranges::find_if(running_, [&](Sequence* r) { return r->arrival > s->arrival; }), s);
 }
 
 bool Scheduler::take_hit(Sequence* s) {
@@ -385,7 +374,10 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       stats_.prefix_hit_tokens += s->num_computed;
     }
     waiting_.pop_front();
-    admit(s);
+    s->slot = free_slots_.back();
+    free_slots_.pop_back();
+    running_.insert(
+        std::ranges::find_if(running_, [&](Sequence* r) { return r->arrival > s->arrival; }), s);
     take(s, n);
   }
   out.seqs.resize(picked_.size());  // the entries keep their buffers from earlier steps

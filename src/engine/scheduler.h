@@ -181,7 +181,6 @@ class PrefixCache {
     std::vector<int32_t> tokens;
     int32_t block = -1, snapshot = -1;
   };
-  void drop_snapshot(int32_t snap);
 
   int64_t block_tokens_;
   int32_t n_pools_, blocks_per_pool_;
@@ -258,7 +257,6 @@ class Scheduler {
   // A running sequence stops running: its blocks and slot go back.
   void release(Sequence* s);
   void preempt(Sequence* s);
-  void admit(Sequence* s);
   // Prefix caching: a waiting sequence takes the cached blocks its tokens start with (false:
   // none; release_blocks gives them back when it is not admitted after all).
   bool take_hit(Sequence* s);

@@ -25,6 +25,7 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
     LayerRegion& L = layers_[size_t(l)];
     L.window.assign(size_t(max_seqs_ * window_ * window_row_bytes_), 0);
     L.snapshot_window.assign(size_t(num_snapshots_ * window_ * window_row_bytes_), 0);
+    if (opt.slot_backups) L.backup_window = L.window;
     if (!r.kv_source) continue;
     DI_REQUIRE(block_tokens_ % r.ratio == 0, "KV cache: block size ", block_tokens_,
                " tokens is not a multiple of layer ", l, "'s compress ratio ", r.ratio);
@@ -34,18 +35,15 @@ KvCache::KvCache(const ModelConfig& c, const KvCacheOptions& opt)
     for (int which : {0, 1})
       L.paged[which].assign(size_t(num_blocks_ * L.rows_per_block * L.row_bytes[which]), 0);
     if (r.ratio > 1) L.carry.assign(size_t(max_seqs_ * r.ratio * 2 * c.head_dim), 0.0f);
-  }
-  if (opt.slot_backups) {
-    for (LayerRegion& L : layers_) {
-      L.backup_window.assign(L.window.size(), 0);
-      L.backup_carry.assign(L.carry.size(), 0.0f);
-    }
-    backup_history_.assign(size_t(max_seqs_ * history_len_), 0);
-    backup_key_layer_.assign(size_t(max_seqs_), -1);
+    if (opt.slot_backups) L.backup_carry = L.carry;
   }
   history_.assign(size_t(max_seqs_ * history_len_), 0);
   snapshot_history_.assign(size_t(num_snapshots_ * history_len_), 0);
   last_key_layer_.assign(size_t(max_seqs_), -1);
+  if (opt.slot_backups) {
+    backup_history_ = history_;
+    backup_key_layer_ = last_key_layer_;
+  }
 }
 
 uint64_t KvCache::bytes() const {
