@@ -331,14 +331,12 @@ void Scheduler::schedule(SchedOutput& out, bool allow_prefill) {
       // A prompt chunk shrinks to the free blocks; only a sequence that cannot add a single
       // token preempts, newest first.
       if (n > 1) n = std::clamp<int64_t>(room(s) - s->num_computed, 1, n);
-      bool ok = true;
-      while (ok && room(s) < s->num_computed + n) {
-        Sequence* victim = running_.back();  // the newest arrival
+      while (s->running() && room(s) < s->num_computed + n) {
+        Sequence* victim = running_.back();  // the newest arrival, `s` itself at the last
         unpick(victim);
         preempt(victim);
-        ok = victim != s;
       }
-      if (!ok) continue;
+      if (!s->running()) continue;
       s->drafts.clear();
       // A sequence computing rejected drafts' accepted tokens again takes new drafts only while
       // that tail is short: a run of rejections would otherwise grow it step after step (each
