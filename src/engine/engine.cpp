@@ -232,7 +232,8 @@ void Engine::check_stop(Sequence* s) {
     // `longest` bytes of the output's text: decode a suffix of the output that long (plus the
     // replacement characters a cut through a character may give, at most 9 bytes), not the whole
     // output, so the check costs the same at every length.
-    const size_t longest = std::ranges::max(p.stop, {}, &std::string::size).size();
+    size_t longest = 0;
+    for (const auto& stop : p.stop) longest = std::max(longest, stop.size());
     const int64_t n_out = s->num_generated();
     const int32_t* end = s->tokens.data() + s->tokens.size();
     std::string text;

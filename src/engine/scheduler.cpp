@@ -163,8 +163,7 @@ int64_t Scheduler::room(const Sequence* s) const {
   // Blocks held, held + 1, ... come from pools i mod cp: after min_free full rounds every pool is
   // down by min_free; the last, partial round goes on while the next pool still has one.
   const size_t held = s->blocks.size(), cp = pools_.size();
-  int64_t min_free = INT64_MAX;
-  for (const auto& p : pools_) min_free = std::min<int64_t>(min_free, p.num_free());
+  const int64_t min_free = std::ranges::min_element(pools_, {}, &BlockPool::num_free)->num_free();
   int64_t n = int64_t(held) + min_free * int64_t(cp);
   for (size_t k = 0; k < cp && pools_[(held + k) % cp].num_free() > min_free; ++k) ++n;
   return n * cfg_.block_tokens;
