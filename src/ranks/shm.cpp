@@ -190,6 +190,8 @@ std::string describe_exit_status(int status) {
 
 namespace {
 
+using namespace std::chrono_literals;
+
 // Whether `entry` ("NAME=value") sets one of the three rank variables.
 bool is_rank_variable(std::string_view entry) {
   for (const char* name : {kEnvLocalRank, kEnvWorldSize, kEnvShmName})
@@ -304,15 +306,6 @@ uint64_t now_us() {
   return uint64_t(std::chrono::duration_cast<std::chrono::microseconds>(t).count());
 }
 
-int open_pidfd(int pid) {
-#ifdef SYS_pidfd_open
-  const long fd = syscall(SYS_pidfd_open, pid, 0);
-  return fd < 0 ? -1 : int(fd);
-#else
-  return -1;
-#endif
-}
-
 // Whether `pid` has exited: its pidfd is readable, or without one (an old kernel or a sandbox
 // that forbids them) it is gone or a zombie nobody reaped.
 bool has_died(int pid, int pidfd) {
@@ -359,8 +352,10 @@ class Liveness {
     reaped_[size_t(self_rank)] = true;
     close_pidfds();
     pidfds_.assign(pids.size(), -1);
+    // -1 where the kernel or a sandbox gives no pidfd.
     for (size_t r = 0; r < pids.size(); ++r)
-      if (!leader() && !reaped_[r] && pids[r] > 0) pidfds_[r] = open_pidfd(pids[r]);
+      if (!leader() && !reaped_[r] && pids[r] > 0)
+        pidfds_[r] = int(syscall(SYS_pidfd_open, pids[r], 0));
   }
 
   // The error message naming the first rank found dead, or empty while everyone is alive; once
@@ -383,11 +378,9 @@ class Liveness {
     DI_CHECK(leader());
     const uint64_t deadline = now_us() + uint64_t(timeout_s * 1e6);
     std::string failure;
-    for (auto sleep = std::chrono::microseconds(100);;
-         sleep = std::min(sleep * 2, std::chrono::microseconds(20000))) {
+    for (auto sleep = 100us;; sleep = std::min(sleep * 2, 20000us)) {
       for (size_t r = 1; r < pids_.size(); ++r) {
-        if (reaped_[r]) continue;
-        const int status = reap(r);
+        const int status = reaped_[r] ? kRunning : reap(r);
         if (status > 0 && failure.empty())
           failure = str_cat(exited(int(r), status), " after the shutdown message");
       }
@@ -448,7 +441,7 @@ class Liveness {
     int cause_status = kUnknown;
     for (int i = 0; i < 200 && leader() && !reaped_[size_t(cause)]; ++i) {
       cause_status = reap(size_t(cause));
-      if (cause_status == kRunning) std::this_thread::sleep_for(std::chrono::microseconds(500));
+      if (cause_status == kRunning) std::this_thread::sleep_for(500us);
     }
     error_ = str_cat(exited(cause, cause_status), "; then ", error_);
   }
