@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "core/error.h"
 
@@ -55,12 +55,9 @@ const char* isa_name(Isa isa) {
 }
 
 int64_t resident_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
+  std::ifstream statm("/proc/self/statm");
   long long size = 0, resident = 0;
-  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
-  std::fclose(f);
-  return n == 2 ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
+  return statm >> size >> resident ? int64_t(resident) * int64_t(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 }  // namespace deepinfer

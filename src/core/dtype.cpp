@@ -70,9 +70,8 @@ uint32_t shift_rne(uint32_t m, int s) {
 }
 
 uint8_t f32_to_e4m3(float f) {
-  const uint32_t x = f32_bits(f);
+  const uint32_t x = f32_bits(f), ax = x & 0x7fffffffu;
   const uint8_t sign = uint8_t((x >> 24) & 0x80);
-  const uint32_t ax = x & 0x7fffffffu;
   if (ax >= 0x7f800000u) return sign | 0x7f;  // NaN and infinity: no infinity in e4m3fn
   const uint32_t e = ax >> 23, mant = ax & 0x7fffff;
   if (e < 121) {  // below 2^-6: subnormal e4m3 in units of 2^-9
@@ -86,9 +85,7 @@ uint8_t f32_to_e4m3(float f) {
 }
 
 uint8_t f32_to_e8m0(float f) {
-  const uint32_t x = f32_bits(f) & 0x7fffffffu;
-  uint32_t e = x >> 23;
-  const uint32_t mant = x & 0x7fffff;
+  const uint32_t x = f32_bits(f) & 0x7fffffffu, e = x >> 23, mant = x & 0x7fffff;
   if (e == 0xff) return 255;
   // fp32 subnormals (and zero): the nearest code is 2^-127 (b = 0) unless the value lies
   // above 2^-127 and below 2^-126 by more than the tie, where 2^-126 (b = 1) wins.
@@ -96,8 +93,7 @@ uint8_t f32_to_e8m0(float f) {
   // The implied leading 1 is the result's last bit, the mantissa's top bit the guard bit: a
   // mantissa of 1.5 or more rounds up (the tie at exactly 1.5 goes up because the implied bit is
   // odd).
-  e += mant >> 22;
-  return uint8_t(e > 254 ? 254 : e);
+  return uint8_t(std::min(e + (mant >> 22), 254u));
 }
 
 uint8_t f32_to_e2m1(float f) {
