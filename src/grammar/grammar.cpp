@@ -377,15 +377,6 @@ struct Grammar::Impl : Nfa {
     d.terminal = !any;
   }
 
-  int32_t run(int32_t id, std::string_view bytes) {
-    for (char c : bytes) {
-      if (id < 0) return -1;
-      expand(id);
-      id = dstates[size_t(id)].next[uint8_t(c)];
-    }
-    return id;
-  }
-
   // The tokens allowed at `id` (walk of the vocabulary trie), plus EOS when it accepts.
   const std::vector<uint64_t>& mask(int32_t id, const TokenVocab& vocab) {
     if (dstates[size_t(id)].mask >= 0) return masks[size_t(dstates[size_t(id)].mask)];
@@ -479,8 +470,12 @@ bool Matcher::accept(int32_t token) {
     return ok;
   }
   if (state_ < 0 || vocab.bytes(token).empty()) return false;
-  const int32_t next = im.run(state_, vocab.bytes(token));
-  if (next < 0) return false;
+  int32_t next = state_;
+  for (const char c : vocab.bytes(token)) {
+    im.expand(next);
+    next = im.dstates[size_t(next)].next[uint8_t(c)];
+    if (next < 0) return false;
+  }
   state_ = next;
   return true;
 }

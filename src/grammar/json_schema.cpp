@@ -355,18 +355,12 @@ struct Compiler {
       if (upper ? x > double(kIntMax) : x < -double(kIntMax)) return;
       if (upper ? x < -double(kIntMax) : x > double(kIntMax))
         fail(where, "no value of at most 15 digits meets the bound");
-      Bound b{true, 0, exclusive};
-      if (integral) {
-        // Rounded inward, exclusive ones made inclusive.
-        double y = upper ? std::floor(x) : std::ceil(x);
-        if (exclusive && y == x) y += upper ? -1 : 1;
-        b.value = int64_t(y);
-        b.exclusive = false;
-      } else {
-        if (x != std::floor(x))
-          fail(where, "number bounds with a fraction are not supported (integral ones are)");
-        b.value = int64_t(x);
-      }
+      if (!integral && x != std::floor(x))
+        fail(where, "number bounds with a fraction are not supported (integral ones are)");
+      // Integer bounds are rounded inward, exclusive ones made inclusive.
+      double y = upper ? std::floor(x) : std::ceil(x);
+      if (integral && exclusive && y == x) y += upper ? -1 : 1;
+      const Bound b{true, int64_t(y), exclusive && !integral};
       Bound& slot = upper ? hi : lo;
       // The tighter of minimum and exclusiveMinimum (or the maxima).
       const bool tighter = !slot.present || (upper ? b.value < slot.value : b.value > slot.value) ||
