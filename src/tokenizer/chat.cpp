@@ -204,13 +204,11 @@ std::string render_arguments(const std::string& arguments) {
 }
 
 std::string render_tool_calls(const std::vector<ChatToolCall>& calls) {
-  return str_cat("\n\n", cf::kCallsOpen, "\n",
-                 join(calls, "\n",
-                      [](const ChatToolCall& c) {
-                        return str_cat(cf::kInvokeOpen, " name=\"", c.name, "\">\n",
-                                       render_arguments(c.arguments), "\n", cf::kInvokeClose);
-                      }),
-                 "\n", cf::kCallsClose);
+  const auto invoke = [](const ChatToolCall& c) {
+    return str_cat(cf::kInvokeOpen, " name=\"", c.name, "\">\n", render_arguments(c.arguments),
+                   "\n", cf::kInvokeClose);
+  };
+  return str_cat("\n\n", cf::kCallsOpen, "\n", join(calls, "\n", invoke), "\n", cf::kCallsClose);
 }
 
 // `drop_thinking` is the effective setting: false when any message has tools.
@@ -426,10 +424,8 @@ void CompletionParser::parse_calls(Delta& delta, bool final) {
     }
     if (step == CallStep::kName) {
       head.remove_prefix(std::min(head.find_first_not_of(" \t\n\r\f\v"), head.size()));
-      if (head.size() < 9 || head.substr(0, 6) != "name=\"" ||
-          head.substr(head.size() - 3) != "\">\n") {
+      if (head.size() < 9 || !head.starts_with("name=\"") || !head.ends_with("\">\n"))
         malformed("expected name=\"...\">\\n to open an invoke, got \"" + excerpt(head) + "\"");
-      }
       call_name_ = std::string(head.substr(6, head.size() - 9));
     } else if (step == CallStep::kParam) {
       const auto [flag_at, flag] = find_first(head, {kStringTrue, kStringFalse});

@@ -19,10 +19,7 @@ std::string engram_normalize(std::string_view text) {
     const utf8::Step st = utf8::step(nfd, i);
     i += st.len;
     const char32_t cp = st.kind == utf8::Step::Kind::kChar ? st.cp : char32_t(0xFFFD);
-    const auto category = utf8proc_category(utf8proc_int32_t(cp));
-    if (category == UTF8PROC_CATEGORY_MN || category == UTF8PROC_CATEGORY_MC ||
-        category == UTF8PROC_CATEGORY_ME)
-      continue;  // a mark (category M)
+    if (utf8proc_category_string(utf8proc_int32_t(cp))[0] == 'M') continue;  // a mark
     if (cp == U' ' || cp == U'\t' || cp == U'\r' || cp == U'\n') {
       if (cps.empty() || cps.back() != U' ') cps.push_back(U' ');
     } else if (cp == 0x130) {

@@ -39,7 +39,6 @@ std::string rewrite_whitespace_classes(const std::string& pattern) {
       "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
       "\\x{205F}\\x{3000}";
   std::string out;
-  out.reserve(pattern.size() + 64);
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
@@ -218,13 +217,9 @@ void pre_tokenize(const std::vector<PreTokenizerStep>& steps, std::string_view t
 // A "word" character as regex `\w` defines it: letters, marks, decimal digits, connector
 // punctuation and the joiners.
 bool is_word_char(char32_t cp) {
-  constexpr uint32_t kWordCategories =
-      1u << UTF8PROC_CATEGORY_LU | 1u << UTF8PROC_CATEGORY_LL | 1u << UTF8PROC_CATEGORY_LT |
-      1u << UTF8PROC_CATEGORY_LM | 1u << UTF8PROC_CATEGORY_LO | 1u << UTF8PROC_CATEGORY_NL |
-      1u << UTF8PROC_CATEGORY_MN | 1u << UTF8PROC_CATEGORY_MC | 1u << UTF8PROC_CATEGORY_ME |
-      1u << UTF8PROC_CATEGORY_ND | 1u << UTF8PROC_CATEGORY_PC;
-  return cp == 0x200C || cp == 0x200D ||
-         (kWordCategories >> utf8proc_category(utf8proc_int32_t(cp)) & 1) != 0;
+  const std::string_view category = utf8proc_category_string(utf8proc_int32_t(cp));
+  return cp == 0x200C || cp == 0x200D || category[0] == 'L' || category[0] == 'M' ||
+         category == "Nd" || category == "Nl" || category == "Pc";
 }
 
 // The code point ending at `pos` (text is valid UTF-8, pos > 0) and where it starts.
