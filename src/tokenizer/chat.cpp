@@ -132,12 +132,10 @@ void sort_tool_results(std::vector<Msg>& msgs) {
     } else if (m.role == ChatRole::kUser) {
       std::vector<Block> results;
       std::ranges::copy_if(m.blocks, std::back_inserter(results), &Block::tool_result);
-      if (results.size() < 2 || order.empty()) continue;
-      const auto rank = [&](const Block& b) {  // unknown ids rank 0
+      std::ranges::stable_sort(results, {}, [&](const Block& b) {  // unknown ids rank 0
         const auto it = order.find(b.tool_use_id);
         return it == order.end() ? 0 : it->second;
-      };
-      std::ranges::stable_sort(results, {}, rank);
+      });
       size_t next = 0;
       for (Block& b : m.blocks)
         if (b.tool_result) b = std::move(results[next++]);

@@ -31,8 +31,7 @@ Step step(std::string_view s, size_t pos) {
 }
 
 bool is_valid(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
+  for (size_t i = 0; i < s.size();) {
     // ASCII runs dominate real text; skip them eight bytes at a time.
     while (i + 8 <= s.size()) {
       uint64_t w;
@@ -52,8 +51,7 @@ std::string lossy(std::string_view s) {
   if (is_valid(s)) return std::string(s);
   std::string out;
   out.reserve(s.size() + 8);
-  size_t i = 0;
-  while (i < s.size()) {
+  for (size_t i = 0; i < s.size();) {
     const Step st = step(s, i);
     out.append(st.kind == Step::Kind::kChar ? s.substr(i, st.len) : kReplacement);
     i += st.len;
@@ -70,8 +68,7 @@ size_t stable_prefix(std::string_view s) {
   // A continuation byte can only be consumed by a lead byte at most three bytes before it, so
   // from here on the split into sequences matches a scan from the beginning once it reaches a
   // byte that is not a continuation byte; scanning from `start` is therefore exact.
-  size_t i = start;
-  while (i < s.size()) {
+  for (size_t i = start; i < s.size();) {
     const Step st = step(s, i);
     if (st.kind == Step::Kind::kTruncated) return i;
     i += st.len;
