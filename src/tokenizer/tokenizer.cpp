@@ -481,9 +481,10 @@ struct TokenizerState {
 
   int32_t bos = -1, eos = -1;
 
-  // The entry of a known id, else null.
-  const Entry* entry(int32_t id) const {
-    return id >= 0 && size_t(id) < ids.size() && ids[size_t(id)].known ? &ids[size_t(id)] : nullptr;
+  // The entry of `id`; one not `known` (no token, no bytes, not special) for an unknown id.
+  const Entry& entry(int32_t id) const {
+    static const Entry kUnknown;
+    return id >= 0 && size_t(id) < ids.size() ? ids[size_t(id)] : kUnknown;
   }
 };
 
@@ -845,9 +846,8 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special,
   const TokenizerState& m = *impl_;
   std::string bytes;
   for (const int32_t id : ids) {
-    const TokenizerState::Entry* e = m.entry(id);
-    if (e && !(skip_special && e->special && !std::ranges::binary_search(keep, id)))
-      bytes += e->bytes;
+    const TokenizerState::Entry& e = m.entry(id);
+    if (!(skip_special && e.special && !std::ranges::binary_search(keep, id))) bytes += e.bytes;
   }
   return utf8::lossy(bytes);
 }
@@ -861,21 +861,19 @@ int32_t Tokenizer::id_limit() const {
 }
 
 std::string_view Tokenizer::id_to_token(int32_t id) const {
-  const TokenizerState::Entry* e = impl_->entry(id);
-  if (!e)
+  const TokenizerState::Entry& e = impl_->entry(id);
+  if (!e.known)
     throw Error(str_cat("tokenizer: unknown token id ", id, " (vocabulary has ids 0..",
                         int64_t(impl_->ids.size()) - 1, ")"));
-  return e->token;
+  return e.token;
 }
 
 bool Tokenizer::is_special(int32_t id) const {
-  const TokenizerState::Entry* e = impl_->entry(id);
-  return e && e->special;
+  return impl_->entry(id).special;
 }
 
 std::string_view Tokenizer::token_bytes(int32_t id) const {
-  const TokenizerState::Entry* e = impl_->entry(id);
-  return e ? std::string_view(e->bytes) : std::string_view();
+  return impl_->entry(id).bytes;
 }
 
 int32_t Tokenizer::eos_id() const {
