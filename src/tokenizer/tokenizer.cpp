@@ -92,16 +92,18 @@ std::string pcre2_message(int code) {
   return reinterpret_cast<const char*>(message);
 }
 
-// A compiled regex. Throws deepinfer::Error naming `label` (the pattern's origin) when the
-// pattern does not compile.
+// A compiled regex, or with `literal` a plain string to find. Throws deepinfer::Error naming
+// `label` (the pattern's origin) when the pattern does not compile.
 class Regex {
  public:
-  Regex(const std::string& pattern, const std::string& label) : label_(label) {
-    const std::string rewritten = rewrite_whitespace_classes(pattern);
+  Regex(const std::string& pattern, const std::string& label, bool literal = false)
+      : label_(label) {
+    const std::string rewritten = literal ? pattern : rewrite_whitespace_classes(pattern);
     int error = 0;
     PCRE2_SIZE error_offset = 0;
     code_.reset(pcre2_compile(reinterpret_cast<PCRE2_SPTR>(rewritten.data()), rewritten.size(),
-                              PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr));
+                              PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &error,
+                              &error_offset, nullptr));
     DI_REQUIRE(code_, label, ": cannot compile regex \"", pattern, "\" at offset ", error_offset,
                ": ", pcre2_message(error));
     // Without JIT support pcre2_match interprets the pattern: slower, same results.
@@ -140,8 +142,7 @@ enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWith
 // One pre-tokenizer step: a Split (regex or literal), or ByteLevel's own regex split (isolated
 // matches; without its regex, no split at all).
 struct PreTokenizerStep {
-  std::shared_ptr<const Regex> regex;  // null for a literal split or a ByteLevel without regex
-  std::string literal;
+  std::shared_ptr<const Regex> regex;  // null: no match (an empty literal, a ByteLevel without)
   SplitBehavior behavior = SplitBehavior::kIsolated;
   bool invert = false;
   bool add_prefix_space = false;  // ByteLevel: a space is put before each piece lacking one
@@ -163,13 +164,7 @@ void split_piece(const PreTokenizerStep& step, std::string_view piece,
     spans.push_back({b, e, true});
     prev = e;
   };
-  if (step.regex) {
-    step.regex->for_each_match(piece, on_match);
-  } else if (!step.literal.empty()) {
-    for (size_t at = piece.find(step.literal); at != std::string_view::npos;
-         at = piece.find(step.literal, prev))
-      on_match(at, at + step.literal.size());
-  }
+  if (step.regex) step.regex->for_each_match(piece, on_match);
   if (prev < piece.size()) spans.push_back({prev, piece.size(), false});
   if (step.invert)
     for (Span& s : spans) s.match = !s.match;
@@ -612,7 +607,9 @@ void read_pre_tokenizer(const Reader& r, const json& node, const std::string& ty
       step.regex = std::make_shared<const Regex>(
           r.string_field(pattern, "Regex", where + ".pattern"), r.label + ": " + where);
     } else if (pattern.is_object() && pattern.contains("String")) {
-      step.literal = r.string_field(pattern, "String", where + ".pattern");
+      const std::string literal = r.string_field(pattern, "String", where + ".pattern");
+      if (!literal.empty())  // an empty string matches nowhere
+        step.regex = std::make_shared<const Regex>(literal, r.label + ": " + where, true);
     } else {
       r.fail(where + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
     }

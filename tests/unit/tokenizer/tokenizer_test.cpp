@@ -230,6 +230,30 @@ TEST(Tokenizer, BadFilesAreRefusedWithTheField) {
   }
 }
 
+TEST(Tokenizer, StringSplitsCutLikeTheSameRegex) {
+  // A {"String": ...} pattern cuts where the equivalent regex does, for every behavior; an
+  // empty one cuts nothing.
+  for (const char* behavior :
+       {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"}) {
+    for (const bool invert : {false, true}) {
+      json with_string = tiny_tokenizer(false), with_regex = tiny_tokenizer(false);
+      json& s = with_string["pre_tokenizer"]["pretokenizers"][0];
+      json& r = with_regex["pre_tokenizer"]["pretokenizers"][0];
+      s["behavior"] = r["behavior"] = behavior;
+      s["invert"] = r["invert"] = invert;
+      s["pattern"] = {{"String", "b\u00e9"}};
+      r["pattern"] = {{"Regex", "b\u00e9"}};
+      const auto a = make(with_string), b = make(with_regex);
+      for (const char* text : {"ab\u00e9c", "b\u00e9b\u00e9", "abc b\u00e9", "\u00e9b", ""})
+        EXPECT_EQ(a->encode(text), b->encode(text)) << behavior << " " << invert << " " << text;
+      s["pattern"] = {{"String", ""}};
+      r["pattern"] = {{"Regex", "(?!)"}};  // matches nothing
+      EXPECT_EQ(make(with_string)->encode("abc b"), make(with_regex)->encode("abc b"))
+          << behavior << " " << invert;
+    }
+  }
+}
+
 TEST(Tokenizer, WhitespaceClassRewrite) {
   using tokenizer_internal::rewrite_whitespace_classes;
   EXPECT_EQ(rewrite_whitespace_classes("a\\sb"),
