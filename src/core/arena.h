@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <memory_resource>
+#include <type_traits>
 #include <vector>
 
 namespace deepinfer {
@@ -65,5 +66,13 @@ class ArenaScope {
 
 template <class T>
 using ArenaVec = std::pmr::vector<T>;
+
+// n uninitialized Ts on `a` (trivial types only), for buffers written in full before they are
+// read: an ArenaVec of that size would first fill them with zeros.
+template <class T>
+T* arena_array(Arena& a, size_t n) {
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+  return static_cast<T*>(a.allocate(n * sizeof(T), 64));
+}
 
 }  // namespace deepinfer

@@ -70,39 +70,58 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   auto run_experts = [&](std::span<const ExpertJob> jobs, const float* src /*[*, D]*/) {
     ArenaScope scope(arena);
     int64_t total = 0;
-    for (const ExpertJob& jb : jobs) total += jb.n;
-    ArenaVec<float> xg(size_t(total * D), &arena), g(size_t(total * F), &arena),
-        u(size_t(total * F), &arena);
+    bool gather = false;
+    for (const ExpertJob& jb : jobs) {
+      total += jb.n;
+      gather |= jb.rows != nullptr;
+    }
+    // Per row of the jobs, in job order: its source row, its output row and its weight.
+    float* const g = arena_array<float>(arena, size_t(total * F));
+    float* const u = arena_array<float>(arena, size_t(total * F));
+    float* const xg = gather ? arena_array<float>(arena, size_t(total * D)) : nullptr;
+    const float** const x_row = arena_array<const float*>(arena, size_t(total));
+    float** const dst_row = arena_array<float*>(arena, size_t(total));
+    float* const rw = arena_array<float>(arena, size_t(total));
     ArenaVec<LinearCall> calls(&arena);
     calls.reserve(2 * jobs.size());
     int64_t at = 0;
     for (const ExpertJob& jb : jobs) {
-      float* x = &xg[size_t(at * D)];
-      for (int64_t i = 0; i < jb.n; ++i)
-        std::copy_n(src + (jb.rows ? jb.rows[i] : i) * D, D, x + i * D);
-      calls.push_back({&jb.ex->w1, {x, jb.n, D, &g[size_t(at * F)], F, 0, -1, exact}});
-      calls.push_back({&jb.ex->w3, {x, jb.n, D, &u[size_t(at * F)], F, 0, -1, exact}});
+      for (int64_t i = 0; i < jb.n; ++i) {
+        x_row[at + i] = src + (jb.rows ? jb.rows[i] : i) * D;
+        dst_row[at + i] = jb.dst + i * D;
+        rw[at + i] = jb.row_weights ? jb.row_weights[i] : 1.0f;
+      }
+      const float* x = gather ? xg + at * D : src;
+      calls.push_back({&jb.ex->w1, {x, jb.n, D, g + at * F, F, 0, -1, exact}});
+      calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact}});
       at += jb.n;
     }
+    ThreadPool& pool = ThreadPool::global();
+    constexpr int64_t kCopyRows = 16;  // rows per task of the copies (fewer: no dispatch)
+    if (gather)
+      pool.parallel_for(total, kCopyRows, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i) std::copy_n(x_row[i], D, xg + i * D);
+      });
     linear_many(calls);
     calls.clear();
-    round(g.data(), total * F);
-    round(u.data(), total * F);
-    // Each row's SwiGLU (a double exp per value) over the pool.
-    ArenaVec<float> rw(size_t(total), &arena);
     at = 0;
     for (const ExpertJob& jb : jobs) {
-      for (int64_t i = 0; i < jb.n; ++i)
-        rw[size_t(at + i)] = jb.row_weights ? jb.row_weights[i] : 1.0f;
-      calls.push_back({&jb.ex->w2, {&g[size_t(at * F)], jb.n, F, jb.dst, D, 0, -1, exact}});
+      calls.push_back({&jb.ex->w2, {g + at * F, jb.n, F, jb.dst, D, 0, -1, exact}});
       at += jb.n;
     }
+    // Each row's SwiGLU (a double exp per value) over the pool, with the roundings of its
+    // inputs and output.
     for_rows(total, [&](int64_t i) {
-      swiglu(&g[size_t(i * F)], &u[size_t(i * F)], F, limit, rw[size_t(i)]);
+      float *gi = g + i * F, *ui = u + i * F;
+      round(gi, F);
+      round(ui, F);
+      swiglu(gi, ui, F, limit, rw[i]);
+      round(gi, F);
     });
-    round(g.data(), total * F);
     linear_many(calls);
-    for (const ExpertJob& jb : jobs) round(jb.dst, jb.n * D);
+    pool.parallel_for(total, kCopyRows, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) round(dst_row[i], D);
+    });
   };
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once
@@ -120,7 +139,8 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     fill.assign(first.begin(), first.end() - 1);
     const int64_t n_mine = first[size_t(E)];
     ArenaVec<int64_t> rows(size_t(n_mine), &arena), slot(size_t(n_mine), &arena);
-    ArenaVec<float> rw(size_t(n_mine), &arena), y(size_t(n_mine * D), &arena);
+    ArenaVec<float> rw(size_t(n_mine), &arena);
+    float* const y = arena_array<float>(arena, size_t(n_mine * D));
     for (int64_t j = 0; j < nr * k; ++j) {  // row j / k's slot j % k
       const int32_t e = rid[j];
       if (e < e_begin || e >= e_end) continue;
@@ -133,12 +153,13 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     for (int64_t e = e_begin; e < e_end; ++e) {
       const int64_t b = first[size_t(e)], n = first[size_t(e + 1)] - b;
       if (n == 0) continue;
-      jobs.push_back({&P.experts[size_t(e - e_begin)], &rows[size_t(b)], n, &rw[size_t(b)],
-                      &y[size_t(b * D)]});
+      jobs.push_back(
+          {&P.experts[size_t(e - e_begin)], &rows[size_t(b)], n, &rw[size_t(b)], y + b * D});
     }
     run_experts(jobs, xs);
-    for (int64_t i = 0; i < n_mine; ++i)
-      std::copy_n(&y[size_t(i * D)], D, &slots[slot[size_t(i)] * D]);
+    ThreadPool::global().parallel_for(n_mine, 16, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) std::copy_n(y + i * D, D, &slots[slot[size_t(i)] * D]);
+    });
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
@@ -148,21 +169,23 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots);
   ex.combine(mine, k, D);
   // Shared expert on every row.
-  ArenaVec<float> shared(size_t(N * D), &arena);
+  float* const shared = arena_array<float>(arena, size_t(N * D));
   {
     DI_REGION("moe.shared");
-    const ExpertJob job{&P.shared, nullptr, N, nullptr, shared.data()};
+    const ExpertJob job{&P.shared, nullptr, N, nullptr, shared};
     run_experts({&job, 1}, v);
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.
-  for (int64_t i = 0; i < N; ++i)
-    for (int64_t d = 0; d < D; ++d) {
-      float acc = 0;
-      for (int64_t j = 0; j < k; ++j) acc += expert_out[size_t((i * k + j) * D + d)];
-      acc += shared[size_t(i * D + d)];
-      out[i * D + d] = acc;
+  ThreadPool::global().parallel_for(N, 16, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      for (int64_t d = 0; d < D; ++d) {
+        float acc = 0;
+        for (int64_t j = 0; j < k; ++j) acc += expert_out[size_t((i * k + j) * D + d)];
+        out[i * D + d] = acc + shared[i * D + d];
+      }
+      round(out + i * D, D);
     }
-  round(out, N * D);
+  });
 }
 
 }  // namespace deepinfer
