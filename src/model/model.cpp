@@ -97,8 +97,15 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
   }
 }
 
+// Values per task of the elementwise passes over the pool (a smaller pass runs on the caller).
+constexpr int64_t kPassChunk = int64_t(1) << 15;
+
 void Model::Impl::round(float* x, int64_t n) const {
-  if (bf16) round_bf16_inplace(x, n);
+  if (!bf16) return;
+  ThreadPool::global().parallel_for(
+      (n + kPassChunk - 1) / kPassChunk, 1, [&](int64_t b, int64_t e) {
+        round_bf16_inplace(x + b * kPassChunk, std::min(n, e * kPassChunk) - b * kPassChunk);
+      });
 }
 
 void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads,
@@ -114,9 +121,13 @@ void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_
 }
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
-  round(x, n * d);
-  rmsnorm(x, n, d, w.bf16(), float(c.norm_eps));
-  round(x, n * d);
+  ThreadPool::global().parallel_for(n, std::max<int64_t>(1, kPassChunk / d),
+                                    [&](int64_t b, int64_t e) {
+                                      float* xb = x + b * d;
+                                      round(xb, (e - b) * d);
+                                      rmsnorm(xb, e - b, d, w.bf16(), float(c.norm_eps));
+                                      round(xb, (e - b) * d);
+                                    });
 }
 
 void Model::Impl::project(const PreparedLinear& w, const float* x, int64_t n, float* y,
