@@ -126,8 +126,6 @@ class EngineLoop {
   // spread over the replicas, and stop() ends their loops.
   EngineLoop(Engine& engine, Metrics& metrics, ranks::Group* replicas = nullptr);
   ~EngineLoop() { stop(); }
-  EngineLoop(const EngineLoop&) = delete;
-  EngineLoop& operator=(const EngineLoop&) = delete;
 
   void start();
   // Aborts whatever is still running and joins the thread.

@@ -49,8 +49,6 @@ class ApiServer {
   ApiServer(Engine& engine, ModelInfo info, ServerOptions options,
             ranks::Group* replicas = nullptr);
   ~ApiServer();
-  ApiServer(const ApiServer&) = delete;
-  ApiServer& operator=(const ApiServer&) = delete;
 
   // Binds the listening socket; returns the port. Throws Error when the address is taken.
   int bind() { return transport.bind(); }

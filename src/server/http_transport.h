@@ -99,8 +99,6 @@ class Transport {
   // `handler` gets every complete request; `on_status` sees the status of every response sent.
   Transport(TransportOptions options, Handler handler, std::function<void(int)> on_status);
   ~Transport();
-  Transport(const Transport&) = delete;
-  Transport& operator=(const Transport&) = delete;
 
   // Binds and listens; returns the port. Throws Error naming the address when it cannot.
   int bind();

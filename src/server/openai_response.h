@@ -91,8 +91,6 @@ class ChoiceDecoder {
 class ResponseBuilder {
  public:
   ResponseBuilder(const ApiRequest& req, const ModelInfo& info, std::string id, int64_t created);
-  ResponseBuilder(const ResponseBuilder&) = delete;
-  ResponseBuilder& operator=(const ResponseBuilder&) = delete;
 
   // The chunk that opens a stream (chat: the assistant role of every choice); empty for none.
   std::string stream_start();
