@@ -10,10 +10,7 @@ namespace deepinfer::server {
 
 namespace {
 
-double seconds_between(std::chrono::steady_clock::time_point a,
-                       std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
+using Seconds = std::chrono::duration<double>;
 
 // Exact for integers below 1e12 (counters), short for the rest.
 std::string num(double v) {
@@ -203,7 +200,8 @@ void EngineLoop::route(std::vector<TokenEvent> events) {
     auto it = live_.find(ev.id);
     if (it == live_.end()) continue;
     Live& l = it->second;
-    metrics_.token_generated(seconds_between(l.last_token.value_or(l.arrival), now), !l.last_token);
+    metrics_.token_generated(Seconds(now - l.last_token.value_or(l.arrival)).count(),
+                             !l.last_token);
     l.last_token = now;
     l.call->push({l.choice, false, std::move(ev), FinishReason::None, {}});
   }
@@ -221,7 +219,7 @@ void EngineLoop::finish_outputs(FinishReason override_reason) {
 void EngineLoop::end(std::unordered_map<RequestId, Live>::iterator it, FinishReason why,
                      std::string stop_text) {
   const auto now = std::chrono::steady_clock::now();
-  metrics_.request_finished(why, seconds_between(it->second.arrival, now));
+  metrics_.request_finished(why, Seconds(now - it->second.arrival).count());
   it->second.call->push({it->second.choice, true, {}, why, std::move(stop_text)});
   live_.erase(it);
 }

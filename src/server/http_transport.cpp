@@ -25,8 +25,6 @@ namespace deepinfer::server::http {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr size_t kReadChunk = 64 << 10;
 constexpr size_t kReadsPerEvent = 4;            // then other connections get their turn
 constexpr size_t kMaxPipelined = 64 << 10;      // unparsed bytes kept while a request is served

@@ -35,6 +35,7 @@
 namespace deepinfer::server::http {
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
+using Clock = std::chrono::steady_clock;
 
 struct TransportOptions {
   std::string host = "127.0.0.1";
@@ -116,7 +117,6 @@ class Transport {
 
  private:
   friend class Exchange;
-  using Clock = std::chrono::steady_clock;
 
   // Takes the new connections: each is served, or refused when the server is full.
   void accept_all();

@@ -288,9 +288,8 @@ std::string ResponseBuilder::stream_end() {
 std::string ResponseBuilder::full_body() {
   const bool chat = req_.endpoint == Endpoint::kChat;
   std::string choices = "[";
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  for (size_t i = 0; i < choices_.size(); ++i)
     choices += (i ? "," : "") + choice_json(int32_t(i), choices_[i].all, choices_[i].finish, true);
-  }
   return envelope(choices + "]", chat ? "chat.completion" : "text_completion",
                   usage() + (chat ? prompt_ids() : ""));
 }
