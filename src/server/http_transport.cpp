@@ -408,10 +408,8 @@ void Transport::accept_all() {
     if (!watch(EPOLL_CTL_ADD, fd, owned->events, owned->id)) continue;  // closed by ~Connection
     Connection& c = *conns.emplace(owned->id, std::move(owned)).first->second;
     ++(rejected ? rejecting : active);
-    if (!rejected) {
-      update(c);
-      continue;
-    }
+    update(c);
+    if (!rejected) continue;
     c.close_by = c.idle_since + seconds(kRejectSeconds);
     const std::string full = str_cat("The server has reached its limit of ", opt.max_connections,
                                      " open connections; retry later.");
@@ -527,10 +525,8 @@ void Transport::finished(Connection& c, bool keep_alive) {
   if (c.current) c.current->detach();
   c.current.reset();
   c.served_any = true;
-  if (!keep_alive) {
-    c.phase = Phase::kClosing;
-  } else {
-    c.phase = Phase::kIdle;
+  c.phase = keep_alive ? Phase::kIdle : Phase::kClosing;
+  if (keep_alive) {
     c.idle_since = Clock::now();
     process(c);  // a pipelined request waiting behind this one
   }

@@ -184,9 +184,8 @@ RequestImage parse_image_part(const Json& part, const std::string& name, const M
                    name + ".type", "unsupported_value");
   const Json& u = need(part, "image_url", name + ".image_url", "An image part needs 'image_url'.");
   const std::string where = name + ".image_url" + (u.is_object() ? ".url" : "");
-  const std::string url = u.is_object()
-                              ? get_string(need(u, "url", where, "image_url needs 'url'."), where)
-                              : get_string(u, where);
+  const std::string url =
+      get_string(u.is_object() ? need(u, "url", where, "image_url needs 'url'.") : u, where);
   try {
     return load_image(url, where, info.vision, /*allow_files=*/false);
   } catch (const Error& e) {  // the image's own errors (vision/ throws no ApiError)

@@ -18,10 +18,8 @@ std::string token_text(const Tokenizer* tok, int32_t id) {
 }
 
 Json token_bytes(const Tokenizer* tok, int32_t id) {
-  Json bytes = Json::array();
-  if (tok)
-    for (const unsigned char c : tok->token_bytes(id)) bytes.push_back(int(c));
-  return bytes;
+  const std::string_view bytes = tok ? tok->token_bytes(id) : std::string_view();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
 // Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}.
@@ -262,14 +260,11 @@ std::string ResponseBuilder::choice_json(int32_t index, const ChoiceDelta& d, co
 std::string ResponseBuilder::on_update(const CallUpdate& u) {
   Choice& c = choices_.at(size_t(u.choice));  // the engine loop numbers them from 0
   if (c.finish) return {};
-  ChoiceDelta d;
+  ChoiceDelta d = u.end ? c.decoder.finish(u.stop_text) : c.decoder.push(u.token);
   if (u.end) {
-    d = c.decoder.finish(u.stop_text);
     c.finish = api_finish_reason(u.finish, c.decoder.num_tool_calls() > 0);
     ++ended_;
     errors_ += u.finish == FinishReason::Error;
-  } else {
-    d = c.decoder.push(u.token);
   }
   std::string out;
   if (req_.stream && (u.end || d.has_output() || !d.token_ids.empty())) {
