@@ -270,12 +270,10 @@ void HttpParser::on_field_line(std::string_view line) {
 }
 
 void HttpParser::on_headers_end() {
-  bool has_te = false;
-  std::vector<std::string_view> codings;
+  std::vector<std::string_view> codings;  // of every Transfer-Encoding field
   std::optional<uint64_t> length;
   for (const auto& [name, value] : req_.headers) {
     if (iequals(name, "transfer-encoding")) {
-      has_te = true;
       for (std::string_view e : list_elements(value)) codings.push_back(e);
     } else if (iequals(name, "content-length")) {
       auto not_a_count = [&](std::string_view v) {
@@ -294,7 +292,7 @@ void HttpParser::on_headers_end() {
       }
     }
   }
-  if (has_te) {
+  if (req_.header("transfer-encoding")) {
     if (codings.empty())
       return fail(400, "Transfer-Encoding is empty.", "invalid_transfer_encoding");
     for (std::string_view c : codings)
