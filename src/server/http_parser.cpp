@@ -347,13 +347,11 @@ void HttpParser::on_chunk_size(std::string_view line) {
                 "invalid_chunked_body");
   if (size >= kHugeChunk || req_.body_bytes + size > limits_.max_discard_bytes)
     return fail(413, body_too_large_message(limits_.max_body_bytes), "request_too_large");
-  if (size == 0) {
-    phase_ = Phase::kTrailers;
-    section_bytes_ = 0;  // the trailers count from here (trailer_count_ is still 0)
-  } else {
-    phase_ = Phase::kBody;
-    remaining_ = size;
-  }
+  // The last chunk (size 0) is followed by the trailers, which count from here (trailer_count_ is
+  // still 0); the section count is not used while chunks are read.
+  phase_ = size == 0 ? Phase::kTrailers : Phase::kBody;
+  remaining_ = size;
+  section_bytes_ = 0;
 }
 
 void HttpParser::body_bytes(const char* data, size_t n) {
