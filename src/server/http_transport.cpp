@@ -626,9 +626,8 @@ void Transport::close(Connection& c) {
   if (auto node = conns.extract(c.id)) dead.push_back(std::move(node.mapped()));
   if (std::shared_ptr<Exchange> ex = std::move(c.current)) {
     auto hangup = std::exchange(ex->hangup_, nullptr);
-    const bool incomplete = !ex->complete_;
     ex->detach();
-    if (incomplete && hangup) hangup();
+    if (!ex->complete_ && hangup) hangup();
   }
 }
 
