@@ -182,8 +182,9 @@ ResponseBuilder::ResponseBuilder(const ApiRequest& req, const ModelInfo& info, s
                                  int64_t created)
     : req_(req), info_(info), id_(std::move(id)), created_(created) {
   for (size_t i = 0; i < req_.prompts.size() * size_t(req_.n); ++i)
-    choices_.emplace_back(ChoiceDecoder(info_.tokenizer, req_.params.stop, req_.chat, req_.logprobs,
-                                        req_.top_logprobs));
+    choices_.push_back(Choice{ChoiceDecoder(info_.tokenizer, req_.params.stop, req_.chat,
+                                            req_.logprobs, req_.top_logprobs),
+                              {}});
 }
 
 std::string ResponseBuilder::usage() const {
