@@ -78,6 +78,7 @@ template <typename V, bool prefetch>
       _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
     }
+#pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) a[k] += *reinterpret_cast<const V*>(p + i + sizeof(V) * k);
   }
   for (int k = 1; k < kVecs; ++k) a[0] += a[k];
