@@ -78,6 +78,10 @@ template <typename V, bool prefetch>
       _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192), _MM_HINT_T1);
       _mm_prefetch(reinterpret_cast<const char*>(p + i + 8192 + 64), _MM_HINT_T1);
     }
+    // Unrolled, so the accumulators are registers: left in a stack array (a load, add and store
+    // per vector) the read ran 30-36 GB/s on the Xeon VM depending on where the stack fell
+    // relative to the buffer, which any code change could move; unrolled, 37-39
+    // (docs/benchmarks.md).
 #pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) a[k] += *reinterpret_cast<const V*>(p + i + sizeof(V) * k);
   }
@@ -94,9 +98,7 @@ template <bool prefetch>
 uint64_t sum_range(const uint8_t* p, uint64_t n) {
   return sum_lanes<U64x2, prefetch>(p, n);
 }
-// 32-byte loads (AVX2, where the CPU has it). The limit is the faster loop: on the Xeon VM the
-// 16-byte loop read 27-32 GB/s from build to build (code placement alone), this one 35
-// (docs/benchmarks.md).
+// 32-byte loads (AVX2, where the CPU has it). The limit is the faster loop.
 template <bool prefetch>
 __attribute__((target("avx2"))) uint64_t sum_range_avx2(const uint8_t* p, uint64_t n) {
   return sum_lanes<U64x4, prefetch>(p, n);
