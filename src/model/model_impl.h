@@ -12,11 +12,12 @@
 
 namespace deepinfer {
 
-// fn(i) for every row i < n, rows spread over the thread pool (each row's result is computed
-// alone, so the split changes nothing; a single row runs on the calling thread).
+// fn(i) for every row i < n, rows spread over the thread pool in tasks of rows_per_task (each
+// row's result is computed alone, so the split changes nothing; up to one task's rows run on the
+// calling thread).
 template <typename F>
-void for_rows(int64_t n, F&& fn) {
-  ThreadPool::global().parallel_for(n, 1, [&](int64_t i0, int64_t i1) {
+void for_rows(int64_t n, F&& fn, int64_t rows_per_task = 1) {
+  ThreadPool::global().parallel_for(n, rows_per_task, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) fn(i);
   });
 }

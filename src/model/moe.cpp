@@ -12,6 +12,10 @@ namespace deepinfer {
 
 namespace {
 
+// Rows per task of the row copies, the combine and the output rounding: fewer rows (decode) run
+// on the calling thread.
+constexpr int64_t kCopyRows = 16;
+
 // SwiGLU with the clamp of §8.2, in fp32, scaled by `weight`: a = weight * silu(g) * u.
 void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
   for (int64_t i = 0; i < n; ++i) {
@@ -96,12 +100,9 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact}});
       at += jb.n;
     }
-    ThreadPool& pool = ThreadPool::global();
-    constexpr int64_t kCopyRows = 16;  // rows per task of the copies (fewer: no dispatch)
     if (gather)
-      pool.parallel_for(total, kCopyRows, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) std::copy_n(x_row[i], D, xg + i * D);
-      });
+      for_rows(
+          total, [&](int64_t i) { std::copy_n(x_row[i], D, xg + i * D); }, kCopyRows);
     linear_many(calls);
     calls.clear();
     at = 0;
@@ -119,9 +120,8 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       round(gi, F);
     });
     linear_many(calls);
-    pool.parallel_for(total, kCopyRows, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) round(dst_row[i], D);
-    });
+    for_rows(
+        total, [&](int64_t i) { round(dst_row[i], D); }, kCopyRows);
   };
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once
@@ -157,9 +157,9 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
           {&P.experts[size_t(e - e_begin)], &rows[size_t(b)], n, &rw[size_t(b)], y + b * D});
     }
     run_experts(jobs, xs);
-    ThreadPool::global().parallel_for(n_mine, 16, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) std::copy_n(y + i * D, D, &slots[slot[size_t(i)] * D]);
-    });
+    for_rows(
+        n_mine, [&](int64_t i) { std::copy_n(y + i * D, D, &slots[slot[size_t(i)] * D]); },
+        kCopyRows);
   };
 
   ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
@@ -176,16 +176,17 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     run_experts({&job, 1}, v);
   }
   // Combine (§8.3): fp32, ascending expert id, shared last, one rounding.
-  ThreadPool::global().parallel_for(N, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      for (int64_t d = 0; d < D; ++d) {
-        float acc = 0;
-        for (int64_t j = 0; j < k; ++j) acc += expert_out[size_t((i * k + j) * D + d)];
-        out[i * D + d] = acc + shared[i * D + d];
-      }
-      round(out + i * D, D);
-    }
-  });
+  for_rows(
+      N,
+      [&](int64_t i) {
+        for (int64_t d = 0; d < D; ++d) {
+          float acc = 0;
+          for (int64_t j = 0; j < k; ++j) acc += expert_out[size_t((i * k + j) * D + d)];
+          out[i * D + d] = acc + shared[i * D + d];
+        }
+        round(out + i * D, D);
+      },
+      kCopyRows);
 }
 
 }  // namespace deepinfer
