@@ -20,6 +20,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/indexer.h"
 #include "kernels/isa.h"
+#include "kernels/linear.h"
 #include "kernels/reduce.h"
 
 namespace deepinfer {
@@ -58,7 +59,7 @@ float online_head(const SparseAttnArgs& a, const float* q, float* o, float* m_ou
     const float* kb = a.keys + j0 * a.Dh;
     float m_new = m;
     for (int64_t j = 0; j < nb; ++j) {
-      z[j] = canonical_dot(q, kb + j * a.Dh, a.Dh) * a.scale;
+      z[j] = chains_dot(q, kb + j * a.Dh, a.Dh) * a.scale;
       m_new = std::max(m_new, z[j]);
     }
     const float beta = exp_f(m - m_new);
@@ -68,8 +69,16 @@ float online_head(const SparseAttnArgs& a, const float* q, float* o, float* m_ou
     if (a.bf16_probs)
       for (int64_t j = 0; j < nb; ++j) p[j] = round_bf16(p[j]);
     for (int64_t d = 0; d < a.Dh; ++d) {
-      float pv = 0;
-      for (int64_t j = 0; j < nb; ++j) pv += p[j] * kb[j * a.Dh + d];
+      float pv = 0;  // sub-blocks of 32 keys, each the even keys' and the odd keys' chains
+      for (int64_t s0 = 0; s0 < nb; s0 += 32) {
+        float e = 0, od = 0;
+        for (int64_t j = s0; j < std::min(nb, s0 + 32); ++j)
+          if ((j - s0) & 1)
+            od = __builtin_fmaf(p[j], kb[j * a.Dh + d], od);
+          else
+            e = __builtin_fmaf(p[j], kb[j * a.Dh + d], e);
+        pv += e + od;
+      }
       o[d] = o[d] * beta + pv;
     }
     m = m_new;
@@ -138,15 +147,18 @@ void sparse_attention(const SparseAttnArgs& a) {
   const attention_isa::Kernels& kern =
       isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
-  const bool q_bf16 = kern.all_bf16(a.q, a.H * a.Dh), k_bf16 = kern.all_bf16(a.keys, a.nk * a.Dh);
+  // AMX tiles where their products and sums are the fused chains' (bf16 values, none subnormal;
+  // the keys are checked block by block).
+  const LinearProducts prod = linear_products();
+  const bool amx = isa == Isa::Avx512 && a.bf16_probs &&
+                   (prod == LinearProducts::Auto || prod == LinearProducts::Amx) &&
+                   amx_canonical() && kern.all_bf16_floored(a.q, a.H * a.Dh);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
-    // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors.
     attention_isa::Job j{
         .a = &a,
-        .fma_qk = q_bf16 && k_bf16,
-        .fma_pv = a.bf16_probs && k_bf16,
-        .scratch = t_scratch.floats(a.Dh * lanes + a.nk * lanes + 64 * lanes + 4 * lanes + 64),
-        .exp_n = exp_n};
+        .amx = amx,
+        .scratch = t_scratch.floats(attention_isa::attention_scratch_floats(a.Dh, a.nk, amx)),
+        .exp_n = kern.exp_n ? kern.exp_n : exp_n};
     for (int64_t g = g0; g < g1; ++g) {
       j.h0 = g * lanes;
       j.nh = std::min(lanes, a.H - j.h0);

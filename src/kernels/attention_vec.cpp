@@ -12,6 +12,8 @@
 // every key element is broadcast against the transposed query (several keys at a time), each
 // head's dot product is the canonical blocked sum, then bf16(relu(bf16(dot))·w_h) per head, and
 // the head sum runs over the heads in order (scalar, per key).
+#include <array>
+#include <cmath>
 #include <utility>
 
 #include "kernels/isa.h"
@@ -61,25 +63,69 @@ inline void head_dots(const float* keys, int64_t D, const float* qT, int64_t t, 
   }
 }
 
-// Scores of keys [j, j + KN) into z[.][kLanes].
-template <bool FM, int KN>
-inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* z) {
-  F acc[KN][1];
-  head_dots<FM, 1, KN>(a.keys, a.Dh, qT, j, acc);
+// Scores of keys [j, j + KN) into z[.][kLanes]: per block of 32 dimensions the even and the odd
+// dimensions' fused chains, then their sum, added to the total (reduce.h's attention order).
+template <int KN>
+inline void scores(const SparseAttnArgs& a, const float* qT, int64_t j, float* zj) {
+  const int64_t D = a.Dh;
+  const float* k[KN];
 #pragma GCC unroll 4
-  for (int c = 0; c < KN; ++c) store(z + (j + c) * kLanes, acc[c][0] * set1(a.scale));
+  for (int c = 0; c < KN; ++c) k[c] = a.keys + (j + c) * D;
+  F acc[KN];
+#pragma GCC unroll 4
+  for (int c = 0; c < KN; ++c) acc[c] = zero();
+  for (int64_t b = 0; b < D; b += 32) {
+    F e[KN], o[KN];
+#pragma GCC unroll 4
+    for (int c = 0; c < KN; ++c) e[c] = o[c] = zero();
+#pragma GCC unroll 16
+    for (int i = 0; i < 32; i += 2) {
+      const F q0 = load(qT + (b + i) * kLanes), q1 = load(qT + (b + i + 1) * kLanes);
+#pragma GCC unroll 4
+      for (int c = 0; c < KN; ++c) {
+        e[c] = fmadd(set1(k[c][b + i]), q0, e[c]);
+        o[c] = fmadd(set1(k[c][b + i + 1]), q1, o[c]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < KN; ++c) acc[c] = acc[c] + (e[c] + o[c]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < KN; ++c) store(zj + c * kLanes, acc[c] * set1(a.scale));
 }
 
-// A_h = A_h·β_h + Σ_j p_j,h·k_j for keys [j0, j0 + nb) and dimensions [d, d + NV·kLanes).
-template <bool FM, int NV>
+// A_h = A_h·β_h + Σ_j p_j,h·k_j for keys [j0, j0 + nb) and dimensions [d, d + NV·kLanes): per
+// sub-block of 32 keys the even and the odd keys' fused chains, then their sum, added up.
+template <int NV>
 inline void values_at(const SparseAttnArgs& a, float* o, int64_t l, int64_t d, int64_t j0,
                       int64_t nb, const float* p, F bl) {
-  F pv[NV] = {};
-  for (int64_t j = 0; j < nb; ++j) {
-    const F pj = set1(p[j * kLanes + l]);
-    const float* k = a.keys + (j0 + j) * a.Dh + d;
+  F pv[NV];
 #pragma GCC unroll 8
-    for (int c = 0; c < NV; ++c) pv[c] = madd<FM>(pj, loadu(k + kLanes * c), pv[c]);
+  for (int c = 0; c < NV; ++c) pv[c] = zero();
+  for (int64_t s0 = 0; s0 < nb; s0 += 32) {
+    const int64_t s1 = nb - s0 < 32 ? nb : s0 + 32;
+    F e[NV], od[NV];
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) e[c] = od[c] = zero();
+    int64_t j = s0;
+    for (; j + 2 <= s1; j += 2) {
+      const F p0 = set1(p[j * kLanes + l]), p1 = set1(p[(j + 1) * kLanes + l]);
+      const float* k0 = a.keys + (j0 + j) * a.Dh + d;
+      const float* k1 = k0 + a.Dh;
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) {
+        e[c] = fmadd(p0, loadu(k0 + kLanes * c), e[c]);
+        od[c] = fmadd(p1, loadu(k1 + kLanes * c), od[c]);
+      }
+    }
+    if (j < s1) {
+      const F p0 = set1(p[j * kLanes + l]);
+      const float* k0 = a.keys + (j0 + j) * a.Dh + d;
+#pragma GCC unroll 8
+      for (int c = 0; c < NV; ++c) e[c] = fmadd(p0, loadu(k0 + kLanes * c), e[c]);
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < NV; ++c) pv[c] = pv[c] + (e[c] + od[c]);
   }
 #pragma GCC unroll 8
   for (int c = 0; c < NV; ++c) {
@@ -88,7 +134,9 @@ inline void values_at(const SparseAttnArgs& a, float* o, int64_t l, int64_t d, i
   }
 }
 
-template <bool FM>
+// Dimensions per pass of values_at: three accumulators each (AVX2 has 16 registers).
+constexpr int kValueVectors = kLanes == 16 ? 8 : 4;
+
 inline void values(const SparseAttnArgs& a, int64_t h0, int64_t nh, int64_t j0, int64_t nb,
                    const float* p, const float* beta) {
   const int64_t Dh = a.Dh;
@@ -96,13 +144,54 @@ inline void values(const SparseAttnArgs& a, int64_t h0, int64_t nh, int64_t j0, 
     float* o = a.out + (h0 + l) * Dh;
     const F bl = set1(beta[l]);
     int64_t d = 0;
-    for (; d + 8 * kLanes <= Dh; d += 8 * kLanes) values_at<FM, 8>(a, o, l, d, j0, nb, p, bl);
+    for (; d + kValueVectors * kLanes <= Dh; d += kValueVectors * kLanes)
+      values_at<kValueVectors>(a, o, l, d, j0, nb, p, bl);
     // Dh is a multiple of 32.
-    for (; d < Dh; d += 32) values_at<FM, 32 / kLanes>(a, o, l, d, j0, nb, p, bl);
+    for (; d < Dh; d += 32) values_at<32 / kLanes>(a, o, l, d, j0, nb, p, bl);
   }
 }
 
-template <bool FQK, bool FPV>
+// The softmax step of the block of keys [j0, j0 + nb) whose scores are at z (nb x kLanes): the
+// new running max into *m, β into beta[kLanes], the probabilities into p (rounded to bf16 when
+// a.bf16_probs), and the running sum *lsum.
+inline void softmax_block(const Job& jb, const float* z, int64_t nb, float* p, float* beta, F* m,
+                          F* lsum) {
+  F m_new = *m;
+  for (int64_t jj = 0; jj < nb; ++jj) m_new = max(load(z + jj * kLanes), m_new);
+  store(beta, *m - m_new);
+  for (int64_t jj = 0; jj < nb; ++jj) store(p + jj * kLanes, load(z + jj * kLanes) - m_new);
+  jb.exp_n(beta, kLanes);
+  jb.exp_n(p, nb * kLanes);
+  // Σp in the 16-lane order over j (canonical_sum), for all heads at once.
+  F s[16];
+#pragma GCC unroll 16
+  for (int w = 0; w < 16; ++w) s[w] = zero();
+  for (int64_t jj = 0; jj < nb; ++jj) s[jj & 15] = s[jj & 15] + load(p + jj * kLanes);
+#pragma GCC unroll 4
+  for (int w = 8; w >= 1; w /= 2)
+#pragma GCC unroll 8
+    for (int q = 0; q < w; ++q) s[q] = s[q] + s[q + w];
+  *lsum = *lsum * load(beta) + s[0];
+  if (jb.a->bf16_probs)
+    for (int64_t jj = 0; jj < nb; ++jj) store(p + jj * kLanes, round_bf16(load(p + jj * kLanes)));
+  *m = m_new;
+}
+
+// The end: l += exp(sink - m), o = A / l.
+inline void finish(const Job& jb, F m, F lsum, float* v) {
+  const SparseAttnArgs& a = *jb.a;
+  float sink[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) sink[l] = l < jb.nh ? a.sink[jb.h0 + l] : 0.0f;
+  store(v, loadu(sink) - m);
+  jb.exp_n(v, kLanes);
+  store(v, lsum + load(v));
+  for (int64_t l = 0; l < jb.nh; ++l) {
+    float* o = a.out + (jb.h0 + l) * a.Dh;
+    const F ll = set1(v[l]);
+    for (int64_t d = 0; d < a.Dh; d += kLanes) storeu(o + d, loadu(o + d) / ll);
+  }
+}
+
 void run_group(const Job& jb) {
   const SparseAttnArgs& a = *jb.a;
   const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh;
@@ -113,56 +202,296 @@ void run_group(const Job& jb) {
   for (int64_t d = 0; d < Dh; ++d)
     for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
   int64_t j = 0;
-  for (; j + 4 <= nk; j += 4) scores<FQK, 4>(a, qT, j, z);
-  for (; j < nk; ++j) scores<FQK, 1>(a, qT, j, z);
+  for (; j + 4 <= nk; j += 4) scores<4>(a, qT, j, z + j * kLanes);
+  for (; j < nk; ++j) scores<1>(a, qT, j, z + j * kLanes);
 
   for (int64_t l = 0; l < nh; ++l)
     for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
-    F m_new = m;
-    for (int64_t jj = 0; jj < nb; ++jj) m_new = max(load(z + (j0 + jj) * kLanes), m_new);
-    store(v, m - m_new);
+    softmax_block(jb, z + j0 * kLanes, nb, p, v, &m, &lsum);
+    values(a, h0, nh, j0, nb, p, v);
+  }
+  finish(jb, m, lsum, v);
+}
+
+#if defined(__AVX512F__)
+
+// --- the exponential ---
+//
+// x[i] = f32(exp(double(x[i]))), the reference's value (exp_f), 8 lanes at a time: exp in double
+// (range reduction by ln 2 in two parts, Taylor's polynomial to degree 13 on |r| <= ln 2 / 2: a
+// few units in the last place of a double), rounded to float. Where that double lies within
+// 2^-44 of its value from a float midpoint (about one value in 2^20), where x > 80 and where x
+// is NaN, the lane takes the library's exp instead, so the result is the library's rounded
+// value whenever that is within a unit in its last place (glibc: 0.52). Below -104 the result is
+// 0 (exp(-104) < 2^-150).
+void exp_n_avx512(float* x, int64_t n) {
+  static constexpr double kCoef[14] = {1.0,
+                                       1.0,
+                                       1.0 / 2,
+                                       1.0 / 6,
+                                       1.0 / 24,
+                                       1.0 / 120,
+                                       1.0 / 720,
+                                       1.0 / 5040,
+                                       1.0 / 40320,
+                                       1.0 / 362880,
+                                       1.0 / 3628800,
+                                       1.0 / 39916800,
+                                       1.0 / 479001600,
+                                       1.0 / 6227020800.0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 xf = _mm256_loadu_ps(x + i);
+    __m512d xd = _mm512_cvtps_pd(xf);
+    const __mmask8 slow = _mm512_cmp_pd_mask(xd, _mm512_set1_pd(80.0), _CMP_NLE_UQ);
+    const __mmask8 under = _mm512_cmp_pd_mask(xd, _mm512_set1_pd(-104.0), _CMP_LT_OQ);
+    xd = _mm512_min_pd(_mm512_max_pd(xd, _mm512_set1_pd(-104.0)), _mm512_set1_pd(80.0));
+    const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(xd, _mm512_set1_pd(0x1.71547652b82fep0)),
+                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), xd);
+    r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
+    __m512d p = _mm512_set1_pd(kCoef[13]);
+    for (int c = 12; c >= 0; --c) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kCoef[c]));
+    const __m512d y = _mm512_scalef_pd(p, k);
+    const __m256 f = _mm512_cvtpd_ps(y);
+    // The midpoints between f and its neighbours (f >= 0; below 0 the lower one is not used).
+    const __m256i fb = _mm256_castps_si256(f);
+    const __m512d fd = _mm512_cvtps_pd(f);
+    const __m512d up =
+        _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_add_epi32(fb, _mm256_set1_epi32(1))));
+    const __m512d dn = _mm512_cvtps_pd(_mm256_castsi256_ps(
+        _mm256_max_epi32(_mm256_sub_epi32(fb, _mm256_set1_epi32(1)), _mm256_setzero_si256())));
+    const __m512d half = _mm512_set1_pd(0.5);
+    const __m512d tol =
+        _mm512_mul_pd(_mm512_max_pd(y, _mm512_set1_pd(0x1p-150)), _mm512_set1_pd(0x1p-44));
+    const __m512d d_up = _mm512_sub_pd(y, _mm512_mul_pd(_mm512_add_pd(fd, up), half));
+    const __m512d d_dn = _mm512_sub_pd(y, _mm512_mul_pd(_mm512_add_pd(fd, dn), half));
+    const __m512d absmask = _mm512_castsi512_pd(_mm512_set1_epi64(0x7fffffffffffffff));
+    const __mmask8 near = _mm512_cmp_pd_mask(_mm512_and_pd(d_up, absmask), tol, _CMP_LE_OQ) |
+                          _mm512_cmp_pd_mask(_mm512_and_pd(d_dn, absmask), tol, _CMP_LE_OQ);
+    __m256 out = _mm256_mask_mov_ps(f, under, _mm256_setzero_ps());
+    _mm256_storeu_ps(x + i, out);
+    const __mmask8 lib = (slow | near) & __mmask8(~under);
+    if (lib)
+      for (int l = 0; l < 8; ++l)
+        if (lib >> l & 1)
+          x[i + l] = float(
+              std::exp(double(_mm256_cvtss_f32(_mm256_permutexvar_ps(_mm256_set1_epi32(l), xf)))));
+  }
+  for (; i < n; ++i) x[i] = float(std::exp(double(x[i])));
+}
+
+// --- on AMX tiles ---
+//
+// Per block of 64 keys: the keys are converted once into bf16 rows (the scores' A tiles, 16 keys
+// x 32 dimensions) and into pairs of keys (the values' B tiles, 16 key pairs x 16 dimensions);
+// the query, once per call, into pairs of dimensions (the scores' B tile, 16 dimension pairs x
+// 16 heads). TDPBF16PS adds a block's even and odd fused chains, summed, to its tile: the
+// scores' blocks of 32 dimensions and the values' sub-blocks of 32 keys in reduce.h's attention
+// order. The products are exact and, with every value 0 or at least 2^-56 (Job::amx), no sum is
+// subnormal; a block with a nonzero probability below 2^-56 (which the tiles would flush) takes
+// the vector values instead. Tiles: 0, 1 A; 2, 3 B; 4 to 7 accumulators.
+
+void attention_tiles() {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
+  asm volatile("" : : "r"(&cfg) : "memory");
+  _tile_loadconfig(&cfg);
+}
+
+// Word indices that interleave the high halves of two vectors of bf16 values held as fp32: the
+// pairs (x0[i], x1[i]).
+alignas(64) constexpr std::array<int16_t, 32> kPairHi = [] {
+  std::array<int16_t, 32> v{};
+  for (int i = 0; i < 16; ++i) {
+    v[size_t(2 * i)] = int16_t(2 * i + 1);
+    v[size_t(2 * i + 1)] = int16_t(32 + 2 * i + 1);
+  }
+  return v;
+}();
+
+// Lanes of x that the tiles would not take exactly: not a bf16 value, or nonzero below 2^-56.
+inline __mmask16 not_floored(__m512i x) {
+  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
+  return _mm512_test_epi32_mask(x, _mm512_set1_epi32(0xffff)) |
+         _mm512_cmplt_epu32_mask(_mm512_sub_epi32(mag, _mm512_set1_epi32(1)),
+                                 _mm512_set1_epi32((127 - 56) << 23) - 1);
+}
+
+// Keys [j0, j0 + nb) as bf16 rows kA [64][Dh] and as pairs vB [2 sub-blocks][Dh / 16][16 pairs]
+// [32] (missing keys zero). Returns whether every value is one the tiles take exactly
+// (all_bf16_floored).
+inline bool convert_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA,
+                          uint16_t* vB) {
+  const int64_t Dh = a.Dh, nc = Dh / 16;
+  const __m512i idx = _mm512_load_si512(kPairHi.data());
+  __mmask16 bad = 0;
+  for (int64_t r = 0; r < 32; ++r) {  // the key pair (2r, 2r + 1) of the block
+    const float* k0 = 2 * r < nb ? a.keys + (j0 + 2 * r) * Dh : nullptr;
+    const float* k1 = 2 * r + 1 < nb ? a.keys + (j0 + 2 * r + 1) * Dh : nullptr;
+    uint16_t* row0 = kA + 2 * r * Dh;
+    uint16_t* row1 = row0 + Dh;
+    uint16_t* pairs = vB + ((r / 16) * nc * 16 + r % 16) * 32;
+    for (int64_t c = 0; c < nc; ++c) {
+      const __m512i x0 = k0 ? _mm512_loadu_si512(k0 + 16 * c) : _mm512_setzero_si512();
+      const __m512i x1 = k1 ? _mm512_loadu_si512(k1 + 16 * c) : _mm512_setzero_si512();
+      bad |= not_floored(x0) | not_floored(x1);
+      _mm512_store_si512(pairs + c * 16 * 32, _mm512_permutex2var_epi16(x0, idx, x1));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(row0 + 16 * c),
+                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(x0, 16)));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(row1 + 16 * c),
+                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(x1, 16)));
+    }
+  }
+  return bad == 0;
+}
+
+void run_group_amx(const Job& jb) {
+  const SparseAttnArgs& a = *jb.a;
+  const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh, nc = Dh / 16;
+  float* qT = jb.scratch;                                    // [Dh][16]
+  float* z = qT + Dh * kLanes;                               // [64][16]
+  float* p = z + nk * kLanes;                                // [64][16]
+  float* v = p + kBlock * kLanes;                            // [4][16]
+  float* cs = v + 4 * kLanes + 64;                           // [4][16][16]
+  uint16_t* qB = reinterpret_cast<uint16_t*>(cs + 4 * 256);  // [Dh / 32][16][32]
+  uint16_t* pA = qB + Dh * 16;                               // [2][16][32]
+  uint16_t* kA = pA + 2 * 16 * 32;                           // [64][Dh]
+  uint16_t* vB = kA + 64 * Dh;                               // [2][Dh / 16][16][32]
+  for (int64_t d = 0; d < Dh; ++d)
+    for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
+  const __m512i idx = _mm512_load_si512(kPairHi.data());
+  for (int64_t r = 0; r < Dh / 2; ++r)  // dimensions (2r, 2r + 1) of the 16 heads
+    _mm512_store_si512(qB + r * 32, _mm512_permutex2var_epi16(loadui(qT + 2 * r * kLanes), idx,
+                                                              loadui(qT + (2 * r + 1) * kLanes)));
+  for (int64_t l = 0; l < nh; ++l)
+    for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
+  attention_tiles();
+  F m = set1(-1e30f), lsum = zero();
+  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+    const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
+    if (!convert_block(a, j0, nb, kA, vB)) {  // values the tiles would not take exactly
+      int64_t j = j0;
+      for (; j + 4 <= j0 + nb; j += 4) scores<4>(a, qT, j, z + (j - j0) * kLanes);
+      for (; j < j0 + nb; ++j) scores<1>(a, qT, j, z + (j - j0) * kLanes);
+      softmax_block(jb, z, nb, p, v, &m, &lsum);
+      values(a, h0, nh, j0, nb, p, v);
+      continue;
+    }
+    // Scores of the block's 4 groups of 16 keys (rows past nb are zero keys, never read).
+    _tile_zero(4);
+    _tile_zero(5);
+    _tile_zero(6);
+    _tile_zero(7);
+    for (int64_t b = 0; b < Dh / 32; ++b) {
+      _tile_loadd(2, qB + b * 16 * 32, 64);
+      _tile_loadd(0, kA + 32 * b, Dh * 2);
+      _tile_dpbf16ps(4, 0, 2);
+      _tile_loadd(1, kA + 16 * Dh + 32 * b, Dh * 2);
+      _tile_dpbf16ps(5, 1, 2);
+      _tile_loadd(0, kA + 32 * Dh + 32 * b, Dh * 2);
+      _tile_dpbf16ps(6, 0, 2);
+      _tile_loadd(1, kA + 48 * Dh + 32 * b, Dh * 2);
+      _tile_dpbf16ps(7, 1, 2);
+    }
+    _tile_stored(4, cs, 64);
+    _tile_stored(5, cs + 256, 64);
+    _tile_stored(6, cs + 512, 64);
+    _tile_stored(7, cs + 768, 64);
     for (int64_t jj = 0; jj < nb; ++jj)
-      store(p + jj * kLanes, load(z + (j0 + jj) * kLanes) - m_new);
-    jb.exp_n(v, kLanes);
-    jb.exp_n(p, nb * kLanes);
-    const F beta = load(v);
-    // Σp in the 16-lane order over j (canonical_sum), for all heads at once.
-    F s[16] = {};
-    for (int64_t jj = 0; jj < nb; ++jj) s[jj & 15] = s[jj & 15] + load(p + jj * kLanes);
-#pragma GCC unroll 4
-    for (int w = 8; w >= 1; w /= 2)
-#pragma GCC unroll 8
-      for (int q = 0; q < w; ++q) s[q] = s[q] + s[q + w];
-    lsum = lsum * beta + s[0];
-    if (a.bf16_probs)
-      for (int64_t jj = 0; jj < nb; ++jj) store(p + jj * kLanes, round_bf16(load(p + jj * kLanes)));
-    values<FPV>(a, h0, nh, j0, nb, p, v);
-    m = m_new;
+      store(z + jj * kLanes, load(cs + jj * kLanes) * set1(a.scale));
+    softmax_block(jb, z, nb, p, v, &m, &lsum);
+    // Probabilities the tiles would flush: this block's values on vectors.
+    __mmask16 tiny = 0;
+    for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
+    if (tiny & __mmask16((1u << nh) - 1)) {
+      values(a, h0, nh, j0, nb, p, v);
+      continue;
+    }
+    // The probabilities as A tiles: [sub-block][head][32 keys] (missing keys zero).
+    for (int64_t l = 0; l < kLanes; ++l)
+      for (int64_t jj = 0; jj < kBlock; ++jj)
+        pA[(jj / 32) * 512 + l * 32 + jj % 32] =
+            jj < nb ? uint16_t(__builtin_bit_cast(uint32_t, p[jj * kLanes + l]) >> 16) : 0;
+    _tile_loadd(0, pA, 64);
+    _tile_loadd(1, pA + 512, 64);
+    const bool second = nb > 32;
+    for (int64_t c = 0; c < nc; c += 4) {  // 4 chunks of 16 dimensions (Dh is a multiple of 32)
+      const uint16_t* b0 = vB + c * 512;
+      const uint16_t* b1 = vB + (nc + c) * 512;
+      _tile_zero(4);
+      _tile_zero(5);
+      _tile_loadd(2, b0, 64);
+      _tile_dpbf16ps(4, 0, 2);
+      _tile_loadd(3, b0 + 512, 64);
+      _tile_dpbf16ps(5, 0, 3);
+      if (second) {
+        _tile_loadd(2, b1, 64);
+        _tile_dpbf16ps(4, 1, 2);
+        _tile_loadd(3, b1 + 512, 64);
+        _tile_dpbf16ps(5, 1, 3);
+      }
+      _tile_stored(4, cs, 64);
+      _tile_stored(5, cs + 256, 64);
+      const int64_t nq = nc - c >= 4 ? 4 : 2;
+      if (nq == 4) {
+        _tile_zero(6);
+        _tile_zero(7);
+        _tile_loadd(2, b0 + 1024, 64);
+        _tile_dpbf16ps(6, 0, 2);
+        _tile_loadd(3, b0 + 1536, 64);
+        _tile_dpbf16ps(7, 0, 3);
+        if (second) {
+          _tile_loadd(2, b1 + 1024, 64);
+          _tile_dpbf16ps(6, 1, 2);
+          _tile_loadd(3, b1 + 1536, 64);
+          _tile_dpbf16ps(7, 1, 3);
+        }
+        _tile_stored(6, cs + 512, 64);
+        _tile_stored(7, cs + 768, 64);
+      }
+      for (int64_t l = 0; l < nh; ++l) {
+        float* o = a.out + (h0 + l) * Dh + 16 * c;
+        const F bl = set1(v[l]);
+        for (int64_t q = 0; q < nq; ++q)
+          storeu(o + 16 * q, loadu(o + 16 * q) * bl + load(cs + q * 256 + l * 16));
+      }
+    }
   }
-  float sink[kLanes];
-  for (int64_t l = 0; l < kLanes; ++l) sink[l] = l < nh ? a.sink[h0 + l] : 0.0f;
-  store(v, loadu(sink) - m);
-  jb.exp_n(v, kLanes);
-  store(v, lsum + load(v));
-  for (int64_t l = 0; l < nh; ++l) {
-    float* o = a.out + (h0 + l) * Dh;
-    const F ll = set1(v[l]);
-    for (int64_t d = 0; d < Dh; d += kLanes) storeu(o + d, loadu(o + d) / ll);
-  }
+  _tile_release();
+  finish(jb, m, lsum, v);
 }
 
 void group(const Job& j) {
-  static constexpr void (*kRun[2][2])(const Job&) = {
-      {run_group<false, false>, run_group<false, true>},
-      {run_group<true, false>, run_group<true, true>}};
-  kRun[j.fma_qk][j.fma_pv](j);
+  if (j.amx) return run_group_amx(j);
+  run_group(j);
 }
+
+#else
+
+void group(const Job& j) {
+  run_group(j);
+}
+
+#endif
 
 bool all_bf16_of(const float* x, int64_t n) {
   return all_bf16(x, n);
+}
+
+bool all_bf16_floored_of(const float* x, int64_t n) {
+  return all_bf16_floored(x, n);
 }
 
 // --- indexer scores ---
@@ -230,9 +559,11 @@ void index_scores(const IndexerJob& j) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{group, index_scores, all_bf16_of, simd::avx512::kLanes};
+const Kernels kAvx512{group,        index_scores,        all_bf16_of, all_bf16_floored_of,
+                      exp_n_avx512, simd::avx512::kLanes};
 #else
-const Kernels kAvx2{group, index_scores, all_bf16_of, simd::avx2::kLanes};
+const Kernels kAvx2{group,   index_scores,      all_bf16_of, all_bf16_floored_of,
+                    nullptr, simd::avx2::kLanes};
 #endif
 
 }  // namespace deepinfer::attention_isa

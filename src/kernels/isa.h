@@ -118,10 +118,10 @@ namespace deepinfer::attention_isa {
 struct Job {
   const SparseAttnArgs* a = nullptr;
   int64_t h0 = 0, nh = 0;  // heads [h0, h0 + nh)
-  bool fma_qk = false;     // q·k products are exact (bf16 values): fused multiply-adds agree
-  bool fma_pv = false;     // p·v products are exact
-  // qT [Dh][lanes], scores [nk][lanes], probabilities [64][lanes], a few vectors; 64-byte
-  // aligned.
+  // On AMX tiles (AVX-512): q is bf16 values, none nonzero below 2^-56, and the probabilities
+  // are rounded to bf16 (attention_vec.cpp's run_group_amx; it checks the keys).
+  bool amx = false;
+  // scratch_floats(Dh, nk, amx) floats, 64-byte aligned.
   float* scratch = nullptr;
   // x[i] = f32(exp(double(x[i]))): the reference's exp, out of line so the ISA files do not
   // instantiate it.
@@ -143,8 +143,19 @@ struct Kernels {
   void (*indexer_scores)(const IndexerJob& j);
   // Whether every element of x[n] is a bf16 value (low 16 bits zero).
   bool (*all_bf16)(const float* x, int64_t n);
+  // Whether every element of x[n] is a bf16 value whose magnitude is 0 or at least 2^-56.
+  bool (*all_bf16_floored)(const float* x, int64_t n);
+  // x[i] = f32(exp(double(x[i]))) in vectors, or null (AVX2: the caller's scalar loop).
+  void (*exp_n)(float* x, int64_t n);
   int64_t lanes;  // heads per group
 };
+
+// Floats of a Job's scratch: qT [Dh][16], scores [nk][16], probabilities [64][16], a few vectors;
+// on the tiles also the query's pairs, a block's keys as bf16 rows and as pairs, and the tiles'
+// staging.
+inline int64_t attention_scratch_floats(int64_t Dh, int64_t nk, bool amx) {
+  return Dh * 16 + nk * 16 + 64 * 16 + 4 * 16 + 64 + (amx ? Dh * 8 + 64 * Dh + 4 * 256 + 512 : 0);
+}
 // The tables of each ISA (attention_vec.cpp compiled for it).
 extern const Kernels kAvx2, kAvx512;
 

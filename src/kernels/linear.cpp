@@ -178,12 +178,6 @@ bool int_products_ok() {
   static const bool ok = cpu_best_isa() == Isa::Avx512 && __builtin_cpu_supports("avx512vnni");
   return ok;
 }
-// Whether this CPU's AMX tiles may serve the linears: the kernel lets the process use them, and
-// they follow the canonical order.
-bool amx_canonical() {
-  static const bool ok = amx_available() && linear_isa::amx_is_canonical();
-  return ok;
-}
 
 // Auto's choices (kernels/linear.h): vdpbf16ps for a call of n rows, integer products for fp4.
 bool auto_bf16_products(int64_t n) {
@@ -657,6 +651,11 @@ std::string auto_products_summary() {
   if (amx_canonical())
     s = "AMX tiles (but GEMVs of up to 4 rows: fp4 vpdpbusd, plain bf16 FMAs); other " + s;
   return s;
+}
+
+bool amx_canonical() {
+  static const bool ok = amx_available() && linear_isa::amx_is_canonical();
+  return ok;
 }
 
 bool amx_available() {

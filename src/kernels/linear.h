@@ -152,6 +152,9 @@ double dpbf16_speedup();
 double int16_speedup();
 // Whether this CPU and kernel let fp4 GEMMs use AMX tiles (see Amx above).
 bool amx_available();
+// amx_available() and the tiles follow the canonical order (checked once): the linears and the
+// sparse attention may use them where the products setting allows (Auto or Amx).
+bool amx_canonical();
 // What Auto multiplies with on this CPU, in words (benchmarks print it next to the rates).
 std::string auto_products_summary();
 

@@ -21,6 +21,12 @@
 //                  acc + p·s). The codes' products (e4m3/e2m1 codes times act_quant values,
 //                  bf16 x bf16 above the bf16 products' floor) are exact and never subnormal,
 //                  so the flushing of denormals by the tiles and vdpbf16ps never applies.
+//   attention:     the scores q·k: blocks of 32 dimensions, each block's partial the linears'
+//                  two fused chains (even and odd dimensions) from +0 and their sum; the total
+//                  adds the partials block by block from +0. The values Σ_j p_j·k_j of a softmax
+//                  block of 64 keys: sub-blocks of 32 keys, each the even keys' fused chain and
+//                  the odd keys' from +0 and their sum, the block's sum their total from +0.
+//                  Both are what AMX tiles compute (keys or probabilities as the tile rows).
 //   vector sums:   16 lanes; lane j sums elements j, j+16, j+32, ... in order (multiply, then add);
 //                  then lanes are folded pairwise: j += j+8, j += j+4, j += j+2, j += j+1.
 #pragma once
@@ -50,6 +56,23 @@ inline float linear_block_dot(const float* a, const float* b) {
     o = __builtin_fmaf(a[i + 1], b[i + 1], o);
   }
   return e + o;
+}
+
+// Dot product in the attention's order: per block of 32 (the last may be shorter) the even and
+// the odd elements' fused chains from +0, then their sum, added to the total.
+inline float chains_dot(const float* a, const float* b, int64_t n) {
+  float acc = 0;
+  for (int64_t k = 0; k < n; k += 32) {
+    const int64_t m = n - k < 32 ? n - k : 32;
+    float e = 0, o = 0;
+    for (int64_t i = 0; i < m; ++i)
+      if (i & 1)
+        o = __builtin_fmaf(a[k + i], b[k + i], o);
+      else
+        e = __builtin_fmaf(a[k + i], b[k + i], e);
+    acc += e + o;
+  }
+  return acc;
 }
 
 // Unscaled dot product in the canonical blocked order (`n` need not be a multiple of 32; the

@@ -182,6 +182,26 @@ DI_VEC bool all_bf16(const float* x, int64_t n) {
   return low == 0;
 }
 
+// Whether every element of x[n] is a bf16 value whose magnitude is 0 or at least 2^-56: products
+// of such values, and their sums, are multiples of 2^-126, never subnormal.
+DI_VEC bool all_bf16_floored(const float* x, int64_t n) {
+  const I ones = set1i(-1), none = set1i(0), mag = set1i(0x7fffffff);
+  const F floor = set1(0x1p-56f), tiny = set1(0x1p-149f);
+  I acc = none;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const I u = loadui(x + i);
+    const F a = floats(u & mag);
+    acc |= (u & set1i(0xffff)) | select_lt(a, floor, select_lt(a, tiny, none, ones), none);
+  }
+  bool ok = all_zero(acc);
+  for (; i < n; ++i) {
+    const float a = x[i] < 0 ? -x[i] : x[i];
+    ok &= (__builtin_bit_cast(uint32_t, x[i]) & 0xffffu) == 0 && (a == 0 || a >= 0x1p-56f);
+  }
+  return ok;
+}
+
 // An e8m0 scale byte -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
 DI_VEC float e8m0(uint8_t b) {
   const uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;

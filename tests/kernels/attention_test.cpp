@@ -3,13 +3,17 @@
 // bf16 and fp32 inputs, ISAs and thread counts; the reference against the exact formula.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernel_test_util.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -48,11 +52,16 @@ TEST(AttentionFast, MatchesRef) {
   for (int64_t H : {1, 3, 8, 16, 17, 40})
     for (int64_t Dh : {32, 96, 512})
       for (int64_t nk : {1, 5, 63, 64, 65, 130})
-        for (int mode = 0; mode < 3; ++mode) {
+        for (int mode = 0; mode < 5; ++mode) {
           // 0: bf16 inputs and probabilities (bf16 numerics), 1: fp32 inputs with bf16
-          // probabilities, 2: fp32 throughout.
-          const bool bf16_in = mode == 0, bf16_probs = mode != 2;
-          const AttnInputs in = make_inputs(H, Dh, nk, bf16_in, seed++);
+          // probabilities, 2: fp32 throughout; with bf16 numerics (AMX tiles where the CPU has
+          // them), 3: scores spread so wide that some probabilities fall below 2^-56 (those
+          // blocks' values off the tiles), 4: a key value below 2^-56 (no tiles).
+          const bool bf16_in = mode == 0 || mode >= 3, bf16_probs = mode != 2;
+          AttnInputs in = make_inputs(H, Dh, nk, bf16_in, seed++);
+          if (mode == 3)
+            for (auto& v : in.q) v *= 64.0f;
+          if (mode == 4) in.keys[size_t(nk * Dh / 2)] = 0x1p-60f;
           std::vector<float> want(size_t(H * Dh));
           set_cpu_isa(Isa::Scalar);
           sparse_attention_ref(args_of(in, H, Dh, nk, bf16_probs, want.data()));
@@ -68,6 +77,52 @@ TEST(AttentionFast, MatchesRef) {
                                << d << " ref " << want[size_t(d)] << " got " << got[size_t(d)];
             }
         }
+}
+
+// The vector exponential of the softmax against the reference's f32(exp(double(x))), bit for
+// bit: random arguments over the whole range used and past it, and the edges (underflow to 0,
+// float subnormals, the library's lanes, NaN and infinities).
+TEST(AttentionFast, VectorExpMatchesLibrary) {
+  const auto isas = machine_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::Avx512) == isas.end())
+    GTEST_SKIP() << "no AVX-512 here";
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          -104.0f,
+                          -103.98f,
+                          -103.97f,
+                          -103.9f,
+                          -87.34f,
+                          -87.33f,
+                          -87.0f,
+                          -1e-30f,
+                          -1e-8f,
+                          -0.5f,
+                          -0.693147f,
+                          79.99f,
+                          80.0f,
+                          80.01f,
+                          88.7f,
+                          88.8f,
+                          100.0f,
+                          -1e30f,
+                          std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> wide(-110.0f, 90.0f), near0(-20.0f, 0.0f);
+  for (int i = 0; i < 2000000; ++i) x.push_back(i & 1 ? wide(rng) : near0(rng));
+  std::vector<float> got = x;
+  attention_isa::kAvx512.exp_n(got.data(), int64_t(got.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = float(std::exp(double(x[i])));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got[i])) << x[i];
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want))
+        << "x = " << x[i] << ": got " << got[i] << ", want " << want;
+  }
 }
 
 TEST(AttentionRef, CloseToExactFormula) {
