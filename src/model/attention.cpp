@@ -22,16 +22,18 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   const int64_t Q = c.q_lora_rank, Wn = c.window_size;
 
   // --- query (§5.1) and window KV (§5.2) ---
-  ArenaVec<float> qr(size_t(N * Q), &arena), q(size_t(N * H * Dh), &arena);
+  // (Written in full by the projections: not zeroed.)
+  float* qr = arena_array<float>(arena, size_t(N * Q));
+  float* q = arena_array<float>(arena, size_t(N * H * Dh));
+  float* kv = arena_array<float>(arena, size_t(N * Dh));
   const int64_t wrow = window_kv_row_bytes(Dh);
-  ArenaVec<float> kv(size_t(N * Dh), &arena);
   ArenaVec<uint8_t> kv_packed(size_t(N * wrow), &arena);
-  query(l, st, rope, u, qr.data(), q.data());
-  window_keys(l, st, rope, u, kv.data(), kv_packed.data());
+  query(l, st, rope, u, qr, q);
+  window_keys(l, st, rope, u, kv, kv_packed.data());
 
   // --- compressor and indexer (§5.3-§6) ---
   if (role.kv_source) compressor(l, st, u);
-  if (role.index_source) indexer(l, st, u, qr.data());
+  if (role.index_source) indexer(l, st, u, qr);
 
   // --- sparse attention (§5.5, §5.6, §12.2) ---
   ArenaVec<float> o(size_t(N * H * Dh), &arena);
@@ -147,16 +149,16 @@ void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float
   const PreparedLayer& P = lin[size_t(l)];
   const int64_t N = st.N, H = c.n_heads, Dh = c.head_dim, G = c.o_groups, Ro = c.o_lora_rank;
   rope_rows(st, rope, o, H, Dh, true);
-  ArenaVec<float> a(size_t(N * G * Ro), &arena);
+  float* a = arena_array<float>(arena, size_t(N * G * Ro));  // written in full by wo_a
   const int64_t group_in = H * Dh / G;
   ArenaVec<LinearCall> calls(&arena);  // group g: its inputs, rows [g·Ro, (g+1)·Ro) of wo_a
   calls.reserve(size_t(G));
   for (int64_t g = 0; g < G; ++g)
     calls.push_back(
-        {&P.wo_a, {o + g * group_in, N, H * Dh, a.data() + g * Ro, G * Ro, g * Ro, Ro, exact}});
+        {&P.wo_a, {o + g * group_in, N, H * Dh, a + g * Ro, G * Ro, g * Ro, Ro, exact}});
   linear_many(calls);
-  round(a.data(), N * G * Ro);
-  project(P.wo_b, a.data(), N, out);
+  round(a, N * G * Ro);
+  project(P.wo_b, a, N, out);
   dump(st, l, "attn.out", out, {N, c.dim});
 }
 
@@ -275,15 +277,16 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   const int64_t K = c.index_topk, r = role.ratio;
 
   // Queries (§6.2): QLin, RoPE per head, fp4-I.
-  ArenaVec<float> qi(size_t(N * Hi * Di), &arena), w(size_t(N * Hi), &arena);
-  project(P.idx_wq_b, qr, N, qi.data());
-  rope_rows(st, rope_compressed, qi.data(), Hi, Di);
+  float* qi = arena_array<float>(arena, size_t(N * Hi * Di));  // written in full
+  float* w = arena_array<float>(arena, size_t(N * Hi));
+  project(P.idx_wq_b, qr, N, qi);
+  rope_rows(st, rope_compressed, qi, Hi, Di);
   for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
-  project(P.idx_weights_proj, u, N, w.data());
+  project(P.idx_weights_proj, u, N, w);
   const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
-  for (auto& v : w) v *= wscale;
-  round(w.data(), N * Hi);
+  for (int64_t i = 0; i < N * Hi; ++i) w[i] *= wscale;
+  round(w, N * Hi);
 
   const int64_t Ck = c.candidate_topk_blocks, Cb = c.candidate_block_size;
   // This rank's candidates: per row the best compressed rows it holds and, at the candidate

@@ -243,8 +243,8 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
     DI_REGION("comm.engram_lookup");
     shard->all_reduce(ev.data(), ev.size());
   }
-  ArenaVec<float> kv(size_t(N * (M + 1) * D), &arena);
-  project(lin[size_t(l)].engram_wkv, ev.data(), N, kv.data());
+  float* kv = arena_array<float>(arena, size_t(N * (M + 1) * D));  // written in full
+  project(lin[size_t(l)].engram_wkv, ev.data(), N, kv);
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
   const std::vector<float>& omega = engram_omega[size_t(z)];
