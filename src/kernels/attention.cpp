@@ -11,6 +11,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -116,9 +117,50 @@ void merge_head(const double* parts, int n_parts, int64_t part_stride, int64_t D
   for (int64_t d = 0; d < Dh; ++d) o[d] = f32(acc[d] / L);
 }
 
+thread_local std::vector<float> t_keys32;
+
+// `a` with keys given as fp32 (those given as bf16 widened into a buffer of this thread).
+SparseAttnArgs with_fp32_keys(const SparseAttnArgs& a) {
+  if (!a.keys_bf16) return a;
+  SparseAttnArgs b = a;
+  t_keys32.resize(size_t(a.nk * a.Dh));
+  for (size_t i = 0; i < t_keys32.size(); ++i)
+    t_keys32[i] = std::bit_cast<float>(uint32_t(a.keys_bf16[i]) << 16);
+  b.keys = t_keys32.data();
+  b.keys_bf16 = nullptr;
+  return b;
+}
+
+// Whether the tiles may serve bf16-numerics attention here (isa: the one in effect).
+bool tiles_for_attention(Isa isa, bool bf16_probs) {
+  const LinearProducts prod = linear_products();
+  return isa == Isa::Avx512 && bf16_probs &&
+         (prod == LinearProducts::Auto || prod == LinearProducts::Amx) && amx_canonical();
+}
+
 }  // namespace
 
-void sparse_attention_ref(const SparseAttnArgs& a) {
+bool attention_bf16_keys(bool bf16_probs) {
+  return tiles_for_attention(cpu_isa(), bf16_probs);
+}
+
+bool attention_keys_to_bf16(const float* x, int64_t n, uint16_t* out) {
+  const Isa isa = cpu_isa();
+  if (isa == Isa::Scalar) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+      const float m = std::fabs(x[i]);
+      if ((u & 0xffffu) != 0 || (m != 0 && !(m >= 0x1p-56f))) return false;
+      out[i] = uint16_t(u >> 16);
+    }
+    return true;
+  }
+  return (isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2)
+      .to_bf16_floored(x, n, out);
+}
+
+void sparse_attention_ref(const SparseAttnArgs& in) {
+  const SparseAttnArgs a = with_fp32_keys(in);
   // fp32 numerics: the exact formula, fp32 scores, softmax with the sink and the weighted sum in
   // double, rounded once. Independent of how the key list is split.
   t_z.resize(size_t(a.nk));
@@ -138,21 +180,20 @@ void sparse_attention_ref(const SparseAttnArgs& a) {
   }
 }
 
-void sparse_attention(const SparseAttnArgs& a) {
+void sparse_attention(const SparseAttnArgs& in) {
   const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar || a.Dh % 32 != 0 || a.nk == 0) {
-    sparse_attention_ref(a);
+  if (in.exact || isa == Isa::Scalar || in.Dh % 32 != 0 || in.nk == 0) {
+    sparse_attention_ref(in);
     return;
   }
   const attention_isa::Kernels& kern =
       isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
   // AMX tiles where their products and sums are the fused chains' (bf16 values, none subnormal;
-  // the keys are checked block by block).
-  const LinearProducts prod = linear_products();
-  const bool amx = isa == Isa::Avx512 && a.bf16_probs &&
-                   (prod == LinearProducts::Auto || prod == LinearProducts::Amx) &&
-                   amx_canonical() && kern.all_bf16_floored(a.q, a.H * a.Dh);
+  // the keys are checked block by block). They read bf16 keys as they are.
+  const bool amx =
+      tiles_for_attention(isa, in.bf16_probs) && kern.all_bf16_floored(in.q, in.H * in.Dh);
+  const SparseAttnArgs a = amx ? in : with_fp32_keys(in);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
     attention_isa::Job j{
         .a = &a,
@@ -167,7 +208,8 @@ void sparse_attention(const SparseAttnArgs& a) {
   });
 }
 
-void sparse_attention_partial(const SparseAttnArgs& a, double* part) {
+void sparse_attention_partial(const SparseAttnArgs& in, double* part) {
+  const SparseAttnArgs a = with_fp32_keys(in);
   const int64_t stride = attention_partial_size(1, a.Dh);
   t_z.resize(size_t(a.nk));
   t_o.resize(size_t(a.Dh));

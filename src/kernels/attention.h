@@ -21,10 +21,20 @@ struct SparseAttnArgs {
   bool bf16_probs;
   bool exact;  // fp32 numerics: the exact softmax in double, rounded once (sparse_attention_ref)
   float* out;  // [H, Dh]
+  // The keys as bf16 bits [nk, Dh] instead of `keys` (null then): where attention_bf16_keys()
+  // says the tiles take them; every entry point accepts them.
+  const uint16_t* keys_bf16 = nullptr;
 };
 
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);
+
+// Whether sparse_attention runs on AMX tiles here for bf16 numerics (bf16_probs), so that keys
+// given as bf16 (SparseAttnArgs::keys_bf16) are read as they are.
+bool attention_bf16_keys(bool bf16_probs);
+// out[i] = the bf16 bits of x[i]; true when every x[i] is a bf16 value of magnitude 0 or at least
+// 2^-56 (the tiles' exact range; then the copy is exact), else the copy is not to be used.
+bool attention_keys_to_bf16(const float* x, int64_t n, uint16_t* out);
 
 // Sparse attention split over context-parallel ranks: each rank attends over its part of a
 // query's key list (without the sink) and returns per-head partial statistics; the partials of

@@ -14,6 +14,7 @@
 // the head sum runs over the heads in order (scalar, per key).
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "kernels/isa.h"
@@ -221,10 +222,10 @@ void run_group(const Job& jb) {
 // --- the exponential ---
 //
 // x[i] = f32(exp(double(x[i]))), the reference's value (exp_f), 8 lanes at a time: exp in double
-// (range reduction by ln 2 in two parts, Taylor's polynomial to degree 13 on |r| <= ln 2 / 2: a
-// few units in the last place of a double), rounded to float. Where that double lies within
-// 2^-44 of its value from a float midpoint (about one value in 2^20), where x > 80 and where x
-// is NaN, the lane takes the library's exp instead, so the result is the library's rounded
+// (range reduction by ln 2 in two parts, Taylor's polynomial to degree 13 on |r| <= ln 2 / 2 by
+// Estrin's scheme: a few units in the last place of a double), rounded to float. Where that double
+// lies within 2^-44 of its value from a float midpoint (about one value in 2^20), where x > 80 and
+// where x is NaN, the lane takes the library's exp instead, so the result is the library's rounded
 // value whenever that is within a unit in its last place (glibc: 0.52). Below -104 the result is
 // 0 (exp(-104) < 2^-150).
 void exp_n_avx512(float* x, int64_t n) {
@@ -253,8 +254,17 @@ void exp_n_avx512(float* x, int64_t n) {
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), xd);
     r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
-    __m512d p = _mm512_set1_pd(kCoef[13]);
-    for (int c = 12; c >= 0; --c) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kCoef[c]));
+    // Estrin's scheme: pairs, then powers r^2, r^4, r^8 (a short dependency chain).
+    auto c = [](int i) { return _mm512_set1_pd(kCoef[i]); };
+    const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
+    const __m512d p01 = _mm512_fmadd_pd(c(1), r, c(0)), p23 = _mm512_fmadd_pd(c(3), r, c(2)),
+                  p45 = _mm512_fmadd_pd(c(5), r, c(4)), p67 = _mm512_fmadd_pd(c(7), r, c(6)),
+                  p89 = _mm512_fmadd_pd(c(9), r, c(8)), pab = _mm512_fmadd_pd(c(11), r, c(10)),
+                  pcd = _mm512_fmadd_pd(c(13), r, c(12));
+    const __m512d q03 = _mm512_fmadd_pd(p23, r2, p01), q47 = _mm512_fmadd_pd(p67, r2, p45),
+                  q8b = _mm512_fmadd_pd(pab, r2, p89);
+    const __m512d s07 = _mm512_fmadd_pd(q47, r4, q03), s8d = _mm512_fmadd_pd(pcd, r4, q8b);
+    const __m512d p = _mm512_fmadd_pd(s8d, r8, s07);
     const __m512d y = _mm512_scalef_pd(p, k);
     const __m256 f = _mm512_cvtpd_ps(y);
     // The midpoints between f and its neighbours (f >= 0; below 0 the lower one is not used).
@@ -321,6 +331,13 @@ alignas(64) constexpr std::array<int16_t, 32> kPairHi = [] {
   return v;
 }();
 
+// Word indices that take the high halves of 32 consecutive floats (two vectors) as 16 pairs.
+alignas(64) constexpr std::array<int16_t, 32> kConsecHi = [] {
+  std::array<int16_t, 32> v{};
+  for (int i = 0; i < 32; ++i) v[size_t(i)] = int16_t(2 * i + 1);
+  return v;
+}();
+
 // Lanes of x that the tiles would not take exactly: not a bf16 value, or nonzero below 2^-56.
 inline __mmask16 not_floored(__m512i x) {
   const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff));
@@ -357,6 +374,65 @@ inline bool convert_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint1
   return bad == 0;
 }
 
+// Lanes of x (32 bf16 values) nonzero below 2^-56 in magnitude.
+inline __mmask32 not_floored16(__m512i x) {
+  const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi16(0x7fff));
+  return _mm512_cmplt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
+                                 _mm512_set1_epi16(((127 - 56) << 7) - 1));
+}
+
+// Keys given as bf16 (SparseAttnArgs::keys_bf16): the block's pairs into vB as convert_block
+// does, and *rows the block's bf16 rows (in place, or copied into kA with zero rows after a short
+// block). Returns whether every value is 0 or at least 2^-56 in magnitude.
+inline bool pair_block_bf16(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA,
+                            uint16_t* vB, const uint16_t** rows) {
+  const int64_t Dh = a.Dh, nc = Dh / 16;
+  const uint16_t* src = a.keys_bf16 + j0 * Dh;
+  if (nb < kBlock) {
+    std::memcpy(kA, src, size_t(nb * Dh) * 2);
+    std::memset(kA + nb * Dh, 0, size_t((kBlock - nb) * Dh) * 2);
+    src = kA;
+  }
+  *rows = src;
+  alignas(64) static constexpr std::array<int16_t, 32> kLo = [] {
+    std::array<int16_t, 32> v{};
+    for (int i = 0; i < 16; ++i) {
+      v[size_t(2 * i)] = int16_t(i);
+      v[size_t(2 * i + 1)] = int16_t(32 + i);
+    }
+    return v;
+  }();
+  const __m512i lo = _mm512_load_si512(kLo.data()),
+                hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 bad = 0;
+  for (int64_t r = 0; r < 32; ++r) {  // the key pair (2r, 2r + 1) of the block
+    const uint16_t* k0 = src + 2 * r * Dh;
+    const uint16_t* k1 = k0 + Dh;
+    uint16_t* pairs = vB + ((r / 16) * nc * 16 + r % 16) * 32;
+    for (int64_t c = 0; c < nc; c += 2) {  // 32 dimensions
+      const __m512i x0 = _mm512_loadu_si512(k0 + 16 * c), x1 = _mm512_loadu_si512(k1 + 16 * c);
+      bad |= not_floored16(x0) | not_floored16(x1);
+      _mm512_store_si512(pairs + c * 16 * 32, _mm512_permutex2var_epi16(x0, lo, x1));
+      _mm512_store_si512(pairs + (c + 1) * 16 * 32, _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+  }
+  return bad == 0;
+}
+
+// Arguments whose keys are fp32 for the vector functions over the block [j0, j0 + nb): `a`
+// itself (*base = j0), or with keys given as bf16 the block widened into k32 (*base = 0).
+inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, float* k32,
+                                 int64_t* base) {
+  *base = j0;
+  if (!a.keys_bf16) return a;
+  SparseAttnArgs b = a;
+  for (int64_t i = 0; i < nb * a.Dh; ++i)
+    k32[i] = __builtin_bit_cast(float, uint32_t(a.keys_bf16[j0 * a.Dh + i]) << 16);
+  b.keys = k32;
+  *base = 0;
+  return b;
+}
+
 void run_group_amx(const Job& jb) {
   const SparseAttnArgs& a = *jb.a;
   const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh, nc = Dh / 16;
@@ -369,24 +445,54 @@ void run_group_amx(const Job& jb) {
   uint16_t* pA = qB + Dh * 16;                               // [2][16][32]
   uint16_t* kA = pA + 2 * 16 * 32;                           // [64][Dh]
   uint16_t* vB = kA + 64 * Dh;                               // [2][Dh / 16][16][32]
-  for (int64_t d = 0; d < Dh; ++d)
-    for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
-  const __m512i idx = _mm512_load_si512(kPairHi.data());
-  for (int64_t r = 0; r < Dh / 2; ++r)  // dimensions (2r, 2r + 1) of the 16 heads
-    _mm512_store_si512(qB + r * 32, _mm512_permutex2var_epi16(loadui(qT + 2 * r * kLanes), idx,
-                                                              loadui(qT + (2 * r + 1) * kLanes)));
-  for (int64_t l = 0; l < nh; ++l)
-    for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
+  float* k32 = reinterpret_cast<float*>(vB + 64 * Dh);       // [64][Dh] (bf16 keys' fallback)
+  // qB from each head's row: its dimension pairs of a block (the high halves of consecutive
+  // floats) scattered into the block's column of that head. qT (the vector scores' transposed
+  // query) only for a block that runs on vectors.
+  const __m512i consec = _mm512_load_si512(kConsecHi.data());
+  const __m512i pair_idx = _mm512_load_si512(kPairHi.data());
+  const __m512i head_col =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(16));
+  for (int64_t l = 0; l < kLanes; ++l)
+    for (int64_t b = 0; b < Dh / 32; ++b) {
+      const __m512i pairs =
+          l < nh ? _mm512_permutex2var_epi16(loadui(a.q + (h0 + l) * Dh + 32 * b), consec,
+                                             loadui(a.q + (h0 + l) * Dh + 32 * b + 16))
+                 : _mm512_setzero_si512();
+      _mm512_i32scatter_epi32(qB + b * 512 + 2 * l, head_col, pairs, 4);
+    }
+  bool have_qT = false;
+  auto need_qT = [&] {
+    if (have_qT) return;
+    have_qT = true;
+    for (int64_t d = 0; d < Dh; ++d)
+      for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
+  };
+  bool first_block = true;  // the accumulators hold nothing yet (the output is not zeroed)
+  auto zero_out = [&] {
+    if (!first_block) return;
+    first_block = false;
+    for (int64_t l = 0; l < nh; ++l)
+      for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
+  };
   attention_tiles();
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
-    if (!convert_block(a, j0, nb, kA, vB)) {  // values the tiles would not take exactly
-      int64_t j = j0;
-      for (; j + 4 <= j0 + nb; j += 4) scores<4>(a, qT, j, z + (j - j0) * kLanes);
-      for (; j < j0 + nb; ++j) scores<1>(a, qT, j, z + (j - j0) * kLanes);
+    const uint16_t* rows = kA;
+    if (a.keys_bf16 ? !pair_block_bf16(a, j0, nb, kA, vB, &rows)
+                    : !convert_block(a, j0, nb, kA, vB)) {
+      // Values the tiles would not take exactly: the block on vectors (the keys as fp32).
+      int64_t base;
+      const SparseAttnArgs b = fp32_block(a, j0, nb, k32, &base);
+      need_qT();
+      zero_out();
+      int64_t j = 0;
+      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, base + j, z + j * kLanes);
+      for (; j < nb; ++j) scores<1>(b, qT, base + j, z + j * kLanes);
       softmax_block(jb, z, nb, p, v, &m, &lsum);
-      values(a, h0, nh, j0, nb, p, v);
+      values(b, h0, nh, base, nb, p, v);
       continue;
     }
     // Scores of the block's 4 groups of 16 keys (rows past nb are zero keys, never read).
@@ -396,13 +502,13 @@ void run_group_amx(const Job& jb) {
     _tile_zero(7);
     for (int64_t b = 0; b < Dh / 32; ++b) {
       _tile_loadd(2, qB + b * 16 * 32, 64);
-      _tile_loadd(0, kA + 32 * b, Dh * 2);
+      _tile_loadd(0, rows + 32 * b, Dh * 2);
       _tile_dpbf16ps(4, 0, 2);
-      _tile_loadd(1, kA + 16 * Dh + 32 * b, Dh * 2);
+      _tile_loadd(1, rows + 16 * Dh + 32 * b, Dh * 2);
       _tile_dpbf16ps(5, 1, 2);
-      _tile_loadd(0, kA + 32 * Dh + 32 * b, Dh * 2);
+      _tile_loadd(0, rows + 32 * Dh + 32 * b, Dh * 2);
       _tile_dpbf16ps(6, 0, 2);
-      _tile_loadd(1, kA + 48 * Dh + 32 * b, Dh * 2);
+      _tile_loadd(1, rows + 48 * Dh + 32 * b, Dh * 2);
       _tile_dpbf16ps(7, 1, 2);
     }
     _tile_stored(4, cs, 64);
@@ -416,14 +522,23 @@ void run_group_amx(const Job& jb) {
     __mmask16 tiny = 0;
     for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
     if (tiny & __mmask16((1u << nh) - 1)) {
-      values(a, h0, nh, j0, nb, p, v);
+      zero_out();
+      int64_t base;
+      const SparseAttnArgs b = fp32_block(a, j0, nb, k32, &base);
+      values(b, h0, nh, base, nb, p, v);
       continue;
     }
     // The probabilities as A tiles: [sub-block][head][32 keys] (missing keys zero).
-    for (int64_t l = 0; l < kLanes; ++l)
-      for (int64_t jj = 0; jj < kBlock; ++jj)
-        pA[(jj / 32) * 512 + l * 32 + jj % 32] =
-            jj < nb ? uint16_t(__builtin_bit_cast(uint32_t, p[jj * kLanes + l]) >> 16) : 0;
+    // Each pair of keys' probabilities, as one 32-bit lane per head, scattered into the heads'
+    // rows.
+    for (int64_t r = 0; r < 32; ++r) {
+      const __m512i pr =
+          2 * r < nb ? _mm512_permutex2var_epi16(loadui(p + 2 * r * kLanes), pair_idx,
+                                                 2 * r + 1 < nb ? loadui(p + (2 * r + 1) * kLanes)
+                                                                : _mm512_setzero_si512())
+                     : _mm512_setzero_si512();
+      _mm512_i32scatter_epi32(pA + (r / 16) * 512 + 2 * (r % 16), head_col, pr, 4);
+    }
     _tile_loadd(0, pA, 64);
     _tile_loadd(1, pA + 512, 64);
     const bool second = nb > 32;
@@ -464,12 +579,15 @@ void run_group_amx(const Job& jb) {
       for (int64_t l = 0; l < nh; ++l) {
         float* o = a.out + (h0 + l) * Dh + 16 * c;
         const F bl = set1(v[l]);
-        for (int64_t q = 0; q < nq; ++q)
-          storeu(o + 16 * q, loadu(o + 16 * q) * bl + load(cs + q * 256 + l * 16));
+        for (int64_t q = 0; q < nq; ++q)  // (the first block: 0·β + pv is pv, never -0)
+          storeu(o + 16 * q, first_block ? load(cs + q * 256 + l * 16)
+                                         : loadu(o + 16 * q) * bl + load(cs + q * 256 + l * 16));
       }
     }
+    first_block = false;
   }
   _tile_release();
+  zero_out();  // (no keys)
   finish(jb, m, lsum, v);
 }
 
@@ -492,6 +610,14 @@ bool all_bf16_of(const float* x, int64_t n) {
 
 bool all_bf16_floored_of(const float* x, int64_t n) {
   return all_bf16_floored(x, n);
+}
+
+bool to_bf16_floored(const float* x, int64_t n, uint16_t* out) {
+  if (!all_bf16_floored(x, n)) return false;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) store_hi16(out + i, loadu(x + i));
+  for (; i < n; ++i) out[i] = uint16_t(__builtin_bit_cast(uint32_t, x[i]) >> 16);
+  return true;
 }
 
 // --- indexer scores ---
@@ -559,11 +685,11 @@ void index_scores(const IndexerJob& j) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{group,        index_scores,        all_bf16_of, all_bf16_floored_of,
-                      exp_n_avx512, simd::avx512::kLanes};
+const Kernels kAvx512{group,           index_scores, all_bf16_of,         all_bf16_floored_of,
+                      to_bf16_floored, exp_n_avx512, simd::avx512::kLanes};
 #else
-const Kernels kAvx2{group,   index_scores,      all_bf16_of, all_bf16_floored_of,
-                    nullptr, simd::avx2::kLanes};
+const Kernels kAvx2{group,           index_scores, all_bf16_of,       all_bf16_floored_of,
+                    to_bf16_floored, nullptr,      simd::avx2::kLanes};
 #endif
 
 }  // namespace deepinfer::attention_isa

@@ -145,6 +145,8 @@ struct Kernels {
   bool (*all_bf16)(const float* x, int64_t n);
   // Whether every element of x[n] is a bf16 value whose magnitude is 0 or at least 2^-56.
   bool (*all_bf16_floored)(const float* x, int64_t n);
+  // out = the bf16 bits of x when all_bf16_floored(x, n) (returned).
+  bool (*to_bf16_floored)(const float* x, int64_t n, uint16_t* out);
   // x[i] = f32(exp(double(x[i]))) in vectors, or null (AVX2: the caller's scalar loop).
   void (*exp_n)(float* x, int64_t n);
   int64_t lanes;  // heads per group
@@ -154,7 +156,7 @@ struct Kernels {
 // on the tiles also the query's pairs, a block's keys as bf16 rows and as pairs, and the tiles'
 // staging.
 inline int64_t attention_scratch_floats(int64_t Dh, int64_t nk, bool amx) {
-  return Dh * 16 + nk * 16 + 64 * 16 + 4 * 16 + 64 + (amx ? Dh * 8 + 64 * Dh + 4 * 256 + 512 : 0);
+  return Dh * 16 + nk * 16 + 64 * 16 + 4 * 16 + 64 + (amx ? Dh * 8 + 128 * Dh + 4 * 256 + 512 : 0);
 }
 // The tables of each ISA (attention_vec.cpp compiled for it).
 extern const Kernels kAvx2, kAvx512;

@@ -65,8 +65,19 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       }
       std::copy_n(&kv[size_t(st.row0[s] * Dh)], sq.n_tokens * Dh, w + (s0 - ws) * Dh);
     }
+    // Where the attention runs on AMX tiles the keys go to it as bf16 (half the bytes, no
+    // conversion there): the window's once per sequence, each compressed row as it is gathered.
+    // A sequence or row with a value the tiles do not take exactly goes as fp32.
+    const bool k16 = !exact && attention_bf16_keys(bf16);
+    ArenaVec<uint16_t> win16(k16 ? win.size() : 0, &arena);
+    ArenaVec<uint8_t> win16_ok(n_seqs, 0, &arena);
+    for (size_t s = 0; k16 && s < n_seqs; ++s)
+      win16_ok[s] = attention_keys_to_bf16(&win[size_t(win_at[s])], win_at[s + 1] - win_at[s],
+                                           &win16[size_t(win_at[s])]);
     for_rows(N, [&](int64_t row) {
-      thread_local std::vector<float> t_keys;  // reused: no allocation once large enough
+      // Reused: no allocation once large enough.
+      thread_local std::vector<float> t_keys, t_row;
+      thread_local std::vector<uint16_t> t_keys16;
       const size_t s = size_t(std::upper_bound(st.row0.begin(), st.row0.end(), row) -
                               st.row0.begin() - 1);  // the row's sequence
       const ForwardSeq& sq = st.batch->seqs[s];
@@ -74,6 +85,29 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       // One rank takes the window, every rank the listed compressed rows it holds.
       const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
       const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
+      const float* qrow = &q[size_t(row * H * Dh)];
+      float* orow = &o[size_t(row * H * Dh)];
+      if (k16 && win16_ok[s]) {
+        if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
+        t_row.resize(size_t(Dh));
+        const uint16_t* w = &win16[size_t(win_at[s])];
+        if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys16.begin());
+        int64_t nk = nw;
+        bool ok = true;
+        for (int64_t j = 0; j < nc && ok; ++j) {
+          const int32_t cr = st.topk[size_t(row * K + j)];
+          if (!owns_row(st, role.kv_from, cr)) continue;
+          const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
+          fp4c_dequant(e, e + Dh / 2, Dh, t_row.data());
+          ok = attention_keys_to_bf16(t_row.data(), Dh, &t_keys16[size_t(nk++ * Dh)]);
+        }
+        if (ok) {
+          SparseAttnArgs a{qrow, nullptr, nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow};
+          a.keys_bf16 = t_keys16.data();
+          cx.attend(row, a);
+          return;
+        }
+      }
       if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
       const float* w = &win[size_t(win_at[s])];
       if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
@@ -84,8 +118,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
         fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
       }
-      cx.attend(row, {&q[size_t(row * H * Dh)], t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale,
-                      bf16, exact, &o[size_t(row * H * Dh)]});
+      cx.attend(row, {qrow, t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow});
     });
     // Ring update after every query of the chunk has read it (§12.2): real rows only.
     for (size_t s = 0; s < n_seqs; ++s)
