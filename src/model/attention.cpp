@@ -36,7 +36,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
   if (role.index_source) indexer(l, st, u, qr);
 
   // --- sparse attention (§5.5, §5.6, §12.2) ---
-  ArenaVec<float> o(size_t(N * H * Dh), &arena);
+  float* o = arena_array<float>(arena, size_t(N * H * Dh));  // every row written by attend()
   {
     DI_REGION("attn.sparse");
     const float scale = float(std::pow(double(Dh), -0.5));
@@ -86,7 +86,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
       const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
       const float* qrow = &q[size_t(row * H * Dh)];
-      float* orow = &o[size_t(row * H * Dh)];
+      float* orow = o + row * H * Dh;
       if (k16 && win16_ok[s]) {
         if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
         t_row.resize(size_t(Dh));
@@ -105,6 +105,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
           SparseAttnArgs a{qrow, nullptr, nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow};
           a.keys_bf16 = t_keys16.data();
           cx.attend(row, a);
+          if (!cx.partial()) round(orow, H * Dh);  // while the row is in cache
           return;
         }
       }
@@ -119,18 +120,19 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
       }
       cx.attend(row, {qrow, t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow});
+      if (!cx.partial()) round(orow, H * Dh);
     });
     // Ring update after every query of the chunk has read it (§12.2): real rows only.
     for (size_t s = 0; s < n_seqs; ++s)
       advance_ring(l, *st.kv, st.batch->seqs[s].kv.slot, st.batch->seqs[s].start_pos,
                    st.real_rows(s), &kv_packed[size_t(st.row0[s] * wrow)], st.batch->saves,
                    int32_t(s));
-    cx.end_attention(W.attn_sink.f32(), exact, o.data());
-    round(o.data(), N * H * Dh);
+    cx.end_attention(W.attn_sink.f32(), exact, o);
+    if (cx.partial()) round(o, N * H * Dh);
   }
-  dump(st, l, "attn.o", o.data(), {N, H, Dh});
+  dump(st, l, "attn.o", o, {N, H, Dh});
 
-  output(l, st, rope, o.data(), out);
+  output(l, st, rope, o, out);
 }
 
 void Model::Impl::advance_ring(int l, KvCache& kv, int32_t slot, int64_t s0, int64_t n,

@@ -111,13 +111,16 @@ void Model::Impl::round(float* x, int64_t n) const {
 void Model::Impl::rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads,
                             int64_t head_dim, bool inverse) {
   const int64_t R = c.rope_head_dim;
-  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
-  for (int64_t i = 0; i < st.N; ++i) {
+  for_rows(st.N, [&](int64_t i) {
+    thread_local std::vector<float> cs;  // reused: no allocation once large enough
+    cs.resize(size_t(R));
     rope_angles(t, st.pos[size_t(i)], cs.data());
-    for (int64_t h = 0; h < n_heads; ++h)
-      rope_rotate(x + (i * n_heads + h) * head_dim + head_dim - R, cs.data(), R, inverse);
-  }
-  round(x, st.N * n_heads * head_dim);
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* tail = x + (i * n_heads + h) * head_dim + head_dim - R;
+      rope_rotate(tail, cs.data(), R, inverse);
+      if (bf16) round_bf16_inplace(tail, R);  // (the rest of the row is bf16 already)
+    }
+  });
 }
 
 void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) const {
@@ -297,8 +300,8 @@ void Model::Impl::block(int l, Step& st, Stream& b) {
   auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {
     for_rows(N, [&](int64_t i) {
       hc_post(&b.y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
+      if (bf16) round_bf16_inplace(dst + i * MD, MD);  // while the row is in cache
     });
-    round(dst, N * MD);
   };
   const HcParams hca(&P.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M, D, eps,
                      float(c.hc_eps), c.hc_sinkhorn_iters, exact);

@@ -129,6 +129,8 @@ class ContextShard {
   // in the rows' outputs.
   void begin_attention(int64_t rows, int64_t heads, int64_t dim);
   void attend(int64_t row, const SparseAttnArgs& a);
+  // attend() leaves partial statistics, not the row's output, until end_attention.
+  bool partial() const { return g_ != nullptr; }
   void end_attention(const float* sink, bool exact, float* out);
 
  private:

@@ -114,7 +114,8 @@ struct Model::Impl {
 
   void round(float* x, int64_t n) const;
   // Rotates the RoPE tails of x [N, n_heads, head_dim] by the angles of each row's position
-  // (inverse: back), then rounds x.
+  // (inverse: back) and rounds them; the rest of x must be rounded already (every caller passes
+  // a projection's or the attention's rounded output).
   void rope_rows(const Step& st, const RopeTable& t, float* x, int64_t n_heads, int64_t head_dim,
                  bool inverse = false);
   // x [n, d] rounded, RMS-normed with `w` (kernels/elementwise.h) and rounded again.
