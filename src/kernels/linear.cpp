@@ -317,6 +317,19 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   return j;
 }
 
+// Rounds to bf16 what job j wrote (LinearArgs::round_bf16).
+void round_job(const linear_isa::Job& j) {
+  const int64_t o0 = std::max(j.lo, j.t0 * 16), o1 = std::min(j.hi, j.t1 * 16);
+  if (o1 > o0)
+    for (int64_t r = 0; r < j.n; ++r) round_bf16_inplace(j.y + r * j.ldy + (o0 - j.lo), o1 - o0);
+}
+
+// Runs a job, and rounds what it wrote when the call asks.
+void run_job(void (*kernel)(const linear_isa::Job&), const linear_isa::Job& j, bool round) {
+  kernel(j);
+  if (round) round_job(j);
+}
+
 void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   const Weight& w = pw.weight();
   const bool quant = w.quant_input;
@@ -380,8 +393,10 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     pool.parallel_for(runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t i0 = 0; i0 < n; i0 += gr)
-          kern.gemv(sub_job(base, i0, std::min(gr, n - i0), t_begin + c * run,
-                            t_begin + std::min(n_tiles, (c + 1) * run)));
+          run_job(kern.gemv,
+                  sub_job(base, i0, std::min(gr, n - i0), t_begin + c * run,
+                          t_begin + std::min(n_tiles, (c + 1) * run)),
+                  a.round_bf16);
     });
     return;
   }
@@ -410,7 +425,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       linear_isa::Job j =
           sub_job(base, r0, r1 - r0, t_begin + p * pt, std::min(t_end, t_begin + (p + 1) * pt));
       j.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, K)));
-      kern.gemm(j);
+      run_job(kern.gemm, j, a.round_bf16);
     }
   });
 }
@@ -484,7 +499,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
       const int64_t end = std::min(c1, plans[c].first + (j.t1 - j.t0));
       if (end > at) {
         const int64_t base = j.t0 - plans[c].first;
-        kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
+        run_job(kern.gemv, sub_job(j, 0, j.n, base + at, base + end), calls[c].a.round_bf16);
         at = end;
       }
     }
@@ -556,10 +571,14 @@ void linear_ref(const Weight& w, const LinearArgs& a) {
 
 void linear(const PreparedLinear& w, const LinearArgs& a) {
   const Isa isa = cpu_isa();
-  if (a.exact || isa == Isa::Scalar)
+  if (a.exact || isa == Isa::Scalar) {
     linear_ref(w.weight(), a);
-  else
+    const int64_t n_out = a.n_out < 0 ? w.rows() : a.n_out;
+    if (a.round_bf16)
+      for (int64_t r = 0; r < a.n; ++r) round_bf16_inplace(a.y + r * a.ldy, n_out);
+  } else {
     run_fast(w, a, isa);
+  }
 }
 
 void linear_many(std::span<const LinearCall> calls) {

@@ -48,6 +48,9 @@ struct LinearArgs {
   // Sum in double and round once (the model's fp32 numerics, which match a correctly rounded
   // reference). Always served by linear_ref; the fast paths serve exact = false.
   bool exact = false;
+  // Round the outputs to bf16 (as a pass over y after the call would), each task its part while
+  // it is in cache.
+  bool round_bf16 = false;
 };
 
 // The tile layout the fast kernels read (see the header comment). Non-owning.
@@ -112,9 +115,9 @@ void linear_many(std::span<const LinearCall> calls);
 void linear_ref(const Weight& w, const LinearArgs& a);
 
 // Convenience: full W, contiguous x [n, W.cols()] and y [n, W.rows()].
-inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y,
-                   bool exact = false) {
-  linear(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact});
+inline void linear(const PreparedLinear& w, const float* x, int64_t n, float* y, bool exact = false,
+                   bool round_bf16 = false) {
+  linear(w, {x, n, w.cols(), y, w.rows(), 0, -1, exact, round_bf16});
 }
 
 // Row `r` of W decoded to float (exact): out[W.cols()].

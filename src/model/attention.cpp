@@ -190,9 +190,8 @@ void Model::Impl::output(int l, Step& st, const RopeTable& rope, float* o, float
   calls.reserve(size_t(G));
   for (int64_t g = 0; g < G; ++g)
     calls.push_back(
-        {&P.wo_a, {o + g * group_in, N, H * Dh, a + g * Ro, G * Ro, g * Ro, Ro, exact}});
+        {&P.wo_a, {o + g * group_in, N, H * Dh, a + g * Ro, G * Ro, g * Ro, Ro, exact, bf16}});
   linear_many(calls);
-  round(a, N * G * Ro);
   project(P.wo_b, a, N, out);
   dump(st, l, "attn.out", out, {N, c.dim});
 }

@@ -135,11 +135,8 @@ void Model::Impl::round_norm(float* x, int64_t n, int64_t d, const Weight& w) co
 
 void Model::Impl::project(const PreparedLinear& w, const float* x, int64_t n, float* y,
                           const Weight* norm) {
-  linear(w, x, n, y, exact);
-  if (norm)
-    round_norm(y, n, w.rows(), *norm);
-  else
-    round(y, n * w.rows());
+  linear(w, x, n, y, exact, bf16 && !norm);  // (the rounding as the kernels' tasks end)
+  if (norm) round_norm(y, n, w.rows(), *norm);
 }
 
 void Model::Impl::prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv) {

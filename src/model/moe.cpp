@@ -79,12 +79,11 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
       total += jb.n;
       gather |= jb.rows != nullptr;
     }
-    // Per row of the jobs, in job order: its source row, its output row and its weight.
+    // Per row of the jobs, in job order: its source row and its weight.
     float* const g = arena_array<float>(arena, size_t(total * F));
     float* const u = arena_array<float>(arena, size_t(total * F));
     float* const xg = gather ? arena_array<float>(arena, size_t(total * D)) : nullptr;
     const float** const x_row = arena_array<const float*>(arena, size_t(total));
-    float** const dst_row = arena_array<float*>(arena, size_t(total));
     float* const rw = arena_array<float>(arena, size_t(total));
     ArenaVec<LinearCall> calls(&arena);
     calls.reserve(2 * jobs.size());
@@ -92,12 +91,11 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     for (const ExpertJob& jb : jobs) {
       for (int64_t i = 0; i < jb.n; ++i) {
         x_row[at + i] = src + (jb.rows ? jb.rows[i] : i) * D;
-        dst_row[at + i] = jb.dst + i * D;
         rw[at + i] = jb.row_weights ? jb.row_weights[i] : 1.0f;
       }
       const float* x = gather ? xg + at * D : src;
-      calls.push_back({&jb.ex->w1, {x, jb.n, D, g + at * F, F, 0, -1, exact}});
-      calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact}});
+      calls.push_back({&jb.ex->w1, {x, jb.n, D, g + at * F, F, 0, -1, exact, bf16}});
+      calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact, bf16}});
       at += jb.n;
     }
     if (gather)
@@ -107,21 +105,17 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     calls.clear();
     at = 0;
     for (const ExpertJob& jb : jobs) {
-      calls.push_back({&jb.ex->w2, {g + at * F, jb.n, F, jb.dst, D, 0, -1, exact}});
+      calls.push_back({&jb.ex->w2, {g + at * F, jb.n, F, jb.dst, D, 0, -1, exact, bf16}});
       at += jb.n;
     }
-    // Each row's SwiGLU (a double exp per value) over the pool, with the roundings of its
-    // inputs and output.
+    // Each row's SwiGLU (a double exp per value) over the pool, and the rounding of its output
+    // (the linears rounded its inputs).
     for_rows(total, [&](int64_t i) {
-      float *gi = g + i * F, *ui = u + i * F;
-      round(gi, F);
-      round(ui, F);
-      swiglu(gi, ui, F, limit, rw[i]);
+      float* gi = g + i * F;
+      swiglu(gi, u + i * F, F, limit, rw[i]);
       round(gi, F);
     });
-    linear_many(calls);
-    for_rows(
-        total, [&](int64_t i) { round(dst_row[i], D); }, kCopyRows);
+    linear_many(calls);  // (rounding its outputs)
   };
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once

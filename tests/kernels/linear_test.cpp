@@ -153,6 +153,52 @@ TEST(LinearFast, ManyMatchesEachCall) {
       }
 }
 
+// LinearArgs::round_bf16 rounds exactly what the call wrote, as a pass after it would: on every
+// ISA and path (GEMVs of 1 to 64 rows, the GEMM, linear_many's shared pass, the reference), for
+// a range of output rows into a strided output whose padding stays untouched.
+TEST(LinearFast, RoundedOutputsMatchARoundingPass) {
+  KernelEnvGuard guard;
+  struct Spec {
+    WeightFormat fmt;
+    int64_t rows, cols, n, row0, n_out;
+    bool quant;
+  };
+  const std::vector<Spec> specs = {
+      {WeightFormat::Fp8Block, 96, 256, 1, 0, -1, true},
+      {WeightFormat::Fp4Row, 80, 128, 4, 16, 40, true},
+      {WeightFormat::BF16, 64, 96, 16, 0, -1, false},
+      {WeightFormat::Fp4Row, 64, 128, 64, 0, -1, true},
+      {WeightFormat::Fp8Block, 200, 128, 70, 8, 150, true},
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Spec& s = specs[i];
+    const OwnedWeight w = make_weight(s.fmt, s.rows, s.cols, 700 + i, s.quant);
+    const PreparedLinear pw(w.w);
+    const std::vector<float> x = make_activations(s.n, s.cols, s.cols, 800 + i, !s.quant);
+    const int64_t n_out = s.n_out < 0 ? s.rows - s.row0 : s.n_out, ldy = n_out + 5;
+    for (Isa isa : machine_isas()) {
+      set_cpu_isa(isa);
+      std::vector<float> want(size_t(s.n * ldy), -7.0f), got = want, many = want;
+      linear(pw, {x.data(), s.n, s.cols, want.data(), ldy, s.row0, s.n_out});
+      for (int64_t r = 0; r < s.n; ++r) round_bf16_inplace(want.data() + r * ldy, n_out);
+      linear(pw, {x.data(), s.n, s.cols, got.data(), ldy, s.row0, s.n_out, false, true});
+      ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+          << "spec " << i << " isa " << isa_name(isa);
+      // In linear_many, beside a call that does not round.
+      std::vector<float> plain(size_t(s.n * ldy), -7.0f), plain_want = plain;
+      linear(pw, {x.data(), s.n, s.cols, plain_want.data(), ldy, s.row0, s.n_out});
+      const LinearCall calls[] = {
+          {&pw, {x.data(), s.n, s.cols, plain.data(), ldy, s.row0, s.n_out}},
+          {&pw, {x.data(), s.n, s.cols, many.data(), ldy, s.row0, s.n_out, false, true}}};
+      linear_many(calls);
+      ASSERT_EQ(first_diff(want.data(), many.data(), int64_t(want.size())), -1)
+          << "spec " << i << " isa " << isa_name(isa) << " (linear_many)";
+      ASSERT_EQ(first_diff(plain_want.data(), plain.data(), int64_t(plain.size())), -1)
+          << "spec " << i << " isa " << isa_name(isa) << " (linear_many, not rounded)";
+    }
+  }
+}
+
 TEST(LinearFast, QuantSweepMatchesRef) {
   uint64_t seed = 1;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
