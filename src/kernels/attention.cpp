@@ -92,11 +92,6 @@ thread_local std::vector<double> t_z, t_acc;
 thread_local std::vector<float> t_o;
 thread_local AlignedScratch t_scratch;  // the vector attention and indexer tasks'
 
-// x[i] = f32(exp(double(x[i]))), for the vector kernels (attention_isa::Job::exp_n).
-void exp_n(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = float(std::exp(double(x[i])));
-}
-
 // One head's log-sum-exp merge of the partials (one every `part_stride`) with the sink, in T
 // (fp32 numerics: the max starts at the kernel's -1e30; exact: at the sink, all in double).
 // acc[Dh] holds the sum (T = float: the output itself).
@@ -199,7 +194,7 @@ void sparse_attention(const SparseAttnArgs& in) {
         .a = &a,
         .amx = amx,
         .scratch = t_scratch.floats(attention_isa::attention_scratch_floats(a.Dh, a.nk, amx)),
-        .exp_n = kern.exp_n ? kern.exp_n : exp_n};
+        .exp_n = exp_f_n};
     for (int64_t g = g0; g < g1; ++g) {
       j.h0 = g * lanes;
       j.nh = std::min(lanes, a.H - j.h0);

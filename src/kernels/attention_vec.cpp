@@ -219,81 +219,6 @@ void run_group(const Job& jb) {
 
 #if defined(__AVX512F__)
 
-// --- the exponential ---
-//
-// x[i] = f32(exp(double(x[i]))), the reference's value (exp_f), 8 lanes at a time: exp in double
-// (range reduction by ln 2 in two parts, Taylor's polynomial to degree 13 on |r| <= ln 2 / 2 by
-// Estrin's scheme: a few units in the last place of a double), rounded to float. Where that double
-// lies within 2^-44 of its value from a float midpoint (about one value in 2^20), where x > 80 and
-// where x is NaN, the lane takes the library's exp instead, so the result is the library's rounded
-// value whenever that is within a unit in its last place (glibc: 0.52). Below -104 the result is
-// 0 (exp(-104) < 2^-150).
-void exp_n_avx512(float* x, int64_t n) {
-  static constexpr double kCoef[14] = {1.0,
-                                       1.0,
-                                       1.0 / 2,
-                                       1.0 / 6,
-                                       1.0 / 24,
-                                       1.0 / 120,
-                                       1.0 / 720,
-                                       1.0 / 5040,
-                                       1.0 / 40320,
-                                       1.0 / 362880,
-                                       1.0 / 3628800,
-                                       1.0 / 39916800,
-                                       1.0 / 479001600,
-                                       1.0 / 6227020800.0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 xf = _mm256_loadu_ps(x + i);
-    __m512d xd = _mm512_cvtps_pd(xf);
-    const __mmask8 slow = _mm512_cmp_pd_mask(xd, _mm512_set1_pd(80.0), _CMP_NLE_UQ);
-    const __mmask8 under = _mm512_cmp_pd_mask(xd, _mm512_set1_pd(-104.0), _CMP_LT_OQ);
-    xd = _mm512_min_pd(_mm512_max_pd(xd, _mm512_set1_pd(-104.0)), _mm512_set1_pd(80.0));
-    const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(xd, _mm512_set1_pd(0x1.71547652b82fep0)),
-                                           _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), xd);
-    r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
-    // Estrin's scheme: pairs, then powers r^2, r^4, r^8 (a short dependency chain).
-    auto c = [](int i) { return _mm512_set1_pd(kCoef[i]); };
-    const __m512d r2 = _mm512_mul_pd(r, r), r4 = _mm512_mul_pd(r2, r2), r8 = _mm512_mul_pd(r4, r4);
-    const __m512d p01 = _mm512_fmadd_pd(c(1), r, c(0)), p23 = _mm512_fmadd_pd(c(3), r, c(2)),
-                  p45 = _mm512_fmadd_pd(c(5), r, c(4)), p67 = _mm512_fmadd_pd(c(7), r, c(6)),
-                  p89 = _mm512_fmadd_pd(c(9), r, c(8)), pab = _mm512_fmadd_pd(c(11), r, c(10)),
-                  pcd = _mm512_fmadd_pd(c(13), r, c(12));
-    const __m512d q03 = _mm512_fmadd_pd(p23, r2, p01), q47 = _mm512_fmadd_pd(p67, r2, p45),
-                  q8b = _mm512_fmadd_pd(pab, r2, p89);
-    const __m512d s07 = _mm512_fmadd_pd(q47, r4, q03), s8d = _mm512_fmadd_pd(pcd, r4, q8b);
-    const __m512d p = _mm512_fmadd_pd(s8d, r8, s07);
-    const __m512d y = _mm512_scalef_pd(p, k);
-    const __m256 f = _mm512_cvtpd_ps(y);
-    // The midpoints between f and its neighbours (f >= 0; below 0 the lower one is not used).
-    const __m256i fb = _mm256_castps_si256(f);
-    const __m512d fd = _mm512_cvtps_pd(f);
-    const __m512d up =
-        _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_add_epi32(fb, _mm256_set1_epi32(1))));
-    const __m512d dn = _mm512_cvtps_pd(_mm256_castsi256_ps(
-        _mm256_max_epi32(_mm256_sub_epi32(fb, _mm256_set1_epi32(1)), _mm256_setzero_si256())));
-    const __m512d half = _mm512_set1_pd(0.5);
-    const __m512d tol =
-        _mm512_mul_pd(_mm512_max_pd(y, _mm512_set1_pd(0x1p-150)), _mm512_set1_pd(0x1p-44));
-    const __m512d d_up = _mm512_sub_pd(y, _mm512_mul_pd(_mm512_add_pd(fd, up), half));
-    const __m512d d_dn = _mm512_sub_pd(y, _mm512_mul_pd(_mm512_add_pd(fd, dn), half));
-    const __m512d absmask = _mm512_castsi512_pd(_mm512_set1_epi64(0x7fffffffffffffff));
-    const __mmask8 near = _mm512_cmp_pd_mask(_mm512_and_pd(d_up, absmask), tol, _CMP_LE_OQ) |
-                          _mm512_cmp_pd_mask(_mm512_and_pd(d_dn, absmask), tol, _CMP_LE_OQ);
-    __m256 out = _mm256_mask_mov_ps(f, under, _mm256_setzero_ps());
-    _mm256_storeu_ps(x + i, out);
-    const __mmask8 lib = (slow | near) & __mmask8(~under);
-    if (lib)
-      for (int l = 0; l < 8; ++l)
-        if (lib >> l & 1)
-          x[i + l] = float(
-              std::exp(double(_mm256_cvtss_f32(_mm256_permutexvar_ps(_mm256_set1_epi32(l), xf)))));
-  }
-  for (; i < n; ++i) x[i] = float(std::exp(double(x[i])));
-}
-
 // --- on AMX tiles ---
 //
 // Per block of 64 keys: the keys are converted once into bf16 rows (the scores' A tiles, 16 keys
@@ -685,11 +610,11 @@ void index_scores(const IndexerJob& j) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{group,           index_scores, all_bf16_of,         all_bf16_floored_of,
-                      to_bf16_floored, exp_n_avx512, simd::avx512::kLanes};
+const Kernels kAvx512{group,           index_scores,        all_bf16_of, all_bf16_floored_of,
+                      to_bf16_floored, simd::avx512::kLanes};
 #else
-const Kernels kAvx2{group,           index_scores, all_bf16_of,       all_bf16_floored_of,
-                    to_bf16_floored, nullptr,      simd::avx2::kLanes};
+const Kernels kAvx2{group,           index_scores,      all_bf16_of, all_bf16_floored_of,
+                    to_bf16_floored, simd::avx2::kLanes};
 #endif
 
 }  // namespace deepinfer::attention_isa

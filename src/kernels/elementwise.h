@@ -24,6 +24,13 @@ inline double softplus_d(double z) {
 inline float exp_f(float x) {
   return f32(std::exp(double(x)));
 }
+// x[i] = exp_f(x[i]) for i < n, in vectors where the CPU has AVX-512 (the same floats).
+void exp_f_n(float* x, int64_t n);
+// The MoE's SwiGLU (V41_SPEC.md §8.2), scaled by `weight`: with limit > 0 g is clamped above at
+// limit and u to [-limit, limit]; then g[i] = weight * (f32(g·sigmoid_d(g)) * u) in fp32. In
+// vectors where the CPU has AVX-512 (the same floats as swiglu_ref).
+void swiglu(float* g, const float* u, int64_t n, float limit, float weight);
+void swiglu_ref(float* g, const float* u, int64_t n, float limit, float weight);
 
 // Σ x[i]·y[i] in double (exact products of fp32 values; the sum to ~1e-16), rounded once.
 inline float dot_f64(const float* x, const float* y, int64_t n) {

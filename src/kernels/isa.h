@@ -147,8 +147,6 @@ struct Kernels {
   bool (*all_bf16_floored)(const float* x, int64_t n);
   // out = the bf16 bits of x when all_bf16_floored(x, n) (returned).
   bool (*to_bf16_floored)(const float* x, int64_t n, uint16_t* out);
-  // x[i] = f32(exp(double(x[i]))) in vectors, or null (AVX2: the caller's scalar loop).
-  void (*exp_n)(float* x, int64_t n);
   int64_t lanes;  // heads per group
 };
 
@@ -171,5 +169,8 @@ void round_bf16_avx512(float* x, int64_t n);
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+// The exp and the SwiGLU of kernels/elementwise.h.
+void exp_f_n_avx512(float* x, int64_t n);
+void swiglu_avx512(float* g, const float* u, int64_t n, float limit, float weight);
 
 }  // namespace deepinfer::quant_isa

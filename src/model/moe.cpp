@@ -16,19 +16,6 @@ namespace {
 // on the calling thread.
 constexpr int64_t kCopyRows = 16;
 
-// SwiGLU with the clamp of §8.2, in fp32, scaled by `weight`: a = weight * silu(g) * u.
-void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i], ui = u[i];
-    if (limit > 0) {
-      gi = std::min(gi, limit);
-      ui = std::max(-limit, std::min(ui, limit));
-    }
-    const float silu = f32(double(gi) * sigmoid_d(gi));
-    g[i] = weight * (silu * ui);
-  }
-}
-
 }  // namespace
 
 void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
