@@ -46,8 +46,16 @@ inline double sum_f64(const float* x, int64_t n) {
 
 // 1 / sqrt(mean(x²) + eps) of one vector, as RMSNorm (V41_SPEC.md §3.2) computes it.
 inline float rms_inv(const float* x, int64_t n, float eps) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  // The squares (exact in double) summed in 16 lanes, lane j over elements j, j+16, ... in order,
+  // then the lanes folded pairwise (reduce.h's vector sums, in double): 16 independent chains.
+  double lane[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) lane[j] += double(x[i + j]) * double(x[i + j]);
+  for (; i < n; ++i) lane[i & 15] += double(x[i]) * double(x[i]);
+  for (int w = 8; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) lane[j] += lane[j + w];
+  const double s = lane[0];
   const float mean = f32(s / double(n));            // f32(mean(x²)) with the sum in double
   return f32(1.0 / std::sqrt(double(mean + eps)));  // the reference's rounding points
 }

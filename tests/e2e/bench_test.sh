@@ -51,7 +51,12 @@ for r in gemm:
     assert r["rows"] == 16 and r["gflops"] > 0, r
     if "onednn_bf16_gflops" in r:
         paired(r, "gflops", "onednn_bf16_gflops", 2)
-        assert abs(r["invariance_cost"] - (1 / r["ratio"] - 1)) < 0.01 + 0.01 / r["ratio"], r
+        # (The ratio is printed to 3 decimals, so 1/ratio is known to within
+        # 0.0005/(ratio·(ratio - 0.0005)): large when a loaded machine makes the ratio small.)
+        q = r["ratio"]
+        if q > 0.001:
+            tol = 0.01 + 0.0005 / (q * (q - 0.0005))
+            assert abs(r["invariance_cost"] - (1 / q - 1)) < tol, r
 dec = rows("decode.jsonl")
 steps = [r for r in dec if r["bench"] == "decode"]
 assert [r["batch"] for r in steps] == [1, 4], dec
