@@ -315,7 +315,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   float* w = arena_array<float>(arena, size_t(N * Hi));
   project(P.idx_wq_b, qr, N, qi);
   rope_rows(st, rope_compressed, qi, Hi, Di);
-  for (int64_t i = 0; i < N; ++i) fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di);
+  for_rows(N, [&](int64_t i) { fp4i_qdq(&qi[size_t(i * Hi * Di)], Hi * Di); });
   // Head weights: bf16 linear, then the fp32 constant Di^-1/2 * Hi^-1/2.
   project(P.idx_weights_proj, u, N, w);
   const float wscale = float(std::pow(double(Di), -0.5) * std::pow(double(Hi), -0.5));
@@ -327,12 +327,11 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
   // source, the best candidate blocks it holds ((-inf, max) padding). They are merged over the
   // context-parallel group below; a single rank merges its own lists with the same code.
   const ScoredId pad{-INFINITY, INT32_MAX};
-  ArenaVec<ScoredId> top_local(size_t(N * K), pad, &arena), blk_local(&arena), work(&arena);
+  ArenaVec<ScoredId> top_local(size_t(N * K), pad, &arena), blk_local(&arena);
   if (role.candidate_source) blk_local.assign(size_t(N * Ck), pad);
   ArenaVec<int64_t> rows_of_seq(static_cast<size_t>(N), 0, &arena);  // T of each row's sequence
   ArenaVec<int64_t> own(&arena);  // rows of the sequence this rank holds, ascending
-  ArenaVec<float> keys(&arena), scores(&arena);
-  ArenaVec<uint8_t> kept(&arena);
+  ArenaVec<float> keys(&arena);
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& sq = st.batch->seqs[s];
     const int64_t r0 = st.row0[s], s0 = sq.start_pos;
@@ -349,13 +348,18 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       if (owns_row(st, keys_layer, t)) own.push_back(t);
     const int64_t n_own = int64_t(own.size());
     keys.resize(size_t(n_own * Di));
-    for (int64_t k = 0; k < n_own; ++k) {
+    for_rows(n_own, [&](int64_t k) {
       const uint8_t* e = st.kv->idx_row(keys_layer, sq.kv, own[size_t(k)]);
       fp4i_dequant(e, e + Di / 2, Di, &keys[size_t(k * Di)]);
-    }
-    scores.resize(static_cast<size_t>(n_own));
-    work.resize(size_t(std::max<int64_t>(n_own, 1)));
-    for (int64_t i = 0; i < sq.n_tokens; ++i) {
+    });
+    // Every query row on its own, spread over the pool (a row's scores and lists do not depend
+    // on which thread computes them).
+    for_rows(sq.n_tokens, [&](int64_t i) {
+      thread_local std::vector<float> scores;  // reused: no allocation once large enough
+      thread_local std::vector<ScoredId> work;
+      thread_local std::vector<uint8_t> kept;
+      scores.resize(static_cast<size_t>(n_own));
+      work.resize(size_t(std::max<int64_t>(n_own, 1)));
       const int64_t row = r0 + i, p = s0 + i;
       rows_of_seq[size_t(row)] = T;
       const int64_t visible = std::min(T, (p + 1) / r);
@@ -385,7 +389,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       for (int64_t k = 0; k < vis_own; ++k)
         work[size_t(k)] = {scores[size_t(k)], int32_t(own[size_t(k)])};
       select_top(work.data(), vis_own, K, &top_local[size_t(row * K)]);
-    }
+    });
   }
   // Merge over the context-parallel group: the global best are among the ranks' local best,
   // published as `count` [N] ids of width `width` per row, ascending, in `ids` [N, width].
