@@ -234,11 +234,12 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   const int64_t lo = shard ? rows * shard->rank() / shard->size() : 0;
   const int64_t hi = shard ? rows * (shard->rank() + 1) / shard->size() : rows;
   ArenaVec<float> ev(size_t(N * NC * Dm), &arena);
-  for (int64_t i = 0; i < N; ++i)
+  for_rows(N, [&](int64_t i) {
     for (int64_t col = 0; col < NC; ++col) {
       const int64_t id = st.engram_ids[size_t((i * LE + z) * NC + col)];
       if (id >= lo && id < hi) weight_row(W.engram_table, id, &ev[size_t((i * NC + col) * Dm)]);
     }
+  });
   if (shard) {
     DI_REGION("comm.engram_lookup");
     shard->all_reduce(ev.data(), ev.size());

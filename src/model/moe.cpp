@@ -41,11 +41,12 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     // Image rows select with bias_vl (the routing weights stay unbiased); draft stages see text.
     const float* const* img =
         !stage && !st.batch->image_embeds.empty() ? st.batch->image_embeds.data() : nullptr;
-    for (int64_t i = 0; i < N; ++i)
+    for_rows(N, [&](int64_t i) {
       route_sqrtsoftplus({&logits[size_t(i * E)],
                           img && img[i] ? W.gate_bias_vl.f32() : W.gate_bias.f32(), E, k,
                           float(c.gate_temp), float(c.route_scale), c.norm_topk_prob,
                           &ids[size_t(i * k)], &weights[size_t(i * k)]});
+    });
   }
 
   // Experts over rows of `src`: dst_e[n_e, D] = w2(swiglu(w1 x, w3 x) * weight) for each
