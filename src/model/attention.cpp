@@ -170,11 +170,11 @@ void Model::Impl::window_keys(int l, Step& st, const RopeTable& rope, const floa
   const int64_t N = st.N, Dh = c.head_dim, wrow = window_kv_row_bytes(Dh);
   project(lin[size_t(l)].wkv, u, N, kv, &W.kv_norm);
   rope_rows(st, rope, kv, 1, Dh);
-  for (int64_t i = 0; i < N; ++i) {
+  for_rows(N, [&](int64_t i) {
     uint8_t* pk = packed + i * wrow;
     act_quant(kv + i * Dh, Dh, pk, pk + Dh);
     fp8_dequant(pk, pk + Dh, Dh, kv + i * Dh);
-  }
+  });
   dump(st, l, "attn.kv", kv, {N, Dh});
 }
 
@@ -401,8 +401,10 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
     const int n_parts = cx.parts();
     ArenaVec<ScoredId> all(size_t(n_parts) * local.size(), &arena);
     cx.all_gather(local.data(), local.size() * sizeof(ScoredId), all.data());
-    ArenaVec<ScoredId> cand(size_t(n_parts * width), &arena), best(size_t(n_parts * width), &arena);
-    for (int64_t i = 0; i < N; ++i) {
+    for_rows(N, [&](int64_t i) {
+      thread_local std::vector<ScoredId> cand, best;  // reused: no allocation once large enough
+      cand.resize(size_t(n_parts * width));
+      best.resize(size_t(n_parts * width));
       for (int pr = 0; pr < n_parts; ++pr)
         std::copy_n(&all[size_t((int64_t(pr) * N + i) * width)], width, &cand[size_t(pr * width)]);
       const int64_t n = select_top(cand.data(), n_parts * width, width, best.data());
@@ -410,7 +412,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
                 [](const ScoredId& x, const ScoredId& y) { return x.id < y.id; });
       count[size_t(i)] = int32_t(n);
       for (int64_t j = 0; j < n; ++j) ids[size_t(i * width + j)] = best[size_t(j)].id;
-    }
+    });
   };
   if (role.candidate_source) {
     merge(blk_local, Ck, st.cand, st.cand_n);

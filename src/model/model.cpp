@@ -272,13 +272,13 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
 void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N,
                              const float* const* image) {
   const int64_t M = c.hc_mult, D = c.dim, MD = M * D;
-  for (int64_t i = 0; i < N; ++i) {
+  for_rows(N, [&](int64_t i) {
     const uint16_t* e = ck.embed.bf16() + int64_t(tokens[i]) * D;
     for (int64_t cpy = 0; cpy < M; ++cpy)
       for (int64_t d = 0; d < D; ++d)
         b.x[size_t(i * MD + cpy * D + d)] = image && image[i] ? image[i][d] : bf16_to_f32(e[d]);
     b.pi[size_t(i * M)] = 1.0f;
-  }
+  });
 }
 
 void Model::Impl::collapse(Step& st, Stream& b, const float* xs, const float* pre,
