@@ -44,8 +44,9 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     ContextShard& cx = *opt.parallel.context;
     cx.begin_attention(N, H, Dh);
     // Each sequence's window keys in position order (ring entries for [ws, s0), then the
-    // chunk's rows), one after the other in win; then every query row on its own, spread over
-    // the pool (a row's result does not depend on which thread computes it).
+    // chunk's rows), one after the other in win, row by row over the pool; then every query row
+    // on its own, spread over the pool (a row's result does not depend on which thread computes
+    // it).
     const size_t n_seqs = st.batch->seqs.size();
     // Window positions [first_pos(p), p] reach the position p.
     auto first_pos = [&](int64_t p) { return std::max<int64_t>(0, p - Wn + 1); };
@@ -54,26 +55,35 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       const ForwardSeq& sq = st.batch->seqs[s];
       win_at[s + 1] = win_at[s] + (sq.start_pos - first_pos(sq.start_pos) + sq.n_tokens) * Dh;
     }
-    ArenaVec<float> win(static_cast<size_t>(win_at[n_seqs]), &arena);
-    for (size_t s = 0; s < n_seqs; ++s) {
-      const ForwardSeq& sq = st.batch->seqs[s];
-      const int64_t s0 = sq.start_pos, ws = first_pos(s0);
-      float* w = &win[size_t(win_at[s])];
-      for (int64_t p = ws; p < s0; ++p) {
-        const uint8_t* e = st.kv->window_slot(l, sq.kv.slot, p % Wn);
-        fp8_dequant(e, e + Dh, Dh, w + (p - ws) * Dh);
-      }
-      std::copy_n(&kv[size_t(st.row0[s] * Dh)], sq.n_tokens * Dh, w + (s0 - ws) * Dh);
-    }
     // Where the attention runs on AMX tiles the keys go to it as bf16 (half the bytes, no
     // conversion there): the window's once per sequence, each compressed row as it is gathered.
     // A sequence or row with a value the tiles do not take exactly goes as fp32.
     const bool k16 = !exact && attention_bf16_keys(bf16);
-    ArenaVec<uint16_t> win16(k16 ? win.size() : 0, &arena);
+    const int64_t n_wrows = win_at[n_seqs] / Dh;
+    float* const win = arena_array<float>(arena, size_t(win_at[n_seqs]));  // written in full
+    uint16_t* const win16 = k16 ? arena_array<uint16_t>(arena, size_t(win_at[n_seqs])) : nullptr;
+    uint8_t* const wrow_ok = arena_array<uint8_t>(arena, size_t(n_wrows));
+    for_rows(
+        n_wrows,
+        [&](int64_t r) {
+          const size_t s = size_t(std::upper_bound(win_at.begin(), win_at.end(), r * Dh) -
+                                  win_at.begin() - 1);  // the row's sequence
+          const ForwardSeq& sq = st.batch->seqs[s];
+          const int64_t s0 = sq.start_pos, p = first_pos(s0) + r - win_at[s] / Dh;
+          float* w = win + r * Dh;
+          if (p < s0) {
+            const uint8_t* e = st.kv->window_slot(l, sq.kv.slot, p % Wn);
+            fp8_dequant(e, e + Dh, Dh, w);
+          } else {
+            std::copy_n(&kv[size_t((st.row0[s] + p - s0) * Dh)], Dh, w);
+          }
+          if (k16) wrow_ok[r] = attention_keys_to_bf16(w, Dh, win16 + r * Dh);
+        },
+        8);
     ArenaVec<uint8_t> win16_ok(n_seqs, 0, &arena);
     for (size_t s = 0; k16 && s < n_seqs; ++s)
-      win16_ok[s] = attention_keys_to_bf16(&win[size_t(win_at[s])], win_at[s + 1] - win_at[s],
-                                           &win16[size_t(win_at[s])]);
+      win16_ok[s] = std::all_of(wrow_ok + win_at[s] / Dh, wrow_ok + win_at[s + 1] / Dh,
+                                [](uint8_t ok) { return ok != 0; });
     for_rows(N, [&](int64_t row) {
       // Reused: no allocation once large enough.
       thread_local std::vector<float> t_keys, t_row;
@@ -90,7 +100,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       if (k16 && win16_ok[s]) {
         if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
         t_row.resize(size_t(Dh));
-        const uint16_t* w = &win16[size_t(win_at[s])];
+        const uint16_t* w = win16 + win_at[s];
         if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys16.begin());
         int64_t nk = nw;
         bool ok = true;
@@ -110,7 +120,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         }
       }
       if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
-      const float* w = &win[size_t(win_at[s])];
+      const float* w = win + win_at[s];
       if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
       int64_t nk = nw;
       for (int64_t j = 0; j < nc; ++j) {
