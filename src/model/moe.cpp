@@ -144,9 +144,12 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
         kCopyRows);
   };
 
-  ArenaVec<float> expert_out(size_t(N * k * D), 0.0f, &arena);  // [N, k, D]
   ExpertExchange& ex = stage ? all_here : *opt.parallel.experts;
-  const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out.data()};
+  // [N, k, D]: zeroed where other ranks hold experts (the slots this rank does not fill), else
+  // written in full by routed().
+  float* const expert_out = arena_array<float>(arena, size_t(N * k * D));
+  if (!ex.all_local() || e_begin != 0 || e_end != E) std::fill_n(expert_out, N * k * D, 0.0f);
+  const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out};
   const ExpertExchange::Rows rows = ex.dispatch(mine, k, D);
   routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots);
   ex.combine(mine, k, D);
