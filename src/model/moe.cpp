@@ -108,9 +108,11 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
 
   // The routed experts this rank holds, grouped by expert (each expert's weights are read once
   // for all its rows), over rows xs [nr, D] routed by rid/rwt [nr, k]. slots[i, j] receives row
-  // i's j-th expert (ascending id) when this rank holds it, and stays zero otherwise.
+  // i's j-th expert (ascending id) when this rank holds it, and stays zero otherwise. With every
+  // expert here, `kept` [nr·k, D] holds the outputs instead (row where[i·k + j] of it), not
+  // copied into slots.
   auto routed = [&](const float* xs, int64_t nr, const int32_t* rid, const float* rwt,
-                    float* slots /*[nr, k, D]*/) {
+                    float* slots /*[nr, k, D]*/, float* kept, int64_t* where) {
     DI_REGION("moe.experts");
     ArenaScope scope(arena);
     // Counting sort of the (row, slot) pairs by expert, rows ascending within an expert.
@@ -122,7 +124,7 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
     const int64_t n_mine = first[size_t(E)];
     ArenaVec<int64_t> rows(size_t(n_mine), &arena), slot(size_t(n_mine), &arena);
     ArenaVec<float> rw(size_t(n_mine), &arena);
-    float* const y = arena_array<float>(arena, size_t(n_mine * D));
+    float* const y = kept ? kept : arena_array<float>(arena, size_t(n_mine * D));
     for (int64_t j = 0; j < nr * k; ++j) {  // row j / k's slot j % k
       const int32_t e = rid[j];
       if (e < e_begin || e >= e_end) continue;
@@ -139,20 +141,29 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
           {&P.experts[size_t(e - e_begin)], &rows[size_t(b)], n, &rw[size_t(b)], y + b * D});
     }
     run_experts(jobs, xs);
-    for_rows(
-        n_mine, [&](int64_t i) { std::copy_n(y + i * D, D, &slots[slot[size_t(i)] * D]); },
-        kCopyRows);
+    if (kept)
+      for (int64_t i = 0; i < n_mine; ++i) where[slot[size_t(i)]] = i;
+    else
+      for_rows(
+          n_mine, [&](int64_t i) { std::copy_n(y + i * D, D, &slots[slot[size_t(i)] * D]); },
+          kCopyRows);
   };
 
   ExpertExchange& ex = stage ? all_here : *opt.parallel.experts;
-  // [N, k, D]: zeroed where other ranks hold experts (the slots this rank does not fill), else
-  // written in full by routed().
+  // With every expert here the routed outputs stay where the experts wrote them (slot s of row i
+  // is row where[i·k + s] of them); else in [N, k, D] slots, zeroed for the other ranks' experts.
+  const bool local = ex.all_local() && e_begin == 0 && e_end == E;
   float* const expert_out = arena_array<float>(arena, size_t(N * k * D));
-  if (!ex.all_local() || e_begin != 0 || e_end != E) std::fill_n(expert_out, N * k * D, 0.0f);
-  const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out};
-  const ExpertExchange::Rows rows = ex.dispatch(mine, k, D);
-  routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots);
-  ex.combine(mine, k, D);
+  int64_t* const where = local ? arena_array<int64_t>(arena, size_t(N * k)) : nullptr;
+  if (local) {
+    routed(v, N, ids.data(), weights.data(), nullptr, expert_out, where);
+  } else {
+    std::fill_n(expert_out, N * k * D, 0.0f);
+    const ExpertExchange::Rows mine{v, ids.data(), weights.data(), N, expert_out};
+    const ExpertExchange::Rows rows = ex.dispatch(mine, k, D);
+    routed(rows.x, rows.n, rows.ids, rows.weights, rows.slots, nullptr, nullptr);
+    ex.combine(mine, k, D);
+  }
   // Shared expert on every row.
   float* const shared = arena_array<float>(arena, size_t(N * D));
   {
@@ -164,9 +175,13 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   for_rows(
       N,
       [&](int64_t i) {
+        thread_local std::vector<const float*> slot_row;  // reused: no allocation once sized
+        slot_row.resize(size_t(k));
+        for (int64_t j = 0; j < k; ++j)
+          slot_row[size_t(j)] = expert_out + (local ? where[i * k + j] : i * k + j) * D;
         for (int64_t d = 0; d < D; ++d) {
           float acc = 0;
-          for (int64_t j = 0; j < k; ++j) acc += expert_out[size_t((i * k + j) * D + d)];
+          for (int64_t j = 0; j < k; ++j) acc += slot_row[size_t(j)][d];
           out[i * D + d] = acc + shared[i * D + d];
         }
         round(out + i * D, D);
