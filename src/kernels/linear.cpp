@@ -242,7 +242,8 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
     DI_CHECK(w.format == WeightFormat::Fp8Block || w.format == WeightFormat::Fp4Row, w.name,
              ": QLin needs fp8 or fp4 weights");
   else
-    DI_CHECK(w.format != WeightFormat::Fp4Row, w.name, ": a plain linear over fp4 codes");
+    DI_CHECK(w.format != WeightFormat::Fp4Row && !a.x_rows, w.name,
+             ": a plain linear over fp4 codes, or over input rows by pointer");
   return n_out;
 }
 
@@ -269,7 +270,11 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
                    const QuantScratch& l, uint8_t* s, int64_t i0, int64_t i1) {
   float* xq = reinterpret_cast<float*>(s) + i0 * K;
   uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * K : nullptr;
-  kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
+  if (a.x_rows)
+    for (int64_t i = i0; i < i1; ++i)
+      kern.quantize(a.x_rows[i], K, 1, K, xq + (i - i0) * K, xqb ? xqb + (i - i0) * K : nullptr);
+  else
+    kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
   if (l.xi)
     kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int8_t*>(s + l.xi) + i0 * K * 2,
                    reinterpret_cast<int32_t*>(s + l.xc) + i0 * (K / 32),
@@ -461,9 +466,10 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
-    const bool shared = quant && p && p->x == a.x && p->n == a.n && p->ldx == a.ldx &&
-                        calls[c - 1].w->weight().quant_input && calls[c - 1].w->cols() == K &&
-                        plans[c - 1].l.xqb == l.xqb && plans[c - 1].l.xi == l.xi;
+    const bool shared = quant && p && p->x == a.x && p->x_rows == a.x_rows && p->n == a.n &&
+                        p->ldx == a.ldx && calls[c - 1].w->weight().quant_input &&
+                        calls[c - 1].w->cols() == K && plans[c - 1].l.xqb == l.xqb &&
+                        plans[c - 1].l.xi == l.xi;
     plans.push_back({l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx});
     bytes += quant ? (shared ? 0 : l.bytes) : prod.bf16 ? round_up(a.n * K * 2, 64) : 0;
   }
@@ -556,7 +562,7 @@ void linear_ref(const Weight& w, const LinearArgs& a) {
     float* xq = reinterpret_cast<float*>(s);
     uint8_t *codes = s + a.n * K * 4, *scales = codes + K;
     for (int64_t i = 0; i < a.n; ++i) {
-      act_quant(a.x + i * a.ldx, K, codes, scales);
+      act_quant(a.x_rows ? a.x_rows[i] : a.x + i * a.ldx, K, codes, scales);
       fp8_dequant(codes, scales, K, xq + i * K);
     }
     xv = xq;

@@ -51,6 +51,9 @@ struct LinearArgs {
   // Round the outputs to bf16 (as a pass over y after the call would), each task its part while
   // it is in cache.
   bool round_bf16 = false;
+  // QLin weights only: row i of the input is x_rows[i] (x and ldx unused), so that rows spread
+  // over a larger input (the experts' tokens) need no gathering copy.
+  const float* const* x_rows = nullptr;
 };
 
 // The tile layout the fast kernels read (see the header comment). Non-owning.

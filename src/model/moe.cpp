@@ -62,15 +62,19 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
   auto run_experts = [&](std::span<const ExpertJob> jobs, const float* src /*[*, D]*/) {
     ArenaScope scope(arena);
     int64_t total = 0;
-    bool gather = false;
+    bool gather = false, qlin = true;
     for (const ExpertJob& jb : jobs) {
       total += jb.n;
       gather |= jb.rows != nullptr;
+      qlin &= jb.ex->w1.weight().quant_input && jb.ex->w3.weight().quant_input;
     }
+    // QLin experts read their rows of src through pointers; other weights from a gathered copy.
+    const bool by_pointer = gather && qlin;
     // Per row of the jobs, in job order: its source row and its weight.
     float* const g = arena_array<float>(arena, size_t(total * F));
     float* const u = arena_array<float>(arena, size_t(total * F));
-    float* const xg = gather ? arena_array<float>(arena, size_t(total * D)) : nullptr;
+    float* const xg =
+        gather && !by_pointer ? arena_array<float>(arena, size_t(total * D)) : nullptr;
     const float** const x_row = arena_array<const float*>(arena, size_t(total));
     float* const rw = arena_array<float>(arena, size_t(total));
     ArenaVec<LinearCall> calls(&arena);
@@ -81,12 +85,13 @@ void Model::Impl::moe(int l, Step& st, const float* v, float* out) {
         x_row[at + i] = src + (jb.rows ? jb.rows[i] : i) * D;
         rw[at + i] = jb.row_weights ? jb.row_weights[i] : 1.0f;
       }
-      const float* x = gather ? xg + at * D : src;
-      calls.push_back({&jb.ex->w1, {x, jb.n, D, g + at * F, F, 0, -1, exact, bf16}});
-      calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact, bf16}});
+      const float* x = xg ? xg + at * D : src;
+      const float* const* xr = by_pointer ? x_row + at : nullptr;
+      calls.push_back({&jb.ex->w1, {x, jb.n, D, g + at * F, F, 0, -1, exact, bf16, xr}});
+      calls.push_back({&jb.ex->w3, {x, jb.n, D, u + at * F, F, 0, -1, exact, bf16, xr}});
       at += jb.n;
     }
-    if (gather)
+    if (xg)
       for_rows(
           total, [&](int64_t i) { std::copy_n(x_row[i], D, xg + i * D); }, kCopyRows);
     linear_many(calls);

@@ -199,6 +199,54 @@ TEST(LinearFast, RoundedOutputsMatchARoundingPass) {
   }
 }
 
+// LinearArgs::x_rows (a QLin call's input rows by pointer) gives what the same rows copied into
+// one contiguous input give: on every ISA and path, one call and two sharing their quantization
+// in linear_many, and the exact reference; a plain weight refuses rows by pointer.
+TEST(LinearFast, InputRowsByPointerMatchACopy) {
+  KernelEnvGuard guard;
+  for (WeightFormat fmt : {WeightFormat::Fp4Row, WeightFormat::Fp8Block})
+    for (int64_t n : {1, 4, 16, 70}) {
+      const int64_t K = 256, rows = 96;
+      const OwnedWeight w = make_weight(fmt, rows, K, 900 + n, true);
+      const PreparedLinear pw(w.w);
+      const std::vector<float> src = make_activations(3 * n, K, K, 950 + n, false);
+      std::vector<const float*> ptr(static_cast<size_t>(n));
+      std::vector<float> copy(static_cast<size_t>(n * K));
+      for (int64_t i = 0; i < n; ++i) {  // rows of src out of order
+        ptr[size_t(i)] = src.data() + ((i * 7) % (3 * n)) * K;
+        std::copy_n(ptr[size_t(i)], K, copy.data() + i * K);
+      }
+      for (Isa isa : machine_isas())
+        for (bool exact : {false, true}) {
+          set_cpu_isa(isa);
+          std::vector<float> want(size_t(n * rows)), got(want.size()), got2(want.size());
+          linear(pw, {copy.data(), n, K, want.data(), rows, 0, -1, exact});
+          LinearArgs a{nullptr, n, K, got.data(), rows, 0, -1, exact};
+          a.x_rows = ptr.data();
+          linear(pw, a);
+          ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+              << isa_name(isa) << " n=" << n << " exact " << exact;
+          std::fill(got.begin(), got.end(), -1.0f);
+          LinearArgs b = a;
+          b.y = got2.data();
+          const LinearCall calls[] = {{&pw, a}, {&pw, b}};
+          linear_many(calls);
+          ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+              << isa_name(isa) << " n=" << n << " exact " << exact << " (linear_many)";
+          ASSERT_EQ(first_diff(want.data(), got2.data(), int64_t(want.size())), -1)
+              << isa_name(isa) << " n=" << n << " exact " << exact << " (linear_many, shared)";
+        }
+    }
+  const OwnedWeight plain = make_weight(WeightFormat::BF16, 32, 64, 5, false);
+  const PreparedLinear pp(plain.w);
+  const std::vector<float> x(64, 1.0f);
+  const float* row = x.data();
+  std::vector<float> y(32);
+  LinearArgs a{nullptr, 1, 64, y.data(), 32};
+  a.x_rows = &row;
+  EXPECT_ANY_THROW(linear(pp, a));
+}
+
 TEST(LinearFast, QuantSweepMatchesRef) {
   uint64_t seed = 1;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
