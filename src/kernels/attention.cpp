@@ -185,10 +185,20 @@ void sparse_attention(const SparseAttnArgs& in) {
       isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
   // AMX tiles where their products and sums are the fused chains' (bf16 values, none subnormal;
-  // the keys are checked block by block). They read bf16 keys as they are.
-  const bool amx =
-      tiles_for_attention(isa, in.bf16_probs) && kern.all_bf16_floored(in.q, in.H * in.Dh);
-  const SparseAttnArgs a = amx ? in : with_fp32_keys(in);
+  // bf16 keys are checked block by block). They read keys as bf16: fp32 keys are converted here
+  // (and stay on vectors when a value is not one the tiles take exactly).
+  bool amx = tiles_for_attention(isa, in.bf16_probs) && kern.all_bf16_floored(in.q, in.H * in.Dh);
+  SparseAttnArgs a = in;
+  if (amx && !in.keys_bf16) {
+    thread_local std::vector<uint16_t> t_keys16;  // reused: no allocation once large enough
+    t_keys16.resize(size_t(in.nk * in.Dh));
+    amx = kern.to_bf16_floored(in.keys, in.nk * in.Dh, t_keys16.data());
+    if (amx) {
+      a.keys = nullptr;
+      a.keys_bf16 = t_keys16.data();
+    }
+  }
+  if (!amx) a = with_fp32_keys(in);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
     attention_isa::Job j{
         .a = &a,

@@ -221,29 +221,14 @@ void run_group(const Job& jb) {
 
 // --- on AMX tiles ---
 //
-// Per block of 64 keys: the keys are converted once into bf16 rows (the scores' A tiles, 16 keys
-// x 32 dimensions) and into pairs of keys (the values' B tiles, 16 key pairs x 16 dimensions);
-// the query, once per call, into pairs of dimensions (the scores' B tile, 16 dimension pairs x
-// 16 heads). TDPBF16PS adds a block's even and odd fused chains, summed, to its tile: the
-// scores' blocks of 32 dimensions and the values' sub-blocks of 32 keys in reduce.h's attention
-// order. The products are exact and, with every value 0 or at least 2^-56 (Job::amx), no sum is
-// subnormal; a block with a nonzero probability below 2^-56 (which the tiles would flush) takes
-// the vector values instead. Tiles: 0, 1 A; 2, 3 B; 4 to 7 accumulators.
-
-void attention_tiles() {
-  struct alignas(64) {
-    uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    uint16_t colsb[16] = {};
-    uint8_t rows[16] = {};
-  } cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // The intrinsic tells the compiler it reads 8 bytes only: make the whole block visible.
-  asm volatile("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
+// Per block of 64 keys (given as bf16): their rows are the scores' A tiles (16 keys x 32
+// dimensions), and they are interleaved once into pairs of keys (the values' B tiles, 16 key
+// pairs x 16 dimensions); the query, once per call, into pairs of dimensions (the scores' B
+// tile, 16 dimension pairs x 16 heads). TDPBF16PS adds a block's even and odd fused chains, summed,
+// to its tile: the scores' blocks of 32 dimensions and the values' sub-blocks of 32 keys in
+// reduce.h's attention order. The products are exact and, with every value 0 or at least 2^-56
+// (Job::amx), no sum is subnormal; a block with a nonzero probability below 2^-56 (which the tiles
+// would flush) takes the vector values instead. Tiles: 0, 1 A; 2, 3 B; 4 to 7 accumulators.
 
 // Word indices that interleave the high halves of two vectors of bf16 values held as fp32: the
 // pairs (x0[i], x1[i]).
@@ -271,34 +256,6 @@ inline __mmask16 not_floored(__m512i x) {
                                  _mm512_set1_epi32((127 - 56) << 23) - 1);
 }
 
-// Keys [j0, j0 + nb) as bf16 rows kA [64][Dh] and as pairs vB [2 sub-blocks][Dh / 16][16 pairs]
-// [32] (missing keys zero). Returns whether every value is one the tiles take exactly
-// (all_bf16_floored).
-inline bool convert_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA,
-                          uint16_t* vB) {
-  const int64_t Dh = a.Dh, nc = Dh / 16;
-  const __m512i idx = _mm512_load_si512(kPairHi.data());
-  __mmask16 bad = 0;
-  for (int64_t r = 0; r < 32; ++r) {  // the key pair (2r, 2r + 1) of the block
-    const float* k0 = 2 * r < nb ? a.keys + (j0 + 2 * r) * Dh : nullptr;
-    const float* k1 = 2 * r + 1 < nb ? a.keys + (j0 + 2 * r + 1) * Dh : nullptr;
-    uint16_t* row0 = kA + 2 * r * Dh;
-    uint16_t* row1 = row0 + Dh;
-    uint16_t* pairs = vB + ((r / 16) * nc * 16 + r % 16) * 32;
-    for (int64_t c = 0; c < nc; ++c) {
-      const __m512i x0 = k0 ? _mm512_loadu_si512(k0 + 16 * c) : _mm512_setzero_si512();
-      const __m512i x1 = k1 ? _mm512_loadu_si512(k1 + 16 * c) : _mm512_setzero_si512();
-      bad |= not_floored(x0) | not_floored(x1);
-      _mm512_store_si512(pairs + c * 16 * 32, _mm512_permutex2var_epi16(x0, idx, x1));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(row0 + 16 * c),
-                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(x0, 16)));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(row1 + 16 * c),
-                         _mm512_cvtepi32_epi16(_mm512_srli_epi32(x1, 16)));
-    }
-  }
-  return bad == 0;
-}
-
 // Lanes of x (32 bf16 values) nonzero below 2^-56 in magnitude.
 inline __mmask32 not_floored16(__m512i x) {
   const __m512i mag = _mm512_and_si512(x, _mm512_set1_epi16(0x7fff));
@@ -306,9 +263,10 @@ inline __mmask32 not_floored16(__m512i x) {
                                  _mm512_set1_epi16(((127 - 56) << 7) - 1));
 }
 
-// Keys given as bf16 (SparseAttnArgs::keys_bf16): the block's pairs into vB as convert_block
-// does, and *rows the block's bf16 rows (in place, or copied into kA with zero rows after a short
-// block). Returns whether every value is 0 or at least 2^-56 in magnitude.
+// The block's keys [j0, j0 + nb) (SparseAttnArgs::keys_bf16) as pairs vB [2 sub-blocks][Dh / 16]
+// [16 pairs][32] (the values' B tiles, missing keys zero), and *rows their bf16 rows (the scores'
+// A tiles: in place, or copied into kA with zero rows after a short block). Returns whether
+// every value is 0 or at least 2^-56 in magnitude.
 inline bool pair_block_bf16(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA,
                             uint16_t* vB, const uint16_t** rows) {
   const int64_t Dh = a.Dh, nc = Dh / 16;
@@ -344,17 +302,14 @@ inline bool pair_block_bf16(const SparseAttnArgs& a, int64_t j0, int64_t nb, uin
   return bad == 0;
 }
 
-// Arguments whose keys are fp32 for the vector functions over the block [j0, j0 + nb): `a`
-// itself (*base = j0), or with keys given as bf16 the block widened into k32 (*base = 0).
-inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, float* k32,
-                                 int64_t* base) {
-  *base = j0;
-  if (!a.keys_bf16) return a;
+// `a` with the block [j0, j0 + nb)'s keys widened to fp32 into k32 (its rows 0 .. nb-1), for
+// the vector functions.
+inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, float* k32) {
   SparseAttnArgs b = a;
   for (int64_t i = 0; i < nb * a.Dh; ++i)
     k32[i] = __builtin_bit_cast(float, uint32_t(a.keys_bf16[j0 * a.Dh + i]) << 16);
   b.keys = k32;
-  *base = 0;
+  b.keys_bf16 = nullptr;
   return b;
 }
 
@@ -401,23 +356,21 @@ void run_group_amx(const Job& jb) {
     for (int64_t l = 0; l < nh; ++l)
       for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
   };
-  attention_tiles();
+  linear_isa::amx_configure(16);
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
     const uint16_t* rows = kA;
-    if (a.keys_bf16 ? !pair_block_bf16(a, j0, nb, kA, vB, &rows)
-                    : !convert_block(a, j0, nb, kA, vB)) {
+    if (!pair_block_bf16(a, j0, nb, kA, vB, &rows)) {
       // Values the tiles would not take exactly: the block on vectors (the keys as fp32).
-      int64_t base;
-      const SparseAttnArgs b = fp32_block(a, j0, nb, k32, &base);
+      const SparseAttnArgs b = fp32_block(a, j0, nb, k32);
       need_qT();
       zero_out();
       int64_t j = 0;
-      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, base + j, z + j * kLanes);
-      for (; j < nb; ++j) scores<1>(b, qT, base + j, z + j * kLanes);
+      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, j, z + j * kLanes);
+      for (; j < nb; ++j) scores<1>(b, qT, j, z + j * kLanes);
       softmax_block(jb, z, nb, p, v, &m, &lsum);
-      values(b, h0, nh, base, nb, p, v);
+      values(b, h0, nh, 0, nb, p, v);
       continue;
     }
     // Scores of the block's 4 groups of 16 keys (rows past nb are zero keys, never read).
@@ -448,9 +401,7 @@ void run_group_amx(const Job& jb) {
     for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
     if (tiny & __mmask16((1u << nh) - 1)) {
       zero_out();
-      int64_t base;
-      const SparseAttnArgs b = fp32_block(a, j0, nb, k32, &base);
-      values(b, h0, nh, base, nb, p, v);
+      values(fp32_block(a, j0, nb, k32), h0, nh, 0, nb, p, v);
       continue;
     }
     // The probabilities as A tiles: [sub-block][head][32 keys] (missing keys zero).
@@ -538,11 +489,7 @@ bool all_bf16_floored_of(const float* x, int64_t n) {
 }
 
 bool to_bf16_floored(const float* x, int64_t n, uint16_t* out) {
-  if (!all_bf16_floored(x, n)) return false;
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) store_hi16(out + i, loadu(x + i));
-  for (; i < n; ++i) out[i] = uint16_t(__builtin_bit_cast(uint32_t, x[i]) >> 16);
-  return true;
+  return all_bf16_floored(x, n, out);
 }
 
 // --- indexer scores ---

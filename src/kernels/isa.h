@@ -104,6 +104,9 @@ bool avx512_dpbf16_is_canonical();
 // added to the tile) on adversarial operands. Call only once the process may use the tiles
 // (amx_available).
 bool amx_is_canonical();
+// Configures the AMX tiles (AVX-512 builds): 0, 1, 4, 5 with `rows` rows, 2, 3, 6, 7 with 16;
+// 64 bytes a row. The caller releases them (_tile_release) when its task ends.
+void amx_configure(int rows);
 // n rounds of 16 independent in-register chains of vfmadd231ps, vdpbf16ps or vpdpbusd, for
 // linear.cpp to time (sums of 1 x 1).
 enum class ProductKind { Fp32, Bf16, Int16 };
@@ -118,8 +121,9 @@ namespace deepinfer::attention_isa {
 struct Job {
   const SparseAttnArgs* a = nullptr;
   int64_t h0 = 0, nh = 0;  // heads [h0, h0 + nh)
-  // On AMX tiles (AVX-512): q is bf16 values, none nonzero below 2^-56, and the probabilities
-  // are rounded to bf16 (attention_vec.cpp's run_group_amx; it checks the keys).
+  // On AMX tiles (AVX-512): q is bf16 values, none nonzero below 2^-56, the keys are given as
+  // bf16 (SparseAttnArgs::keys_bf16) and the probabilities are rounded to bf16
+  // (attention_vec.cpp's run_group_amx; it checks the keys).
   bool amx = false;
   // scratch_floats(Dh, nk, amx) floats, 64-byte aligned.
   float* scratch = nullptr;

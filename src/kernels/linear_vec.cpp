@@ -762,6 +762,8 @@ MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
 // either two more tiles' blocks of weights or, with `rows` 16, two more accumulators. A task
 // configures the tiles itself and releases them at its end, since other code on the thread
 // (oneDNN) may use them in between.
+}  // namespace
+
 void amx_configure(int rows) {
   struct alignas(64) {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
@@ -776,6 +778,8 @@ void amx_configure(int rows) {
   asm volatile("" : : "r"(&cfg) : "memory");
   _tile_loadconfig(&cfg);
 }
+
+namespace {
 
 // Rows i0 .. i0+16 against NT tiles, from tile t0, of a chunk of `nt` tiles packed with their
 // scales folded in (PackedWeight::amx_scales): the partial tiles are the accumulators themselves

@@ -183,8 +183,9 @@ DI_VEC bool all_bf16(const float* x, int64_t n) {
 }
 
 // Whether every element of x[n] is a bf16 value whose magnitude is 0 or at least 2^-56: products
-// of such values, and their sums, are multiples of 2^-126, never subnormal.
-DI_VEC bool all_bf16_floored(const float* x, int64_t n) {
+// of such values, and their sums, are multiples of 2^-126, never subnormal. With `out`, the bf16
+// bits of x go there in the same pass (to be used only when true is returned).
+DI_VEC bool all_bf16_floored(const float* x, int64_t n, uint16_t* out = nullptr) {
   const I ones = set1i(-1), none = set1i(0), mag = set1i(0x7fffffff);
   const F floor = set1(0x1p-56f), tiny = set1(0x1p-149f);
   I acc = none;
@@ -193,11 +194,13 @@ DI_VEC bool all_bf16_floored(const float* x, int64_t n) {
     const I u = loadui(x + i);
     const F a = floats(u & mag);
     acc |= (u & set1i(0xffff)) | select_lt(a, floor, select_lt(a, tiny, none, ones), none);
+    if (out) store_hi16(out + i, floats(u));
   }
   bool ok = all_zero(acc);
   for (; i < n; ++i) {
     const float a = x[i] < 0 ? -x[i] : x[i];
     ok &= (__builtin_bit_cast(uint32_t, x[i]) & 0xffffu) == 0 && (a == 0 || a >= 0x1p-56f);
+    if (out) out[i] = uint16_t(__builtin_bit_cast(uint32_t, x[i]) >> 16);
   }
   return ok;
 }
