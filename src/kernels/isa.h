@@ -1,8 +1,8 @@
-// Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, quant.cpp: checks,
-// scratch, threading) hands the vector code compiled per ISA (the *_vec.cpp files, compiled once
-// per ISA, and quant_avx512.cpp). Plain structs and function pointers only, so the ISA objects
-// share no inline code with the rest of the program; AlignedScratch (below) is for the
-// dispatchers alone.
+// Internal to the kernels: what each dispatcher (linear.cpp, attention.cpp, quant.cpp,
+// elementwise.cpp: checks, scratch, threading) hands the vector code compiled per ISA (the
+// *_vec.cpp files, compiled once per ISA, and the *_avx512.cpp files). Plain structs and function
+// pointers only, so the ISA objects share no inline code with the rest of the program;
+// AlignedScratch (below) is for the dispatchers alone.
 #pragma once
 
 #include <cstddef>
@@ -173,8 +173,13 @@ void round_bf16_avx512(float* x, int64_t n);
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
-// The exp and the SwiGLU of kernels/elementwise.h.
+}  // namespace deepinfer::quant_isa
+
+// The AVX-512 versions of kernels/elementwise.h's exp and SwiGLU (elementwise_avx512.cpp), the
+// same floats as the scalar code.
+namespace deepinfer::elementwise_isa {
+
 void exp_f_n_avx512(float* x, int64_t n);
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit, float weight);
 
-}  // namespace deepinfer::quant_isa
+}  // namespace deepinfer::elementwise_isa

@@ -5,7 +5,6 @@
 
 #include "core/cpu.h"
 #include "core/dtype.h"
-#include "kernels/elementwise.h"
 #include "kernels/isa.h"
 
 namespace deepinfer {
@@ -127,27 +126,6 @@ void round_bf16_inplace_ref(float* x, int64_t n) {
 }
 void round_bf16_inplace(float* x, int64_t n) {
   (cpu_isa() == Isa::Avx512 ? quant_isa::round_bf16_avx512 : round_bf16_inplace_ref)(x, n);
-}
-
-void exp_f_n(float* x, int64_t n) {
-  if (cpu_isa() == Isa::Avx512) return quant_isa::exp_f_n_avx512(x, n);
-  for (int64_t i = 0; i < n; ++i) x[i] = exp_f(x[i]);
-}
-
-void swiglu_ref(float* g, const float* u, int64_t n, float limit, float weight) {
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i], ui = u[i];
-    if (limit > 0) {
-      gi = std::min(gi, limit);
-      ui = std::max(-limit, std::min(ui, limit));
-    }
-    const float silu = f32(double(gi) * sigmoid_d(gi));
-    g[i] = weight * (silu * ui);
-  }
-}
-
-void swiglu(float* g, const float* u, int64_t n, float limit, float weight) {
-  (cpu_isa() == Isa::Avx512 ? quant_isa::swiglu_avx512 : swiglu_ref)(g, u, n, limit, weight);
 }
 
 }  // namespace deepinfer
