@@ -95,42 +95,41 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       // One rank takes the window, every rank the listed compressed rows it holds.
       const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
       const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
-      const float* qrow = &q[size_t(row * H * Dh)];
-      float* orow = o + row * H * Dh;
+      // The row's keys into `keys` from the window `w` of its sequence, then each listed
+      // compressed row it holds through put(cache entry, destination); -1 when put fails.
+      auto gather = [&](auto* keys, const auto* w, auto&& put) -> int64_t {
+        if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, keys);
+        int64_t nk = nw;
+        for (int64_t j = 0; j < nc; ++j) {
+          const int32_t cr = st.topk[size_t(row * K + j)];
+          if (!owns_row(st, role.kv_from, cr)) continue;
+          if (!put(st.kv->cmp_row(role.kv_from, sq.kv, cr), keys + nk++ * Dh)) return -1;
+        }
+        return nk;
+      };
+      SparseAttnArgs a{
+          &q[size_t(row * H * Dh)], nullptr, -1, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
+          o + row * H * Dh};
       if (k16 && win16_ok[s]) {
         if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
         t_row.resize(size_t(Dh));
-        const uint16_t* w = win16 + win_at[s];
-        if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys16.begin());
-        int64_t nk = nw;
-        bool ok = true;
-        for (int64_t j = 0; j < nc && ok; ++j) {
-          const int32_t cr = st.topk[size_t(row * K + j)];
-          if (!owns_row(st, role.kv_from, cr)) continue;
-          const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
+        a.keys_bf16 = t_keys16.data();
+        a.nk = gather(t_keys16.data(), win16 + win_at[s], [&](const uint8_t* e, uint16_t* dst) {
           fp4c_dequant(e, e + Dh / 2, Dh, t_row.data());
-          ok = attention_keys_to_bf16(t_row.data(), Dh, &t_keys16[size_t(nk++ * Dh)]);
-        }
-        if (ok) {
-          SparseAttnArgs a{qrow, nullptr, nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow};
-          a.keys_bf16 = t_keys16.data();
-          cx.attend(row, a);
-          if (!cx.partial()) round(orow, H * Dh);  // while the row is in cache
-          return;
-        }
+          return attention_keys_to_bf16(t_row.data(), Dh, dst);
+        });
       }
-      if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
-      const float* w = win + win_at[s];
-      if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, t_keys.begin());
-      int64_t nk = nw;
-      for (int64_t j = 0; j < nc; ++j) {
-        const int32_t cr = st.topk[size_t(row * K + j)];
-        if (!owns_row(st, role.kv_from, cr)) continue;
-        const uint8_t* e = st.kv->cmp_row(role.kv_from, sq.kv, cr);
-        fp4c_dequant(e, e + Dh / 2, Dh, &t_keys[size_t(nk++ * Dh)]);
+      if (a.nk < 0) {  // fp32 keys
+        if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
+        a.keys = t_keys.data();
+        a.keys_bf16 = nullptr;
+        a.nk = gather(t_keys.data(), win + win_at[s], [&](const uint8_t* e, float* dst) {
+          fp4c_dequant(e, e + Dh / 2, Dh, dst);
+          return true;
+        });
       }
-      cx.attend(row, {qrow, t_keys.data(), nk, W.attn_sink.f32(), H, Dh, scale, bf16, exact, orow});
-      if (!cx.partial()) round(orow, H * Dh);
+      cx.attend(row, a);
+      if (!cx.partial()) round(a.out, H * Dh);  // while the row is in cache
     });
     // Ring update after every query of the chunk has read it (§12.2): real rows only.
     for (size_t s = 0; s < n_seqs; ++s)
