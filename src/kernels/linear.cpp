@@ -435,9 +435,10 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   });
 }
 
-// Several GEMV calls (n <= the ISA's gemv_rows each) as one parallel loop over all their tiles:
-// one wake-up of the pool instead of one per call, and the tiles balanced over the threads as one
-// stream. Each output is computed exactly as run_fast's GEMV computes it.
+// Several GEMV calls (n <= the ISA's gemv_rows each, or quantized ones of up to kAmxGemvRows on
+// AMX tiles) as one parallel loop over all their tiles: one wake-up of the pool instead of one
+// per call, and the tiles balanced over the threads as one stream. Each output is computed
+// exactly as run_fast's GEMV computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
   // Per call: its scratch layout and offset; the call that quantizes for it (a call whose input
@@ -596,7 +597,12 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     check_call(c.w->weight(), a);
-    if (gemv_ok && !a.exact && a.n <= kernels_for(isa).gemv_rows)
+    // (Quantized calls of up to 64 rows on AMX tiles too: a prefill's experts, each of which
+    // else wakes the pool twice and quantizes its rows for w1 and again for w3.)
+    const linear_isa::Kernels& kern = kernels_for(isa);
+    if (gemv_ok && !a.exact &&
+        (a.n <= kern.gemv_rows || (a.n <= kAmxGemvRows && c.w->weight().quant_input &&
+                                   call_products(kern, *c.w, a.n, true).amx)))
       small.push_back(c);
     else
       linear(*c.w, a);

@@ -101,7 +101,14 @@ TEST(LinearFast, ManyMatchesEachCall) {
       {WeightFormat::Fp8Block, 256, 96, 2, 0, -1, 0, 0},
       {WeightFormat::F32, 20, 96, 2, 3, 10, 0, 2, false},
       {WeightFormat::Fp8Block, 64, 64, 1, 0, -1, 0, 0, false},  // fp8 values, input unquantized
-      {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},          // more rows: the single-call path
+      // More rows: with AMX tiles quantized calls of up to 64 rows join the shared pass (a
+      // prefill's experts, w1 and w3 sharing their quantization), others take the single-call
+      // path.
+      {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 40, 128, 40, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 56, 128, 40, 0, -1, 0, 0, true, true},
+      {WeightFormat::Fp8Block, 48, 96, 64, 0, -1, 0, 2},
+      {WeightFormat::Fp4Row, 32, 64, 70, 0, -1, 0, 0},
       {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
       // The output projection's groups: plain fp8, bf16 inputs, a range of rows each.
       {WeightFormat::Fp8Block, 64, 256, 1, 0, 32, 0, 0, false, false, true},
