@@ -51,6 +51,30 @@ void mix_copies(const float* y, double wy, const float* x, const float* w, int64
   }
 }
 
+// mix_copies for the four copies of V4.1 (hc_mult 4): hc_pre's one output, or all four of
+// hc_post's from one read of the copies (each position's copies converted to double once, the
+// sums kept in registers), each the same terms in the same order as mix_copies.
+DEEPINFER_VECTOR_CLONES
+void pre4(const float* __restrict x, const float* pi, int64_t D, float* __restrict out) {
+  const double w0 = pi[0], w1 = pi[1], w2 = pi[2], w3 = pi[3];
+  for (int64_t d = 0; d < D; ++d)
+    out[d] = float((((0.0 + w0 * x[d]) + w1 * x[D + d]) + w2 * x[2 * D + d]) + w3 * x[3 * D + d]);
+}
+DEEPINFER_VECTOR_CLONES
+void post4(const float* __restrict y, const float* __restrict x, const float* post,
+           const float* comb, int64_t D, float* __restrict out) {
+  double c[16], p[4];
+  for (int i = 0; i < 16; ++i) c[i] = comb[i];
+  for (int i = 0; i < 4; ++i) p[i] = post[i];
+  for (int64_t d = 0; d < D; ++d) {
+    const double yv = y[d], x0 = x[d], x1 = x[D + d], x2 = x[2 * D + d], x3 = x[3 * D + d];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k)
+      out[k * D + d] =
+          float((((p[k] * yv + c[k] * x0) + c[4 + k] * x1) + c[8 + k] * x2) + c[12 + k] * x3);
+  }
+}
+
 }  // namespace
 
 void sinkhorn(float* c, int64_t M, int iters, float eps) {
@@ -99,12 +123,14 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
 }
 
 void hc_pre(const float* x, const float* pi, int64_t M, int64_t D, float* out) {
+  if (M == 4) return pre4(x, pi, D, out);
   mix_copies(nullptr, 0.0, x, pi, 1, M, D, out);
 }
 
 void hc_post(const float* y, const float* x, const float* post, const float* comb, int64_t M,
              int64_t D, float* out) {
   // Output copy k mixes the input copies with column k of comb.
+  if (M == 4) return post4(y, x, post, comb, D, out);
   for (int64_t k = 0; k < M; ++k) mix_copies(y, post[k], x, comb + k, M, M, D, out + k * D);
 }
 
