@@ -84,6 +84,47 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     for (size_t s = 0; k16 && s < n_seqs; ++s)
       win16_ok[s] = std::all_of(wrow_ok + win_at[s] / Dh, wrow_ok + win_at[s + 1] / Dh,
                                 [](uint8_t ok) { return ok != 0; });
+    // With several queries of a sequence in the step (a prefill), the compressed rows their
+    // lists name are decoded to bf16 once, into `cmp16` (slot cmp_slot[cmp_at[s] + row] of
+    // sequence s, -1 for rows no list names; cmp_ok: exact as bf16), instead of once per query
+    // that lists them.
+    const bool shared_rows = k16 && role.ratio > 0 && N > int64_t(n_seqs);
+    ArenaVec<int64_t> cmp_at(shared_rows ? n_seqs + 1 : 0, 0, &arena);
+    for (size_t s = 0; shared_rows && s < n_seqs; ++s) {
+      int64_t rows = 0;
+      for (int64_t i = st.row0[s]; i < st.row0[s] + st.batch->seqs[s].n_tokens; ++i)
+        for (int64_t j = 0; j < st.topk_n[size_t(i)]; ++j)
+          rows = std::max<int64_t>(rows, st.topk[size_t(i * K + j)] + 1);
+      cmp_at[s + 1] = cmp_at[s] + rows;
+    }
+    int32_t* const cmp_slot = arena_array<int32_t>(arena, size_t(shared_rows ? cmp_at.back() : 0));
+    std::fill_n(cmp_slot, shared_rows ? cmp_at.back() : 0, -1);
+    ArenaVec<int64_t> slot_row(&arena);  // per slot: its sequence's offset plus its row
+    for (size_t s = 0; shared_rows && s < n_seqs; ++s)
+      for (int64_t i = st.row0[s]; i < st.row0[s] + st.batch->seqs[s].n_tokens; ++i)
+        for (int64_t j = 0; j < st.topk_n[size_t(i)]; ++j) {
+          const int32_t cr = st.topk[size_t(i * K + j)];
+          int32_t& slot = cmp_slot[cmp_at[s] + cr];
+          if (slot >= 0 || !owns_row(st, role.kv_from, cr)) continue;
+          slot = int32_t(slot_row.size());
+          slot_row.push_back(cmp_at[s] + cr);
+        }
+    const int64_t n_slots = int64_t(slot_row.size());
+    uint16_t* const cmp16 = arena_array<uint16_t>(arena, size_t(n_slots * Dh));
+    uint8_t* const cmp_ok = arena_array<uint8_t>(arena, size_t(n_slots));
+    for_rows(
+        n_slots,
+        [&](int64_t slot) {
+          thread_local std::vector<float> t_dec;  // reused: no allocation once large enough
+          t_dec.resize(size_t(Dh));
+          const int64_t at = slot_row[size_t(slot)];
+          const size_t s =
+              size_t(std::upper_bound(cmp_at.begin(), cmp_at.end(), at) - cmp_at.begin() - 1);
+          const uint8_t* e = st.kv->cmp_row(role.kv_from, st.batch->seqs[s].kv, at - cmp_at[s]);
+          fp4c_dequant(e, e + Dh / 2, Dh, t_dec.data());
+          cmp_ok[slot] = attention_keys_to_bf16(t_dec.data(), Dh, cmp16 + slot * Dh);
+        },
+        8);
     for_rows(N, [&](int64_t row) {
       // Reused: no allocation once large enough.
       thread_local std::vector<float> t_keys, t_row;
@@ -96,17 +137,18 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       const int64_t nw = cx.attends_window() ? p - first + 1 : 0;
       const int64_t nc = role.ratio > 0 ? st.topk_n[size_t(row)] : 0;
       // The row's keys into `keys` from the window `w` of its sequence, then each listed
-      // compressed row it holds through put(cache entry, destination); -1 when put fails.
+      // compressed row it holds through put(row, destination); -1 when put fails.
       auto gather = [&](auto* keys, const auto* w, auto&& put) -> int64_t {
         if (nw) std::copy(w + (first - ws) * Dh, w + (p - ws + 1) * Dh, keys);
         int64_t nk = nw;
         for (int64_t j = 0; j < nc; ++j) {
           const int32_t cr = st.topk[size_t(row * K + j)];
           if (!owns_row(st, role.kv_from, cr)) continue;
-          if (!put(st.kv->cmp_row(role.kv_from, sq.kv, cr), keys + nk++ * Dh)) return -1;
+          if (!put(cr, keys + nk++ * Dh)) return -1;
         }
         return nk;
       };
+      auto entry = [&](int32_t cr) { return st.kv->cmp_row(role.kv_from, sq.kv, cr); };
       SparseAttnArgs a{
           &q[size_t(row * H * Dh)], nullptr, -1, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
           o + row * H * Dh};
@@ -114,7 +156,13 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
         t_row.resize(size_t(Dh));
         a.keys_bf16 = t_keys16.data();
-        a.nk = gather(t_keys16.data(), win16 + win_at[s], [&](const uint8_t* e, uint16_t* dst) {
+        a.nk = gather(t_keys16.data(), win16 + win_at[s], [&](int32_t cr, uint16_t* dst) {
+          if (shared_rows) {
+            const int32_t slot = cmp_slot[cmp_at[s] + cr];
+            std::copy_n(cmp16 + slot * Dh, Dh, dst);
+            return cmp_ok[slot] != 0;
+          }
+          const uint8_t* e = entry(cr);
           fp4c_dequant(e, e + Dh / 2, Dh, t_row.data());
           return attention_keys_to_bf16(t_row.data(), Dh, dst);
         });
@@ -123,7 +171,8 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
         a.keys = t_keys.data();
         a.keys_bf16 = nullptr;
-        a.nk = gather(t_keys.data(), win + win_at[s], [&](const uint8_t* e, float* dst) {
+        a.nk = gather(t_keys.data(), win + win_at[s], [&](int32_t cr, float* dst) {
+          const uint8_t* e = entry(cr);
           fp4c_dequant(e, e + Dh / 2, Dh, dst);
           return true;
         });
