@@ -68,6 +68,7 @@ struct Job {
   float* y = nullptr;  // [n, ldy]: output row o goes to column o - lo
   int64_t ldy = 0;
   int64_t lo = 0, hi = 0;  // outputs [lo, hi) are written, nothing else
+  bool round_bf16 = false;  // written rounded to bf16 (LinearArgs::round_bf16)
   int64_t t0 = 0, t1 = 0;
   uint8_t* scratch = nullptr;  // GEMM: gemm_scratch_bytes(n, K) bytes, 64-byte aligned
 };

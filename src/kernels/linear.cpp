@@ -299,6 +299,7 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
           .ldy = a.ldy,
           .lo = a.row0,
           .hi = hi,
+          .round_bf16 = a.round_bf16,
           .t0 = a.row0 / 16,
           .t1 = (hi + 15) / 16};
 }
@@ -320,19 +321,6 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   j.t0 = t0;
   j.t1 = t1;
   return j;
-}
-
-// Rounds to bf16 what job j wrote (LinearArgs::round_bf16).
-void round_job(const linear_isa::Job& j) {
-  const int64_t o0 = std::max(j.lo, j.t0 * 16), o1 = std::min(j.hi, j.t1 * 16);
-  if (o1 > o0)
-    for (int64_t r = 0; r < j.n; ++r) round_bf16_inplace(j.y + r * j.ldy + (o0 - j.lo), o1 - o0);
-}
-
-// Runs a job, and rounds what it wrote when the call asks.
-void run_job(void (*kernel)(const linear_isa::Job&), const linear_isa::Job& j, bool round) {
-  kernel(j);
-  if (round) round_job(j);
 }
 
 void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
@@ -398,10 +386,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     pool.parallel_for(runs, 1, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c)
         for (int64_t i0 = 0; i0 < n; i0 += gr)
-          run_job(kern.gemv,
-                  sub_job(base, i0, std::min(gr, n - i0), t_begin + c * run,
-                          t_begin + std::min(n_tiles, (c + 1) * run)),
-                  a.round_bf16);
+          kern.gemv(sub_job(base, i0, std::min(gr, n - i0), t_begin + c * run,
+                            t_begin + std::min(n_tiles, (c + 1) * run)));
     });
     return;
   }
@@ -430,7 +416,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
       linear_isa::Job j =
           sub_job(base, r0, r1 - r0, t_begin + p * pt, std::min(t_end, t_begin + (p + 1) * pt));
       j.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, K)));
-      run_job(kern.gemm, j, a.round_bf16);
+      kern.gemm(j);
     }
   });
 }
@@ -506,7 +492,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
       const int64_t end = std::min(c1, plans[c].first + (j.t1 - j.t0));
       if (end > at) {
         const int64_t base = j.t0 - plans[c].first;
-        run_job(kern.gemv, sub_job(j, 0, j.n, base + at, base + end), calls[c].a.round_bf16);
+        kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
         at = end;
       }
     }

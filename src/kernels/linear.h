@@ -48,8 +48,8 @@ struct LinearArgs {
   // Sum in double and round once (the model's fp32 numerics, which match a correctly rounded
   // reference). Always served by linear_ref; the fast paths serve exact = false.
   bool exact = false;
-  // Round the outputs to bf16 (as a pass over y after the call would), each task its part while
-  // it is in cache.
+  // Round the outputs to bf16 (as a pass over y after the call would), each as the kernel
+  // stores it.
   bool round_bf16 = false;
   // QLin weights only: row i of the input is x_rows[i] (x and ldx unused), so that rows spread
   // over a larger input (the experts' tokens) need no gathering copy.

@@ -295,10 +295,29 @@ inline void prefetch_group(const uint8_t* tile, int64_t gi, int64_t ahead = kPre
     _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + ahead), _MM_HINT_T1);
 }
 
-// Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi.
+// v rounded to bf16 as round_bf16_inplace rounds (a NaN stays a NaN, quieted and truncated).
+inline F rounded(F v) {
+  const I u = bits(v), mag = u & set1i(0x7fffffff);
+  const F q = floats((u & set1i(int32_t(0xffff0000u))) | set1i(0x00400000));
+#if defined(__AVX512F__)
+  return _mm512_mask_mov_ps(round_bf16(v), _mm512_cmpgt_epi32_mask(mag, set1i(0x7f800000)), q);
+#else
+  return _mm256_blendv_ps(round_bf16(v), q,
+                          _mm256_castsi256_ps(_mm256_cmpgt_epi32(mag, set1i(0x7f800000))));
+#endif
+}
+
+// Writes the 16 outputs v[16] of tile t of row r where lo <= o < hi (rounded to bf16 when the
+// job asks: each output is written once, as its task ends).
 inline void store_tile(const Job& j, int64_t r, int64_t t, const float* v) {
   float* yr = j.y + r * j.ldy;
   const int64_t o0 = t * 16;
+  alignas(64) float rv[16];
+  if (j.round_bf16) {
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) store(rv + h * kLanes, rounded(loadu(v + h * kLanes)));
+    v = rv;
+  }
   if (o0 >= j.lo && o0 + 16 <= j.hi) {
 #pragma GCC unroll 2
     for (int h = 0; h < kH; ++h) storeu(yr + (o0 - j.lo) + h * kLanes, loadu(v + h * kLanes));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <initializer_list>
 #include <random>
@@ -203,6 +204,42 @@ TEST(LinearFast, RoundedOutputsMatchARoundingPass) {
       ASSERT_EQ(first_diff(plain_want.data(), plain.data(), int64_t(plain.size())), -1)
           << "spec " << i << " isa " << isa_name(isa) << " (linear_many, not rounded)";
     }
+  }
+}
+
+// The rounding as the kernels store their outputs keeps the rounding pass's special values: a
+// NaN stays a NaN (quieted, its payload truncated), infinities stay, and a value at the top of
+// the fp32 range rounds up to infinity. Fp32 weights (any value) on every ISA and path.
+TEST(LinearFast, RoundedSpecialOutputsMatchARoundingPass) {
+  KernelEnvGuard guard;
+  const int64_t rows = 48, K = 64;
+  std::vector<float> wv(size_t(rows * K), 0.0f);
+  wv[0] = std::bit_cast<float>(0x7fffffffu);                  // NaN: rounding its bits would carry
+  for (int64_t k = 0; k < K; ++k) wv[size_t(K + k)] = 3e38f;  // +inf
+  wv[size_t(2 * K)] = std::bit_cast<float>(0x7f7f8000u);      // a tie: up to inf
+  wv[size_t(3 * K)] = -std::bit_cast<float>(0x7f7f7fffu);     // rounds down
+  wv[size_t(4 * K)] = std::bit_cast<float>(0x00012345u);      // subnormal
+  for (int64_t o = 5; o < rows; ++o) wv[size_t(o * K + o % K)] = float(o) * 1.001f;
+  Weight w;
+  w.name = "special outputs";
+  w.shape = Shape{rows, K};
+  w.format = WeightFormat::F32;
+  w.data = wv.data();
+  const PreparedLinear pw(w);
+  for (int64_t n : {1, 20}) {
+    const std::vector<float> x(size_t(n * K), 1.0f);
+    for (Isa isa : machine_isas())
+      for (LinearPath path : {LinearPath::Gemv, LinearPath::Gemm}) {
+        set_cpu_isa(isa);
+        set_linear_path(path);
+        std::vector<float> want(size_t(n * rows)), got(want.size());
+        linear(pw, {x.data(), n, K, want.data(), rows});
+        round_bf16_inplace(want.data(), int64_t(want.size()));
+        linear(pw, {x.data(), n, K, got.data(), rows, 0, -1, false, true});
+        ASSERT_TRUE(std::isnan(want[0]) && std::isinf(want[1]) && std::isinf(want[2]));
+        ASSERT_EQ(first_diff(want.data(), got.data(), int64_t(want.size())), -1)
+            << "n=" << n << " isa " << isa_name(isa) << " path " << int(path);
+      }
   }
 }
 
