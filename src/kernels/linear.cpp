@@ -256,7 +256,8 @@ struct QuantScratch {
     bytes = round_up(n * K * 4, 64);
     // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
     // the scratch held before, always initialised memory, and their outputs are never read.)
-    if (bf16) xqb = std::exchange(bytes, bytes + round_up((n + 15) * K * 2, 64));
+    if (bf16)
+      xqb = std::exchange(bytes, bytes + round_up((n + 15) * linear_isa::xb_stride(K) * 2, 64));
     if (ints) {
       xi = std::exchange(bytes, bytes + round_up(n * K * 2, 64));
       xc = std::exchange(bytes, bytes + round_up(n * (K / 32) * 4, 64));
@@ -269,10 +270,11 @@ struct QuantScratch {
 void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t K,
                    const QuantScratch& l, uint8_t* s, int64_t i0, int64_t i1) {
   float* xq = reinterpret_cast<float*>(s) + i0 * K;
-  uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * K : nullptr;
+  const int64_t ldb = linear_isa::xb_stride(K);
+  uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * ldb : nullptr;
   if (a.x_rows)
     for (int64_t i = i0; i < i1; ++i)
-      kern.quantize(a.x_rows[i], K, 1, K, xq + (i - i0) * K, xqb ? xqb + (i - i0) * K : nullptr);
+      kern.quantize(a.x_rows[i], K, 1, K, xq + (i - i0) * K, xqb ? xqb + (i - i0) * ldb : nullptr);
   else
     kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
   if (l.xi)
@@ -311,7 +313,7 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   linear_isa::Job j = base;
   j.n = n;
   j.x = base.x + i0 * base.ldx;
-  if (base.xb) j.xb = base.xb + i0 * K;
+  if (base.xb) j.xb = base.xb + i0 * linear_isa::xb_stride(K);
   if (base.xi) {
     j.xi = base.xi + i0 * K * 2;
     j.xc = base.xc + i0 * (K / 32);
@@ -364,7 +366,8 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (!quant && prod.bf16) {
     // Dense inputs that are bf16 values (and not tiny) take the bf16 products too (with room
     // after them for the GEMM's tiles, which read groups of 16 rows).
-    uint16_t* xb = reinterpret_cast<uint16_t*>(t_act.bytes(size_t((n + 15) * K * 2)));
+    uint16_t* xb =
+        reinterpret_cast<uint16_t*>(t_act.bytes(size_t((n + 15) * linear_isa::xb_stride(K) * 2)));
     if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
   }
   base.amx = prod.amx && base.xb;  // (dense inputs that were not bf16 values: not)
@@ -458,7 +461,9 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
                         calls[c - 1].w->cols() == K && plans[c - 1].l.xqb == l.xqb &&
                         plans[c - 1].l.xi == l.xi;
     plans.push_back({l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx});
-    bytes += quant ? (shared ? 0 : l.bytes) : prod.bf16 ? round_up(a.n * K * 2, 64) : 0;
+    bytes += quant       ? (shared ? 0 : l.bytes)
+             : prod.bf16 ? round_up(a.n * linear_isa::xb_stride(K) * 2, 64)
+                         : 0;
   }
   uint8_t* s = t_act.bytes(size_t(bytes));
   ThreadPool& pool = ThreadPool::global();

@@ -438,7 +438,7 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
         chain_pairs(p0, p1, we, wo);
 #pragma GCC unroll 16
         for (int r = 0; r < NR; ++r) {
-          const uint16_t* xr = j.xb + r * j.w->cols + (b0 + bb) * 32 + 4 * g;
+          const uint16_t* xr = j.xb + r * xb_stride(j.w->cols) + (b0 + bb) * 32 + 4 * g;
           pe[bb][r] =
               _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we), bcast_chain(xr, 0));
           po[bb][r] =
@@ -724,8 +724,8 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
               _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
 #pragma GCC unroll 16
         for (int i = 0; i < MR; ++i) {
-          const __m512bh a =
-              bcast_chain(j.xb + (i0 + i) * j.w->cols + kc0 + b * 32 + 4 * (kk / 2), kk & 1);
+          const __m512bh a = bcast_chain(
+              j.xb + (i0 + i) * xb_stride(j.w->cols) + kc0 + b * 32 + 4 * (kk / 2), kk & 1);
 #pragma GCC unroll 16
           for (int v = 0; v < NV; ++v) p[kk & 1][i][v] = _mm512_dpbf16_ps(p[kk & 1][i][v], a, w[v]);
         }
@@ -810,14 +810,15 @@ template <int NT>
 void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
                int64_t nt) {
   const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
-  const uint16_t* xa = j.xb + i0 * K + kc0;
+  const int64_t ldb = xb_stride(K);
+  const uint16_t* xa = j.xb + i0 * ldb + kc0;
   float* c = s.c + i0 * (kNt * 16) + t0 * 16;
   _tile_loadd(4, c, ldc);
   if constexpr (NT > 1) _tile_loadd(5, c + 16, ldc);
   if constexpr (NT > 2) _tile_loadd(6, c + 32, ldc);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;  // tile t0 + t's pair kk: + (kk·nt + t)·64
-    _tile_loadd(0, xa + b * 32, K * 2);
+    _tile_loadd(0, xa + b * 32, ldb * 2);
     _tile_loadd(2, wb, nt * 64);
     _tile_dpbf16ps(4, 0, 2);
     if constexpr (NT > 1) {
@@ -835,25 +836,25 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
 }
 
 // Block weights `wb` into tile register BT (2 or 3: the block's parity) times the inputs `xa` of
-// each group G of 16 rows (K apart; registers 0 and 1 in turn) into accumulator tile 4 + G, for
+// each group G of 16 rows (ldb apart; registers 0 and 1 in turn) into accumulator tile 4 + G, for
 // `groups` groups. (The intrinsics take register numbers as literals.)
-#define DI_AMX_GROUPS(BT)                 \
-  do {                                    \
-    _tile_loadd(BT, wb, 64);              \
-    _tile_loadd(0, xa, K * 2);            \
-    _tile_dpbf16ps(4, 0, BT);             \
-    if (groups > 1) {                     \
-      _tile_loadd(1, xa + 16 * K, K * 2); \
-      _tile_dpbf16ps(5, 1, BT);           \
-    }                                     \
-    if (groups > 2) {                     \
-      _tile_loadd(0, xa + 32 * K, K * 2); \
-      _tile_dpbf16ps(6, 0, BT);           \
-    }                                     \
-    if (groups > 3) {                     \
-      _tile_loadd(1, xa + 48 * K, K * 2); \
-      _tile_dpbf16ps(7, 1, BT);           \
-    }                                     \
+#define DI_AMX_GROUPS(BT)                     \
+  do {                                        \
+    _tile_loadd(BT, wb, 64);                  \
+    _tile_loadd(0, xa, ldb * 2);              \
+    _tile_dpbf16ps(4, 0, BT);                 \
+    if (groups > 1) {                         \
+      _tile_loadd(1, xa + 16 * ldb, ldb * 2); \
+      _tile_dpbf16ps(5, 1, BT);               \
+    }                                         \
+    if (groups > 2) {                         \
+      _tile_loadd(0, xa + 32 * ldb, ldb * 2); \
+      _tile_dpbf16ps(6, 0, BT);               \
+    }                                         \
+    if (groups > 3) {                         \
+      _tile_loadd(1, xa + 48 * ldb, ldb * 2); \
+      _tile_dpbf16ps(7, 1, BT);               \
+    }                                         \
   } while (0)
 
 // A GEMV of up to 64 rows on the tiles: each block decoded once into bf16 pairs times its scale
@@ -865,7 +866,7 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
 // 0.74-0.85 of the read bandwidth against 0.75-0.82 with the partials scaled in registers.
 template <WeightFormat Fm>
 void gemv_amx(const Job& j) {
-  const int64_t K = j.w->cols, nb = K / 32;
+  const int64_t K = j.w->cols, nb = K / 32, ldb = xb_stride(K);
   const int groups = int((j.n + 15) / 16);
   const Luts L = make_luts();
   alignas(64) uint8_t buf[2][3][1024];  // [tile of a pair][block % 3]
@@ -917,13 +918,13 @@ void gemv_amx(const Job& j) {
       if (b + 2 < nb) decode2(b + 2);
       const uint16_t* xa = j.xb + b * 32;
       if (b & 1) {
-        _tile_loadd(1, xa, K * 2);
+        _tile_loadd(1, xa, ldb * 2);
         _tile_loadd(6, wb(0, b), 64);
         _tile_loadd(7, wb(1, b), 64);
         _tile_dpbf16ps(4, 1, 6);
         _tile_dpbf16ps(5, 1, 7);
       } else {
-        _tile_loadd(0, xa, K * 2);
+        _tile_loadd(0, xa, ldb * 2);
         _tile_loadd(2, wb(0, b), 64);
         _tile_loadd(3, wb(1, b), 64);
         _tile_dpbf16ps(4, 0, 2);
@@ -1095,7 +1096,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
     int64_t b = 0;
 #if defined(__AVX512F__)
     for (; b + 16 <= K / 32; b += 16)
-      if (!quantize16(xr, b, xq + i * K, xqb ? xqb + i * K : nullptr)) break;
+      if (!quantize16(xr, b, xq + i * K, xqb ? xqb + i * xb_stride(K) : nullptr)) break;
 #endif
     for (; b < K / 32; ++b) {
       F xv[kV];
@@ -1116,7 +1117,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
         const F v = min(max(xv[h] * vi, set1(-448.0f)), set1(448.0f));
         const F r = round_e4m3(v) * sg;  // exact: σ is a power of two
         storeu(xq + i * K + b * 32 + h * kLanes, r);
-        if (xqb) store_hi16(xqb + i * K + b * 32 + h * kLanes, r);
+        if (xqb) store_hi16(xqb + i * xb_stride(K) + b * 32 + h * kLanes, r);
       }
     }
   }
@@ -1215,7 +1216,7 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
           _mm512_cmpge_epi32_mask(e, set1i(127 - 56)) & _mm512_cmple_epi32_mask(e, set1i(254));
       const __mmask16 low = _mm512_test_epi32_mask(u, set1i(0xffff));
       bad |= __mmask16(low | ~(zero | in_range));
-      store_hi16(xb + i * K + k, floats(u));
+      store_hi16(xb + i * xb_stride(K) + k, floats(u));
     }
   return bad == 0;
 }

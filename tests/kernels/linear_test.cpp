@@ -599,11 +599,13 @@ TEST(LinearFast, ActQuantMatchesRef) {
     if (isa == Isa::Scalar) continue;
     const auto& k = isa == Isa::Avx512 ? linear_isa::kAvx512 : linear_isa::kAvx2;
     std::vector<float> q(size_t(n * K));
-    std::vector<uint16_t> qb(size_t(n * K));
+    const int64_t ldb = linear_isa::xb_stride(K);  // (the bf16 copy's rows, padded)
+    std::vector<uint16_t> qb(size_t(n * ldb));
     k.quantize(x.data(), K, n, K, q.data(), qb.data());
     EXPECT_EQ(first_diff(want.data(), q.data(), n * K), -1) << isa_name(isa);
     for (int64_t i = 0; i < n * K; ++i)
-      ASSERT_EQ(bf16_to_f32(qb[size_t(i)]), q[size_t(i)]) << isa_name(isa) << " bf16 value " << i;
+      ASSERT_EQ(bf16_to_f32(qb[size_t(i / K * ldb + i % K)]), q[size_t(i)])
+          << isa_name(isa) << " bf16 value " << i;
   }
 }
 
