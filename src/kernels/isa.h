@@ -181,6 +181,7 @@ void round_bf16_avx512(float* x, int64_t n);
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
+void fp4i_qdq_avx512(float* x, int64_t n);
 }  // namespace deepinfer::quant_isa
 
 // The AVX-512 versions of kernels/elementwise.h's exp and SwiGLU (elementwise_avx512.cpp), the

@@ -101,9 +101,12 @@ void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float
       packed, scales, n, out);
 }
 
-void fp4i_qdq(float* x, int64_t n) {
+void fp4i_qdq_ref(float* x, int64_t n) {
   fp4_blocks<32>(x, n, fp4i_scale(nullptr),
                  [x](int64_t i, uint8_t c, float sigma) { x[i] = e2m1_to_f32(c) * sigma; });
+}
+void fp4i_qdq(float* x, int64_t n) {
+  (cpu_isa() == Isa::Avx512 && n % 32 == 0 ? quant_isa::fp4i_qdq_avx512 : fp4i_qdq_ref)(x, n);
 }
 
 // --- fp4 C ---

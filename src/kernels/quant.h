@@ -22,6 +22,7 @@ void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, flo
 // packed[n/2] (low nibble = even element), scales[n/32].
 void fp4i_quant(const float* x, int64_t n, uint8_t* packed, uint8_t* scales);
 void fp4i_qdq(float* x, int64_t n);
+void fp4i_qdq_ref(float* x, int64_t n);
 void fp4i_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4i_dequant_ref(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 

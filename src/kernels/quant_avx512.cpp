@@ -1,5 +1,6 @@
-// AVX-512 twins of the cache-row decoders and the bf16 rounding of kernels/quant.cpp: the same
-// exact decodes (NaN codes included) and the same single fp32 product by the block scale.
+// AVX-512 twins of the cache-row decoders, fp4 "I"'s QDQ and the bf16 rounding of
+// kernels/quant.cpp: the same exact decodes (NaN codes included) and the same single fp32
+// product by the block scale.
 // Only intrinsics over plain arrays here (cmake/deepinfer.cmake: no shared inline code).
 #include "kernels/isa.h"
 #include "kernels/simd.h"
@@ -49,6 +50,37 @@ void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float*
 }
 
 }  // namespace
+
+void fp4i_qdq_avx512(float* x, int64_t n) {
+  // e2m1's midpoints and the magnitude above each: a value moves past an even code's upper
+  // midpoint only above it, past an odd code's at it (ties to the even code).
+  constexpr float kMid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  constexpr float kUp[7] = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const I abs = set1i(0x7fffffff), sign = set1i(int32_t(0x80000000u));
+  for (int64_t b = 0; b < n; b += 32) {
+    F v[2] = {loadu(x + b), loadu(x + b + 16)};
+    // The block's largest magnitude, NaN left out (vmaxps returns its second operand then).
+    F m = _mm512_max_ps(floats(bits(v[0]) & abs), zero());
+    m = _mm512_max_ps(floats(bits(v[1]) & abs), m);
+    const float top = reduce_max(m), amax = top > 6.0f * 0x1p-126f ? top : 6.0f * 0x1p-126f;
+    const uint32_t t = __builtin_bit_cast(uint32_t, amax * (1.0f / 6.0f));
+    const F s = set1(e8m0(uint8_t(((t >> 23) & 0xff) + ((t & 0x7fffff) != 0 ? 1 : 0))));
+    for (int h = 0; h < 2; ++h) {
+      const F a = floats(bits(_mm512_div_ps(v[h], s)) & abs);  // (exact: s a power of two)
+      F mag = zero();
+#pragma GCC unroll 7
+      for (int k = 0; k < 7; ++k) {
+        const __mmask16 up = k % 2 ? _mm512_cmp_ps_mask(a, set1(kMid[k]), _CMP_GE_OQ)
+                                   : _mm512_cmp_ps_mask(a, set1(kMid[k]), _CMP_GT_OQ);
+        mag = _mm512_mask_mov_ps(mag, up, set1(kUp[k]));
+      }
+      // The sign of x (a NaN's code is +0), then times the scale as the scalar decode does.
+      const __mmask16 nan = _mm512_cmp_ps_mask(v[h], v[h], _CMP_UNORD_Q);
+      const I sg = _mm512_maskz_mov_epi32(__mmask16(~nan), bits(v[h]) & sign);
+      storeu(x + b + h * 16, floats(bits(mag) | sg) * s);
+    }
+  }
+}
 
 void round_bf16_avx512(float* x, int64_t n) {
   int64_t i = 0;

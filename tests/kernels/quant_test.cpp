@@ -47,6 +47,50 @@ TEST(QuantFast, DecodersMatchRef) {
   }
 }
 
+// fp4 "I" QDQ (the indexer's queries and keys) in vectors equals the scalar code: blocks of
+// ordinary values, every e2m1 midpoint and its neighbours (ties to the even code), zeros of
+// both signs, NaN, infinities, subnormals and blocks of any bit pattern.
+TEST(QuantFast, Fp4iQdqMatchesRef) {
+  KernelEnvGuard guard;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t n = 32 * 12;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = nd(rng);
+  // Block 1: the midpoints times the scale 1 (max 6), and their float neighbours.
+  const float mids[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  for (int k = 0; k < 7; ++k) {
+    x[size_t(32 + 3 * k)] = mids[k];
+    x[size_t(32 + 3 * k + 1)] = -std::nextafter(mids[k], 0.0f);
+    x[size_t(32 + 3 * k + 2)] = std::nextafter(mids[k], 10.0f);
+  }
+  x[32 + 21] = 6.0f;
+  x[32 + 22] = -0.0f;
+  x[32 + 23] = 0.0f;
+  // Block 2: NaN and infinities; block 3: subnormals only; block 4: zeros; blocks 5-6: any bits.
+  x[64] = std::nanf("");
+  x[65] = -std::nanf("");
+  x[66] = INFINITY;
+  x[100] = -INFINITY;
+  for (int i = 0; i < 32; ++i) x[size_t(96 + i)] = std::ldexp(float(i + 1), -140);
+  for (int i = 0; i < 32; ++i) x[size_t(128 + i)] = i % 2 ? 0.0f : -0.0f;
+  for (int i = 160; i < 224; ++i) {
+    const uint32_t u = uint32_t(rng());
+    std::memcpy(&x[size_t(i)], &u, 4);
+  }
+  x[224] = std::nanf("");  // a NaN among ordinary values
+  for (Isa isa : machine_isas()) {
+    set_cpu_isa(isa);
+    std::vector<float> want(x), got(x);
+    fp4i_qdq_ref(want.data(), n);
+    fp4i_qdq(got.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::memcmp(&want[size_t(i)], &got[size_t(i)], 4), 0)
+          << isa_name(isa) << " element " << i << ": " << x[size_t(i)] << " -> " << want[size_t(i)]
+          << " vs " << got[size_t(i)];
+  }
+}
+
 TEST(QuantFast, RoundBf16MatchesRef) {
   KernelEnvGuard guard;
   std::mt19937_64 rng(4);
