@@ -973,7 +973,8 @@ void gemm_fmt(const Job& j) {
   const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != F32;
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
-  for (int64_t i = 0; i < (j.n + 15) * kNt * 16; ++i) s.c[i] = 0.0f;
+  for (int64_t i = 0; i < j.n + 15; ++i)  // (the task's nt tiles of each row)
+    for (int64_t o = 0; o < nt * 16; ++o) s.c[i * kNt * 16 + o] = 0.0f;
   [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
