@@ -312,16 +312,19 @@ inline F rounded(F v) {
 inline void store_tile(const Job& j, int64_t r, int64_t t, const float* v) {
   float* yr = j.y + r * j.ldy;
   const int64_t o0 = t * 16;
+  if (o0 >= j.lo && o0 + 16 <= j.hi) {
+#pragma GCC unroll 2
+    for (int h = 0; h < kH; ++h) {
+      const F x = loadu(v + h * kLanes);
+      storeu(yr + (o0 - j.lo) + h * kLanes, j.round_bf16 ? rounded(x) : x);
+    }
+    return;
+  }
   alignas(64) float rv[16];
   if (j.round_bf16) {
 #pragma GCC unroll 2
     for (int h = 0; h < kH; ++h) store(rv + h * kLanes, rounded(loadu(v + h * kLanes)));
     v = rv;
-  }
-  if (o0 >= j.lo && o0 + 16 <= j.hi) {
-#pragma GCC unroll 2
-    for (int h = 0; h < kH; ++h) storeu(yr + (o0 - j.lo) + h * kLanes, loadu(v + h * kLanes));
-    return;
   }
   for (int64_t l = 0; l < 16; ++l)
     if (o0 + l >= j.lo && o0 + l < j.hi) yr[o0 + l - j.lo] = v[l];
