@@ -255,7 +255,7 @@ inline F block_wscale(const PackedWeight& w, int64_t t, int64_t b, int h) {
 // a third of the read bandwidth here, prefetching into L1 (T0) holds L1 miss buffers and
 // reached about two thirds of what T1 reaches (A/B in docs/benchmarks.md).
 constexpr int64_t kPrefetchAhead = 8192;
-inline void prefetch_l2(const uint8_t* p, int64_t bytes) {
+DI_VEC void prefetch_l2(const uint8_t* p, int64_t bytes) {
   for (int64_t o = 0; o < bytes; o += 64)
     _mm_prefetch(reinterpret_cast<const char*>(p + o), _MM_HINT_T1);
 }
@@ -286,13 +286,22 @@ inline I exponent_step(const PackedWeight& w, int64_t t, int64_t b) {
 // The GEMVs prefetch each line a window ahead as they load it, one prefetch between the loads:
 // with a block run's prefetches in one burst (likely waiting on the line-fill buffers) one core
 // streamed 10.7 GB/s, interleaved it streams 15 (of a 16.7 GB/s read; docs/benchmarks.md).
+// Each line is also fetched into L1 2 KiB ahead, from L2 by then, so that the loads do not wait
+// on L2 while the decode keeps the core busy: 1-row GEMVs (`bench linear`, alternated with the
+// build before) 2-6 % nearer the read limit, fp4 and fp8 alike.
+constexpr int64_t kL1Ahead = 2048;
+// (Inlined always: GCC takes a function of prefetches alone for one without side effects and
+// drops the calls to it that it has not inlined; the AMX GEMV of bf16 weights lost all its
+// prefetches so.)
 template <WeightFormat Fm>
-inline void prefetch_group(const uint8_t* tile, int64_t gi, int64_t ahead = kPrefetchAhead) {
+DI_VEC void prefetch_group(const uint8_t* tile, int64_t gi, int64_t ahead = kPrefetchAhead) {
   constexpr int64_t gb = kGroupBytes<Fm>;
   if (gi * gb % 64) return;  // the line began in the group before
 #pragma GCC unroll 4
-  for (int64_t o = 0; o < gb; o += 64)
+  for (int64_t o = 0; o < gb; o += 64) {
     _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + ahead), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(tile + gi * gb + o + kL1Ahead), _MM_HINT_T0);
+  }
 }
 
 // v rounded to bf16 as round_bf16_inplace rounds (a NaN stays a NaN, quieted and truncated).
@@ -879,7 +888,8 @@ void gemv_amx(const Job& j) {
   prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
               min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
   // Block b of tile t decoded into wb, times its scale (bf16 weights: read by the tiles in place).
-  auto decode = [&](int64_t t, int64_t b, uint8_t* wb) {
+  // (Inlined always: for bf16 weights it only prefetches, and would be dropped otherwise.)
+  auto decode = [&](int64_t t, int64_t b, uint8_t * wb) __attribute__((always_inline)) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
@@ -906,7 +916,7 @@ void gemv_amx(const Job& j) {
   // in different registers.
   for (; groups == 1 && t + 1 < j.t1; t += 2) {
     const uint8_t* tl[2] = {j.w->data + t * j.w->tile_bytes, j.w->data + (t + 1) * j.w->tile_bytes};
-    auto decode2 = [&](int64_t b) {
+    auto decode2 = [&](int64_t b) __attribute__((always_inline)) {
       decode(t, b, buf[0][b % 3]);
       decode(t + 1, b, buf[1][b % 3]);
     };
