@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "kernel_test_util.h"
 #include "kernels/quant.h"
@@ -18,6 +19,23 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, const
     if (std::isnan(a[i]) && std::isnan(b[i])) continue;
     ASSERT_EQ(std::memcmp(&a[i], &b[i], 4), 0)
         << what << " element " << i << ": " << a[i] << " vs " << b[i];
+  }
+}
+
+// An in-place function and its scalar twin over copies of x on every ISA: bit for bit.
+void expect_in_place_twins(const std::vector<float>& x, void (*ref)(float*, int64_t),
+                           void (*fast)(float*, int64_t), const std::string& what) {
+  KernelEnvGuard guard;
+  const int64_t n = int64_t(x.size());
+  for (Isa isa : machine_isas()) {
+    set_cpu_isa(isa);
+    std::vector<float> want(x), got(x);
+    ref(want.data(), n);
+    fast(got.data(), n);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(std::memcmp(&want[size_t(i)], &got[size_t(i)], 4), 0)
+          << what << " " << isa_name(isa) << " element " << i << ": " << x[size_t(i)] << " -> "
+          << want[size_t(i)] << " vs " << got[size_t(i)];
   }
 }
 
@@ -79,16 +97,7 @@ TEST(QuantFast, Fp4iQdqMatchesRef) {
     std::memcpy(&x[size_t(i)], &u, 4);
   }
   x[224] = std::nanf("");  // a NaN among ordinary values
-  for (Isa isa : machine_isas()) {
-    set_cpu_isa(isa);
-    std::vector<float> want(x), got(x);
-    fp4i_qdq_ref(want.data(), n);
-    fp4i_qdq(got.data(), n);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(std::memcmp(&want[size_t(i)], &got[size_t(i)], 4), 0)
-          << isa_name(isa) << " element " << i << ": " << x[size_t(i)] << " -> " << want[size_t(i)]
-          << " vs " << got[size_t(i)];
-  }
+  expect_in_place_twins(x, fp4i_qdq_ref, fp4i_qdq, "fp4i_qdq");
 }
 
 TEST(QuantFast, RoundBf16MatchesRef) {
@@ -101,15 +110,9 @@ TEST(QuantFast, RoundBf16MatchesRef) {
       std::memcpy(&v, &u, 4);  // any bit pattern: NaN, infinity, subnormals, ties
     }
     x[0] = std::ldexp(1.0f, 127) * 1.9999999f;  // rounds up to infinity
-    for (Isa isa : machine_isas()) {
-      set_cpu_isa(isa);
-      std::vector<float> want(x), got(x);
-      round_bf16_inplace_ref(want.data(), n);
-      round_bf16_inplace(got.data(), n);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(std::memcmp(&want[size_t(i)], &got[size_t(i)], 4), 0)
-            << isa_name(isa) << " n=" << n << " element " << i;
-    }
+    expect_in_place_twins(x, round_bf16_inplace_ref, round_bf16_inplace,
+                          "round_bf16 n=" + std::to_string(n));
+    if (HasFatalFailure()) return;
   }
 }
 
