@@ -100,6 +100,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
     int32_t* const cmp_slot = arena_array<int32_t>(arena, size_t(shared_rows ? cmp_at.back() : 0));
     std::fill_n(cmp_slot, shared_rows ? cmp_at.back() : 0, -1);
     ArenaVec<int64_t> slot_row(&arena);  // per slot: its sequence's offset plus its row
+    slot_row.reserve(size_t(shared_rows ? cmp_at.back() : 0));
     for (size_t s = 0; shared_rows && s < n_seqs; ++s)
       for (int64_t i = st.row0[s]; i < st.row0[s] + st.batch->seqs[s].n_tokens; ++i)
         for (int64_t j = 0; j < st.topk_n[size_t(i)]; ++j) {
