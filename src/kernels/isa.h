@@ -46,7 +46,8 @@ constexpr int64_t kAmxPanelTiles = 6, kAmxPanelTilesMax = 16;
 // The row stride (elements) of the bf16 inputs Job::xb for K inputs: K, or K + 32 where K is a
 // multiple of 1024, so that the 16 rows an AMX tile reads (64 bytes of each) do not all fall in
 // the same L1 sets (K = 2048: rows 4 KiB apart; a 48-row fp4 GEMV ran 10 % faster padded).
-constexpr int64_t xb_stride(int64_t K) {
+// (static: each file its own copy, so the ISA objects share no inline code.)
+static constexpr int64_t xb_stride(int64_t K) {
   return K % 1024 == 0 ? K + 32 : K;
 }
 

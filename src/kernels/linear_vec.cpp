@@ -1122,9 +1122,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       }
       float a = reduce_max(m);
       a = a < 1e-4f ? 1e-4f : a;
-      const float t = a * (1.0f / 448.0f);
-      const uint32_t tb = __builtin_bit_cast(uint32_t, t);
-      const uint32_t code = ((tb >> 23) & 0xff) + ((tb & 0x7fffff) != 0 ? 1 : 0);
+      const uint32_t code = pow2ceil_code(a, 1.0f / 448.0f);
       const F sg = set1(e8m0(uint8_t(code))), vi = set1(e8m0(uint8_t(254 - code)));
 #pragma GCC unroll 4
       for (int h = 0; h < kV; ++h) {

@@ -63,8 +63,7 @@ void fp4i_qdq_avx512(float* x, int64_t n) {
     F m = _mm512_max_ps(floats(bits(v[0]) & abs), zero());
     m = _mm512_max_ps(floats(bits(v[1]) & abs), m);
     const float top = reduce_max(m), amax = top > 6.0f * 0x1p-126f ? top : 6.0f * 0x1p-126f;
-    const uint32_t t = __builtin_bit_cast(uint32_t, amax * (1.0f / 6.0f));
-    const F s = set1(e8m0(uint8_t(((t >> 23) & 0xff) + ((t & 0x7fffff) != 0 ? 1 : 0))));
+    const F s = set1(e8m0(pow2ceil_code(amax, 1.0f / 6.0f)));
     for (int h = 0; h < 2; ++h) {
       const F a = floats(bits(_mm512_div_ps(v[h], s)) & abs);  // (exact: s a power of two)
       F mag = zero();

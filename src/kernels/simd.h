@@ -205,6 +205,13 @@ DI_VEC bool all_bf16_floored(const float* x, int64_t n, uint16_t* out = nullptr)
   return ok;
 }
 
+// The e8m0 code of 2^ceil(log2(a · c)), the product rounded to fp32 first: core/dtype.h's
+// pow2ceil_e8m0 (the block scales of act_quant and fp4 "I"), for the ISA files.
+DI_VEC uint8_t pow2ceil_code(float a, float c) {
+  const uint32_t t = __builtin_bit_cast(uint32_t, a * c);
+  return uint8_t(((t >> 23) & 0xff) + ((t & 0x7fffff) != 0 ? 1 : 0));
+}
+
 // An e8m0 scale byte -> 2^(b-127) (b = 0: 2^-127, b = 255: NaN), as the scalar decoder.
 DI_VEC float e8m0(uint8_t b) {
   const uint32_t u = b == 255 ? 0x7fc00000u : b == 0 ? 0x00400000u : uint32_t(b) << 23;
