@@ -847,6 +847,45 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   if constexpr (NT > 2) _tile_stored(6, c + 32, ldc);
 }
 
+// Rows i0 .. i0+32 (two groups of 16) against NT <= 2 tiles from t0: as micro_amx, each weight
+// block feeding both groups of rows. Tiles 0 and 1 hold the groups' inputs, 2 and 3 the weights,
+// 4 .. 7 the accumulators (group g, tile t: 4 + 2g + t), so a block costs one tile load per
+// TDPBF16PS where micro_amx<3> needs 4 for 3, and the packed chunk leaves L2 half as often.
+template <int NT>
+void micro_amx2(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
+                int64_t nt) {
+  const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
+  const int64_t ldb = xb_stride(K);
+  const uint16_t* xa = j.xb + i0 * ldb + kc0;
+  float* c = s.c + i0 * (kNt * 16) + t0 * 16;
+  float* c1 = c + 16 * (kNt * 16);
+  _tile_loadd(4, c, ldc);
+  _tile_loadd(6, c1, ldc);
+  if constexpr (NT > 1) {
+    _tile_loadd(5, c + 16, ldc);
+    _tile_loadd(7, c1 + 16, ldc);
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;
+    _tile_loadd(0, xa + b * 32, ldb * 2);
+    _tile_loadd(2, wb, nt * 64);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_loadd(1, xa + 16 * ldb + b * 32, ldb * 2);
+    _tile_dpbf16ps(6, 1, 2);
+    if constexpr (NT > 1) {
+      _tile_loadd(3, wb + 64, nt * 64);
+      _tile_dpbf16ps(5, 0, 3);
+      _tile_dpbf16ps(7, 1, 3);
+    }
+  }
+  _tile_stored(4, c, ldc);
+  _tile_stored(6, c1, ldc);
+  if constexpr (NT > 1) {
+    _tile_stored(5, c + 16, ldc);
+    _tile_stored(7, c1 + 16, ldc);
+  }
+}
+
 // Block weights `wb` into tile register BT (2 or 3: the block's parity) times the inputs `xa` of
 // each group G of 16 rows (ldb apart; registers 0 and 1 in turn) into accumulator tile 4 + G, for
 // `groups` groups. (The intrinsics take register numbers as literals.)
@@ -995,11 +1034,18 @@ void gemm_fmt(const Job& j) {
 #if defined(__AVX512F__)
     if (Fm != F32 && j.amx && bf16) {
       static constexpr MicroFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};  // (t0, nt)
+      static constexpr MicroFn kAmx2[] = {micro_amx2<1>, micro_amx2<2>};
       if (!std::exchange(amx_on, true)) amx_configure(16);
-      // Each group of rows against 3 tiles at a time: its inputs stay in L1 between them.
-      for (int64_t i0 = 0; i0 < j.n; i0 += 16)
-        for (int64_t t0 = 0, sub = (nt + 2) / 3, w = (nt + sub - 1) / sub; t0 < nt; t0 += w)
-          kAmx[min64(w, nt - t0) - 1](j, i0, kc0, kc, s, t0, nt);
+      // Two groups of rows against 2 tiles at a time (a last single group: 3 tiles); the
+      // groups' inputs stay in L1 between the chunk's sub-panels.
+      for (int64_t i0 = 0; i0 < j.n;) {
+        const bool two = i0 + 16 < j.n;
+        const int64_t most = two ? 2 : 3;
+        for (int64_t t0 = 0, sub = (nt + most - 1) / most, w = (nt + sub - 1) / sub; t0 < nt;
+             t0 += w)
+          (two ? kAmx2 : kAmx)[min64(w, nt - t0) - 1](j, i0, kc0, kc, s, t0, nt);
+        i0 += two ? 32 : 16;
+      }
       continue;
     }
 #endif
