@@ -192,6 +192,11 @@ bool auto_int_products() {
 
 // Rows of an AMX GEMV call (isa.h's Job::amx).
 constexpr int64_t kAmxGemvRows = 64;
+// Quantized calls of up to this many rows join linear_many's pass on AMX tiles, as groups of
+// kAmxGemvRows rows over runs of tiles small enough to stay in L2 between the groups (a
+// prefill's experts, 15-113 rows each at 512 tokens: a 72-row fp4 call ran 725 GFLOP/s as a GEMM
+// of its own, 1,600 so).
+constexpr int64_t kAmxManyRows = 4 * kAmxGemvRows;
 // fp4 GEMVs of up to this many rows multiply integers even where AMX tiles could serve them:
 // streaming from memory (`bench linear`) the integer products reached 0.83-0.94 of the read
 // bandwidth at 1 row and 0.68-0.76 at 4, the tiles 0.59-0.70 at 4; at 8 rows 0.45 against
@@ -424,7 +429,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   });
 }
 
-// Several GEMV calls (n <= the ISA's gemv_rows each, or quantized ones of up to kAmxGemvRows on
+// Several GEMV calls (n <= the ISA's gemv_rows each, or quantized ones of up to kAmxManyRows on
 // AMX tiles) as one parallel loop over all their tiles: one wake-up of the pool instead of one
 // per call, and the tiles balanced over the threads as one stream. Each output is computed
 // exactly as run_fast's GEMV computes it.
@@ -497,7 +502,15 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
       const int64_t end = std::min(c1, plans[c].first + (j.t1 - j.t0));
       if (end > at) {
         const int64_t base = j.t0 - plans[c].first;
-        kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
+        if (j.n <= kAmxGemvRows) {
+          kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
+        } else {  // groups of rows over runs of tiles that stay in L2 for all of them
+          const int64_t run = std::max<int64_t>(1, (int64_t(256) << 10) / j.w->tile_bytes);
+          for (int64_t r0 = at; r0 < end; r0 += run)
+            for (int64_t i0 = 0; i0 < j.n; i0 += kAmxGemvRows)
+              kern.gemv(sub_job(j, i0, std::min(kAmxGemvRows, j.n - i0), base + r0,
+                                base + std::min(end, r0 + run)));
+        }
         at = end;
       }
     }
@@ -588,11 +601,11 @@ void linear_many(std::span<const LinearCall> calls) {
     const LinearArgs& a = c.a;
     if (a.n <= 0) continue;
     check_call(c.w->weight(), a);
-    // (Quantized calls of up to 64 rows on AMX tiles too: a prefill's experts, each of which
-    // else wakes the pool twice and quantizes its rows for w1 and again for w3.)
+    // (Quantized calls on AMX tiles too: a prefill's experts, each of which else wakes the pool
+    // twice and quantizes its rows for w1 and again for w3.)
     const linear_isa::Kernels& kern = kernels_for(isa);
     if (gemv_ok && !a.exact &&
-        (a.n <= kern.gemv_rows || (a.n <= kAmxGemvRows && c.w->weight().quant_input &&
+        (a.n <= kern.gemv_rows || (a.n <= kAmxManyRows && c.w->weight().quant_input &&
                                    call_products(kern, *c.w, a.n, true).amx)))
       small.push_back(c);
     else

@@ -102,14 +102,16 @@ TEST(LinearFast, ManyMatchesEachCall) {
       {WeightFormat::Fp8Block, 256, 96, 2, 0, -1, 0, 0},
       {WeightFormat::F32, 20, 96, 2, 3, 10, 0, 2, false},
       {WeightFormat::Fp8Block, 64, 64, 1, 0, -1, 0, 0, false},  // fp8 values, input unquantized
-      // More rows: with AMX tiles quantized calls of up to 64 rows join the shared pass (a
-      // prefill's experts, w1 and w3 sharing their quantization), others take the single-call
-      // path.
+      // More rows: with AMX tiles quantized calls of up to 256 rows join the shared pass (a
+      // prefill's experts, w1 and w3 sharing their quantization; beyond 64 rows in groups over
+      // runs of tiles), others take the single-call path.
       {WeightFormat::Fp4Row, 48, 128, 9, 0, -1, 0, 0},
       {WeightFormat::Fp4Row, 40, 128, 40, 0, -1, 0, 0},
       {WeightFormat::Fp4Row, 56, 128, 40, 0, -1, 0, 0, true, true},
       {WeightFormat::Fp8Block, 48, 96, 64, 0, -1, 0, 2},
       {WeightFormat::Fp4Row, 32, 64, 70, 0, -1, 0, 0},
+      {WeightFormat::Fp4Row, 2100, 1024, 70, 0, -1, 0, 0},  // several runs of tiles a task
+      {WeightFormat::Fp4Row, 32, 64, 260, 0, -1, 0, 0},
       {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
       // The output projection's groups: plain fp8, bf16 inputs, a range of rows each.
       {WeightFormat::Fp8Block, 64, 256, 1, 0, 32, 0, 0, false, false, true},
@@ -352,6 +354,10 @@ TEST(LinearFast, LargerShapesMatchRef) {
   check_case({WeightFormat::Fp8Block, true, 200, 1056, 37}, 3001);
   check_case({WeightFormat::Fp4Row, true, 150, 800, 29}, 3002);
   check_case({WeightFormat::BF16, false, 130, 544, 21}, 3003);
+  // The GEMM on AMX tiles: pairs of row groups against pairs of tiles, a last single group,
+  // panels of odd widths.
+  check_case({WeightFormat::Fp8Block, true, 200, 1056, 100}, 3008);
+  check_case({WeightFormat::Fp4Row, true, 150, 800, 97}, 3009);
   check_case({WeightFormat::Fp8Block, true, 64, 4096, 2}, 3004);
   // One group of rows over a weight split between the threads.
   check_case({WeightFormat::Fp8Block, true, 64, 4096, 1}, 3005);
