@@ -83,7 +83,7 @@ struct Job {
 
 struct Kernels {
   // act_quant QDQ of n rows (V41_SPEC.md §3.4): xq[n, K] the values q·σ, xqb[n, K] the same as
-  // bf16 (when non-null).
+  // bf16 (each when non-null).
   void (*quantize)(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint16_t* xqb);
   // Converts n rows of fp32 inputs to bf16 (xb[n, K]) and returns whether every value is a bf16
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the

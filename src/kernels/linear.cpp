@@ -252,13 +252,15 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
   return n_out;
 }
 
-// Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K], then the same as bf16
-// (bf16 products) or as the integer codes of isa.h's Job (integer products): bytes xi [n, 2K],
-// corrections xc [n, K/32] and scales xs [n, K/32].
+// Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K] (but for AMX tiles, which
+// read the bf16 copy alone: a prefill's experts wrote 25 MB a layer for nothing), then the same
+// as bf16 (bf16 products) or as the integer codes of isa.h's Job (integer products): bytes xi
+// [n, 2K], corrections xc [n, K/32] and scales xs [n, K/32].
 struct QuantScratch {
   int64_t xqb = 0, xi = 0, xc = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
-  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints) {
-    bytes = round_up(n * K * 4, 64);
+  bool fp32 = true;                                    // xq at offset 0
+  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints, bool amx) : fp32(!amx || ints) {
+    bytes = fp32 ? round_up(n * K * 4, 64) : 64;  // (else the offsets after it stay nonzero)
     // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
     // the scratch held before, always initialised memory, and their outputs are never read.)
     if (bf16)
@@ -274,12 +276,13 @@ struct QuantScratch {
 // Quantizes rows [i0, i1) of a call's input into scratch `s` (laid out as above).
 void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t K,
                    const QuantScratch& l, uint8_t* s, int64_t i0, int64_t i1) {
-  float* xq = reinterpret_cast<float*>(s) + i0 * K;
+  float* xq = l.fp32 ? reinterpret_cast<float*>(s) + i0 * K : nullptr;
   const int64_t ldb = linear_isa::xb_stride(K);
   uint16_t* xqb = l.xqb ? reinterpret_cast<uint16_t*>(s + l.xqb) + i0 * ldb : nullptr;
   if (a.x_rows)
     for (int64_t i = i0; i < i1; ++i)
-      kern.quantize(a.x_rows[i], K, 1, K, xq + (i - i0) * K, xqb ? xqb + (i - i0) * ldb : nullptr);
+      kern.quantize(a.x_rows[i], K, 1, K, xq ? xq + (i - i0) * K : nullptr,
+                    xqb ? xqb + (i - i0) * ldb : nullptr);
   else
     kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
   if (l.xi)
@@ -295,7 +298,9 @@ linear_isa::Job call_job(const PreparedLinear& pw, const LinearArgs& a, const ui
   const int64_t K = pw.cols(), hi = a.n_out < 0 ? pw.rows() : a.row0 + a.n_out;
   const bool qb = q && l.xqb, qi = q && l.xi;
   return {.w = &pw.packed(),
-          .x = q ? reinterpret_cast<const float*>(q) : a.x,
+          .x = !q       ? a.x
+               : l.fp32 ? reinterpret_cast<const float*>(q)
+                        : nullptr,
           .ldx = q ? K : a.ldx,
           .xb = qb ? reinterpret_cast<const uint16_t*>(q + l.xqb) : nullptr,
           .xi = qi ? reinterpret_cast<const int8_t*>(q + l.xi) : nullptr,
@@ -361,7 +366,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints);
+  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints, prod.amx);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
     pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
@@ -458,29 +463,67 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const bool quant = calls[c].w->weight().quant_input;
     const int64_t K = calls[c].w->cols();
     const CallProducts prod = call_products(kern, *calls[c].w, a.n, true);
-    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints);
+    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints, prod.amx);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = quant && p && p->x == a.x && p->x_rows == a.x_rows && p->n == a.n &&
                         p->ldx == a.ldx && calls[c - 1].w->weight().quant_input &&
-                        calls[c - 1].w->cols() == K && plans[c - 1].l.xqb == l.xqb &&
-                        plans[c - 1].l.xi == l.xi;
+                        calls[c - 1].w->cols() == K && plans[c - 1].l.fp32 == l.fp32 &&
+                        plans[c - 1].l.xqb == l.xqb && plans[c - 1].l.xi == l.xi;
     plans.push_back({l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx});
     bytes += quant       ? (shared ? 0 : l.bytes)
              : prod.bf16 ? round_up(a.n * linear_isa::xb_stride(K) * 2, 64)
                          : 0;
   }
+  // Rows read through pointers into the tiles' bf16 alone (a prefill's experts: each token's
+  // row goes to several) are quantized once each, into a bank their calls copy them from.
+  thread_local std::vector<const float*> t_bank;
+  std::vector<const float*>& bank = t_bank;
+  bank.clear();
+  int64_t bank_K = 0, bank_at = 0;
+  auto banked = [&](size_t c) {
+    const Plan& p = plans[c];
+    return p.owner == c && calls[c].a.x_rows && p.l.xqb && !p.l.fp32 && !p.l.xi &&
+           calls[c].w->cols() == bank_K;
+  };
+  for (size_t c = 0; c < calls.size(); ++c) {
+    if (!bank_K && calls[c].a.x_rows) bank_K = calls[c].w->cols();
+    if (banked(c)) bank.insert(bank.end(), calls[c].a.x_rows, calls[c].a.x_rows + calls[c].a.n);
+  }
+  const size_t routed = bank.size();
+  std::sort(bank.begin(), bank.end());
+  bank.erase(std::unique(bank.begin(), bank.end()), bank.end());
+  const int64_t ldb = linear_isa::xb_stride(bank_K);
+  if (bank.size() < routed) {
+    bank_at = bytes;
+    bytes += round_up(int64_t(bank.size()) * ldb * 2, 64);
+  } else {
+    bank_K = 0;  // no row is shared: each call quantizes its own
+  }
   uint8_t* s = t_act.bytes(size_t(bytes));
+  uint16_t* const bank_rows = reinterpret_cast<uint16_t*>(s + bank_at);
   ThreadPool& pool = ThreadPool::global();
+  if (bank_K)
+    pool.parallel_for(int64_t(bank.size()), 4, [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u)
+        kern.quantize(bank[size_t(u)], bank_K, 1, bank_K, nullptr, bank_rows + u * ldb);
+    });
   pool.parallel_for(int64_t(calls.size()), 1, [&](int64_t c0, int64_t c1) {
     for (size_t c = size_t(c0); c < size_t(c1); ++c) {
       const LinearArgs& a = calls[c].a;
       Plan& p = plans[c];
-      if (p.dense_bf16)
+      if (p.dense_bf16) {
         p.dense_bf16 = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
                                     reinterpret_cast<uint16_t*>(s + p.at));
-      else if (calls[c].w->weight().quant_input && p.owner == c)
+      } else if (bank_K && banked(c)) {
+        uint16_t* xqb = reinterpret_cast<uint16_t*>(s + p.at + p.l.xqb);
+        for (int64_t i = 0; i < a.n; ++i) {
+          const auto u = std::lower_bound(bank.begin(), bank.end(), a.x_rows[i]) - bank.begin();
+          std::memcpy(xqb + i * ldb, bank_rows + u * ldb, size_t(bank_K) * 2);
+        }
+      } else if (calls[c].w->weight().quant_input && p.owner == c) {
         quantize_rows(kern, a, calls[c].w->cols(), p.l, s + p.at, 0, a.n);
+      }
     }
   });
   int64_t total = 0;

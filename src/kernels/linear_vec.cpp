@@ -1140,7 +1140,7 @@ inline bool quantize16(const float* xr, int64_t b0, float* xq, uint16_t* xqb) {
       const int64_t at = (b0 + b) * 32 + h * 16;
       const F v = min(max(loadu(xr + at) * vib, set1(-448.0f)), set1(448.0f));
       const F r = round_e4m3(v) * sgb;
-      storeu(xq + at, r);
+      if (xq) storeu(xq + at, r);
       if (xqb) store_hi16(xqb + at, r);
     }
   }
@@ -1156,7 +1156,8 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
     int64_t b = 0;
 #if defined(__AVX512F__)
     for (; b + 16 <= K / 32; b += 16)
-      if (!quantize16(xr, b, xq + i * K, xqb ? xqb + i * xb_stride(K) : nullptr)) break;
+      if (!quantize16(xr, b, xq ? xq + i * K : nullptr, xqb ? xqb + i * xb_stride(K) : nullptr))
+        break;
 #endif
     for (; b < K / 32; ++b) {
       F xv[kV];
@@ -1174,7 +1175,7 @@ void quantize(const float* x, int64_t ldx, int64_t n, int64_t K, float* xq, uint
       for (int h = 0; h < kV; ++h) {
         const F v = min(max(xv[h] * vi, set1(-448.0f)), set1(448.0f));
         const F r = round_e4m3(v) * sg;  // exact: σ is a power of two
-        storeu(xq + i * K + b * 32 + h * kLanes, r);
+        if (xq) storeu(xq + i * K + b * 32 + h * kLanes, r);
         if (xqb) store_hi16(xqb + i * xb_stride(K) + b * 32 + h * kLanes, r);
       }
     }

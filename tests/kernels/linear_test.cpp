@@ -293,6 +293,67 @@ TEST(LinearFast, InputRowsByPointerMatchACopy) {
   EXPECT_ANY_THROW(linear(pp, a));
 }
 
+// The experts of a prefill: calls over rows of one source by pointer, each row routed to several
+// of them (linear_many quantizes such rows once, into a bank the calls copy from), among calls
+// of another input width and a call reading contiguous rows. Each gets what linear gives it
+// alone, on every ISA and thread count.
+TEST(LinearFast, ManyCallsSharingRowsByPointer) {
+  KernelEnvGuard guard;
+  const int64_t K = 128, K2 = 96, n_src = 40;
+  const std::vector<float> src = make_activations(n_src, K, K, 77, false);
+  const std::vector<float> src2 = make_activations(n_src, K2, K2, 78, false);
+  struct Spec {
+    WeightFormat fmt;
+    int64_t rows, k, n, step, first;  // rows i of the call: source row (first + i * step) % n_src
+  };
+  const std::vector<Spec> specs = {
+      {WeightFormat::Fp4Row, 48, K, 30, 3, 0},    {WeightFormat::Fp4Row, 48, K, 30, 3, 0},
+      {WeightFormat::Fp8Block, 32, K, 17, 7, 5},  {WeightFormat::Fp4Row, 64, K2, 20, 1, 3},
+      {WeightFormat::Fp4Row, 40, K, 70, 11, 2},   {WeightFormat::Fp4Row, 16, K, 1, 1, 9},
+      {WeightFormat::Fp8Block, 48, K, -25, 0, 0},  // contiguous rows (n = 25)
+  };
+  std::vector<OwnedWeight> ws;
+  std::vector<PreparedLinear> pws;
+  std::vector<std::vector<const float*>> ptrs;
+  std::vector<std::vector<float>> want;
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const Spec& s = specs[c];
+    ws.push_back(make_weight(s.fmt, s.rows, s.k, 300 + c, true));
+  }
+  for (size_t c = 0; c < specs.size(); ++c) {
+    const Spec& s = specs[c];
+    pws.emplace_back(ws[c].w);
+    const float* base = s.k == K ? src.data() : src2.data();
+    ptrs.emplace_back();
+    for (int64_t i = 0; i < std::abs(s.n); ++i)
+      ptrs.back().push_back(base + ((s.first + i * s.step) % n_src) * s.k);
+  }
+  auto args = [&](size_t c, float* y) {
+    const Spec& s = specs[c];
+    if (s.n < 0) return LinearArgs{src.data(), -s.n, K, y, s.rows};
+    LinearArgs a{nullptr, s.n, s.k, y, s.rows};
+    a.x_rows = ptrs[c].data();
+    return a;
+  };
+  for (size_t c = 0; c < specs.size(); ++c) {
+    want.emplace_back(size_t(std::abs(specs[c].n) * specs[c].rows));
+    linear_ref(ws[c].w, args(c, want.back().data()));
+  }
+  for (Isa isa : machine_isas())
+    for (int threads : {1, 2, 3}) {
+      set_cpu_isa(isa);
+      if (ThreadPool::global().size() != threads) ThreadPool::set_global_threads(threads);
+      std::vector<std::vector<float>> got;
+      std::vector<LinearCall> calls;
+      for (size_t c = 0; c < specs.size(); ++c) got.emplace_back(want[c].size(), -7.0f);
+      for (size_t c = 0; c < specs.size(); ++c) calls.push_back({&pws[c], args(c, got[c].data())});
+      linear_many(calls);
+      for (size_t c = 0; c < specs.size(); ++c)
+        ASSERT_EQ(first_diff(want[c].data(), got[c].data(), int64_t(want[c].size())), -1)
+            << "call " << c << " isa=" << isa_name(isa) << " threads=" << threads;
+    }
+}
+
 TEST(LinearFast, QuantSweepMatchesRef) {
   uint64_t seed = 1;
   for (WeightFormat f : {WeightFormat::Fp8Block, WeightFormat::Fp4Row})
