@@ -71,5 +71,28 @@ TEST(ElementwiseFast, SwigluMatchesRef) {
     }
 }
 
+// Every float in runs of 2^21 consecutive values (around 0.5, 3 and -7: dense in the mantissa),
+// so that the vectors' exp, a few units of 2^-52 off, meets the ties the
+// library's rounding decides.
+TEST(ElementwiseFast, SwigluMatchesRefOnConsecutiveFloats) {
+  KernelEnvGuard guard;
+  for (float start : {0.5f, 3.0f, -7.0f}) {
+    const int64_t n = int64_t(1) << 21;
+    std::vector<float> g(static_cast<size_t>(n)), u(static_cast<size_t>(n), 1.0f);
+    const uint32_t b0 = std::bit_cast<uint32_t>(start);
+    for (int64_t i = 0; i < n; ++i) g[size_t(i)] = std::bit_cast<float>(b0 + uint32_t(i));
+    std::vector<float> want = g;
+    swiglu_ref(want.data(), u.data(), n, 0.0f, 1.0f);
+    for (Isa isa : machine_isas()) {
+      set_cpu_isa(isa);
+      std::vector<float> got = g;
+      swiglu(got.data(), u.data(), n, 0.0f, 1.0f);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(i)]), std::bit_cast<uint32_t>(want[size_t(i)]))
+            << isa_name(isa) << " g = " << g[size_t(i)];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
