@@ -814,10 +814,11 @@ namespace {
 
 // Rows i0 .. i0+16 against NT tiles, from tile t0, of a chunk of `nt` tiles packed with their
 // scales folded in (PackedWeight::amx_scales): the partial tiles are the accumulators themselves
-// (loaded from and stored to GemmScratch::c around the chunk), since adding a block's partial
-// times a power of two is adding the folded partial. TDPBF16PS adds e + o to the tile: exactly
-// acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles' accumulators for 16 rows (past
-// the job's last: the room after them), 0 the block of inputs, 2 and 3 the weights.
+// (zeroed for the first chunk, else loaded from GemmScratch::c; stored there after the chunk),
+// since adding a block's partial times a power of two is adding the folded partial. TDPBF16PS
+// adds e + o to the tile: exactly acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles'
+// accumulators for 16 rows (past the job's last: the room after them), 0 the block of inputs, 2 and
+// 3 the weights.
 template <int NT>
 void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
                int64_t nt) {
@@ -825,9 +826,15 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   const int64_t ldb = xb_stride(K);
   const uint16_t* xa = j.xb + i0 * ldb + kc0;
   float* c = s.c + i0 * (kNt * 16) + t0 * 16;
-  _tile_loadd(4, c, ldc);
-  if constexpr (NT > 1) _tile_loadd(5, c + 16, ldc);
-  if constexpr (NT > 2) _tile_loadd(6, c + 32, ldc);
+  if (kc0 == 0) {  // (the first chunk: nothing accumulated yet)
+    _tile_zero(4);
+    if constexpr (NT > 1) _tile_zero(5);
+    if constexpr (NT > 2) _tile_zero(6);
+  } else {
+    _tile_loadd(4, c, ldc);
+    if constexpr (NT > 1) _tile_loadd(5, c + 16, ldc);
+    if constexpr (NT > 2) _tile_loadd(6, c + 32, ldc);
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;  // tile t0 + t's pair kk: + (kk·nt + t)·64
     _tile_loadd(0, xa + b * 32, ldb * 2);
@@ -859,11 +866,20 @@ void micro_amx2(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScr
   const uint16_t* xa = j.xb + i0 * ldb + kc0;
   float* c = s.c + i0 * (kNt * 16) + t0 * 16;
   float* c1 = c + 16 * (kNt * 16);
-  _tile_loadd(4, c, ldc);
-  _tile_loadd(6, c1, ldc);
-  if constexpr (NT > 1) {
-    _tile_loadd(5, c + 16, ldc);
-    _tile_loadd(7, c1 + 16, ldc);
+  if (kc0 == 0) {
+    _tile_zero(4);
+    _tile_zero(6);
+    if constexpr (NT > 1) {
+      _tile_zero(5);
+      _tile_zero(7);
+    }
+  } else {
+    _tile_loadd(4, c, ldc);
+    _tile_loadd(6, c1, ldc);
+    if constexpr (NT > 1) {
+      _tile_loadd(5, c + 16, ldc);
+      _tile_loadd(7, c1 + 16, ldc);
+    }
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;
@@ -1025,14 +1041,15 @@ void gemm_fmt(const Job& j) {
   const bool bf16 = kBf16Dot && j.xb != nullptr && Fm != F32;
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
-  for (int64_t i = 0; i < j.n + 15; ++i)  // (the task's nt tiles of each row)
+  [[maybe_unused]] const bool tiles = Fm != F32 && j.amx && bf16;  // (which zero their own)
+  for (int64_t i = 0; i < j.n + 15 && !tiles; ++i)  // (the task's nt tiles of each row)
     for (int64_t o = 0; o < nt * 16; ++o) s.c[i * kNt * 16 + o] = 0.0f;
   [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
-    if (Fm != F32 && j.amx && bf16) {
+    if (tiles) {
       static constexpr MicroFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};  // (t0, nt)
       static constexpr MicroFn kAmx2[] = {micro_amx2<1>, micro_amx2<2>};
       if (!std::exchange(amx_on, true)) amx_configure(16);
