@@ -222,14 +222,8 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
   // inputs as they are, where vdpbf16ps multiplies slower than FMAs (Sapphire Rapids, the small
   // model's head a step: 1 row 16.5 ms so, 18.0 on the tiles, 18.5 with vdpbf16ps; 4 rows
   // 17.2-17.5 against 18.2-18.3 on the tiles).
-  // So does Auto's one-row fp8 GEMV over fewer than 4,096 inputs, where the tiles' fixed cost
-  // per tile weighs most (2 threads, of the read bandwidth: 2048 -> 768 0.68-0.78 against
-  // 0.66-0.69 on the tiles, 768 -> 8192 0.69-0.76 against 0.65-0.67; 2304 -> 5120 level,
-  // 5120 -> 1280 0.71-0.79 against 0.75-0.79).
-  const bool fma_row = gemv && !auto_bf16_products(2) &&
-                       ((n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input) ||
-                        (n == 1 && w.format == WeightFormat::Fp8Block && w.cols() < 4096 &&
-                         p == LinearProducts::Auto));
+  const bool fma_row =
+      gemv && n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
   c.amx = auto_or_amx && &kern == &linear_isa::kAvx512 && w.format != WeightFormat::F32 &&
           amx_canonical() && bf16_exact && pw.packed().amx_scales &&
