@@ -370,6 +370,14 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
   return e + o;
 }
 
+// acc += the byte products of w with the 4 bytes at p in every lane (vpdpbusd with the bytes as
+// an embedded broadcast: GCC loads them into a register first, a load and a register a use).
+DI_VEC void dpbusd_bcast(I& acc, I w, const int8_t* p) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0"
+      : "+v"(acc)
+      : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+}
+
 // Mode 3 (fp4 weights, quantized inputs whose blocks are integers: isa.h's Job::xi): the
 // integers A_k of a block, split into bytes A = 256·H + L (H, L signed, |H| <= 120), times the
 // weights as unsigned bytes w' = 2·e2m1 + 12 in [0, 24] (vpdpbusd, 4 products per lane). The
@@ -409,8 +417,8 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
         const int8_t* a = xr[r] + bb * 64 + g8 * 16;  // H (0,4,1,5), H (2,6,3,7), L, L
 #pragma GCC unroll 2
         for (int q = 0; q < 2; ++q) {
-          ph[bb][r] = _mm512_dpbusd_epi32(ph[bb][r], w[q], bcast32(a + 4 * q));
-          pl[bb][r] = _mm512_dpbusd_epi32(pl[bb][r], w[q], bcast32(a + 8 + 4 * q));
+          dpbusd_bcast(ph[bb][r], w[q], a + 4 * q);
+          dpbusd_bcast(pl[bb][r], w[q], a + 8 + 4 * q);
         }
       }
     }
