@@ -823,94 +823,79 @@ void amx_configure(int rows) {
 
 namespace {
 
-// Rows i0 .. i0+16 against NT tiles, from tile t0, of a chunk of `nt` tiles packed with their
-// scales folded in (PackedWeight::amx_scales): the partial tiles are the accumulators themselves
-// (zeroed for the first chunk, else loaded from GemmScratch::c; stored there after the chunk),
-// since adding a block's partial times a power of two is adding the folded partial. TDPBF16PS
-// adds e + o to the tile: exactly acc + p·s, the canonical step. Tiles 4, 5, 6 hold the NT tiles'
-// accumulators for 16 rows (past the job's last: the room after them), 0 the block of inputs, 2 and
-// 3 the weights.
-template <int NT>
+// The accumulator tiles of G groups of 16 rows (rows i0 .. i0+16G, ldc bytes apart in
+// GemmScratch::c) against NT tiles from t0: register 4 + g·NT + t. Zeroed for the first chunk,
+// else loaded; stored after the chunk. (The intrinsics take registers as literals.)
+#define DI_ACC_TILE(a, op) \
+  do {                     \
+    if ((a) == 0) op(4);   \
+    if ((a) == 1) op(5);   \
+    if ((a) == 2) op(6);   \
+    if ((a) == 3) op(7);   \
+  } while (0)
+template <int G, int NT>
+DI_VEC void acc_tiles(float* c, int64_t ldc, bool first, bool store) {
+#pragma GCC unroll 4
+  for (int a = 0; a < G * NT; ++a) {
+    float* p = c + (a / NT) * 16 * (ldc / 4) + (a % NT) * 16;
+#define DI_ACC_OP(r)         \
+  if (store)                 \
+    _tile_stored(r, p, ldc); \
+  else if (first)            \
+    _tile_zero(r);           \
+  else                       \
+    _tile_loadd(r, p, ldc)
+    DI_ACC_TILE(a, DI_ACC_OP);
+#undef DI_ACC_OP
+  }
+}
+#undef DI_ACC_TILE
+
+// Rows i0 .. i0+16G (G groups of 16) against NT tiles, from tile t0, of a chunk of `nt` tiles
+// packed with their scales folded in (PackedWeight::amx_scales): the partial tiles are the
+// accumulators themselves (acc_tiles), since adding a block's partial times a power of two is
+// adding the folded partial. TDPBF16PS adds e + o to the tile: exactly acc + p·s, the canonical
+// step. One group (NT <= 3): tile 0 the block of inputs, 2 and 3 the weights. Two groups
+// (NT <= 2): tiles 0 and 1 the groups' inputs, 2 and 3 the weights, each weight block feeding
+// both groups, so a block costs one tile load per TDPBF16PS where one group against 3 tiles needs
+// 4 for 3, and the packed chunk leaves L2 half as often. Rows past the job's last use the room
+// after them.
+template <int G, int NT>
 void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
                int64_t nt) {
   const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
   const int64_t ldb = xb_stride(K);
   const uint16_t* xa = j.xb + i0 * ldb + kc0;
   float* c = s.c + i0 * (kNt * 16) + t0 * 16;
-  if (kc0 == 0) {  // (the first chunk: nothing accumulated yet)
-    _tile_zero(4);
-    if constexpr (NT > 1) _tile_zero(5);
-    if constexpr (NT > 2) _tile_zero(6);
-  } else {
-    _tile_loadd(4, c, ldc);
-    if constexpr (NT > 1) _tile_loadd(5, c + 16, ldc);
-    if constexpr (NT > 2) _tile_loadd(6, c + 32, ldc);
-  }
+  acc_tiles<G, NT>(c, ldc, kc0 == 0, false);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;  // tile t0 + t's pair kk: + (kk·nt + t)·64
     _tile_loadd(0, xa + b * 32, ldb * 2);
     _tile_loadd(2, wb, nt * 64);
     _tile_dpbf16ps(4, 0, 2);
-    if constexpr (NT > 1) {
-      _tile_loadd(3, wb + 64, nt * 64);
-      _tile_dpbf16ps(5, 0, 3);
-    }
-    if constexpr (NT > 2) {
-      _tile_loadd(2, wb + 128, nt * 64);
-      _tile_dpbf16ps(6, 0, 2);
-    }
-  }
-  _tile_stored(4, c, ldc);
-  if constexpr (NT > 1) _tile_stored(5, c + 16, ldc);
-  if constexpr (NT > 2) _tile_stored(6, c + 32, ldc);
-}
-
-// Rows i0 .. i0+32 (two groups of 16) against NT <= 2 tiles from t0: as micro_amx, each weight
-// block feeding both groups of rows. Tiles 0 and 1 hold the groups' inputs, 2 and 3 the weights,
-// 4 .. 7 the accumulators (group g, tile t: 4 + 2g + t), so a block costs one tile load per
-// TDPBF16PS where micro_amx<3> needs 4 for 3, and the packed chunk leaves L2 half as often.
-template <int NT>
-void micro_amx2(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t t0,
-                int64_t nt) {
-  const int64_t K = j.w->cols, nb = kc / 32, ldc = kNt * 16 * 4;
-  const int64_t ldb = xb_stride(K);
-  const uint16_t* xa = j.xb + i0 * ldb + kc0;
-  float* c = s.c + i0 * (kNt * 16) + t0 * 16;
-  float* c1 = c + 16 * (kNt * 16);
-  if (kc0 == 0) {
-    _tile_zero(4);
-    _tile_zero(6);
-    if constexpr (NT > 1) {
-      _tile_zero(5);
-      _tile_zero(7);
-    }
-  } else {
-    _tile_loadd(4, c, ldc);
-    _tile_loadd(6, c1, ldc);
-    if constexpr (NT > 1) {
-      _tile_loadd(5, c + 16, ldc);
-      _tile_loadd(7, c1 + 16, ldc);
+    if constexpr (G == 2) {
+      _tile_loadd(1, xa + 16 * ldb + b * 32, ldb * 2);
+      if constexpr (NT == 1)
+        _tile_dpbf16ps(5, 1, 2);
+      else
+        _tile_dpbf16ps(6, 1, 2);
+      if constexpr (NT > 1) {
+        _tile_loadd(3, wb + 64, nt * 64);
+        _tile_dpbf16ps(5, 0, 3);
+        _tile_dpbf16ps(7, 1, 3);
+      }
+    } else {
+      if constexpr (NT > 1) {
+        _tile_loadd(3, wb + 64, nt * 64);
+        _tile_dpbf16ps(5, 0, 3);
+      }
+      if constexpr (NT > 2) {
+        _tile_loadd(2, wb + 128, nt * 64);
+        _tile_dpbf16ps(6, 0, 2);
+      }
     }
   }
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* wb = s.b + (b * 16 * nt + t0) * 64;
-    _tile_loadd(0, xa + b * 32, ldb * 2);
-    _tile_loadd(2, wb, nt * 64);
-    _tile_dpbf16ps(4, 0, 2);
-    _tile_loadd(1, xa + 16 * ldb + b * 32, ldb * 2);
-    _tile_dpbf16ps(6, 1, 2);
-    if constexpr (NT > 1) {
-      _tile_loadd(3, wb + 64, nt * 64);
-      _tile_dpbf16ps(5, 0, 3);
-      _tile_dpbf16ps(7, 1, 3);
-    }
-  }
-  _tile_stored(4, c, ldc);
-  _tile_stored(6, c1, ldc);
-  if constexpr (NT > 1) {
-    _tile_stored(5, c + 16, ldc);
-    _tile_stored(7, c1 + 16, ldc);
-  }
+  acc_tiles<G, NT>(c, ldc, false, true);
 }
 
 // Block weights `wb` into tile register BT (2 or 3: the block's parity) times the inputs `xa` of
@@ -1061,8 +1046,8 @@ void gemm_fmt(const Job& j) {
     pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
 #if defined(__AVX512F__)
     if (tiles) {
-      static constexpr MicroFn kAmx[] = {micro_amx<1>, micro_amx<2>, micro_amx<3>};  // (t0, nt)
-      static constexpr MicroFn kAmx2[] = {micro_amx2<1>, micro_amx2<2>};
+      static constexpr MicroFn kAmx[] = {micro_amx<1, 1>, micro_amx<1, 2>, micro_amx<1, 3>};
+      static constexpr MicroFn kAmx2[] = {micro_amx<2, 1>, micro_amx<2, 2>};
       if (!std::exchange(amx_on, true)) amx_configure(16);
       // Two groups of rows against 2 tiles at a time (a last single group: 3 tiles); the
       // groups' inputs stay in L1 between the chunk's sub-panels.
