@@ -78,6 +78,25 @@ constexpr Fp8Tables make_fp8_tables() {
   return t;
 }
 alignas(64) constexpr Fp8Tables kFp8Tables = make_fp8_tables();
+// The same tables times 2^(s-127) for each e8m0 code s, for the AMX kernels, whose weights are
+// packed times their block scale: row s holds the high bytes (two vectors), then the low bytes,
+// of e4m3_bf16(m) with s - 127 added to its exponent (m = 0 stays 0). For the codes the tiles
+// take (PackedWeight::amx_scales) every value stays a normal bf16, so this is exactly the
+// exponent step the fp4 blocks take per vector, paid once per table instead of on every line.
+struct Fp8ScaledTables {
+  uint8_t t[256][256];
+};
+constexpr Fp8ScaledTables make_fp8_scaled_tables() {
+  Fp8ScaledTables t{};
+  for (int s = 0; s < 256; ++s)
+    for (int m = 0; m < 128; ++m) {
+      const uint16_t v = uint16_t(e4m3_bf16(m) + (m != 0 ? (s - 127) * 128 : 0));
+      t.t[s][m] = uint8_t(v >> 8);
+      t.t[s][128 + m] = uint8_t(v & 0xff);
+    }
+  return t;
+}
+alignas(64) constexpr Fp8ScaledTables kFp8Scaled = make_fp8_scaled_tables();
 // e2m1 nibble -> bf16, twice over: vpermw reads 5 index bits, and bit 4 (the next nibble's low
 // bit) must not matter.
 alignas(64) constexpr uint16_t kE2m1Bf16[32] = {
@@ -103,6 +122,16 @@ inline Luts make_luts() {
   return {_mm512_load_si512(kFp8Tables.hi), _mm512_load_si512(kFp8Tables.hi + 64),
           _mm512_load_si512(kFp8Tables.lo), _mm512_load_si512(kFp8Tables.lo + 64),
           _mm512_load_si512(kE2m1Bf16),     _mm512_load_si512(kE2m1U8.data())};
+}
+// L with the fp8 tables times the block scale of code s (kFp8Scaled).
+inline Luts scaled_luts(const Luts& L, uint8_t s) {
+  const uint8_t* t = kFp8Scaled.t[s];
+  return {_mm512_load_si512(t),
+          _mm512_load_si512(t + 64),
+          _mm512_load_si512(t + 128),
+          _mm512_load_si512(t + 192),
+          L.e2m1,
+          L.e2m1u8};
 }
 
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
@@ -268,18 +297,18 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
                                                  : 32;
 
 #if defined(__AVX512F__)
-// What multiplying a lane's bf16 pair by the scale of tile t's block b adds to both values' bits
-// (when they are not zero and stay normal: PackedWeight::amx_scales): the scale's exponent in
-// bits 7 and up of each half.
-template <WeightFormat Fm>
+// What multiplying a lane's bf16 pair by the scale of fp4 tile t's block b (one per output)
+// adds to both values' bits (when they are not zero and stay normal: PackedWeight::amx_scales):
+// the scale's exponent in bits 7 and up of each half.
 inline I exponent_step(const PackedWeight& w, int64_t t, int64_t b) {
-  I code = set1i(127);  // bf16 weights: scale 1
-  if constexpr (Fm == Fp8Block) code = set1i(w.scale[(t / 2) * w.scale_cols + b]);
-  if constexpr (Fm == Fp4Row)
-    code = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
+  const I code = _mm512_cvtepu8_epi32(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
   const I e = slli<7>(_mm512_sub_epi32(code, set1i(127)));
   return _mm512_or_si512(e & set1i(0xffff), slli<16>(e));
+}
+// The e8m0 code of fp8 tile t's block b (one per 32 outputs and 32 inputs: kFp8Scaled's row).
+inline uint8_t fp8_scale(const PackedWeight& w, int64_t t, int64_t b) {
+  return w.scale[(t / 2) * w.scale_cols + b];
 }
 #endif
 
@@ -677,10 +706,13 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
       if constexpr (Fm != F32) {
         if (bf16) {
           I p0, p1;
-          decode_pairs<Fm>(tile, g, L, p0, p1);
+          if (Fm == Fp8Block && j.amx)  // (times the block scale: the tables')
+            decode_pairs<Fm>(tile, g, scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8)), p0, p1);
+          else
+            decode_pairs<Fm>(tile, g, L, p0, p1);
           if (chains) chain_pairs(p0, p1, p0, p1);
-          if (j.amx && Fm != BF16) {
-            const I e = exponent_step<Fm>(*j.w, j.t0 + t, g / 8);
+          if (j.amx && Fm == Fp4Row) {
+            const I e = exponent_step(*j.w, j.t0 + t, g / 8);
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
           }
@@ -945,7 +977,18 @@ void gemv_amx(const Job& j) {
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
     if constexpr (Fm == BF16) return;
-    const I e = exponent_step<Fm>(*j.w, t, b);
+    if constexpr (Fm == Fp8Block) {  // the block's scale in the tables
+      const Luts Ls = scaled_luts(L, fp8_scale(*j.w, t, b));
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        I p[2];
+        decode_pairs<Fm>(tile, b * 8 + g, Ls, p[0], p[1]);
+        _mm512_store_si512(wb + 2 * g * 64, p[0]);
+        _mm512_store_si512(wb + (2 * g + 1) * 64, p[1]);
+      }
+      return;
+    }
+    const I e = exponent_step(*j.w, t, b);
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) {
       I p[2];
