@@ -578,18 +578,18 @@ void gemv_tile_pair(const Job& j, int64_t t, const Luts& L) {
 constexpr int kGemvRows = kIsa == Isa::Avx512 ? 8 : 4;
 
 // Blocks in flight per row count, within the vector registers (32 with AVX-512, 16 with AVX2).
-// Every mode keeps two partials per block and row (the chains, or Mode 3's bytes). Mode 3 at
-// one row: 4 (with 8 the partials spilled to the stack; one-row fp4 GEMVs 2-5 % nearer the
-// read limit with 4, alternated three times; 2 slower again).
-constexpr int blocks_in_flight(int mode, int nr) {
-  if constexpr (kIsa == Isa::Avx512)
-    return nr == 1 ? (mode == 3 ? 4 : 8) : nr == 2 ? 4 : nr <= 4 ? 2 : 1;
+// Every mode keeps two partials per block and row (the chains, or Mode 3's bytes). At one row
+// 4: with 8 the partials spilled to the stack, and one-row GEMVs read nearer the read limit
+// with 4 (alternated three times: fp4 integer products 2-5 % nearer, a bf16 weight as the head's
+// 0.81-0.86 -> 0.92-0.99, vdpbf16ps level; 2 slower again).
+constexpr int blocks_in_flight(int nr) {
+  if constexpr (kIsa == Isa::Avx512) return nr <= 2 ? 4 : nr <= 4 ? 2 : 1;
   return nr == 1 ? 2 : 1;
 }
 
 template <WeightFormat Fm, int Mode, int NR>
 void gemv_rows(const Job& j) {
-  constexpr int NB = blocks_in_flight(Mode, NR);
+  constexpr int NB = blocks_in_flight(NR);
   const int64_t nb = j.w->cols / 32;
   const Luts L = make_luts();
   // The run's first window, which the prefetches below (always a window ahead) never cover.
