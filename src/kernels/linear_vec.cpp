@@ -858,30 +858,31 @@ namespace {
 // The accumulator tiles of G groups of 16 rows (rows i0 .. i0+16G, ldc bytes apart in
 // GemmScratch::c) against NT tiles from t0: register 4 + g·NT + t. Zeroed for the first chunk,
 // else loaded; stored after the chunk. (The intrinsics take registers as literals.)
-#define DI_ACC_TILE(a, op) \
-  do {                     \
-    if ((a) == 0) op(4);   \
-    if ((a) == 1) op(5);   \
-    if ((a) == 2) op(6);   \
-    if ((a) == 3) op(7);   \
-  } while (0)
 template <int G, int NT>
 DI_VEC void acc_tiles(float* c, int64_t ldc, bool first, bool store) {
+#define DI_ACC_OP(r)           \
+  do {                         \
+    if (store)                 \
+      _tile_stored(r, p, ldc); \
+    else if (first)            \
+      _tile_zero(r);           \
+    else                       \
+      _tile_loadd(r, p, ldc);  \
+  } while (0)
 #pragma GCC unroll 4
   for (int a = 0; a < G * NT; ++a) {
     float* p = c + (a / NT) * 16 * (ldc / 4) + (a % NT) * 16;
-#define DI_ACC_OP(r)         \
-  if (store)                 \
-    _tile_stored(r, p, ldc); \
-  else if (first)            \
-    _tile_zero(r);           \
-  else                       \
-    _tile_loadd(r, p, ldc)
-    DI_ACC_TILE(a, DI_ACC_OP);
-#undef DI_ACC_OP
+    if (a == 0)
+      DI_ACC_OP(4);
+    else if (a == 1)
+      DI_ACC_OP(5);
+    else if (a == 2)
+      DI_ACC_OP(6);
+    else
+      DI_ACC_OP(7);
   }
+#undef DI_ACC_OP
 }
-#undef DI_ACC_TILE
 
 // Rows i0 .. i0+16G (G groups of 16) against NT tiles, from tile t0, of a chunk of `nt` tiles
 // packed with their scales folded in (PackedWeight::amx_scales): the partial tiles are the
@@ -970,13 +971,18 @@ void gemv_amx(const Job& j) {
   amx_configure(groups == 1 ? int(j.n) : 16);
   prefetch_l2(j.w->data + j.t0 * j.w->tile_bytes,
               min64(kPrefetchAhead, (j.t1 - j.t0) * j.w->tile_bytes));
-  // Block b of tile t decoded into wb, times its scale (bf16 weights: read by the tiles in place).
-  // (Inlined always: for bf16 weights it only prefetches, and would be dropped otherwise.)
+  // Block b of tile t decoded into wb, times its scale; bf16 weights copied there by vector loads
+  // (the tiles reading them in place, each tile load waiting on its lines, read 0.81-0.83 of the
+  // read limit at 16 rows, 0.84-0.86 so). (Inlined always, as every prefetching helper.)
   auto decode = [&](int64_t t, int64_t b, uint8_t * wb) __attribute__((always_inline)) {
     const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
 #pragma GCC unroll 8
     for (int g = 0; g < 8; ++g) prefetch_group<Fm>(tile, b * 8 + g);
-    if constexpr (Fm == BF16) return;
+    if constexpr (Fm == BF16) {  // staged in L1 by vector loads, which overlap their misses
+#pragma GCC unroll 16
+      for (int o = 0; o < 1024; o += 64) _mm512_store_si512(wb + o, load_line(tile + b * 1024 + o));
+      return;
+    }
     if constexpr (Fm == Fp8Block) {  // the block's scale in the tables
       const Luts Ls = scaled_luts(L, fp8_scale(*j.w, t, b));
 #pragma GCC unroll 8
@@ -1009,14 +1015,11 @@ void gemv_amx(const Job& j) {
   // TDPBF16PS waits for the one before), the inputs loaded once for both; even and odd blocks
   // in different registers.
   for (; groups == 1 && t + 1 < j.t1; t += 2) {
-    const uint8_t* tl[2] = {j.w->data + t * j.w->tile_bytes, j.w->data + (t + 1) * j.w->tile_bytes};
     auto decode2 = [&](int64_t b) __attribute__((always_inline)) {
       decode(t, b, buf[0][b % 3]);
       decode(t + 1, b, buf[1][b % 3]);
     };
-    auto wb = [&](int u, int64_t b) -> const uint8_t* {
-      return Fm == BF16 ? tl[u] + b * 1024 : buf[u][b % 3];
-    };
+    auto wb = [&](int u, int64_t b) -> const uint8_t* { return buf[u][b % 3]; };
     _tile_zero(4);
     _tile_zero(5);
     decode2(0);
@@ -1044,7 +1047,6 @@ void gemv_amx(const Job& j) {
     store_out(t + 1, 0);
   }
   for (; t < j.t1; ++t) {
-    const uint8_t* tile = j.w->data + t * j.w->tile_bytes;
     _tile_zero(4);
     if (groups > 1) _tile_zero(5);
     if (groups > 2) _tile_zero(6);
@@ -1053,7 +1055,7 @@ void gemv_amx(const Job& j) {
     if (nb > 1) decode(t, 1, buf[0][1]);
     for (int64_t b = 0; b < nb; ++b) {
       if (b + 2 < nb) decode(t, b + 2, buf[0][(b + 2) % 3]);
-      const uint8_t* wb = Fm == BF16 ? tile + b * 1024 : buf[0][b % 3];
+      const uint8_t* wb = buf[0][b % 3];
       const uint16_t* xa = j.xb + b * 32;
       if (b & 1)
         DI_AMX_GROUPS(3);
