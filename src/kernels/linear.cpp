@@ -197,6 +197,10 @@ constexpr int64_t kAmxGemvRows = 64;
 // prefill's experts, 15-113 rows each at 512 tokens: a 72-row fp4 call ran 725 GFLOP/s as a GEMM
 // of its own, 1,600 so).
 constexpr int64_t kAmxManyRows = 4 * kAmxGemvRows;
+// Tiles of a run that stays in a core's L2 (256 KiB) while several groups of rows read it.
+int64_t l2_run_tiles(int64_t tile_bytes) {
+  return std::max<int64_t>(1, (int64_t(256) << 10) / tile_bytes);
+}
 // fp4 GEMVs of up to this many rows multiply integers even where AMX tiles could serve them:
 // streaming from memory (`bench linear`) the integer products reached 0.83-0.94 of the read
 // bandwidth at 1 row and 0.68-0.76 at 4, the tiles 0.59-0.70 at 4; at 8 rows 0.45 against
@@ -391,7 +395,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     // enough to stay in this core's cache is read from memory once for all of them. One group
     // takes one run per thread: a run's start costs a window's wait before its stream flows, and
     // two or four runs per thread streamed 4-15 % slower (docs/benchmarks.md).
-    const int64_t run = groups > 1 ? std::max<int64_t>(1, (int64_t(256) << 10) / pk.tile_bytes)
+    const int64_t run = groups > 1 ? l2_run_tiles(pk.tile_bytes)
                         : n_tiles * pk.tile_bytes < (int64_t(64) << 10)
                             ? n_tiles
                             : (n_tiles + threads - 1) / threads;
@@ -548,7 +552,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
         if (j.n <= kAmxGemvRows) {
           kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
         } else {  // groups of rows over runs of tiles that stay in L2 for all of them
-          const int64_t run = std::max<int64_t>(1, (int64_t(256) << 10) / j.w->tile_bytes);
+          const int64_t run = l2_run_tiles(j.w->tile_bytes);
           for (int64_t r0 = at; r0 < end; r0 += run)
             for (int64_t i0 = 0; i0 < j.n; i0 += kAmxGemvRows)
               kern.gemv(sub_job(j, i0, std::min(kAmxGemvRows, j.n - i0), base + r0,

@@ -106,7 +106,7 @@ class PreparedLinear {
 // computation (Weight::quant_input: QLin, else the plain linear).
 void linear(const PreparedLinear& w, const LinearArgs& a);
 // Several independent calls, each giving exactly what `linear` gives it. Calls of at most a few
-// rows (decode), and quantized ones of up to 64 rows on AMX tiles (a prefill's experts), share
+// rows (decode), and quantized ones of up to 256 rows on AMX tiles (a prefill's experts), share
 // one pass of the thread pool over all their weights, which saves a pool wake-up per call and
 // balances many small weights (the experts of a step, the output projection's groups) as one
 // stream.

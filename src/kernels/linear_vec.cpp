@@ -172,13 +172,6 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
   }
 }
 
-// The 32 bits at p in every lane.
-inline I bcast32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
-
 // The chains' pairs of inputs 4g .. 4g+3 for vdpbf16ps, which adds a lane's odd (high) product
 // first: (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h).
 inline __m512bh bcast_chain(const uint16_t* x, int odd) {
@@ -696,6 +689,12 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
 
   const Luts L = make_luts();
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
+#if defined(__AVX512F__)
+  // On the tiles, the current block's scale: fp8 in the tables (kFp8Scaled), fp4 as an exponent
+  // step per output.
+  Luts Ls = L;
+  I e = _mm512_setzero_si512();
+#endif
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
     for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
@@ -706,13 +705,13 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
       if constexpr (Fm != F32) {
         if (bf16) {
           I p0, p1;
-          if (Fm == Fp8Block && j.amx)  // (times the block scale: the tables')
-            decode_pairs<Fm>(tile, g, scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8)), p0, p1);
-          else
-            decode_pairs<Fm>(tile, g, L, p0, p1);
+          if (j.amx && g % 8 == 0) {  // (chunks start at blocks)
+            if constexpr (Fm == Fp8Block) Ls = scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8));
+            if constexpr (Fm == Fp4Row) e = exponent_step(*j.w, j.t0 + t, g / 8);
+          }
+          decode_pairs<Fm>(tile, g, Ls, p0, p1);
           if (chains) chain_pairs(p0, p1, p0, p1);
           if (j.amx && Fm == Fp4Row) {
-            const I e = exponent_step(*j.w, j.t0 + t, g / 8);
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
           }
