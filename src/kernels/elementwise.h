@@ -59,15 +59,14 @@ inline float rms_inv(const float* x, int64_t n, float eps) {
   const float mean = f32(s / double(n));            // f32(mean(x²)) with the sum in double
   return f32(1.0 / std::sqrt(double(mean + eps)));  // the reference's rounding points
 }
+// out[i] = rms_inv(x + i·ld, d, eps) for i < n; in vectors, several rows at once, where the CPU
+// has AVX-512 (the same floats).
+void rms_inv_rows(const float* x, int64_t n, int64_t ld, int64_t d, float eps, float* out);
 
 // RMSNorm (V41_SPEC.md §3.2) of the n rows of x [n, d], in place: y = w · (x · rms_inv(x)) with
-// fp32 results at each step; w: [d] bf16. The caller rounds y to the activation dtype.
-inline void rmsnorm(float* x, int64_t n, int64_t d, const uint16_t* w, float eps) {
-  for (int64_t i = 0; i < n; ++i) {
-    float* xi = x + i * d;
-    const float r = rms_inv(xi, d, eps);
-    for (int64_t k = 0; k < d; ++k) xi[k] = bf16_to_f32(w[k]) * (xi[k] * r);  // two roundings
-  }
-}
+// fp32 results at each step; w: [d] bf16. The caller rounds y to the activation dtype. In vectors
+// where the CPU has AVX-512 (the same floats as rmsnorm_ref).
+void rmsnorm(float* x, int64_t n, int64_t d, const uint16_t* w, float eps);
+void rmsnorm_ref(float* x, int64_t n, int64_t d, const uint16_t* w, float eps);
 
 }  // namespace deepinfer

@@ -1,4 +1,4 @@
-// AVX-512 versions of kernels/elementwise.h's exp and SwiGLU, bit for bit the scalar code's
+// AVX-512 versions of kernels/elementwise.h's exp, RMS and SwiGLU, bit for bit the scalar code's
 // floats. Only intrinsics over plain arrays here (cmake/deepinfer.cmake: no shared inline code).
 //
 // exp in double (range reduction by ln 2 in two parts, Taylor's polynomial to degree 13 on
@@ -83,7 +83,65 @@ inline float silu1(float g) {
   return float(double(g) * (1.0 / (1.0 + std::exp(-double(g)))));
 }
 
+// rms_inv of R rows of d values (ld apart): each row's 16 lanes of squares as two vectors of
+// doubles (lane j over elements j, j+16, ... in order; a square of a float is exact in double, so
+// the fused multiply-add is the scalar code's add), folded pairwise (8, 4, 2, 1) as the scalar
+// code folds them. R rows at once so that their 2R chains overlap.
+template <int R>
+inline void rms_inv_r(const float* x, int64_t ld, int64_t d, float eps, float* out) {
+  __m512d a[R], b[R];
+  for (int r = 0; r < R; ++r) a[r] = b[r] = _mm512_setzero_pd();
+  int64_t k = 0;
+  for (; k + 16 <= d; k += 16)
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) {
+      const __m512d lo = _mm512_cvtps_pd(_mm256_loadu_ps(x + r * ld + k));
+      const __m512d hi = _mm512_cvtps_pd(_mm256_loadu_ps(x + r * ld + k + 8));
+      a[r] = _mm512_fmadd_pd(lo, lo, a[r]);
+      b[r] = _mm512_fmadd_pd(hi, hi, b[r]);
+    }
+  for (int r = 0; r < R; ++r) {
+    alignas(64) double lane[16];
+    _mm512_store_pd(lane, a[r]);
+    _mm512_store_pd(lane + 8, b[r]);
+    for (int64_t i = k; i < d; ++i) lane[i & 15] += double(x[r * ld + i]) * double(x[r * ld + i]);
+    for (int w = 8; w >= 1; w /= 2)
+      for (int j = 0; j < w; ++j) lane[j] += lane[j + w];
+    const float mean = float(lane[0] / double(d));
+    out[r] = float(1.0 / std::sqrt(double(mean + eps)));
+  }
+}
+
 }  // namespace
+
+void rms_inv_rows_avx512(const float* x, int64_t n, int64_t ld, int64_t d, float eps, float* out) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) rms_inv_r<4>(x + i * ld, ld, d, eps, out + i);
+  for (; i < n; ++i) rms_inv_r<1>(x + i * ld, ld, d, eps, out + i);
+}
+
+void rmsnorm_avx512(float* x, int64_t n, int64_t d, const uint16_t* w, float eps) {
+  for (int64_t i0 = 0; i0 < n; i0 += 16) {
+    const int64_t m = n - i0 < 16 ? n - i0 : 16;
+    float r[16];
+    rms_inv_rows_avx512(x + i0 * d, m, d, d, eps, r);
+    for (int64_t i = 0; i < m; ++i) {
+      float* xi = x + (i0 + i) * d;
+      const __m512 ri = _mm512_set1_ps(r[i]);
+      int64_t k = 0;
+      for (; k + 16 <= d; k += 16) {  // w · (x · r), two roundings
+        const __m512 wk = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + k))),
+            16));
+        _mm512_storeu_ps(xi + k, _mm512_mul_ps(wk, _mm512_mul_ps(_mm512_loadu_ps(xi + k), ri)));
+      }
+      for (; k < d; ++k) {
+        const float wk = __builtin_bit_cast(float, uint32_t(w[k]) << 16);
+        xi[k] = wk * (xi[k] * r[i]);
+      }
+    }
+  }
+}
 
 void exp_f_n_avx512(float* x, int64_t n) {
   int64_t i = 0;

@@ -10,14 +10,13 @@
 namespace deepinfer {
 
 namespace {
-constexpr int64_t kMaxHcMult = 16;
 constexpr int64_t kChunk = 256;  // elements summed at once by hc_pre / hc_post
 
-// The mix coefficients of one token from its projections m[(2+M)M] (not yet scaled by rho).
-void mixes_from_projections(const HcParams& p, const float* x, float* m, float* pre, float* post,
+// The mix coefficients of one token from its projections m[(2+M)M] (not yet scaled by rho, the
+// rms_inv of its copies).
+void mixes_from_projections(const HcParams& p, float rho, float* m, float* pre, float* post,
                             float* comb) {
-  const int64_t M = p.M, MD = p.M * p.D, n_mix = (2 + M) * M;
-  const float rho = rms_inv(x, MD, p.norm_eps);
+  const int64_t M = p.M, n_mix = (2 + M) * M;
   for (int64_t i = 0; i < n_mix; ++i) m[i] = m[i] * rho;  // project first, then scale
   for (int64_t c = 0; c < M; ++c) {
     pre[c] = f32(sigmoid_d(m[c] * p.scale[0] + p.base[c])) + p.hc_eps;
@@ -116,9 +115,14 @@ void hc_mixes_rows(const HcParams& p, const float* x, int64_t n, float* pre, flo
     linear(*p.fn, x, n, proj);  // F32: a plain linear in the canonical order; read once
   }
   ThreadPool::global().parallel_for(n, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      mixes_from_projections(p, x + r * MD, proj + r * n_mix, pre + r * M, post + r * M,
-                             comb + r * M * M);
+    for (int64_t b = r0; b < r1; b += 16) {  // the RMS of 16 rows at a time
+      const int64_t e = std::min(r1, b + 16);
+      float rho[16];
+      rms_inv_rows(x + b * MD, e - b, MD, MD, p.norm_eps, rho);
+      for (int64_t r = b; r < e; ++r)
+        mixes_from_projections(p, rho[r - b], proj + r * n_mix, pre + r * M, post + r * M,
+                               comb + r * M * M);
+    }
   });
 }
 

@@ -11,6 +11,8 @@
 
 namespace deepinfer {
 
+constexpr int64_t kMaxHcMult = 16;  // the most copies the kernels take
+
 struct HcParams {
   const PreparedLinear* fn;  // F32 [(2+M)M, M*D]
   const float* base;         // [(2+M)M]

@@ -185,11 +185,13 @@ void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n
 void fp4i_qdq_avx512(float* x, int64_t n);
 }  // namespace deepinfer::quant_isa
 
-// The AVX-512 versions of kernels/elementwise.h's exp and SwiGLU (elementwise_avx512.cpp), the
+// The AVX-512 versions of kernels/elementwise.h's exp, RMS and SwiGLU (elementwise_avx512.cpp), the
 // same floats as the scalar code.
 namespace deepinfer::elementwise_isa {
 
 void exp_f_n_avx512(float* x, int64_t n);
 void swiglu_avx512(float* g, const float* u, int64_t n, float limit, float weight);
+void rms_inv_rows_avx512(const float* x, int64_t n, int64_t ld, int64_t d, float eps, float* out);
+void rmsnorm_avx512(float* x, int64_t n, int64_t d, const uint16_t* w, float eps);
 
 }  // namespace deepinfer::elementwise_isa

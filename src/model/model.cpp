@@ -260,11 +260,15 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
     // Image rows have gate 0: they pass through.
     if (!st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)]) return;
     const float* V = &kv[size_t((i * (M + 1) + M) * D)];
+    DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
+    float rh[kMaxHcMult], rk[kMaxHcMult];  // the RMS of every copy and of its key, at once
+    rms_inv_rows(x + i * M * D, M, D, D, eps, rh);
+    rms_inv_rows(&kv[size_t(i * (M + 1) * D)], M, D, D, eps, rk);
     for (int64_t cpy = 0; cpy < M; ++cpy) {
       float* h = x + (i * M + cpy) * D;
       const float* Kc = &kv[size_t((i * (M + 1) + cpy) * D)];
       const float* om = &omega[size_t(cpy * D)];
-      const float rc = rms_inv(h, D, eps) * rms_inv(Kc, D, eps);
+      const float rc = rh[cpy] * rk[cpy];
       double dot = 0;
       for (int64_t d = 0; d < D; ++d) dot += double(h[d]) * om[d] * Kc[d];
       const float delta = (f32(dot) * rc) * inv_sqrt_d;
