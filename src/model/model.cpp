@@ -99,6 +99,9 @@ Model::Impl::Impl(const Checkpoint& ck_, ModelOptions opt_)
 
 // Values per task of the elementwise passes over the pool (a smaller pass runs on the caller).
 constexpr int64_t kPassChunk = int64_t(1) << 15;
+// The hyper-connection steps of a forward call of at least kHcChunkRows rows run in chunks of
+// kHcRows rows (Model::Impl::block).
+constexpr int64_t kHcRows = 8, kHcChunkRows = 32;
 
 void Model::Impl::round(float* x, int64_t n) const {
   if (!bf16) return;
@@ -305,21 +308,43 @@ void Model::Impl::block(int l, Step& st, Stream& b) {
   const LayerWeights& W = weights(l);
   const PreparedLayer& P = lin[size_t(l)];
   const float eps = float(c.norm_eps);
-  // The sublayer's output b.y spread back over the copies of xs into dst.
-  auto expand = [&](const float* xs, const float* post, const float* comb, float* dst) {
-    for_rows(N, [&](int64_t i) {
-      hc_post(&b.y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
-      if (bf16) round_bf16_inplace(dst + i * MD, MD);  // while the row is in cache
-    });
-  };
   const HcParams hca(&P.hc_attn_fn, W.hc_attn_base.f32(), W.hc_attn_scale.f32(), M, D, eps,
                      float(c.hc_eps), c.hc_sinkhorn_iters, exact);
   const HcParams hcf(&P.hc_ffn_fn, W.hc_ffn_base.f32(), W.hc_ffn_scale.f32(), M, D, eps,
                      float(c.hc_eps), c.hc_sinkhorn_iters, exact);
+  // The hyper-connection steps of rows [r0, r1). From kHcChunkRows rows on, a step runs over
+  // chunks of kHcRows rows on the pool, each chunk's work done while its rows of the stream are
+  // in this core's L2 (one read of the stream where the mixes, the RMS and the collapse read it
+  // each; the expand's output mixed as it is written); below, over all rows at once, each part
+  // spread over the pool (a few rows' projection split by tiles).
+  auto hc_step = [&](auto&& fn) {
+    if (N < kHcChunkRows) return fn(0, N);
+    ThreadPool::global().parallel_for(N, kHcRows, [&](int64_t r0, int64_t r1) { fn(r0, r1); });
+  };
+  // The sublayer's output b.y spread back over the copies of xs into dst.
+  auto expand = [&](const float* xs, const float* post, const float* comb, float* dst, int64_t r0,
+                    int64_t r1) {
+    for_rows(r1 - r0, [&](int64_t k) {
+      const int64_t i = r0 + k;
+      hc_post(&b.y[size_t(i * D)], xs + i * MD, post + i * M, comb + i * M * M, M, D, dst + i * MD);
+      if (bf16) round_bf16_inplace(dst + i * MD, MD);  // while the row is in cache
+    });
+  };
+  // The mixes of xs and the sublayer's input b.u: the copies collapsed with `pi`, round-normed.
+  auto mix_collapse = [&](const HcParams& hp, const float* xs, float* pre, float* post, float* comb,
+                          const float* pi, const Weight& norm, int64_t r0, int64_t r1) {
+    hc_mixes_rows(hp, xs + r0 * MD, r1 - r0, pre + r0 * M, post + r0 * M, comb + r0 * M * M);
+    for_rows(r1 - r0, [&](int64_t k) {
+      hc_pre(xs + (r0 + k) * MD, pi + (r0 + k) * M, M, D, &b.u[size_t((r0 + k) * D)]);
+    });
+    round_norm(&b.u[size_t(r0 * D)], r1 - r0, D, norm);
+  };
   {
     DI_REGION("model.hc");
-    hc_mixes_rows(hca, b.x.data(), N, b.pre_a.data(), b.post_a.data(), b.comb_a.data());
-    collapse(st, b, b.x.data(), b.pi.data(), W.attn_norm);
+    hc_step([&](int64_t r0, int64_t r1) {
+      mix_collapse(hca, b.x.data(), b.pre_a.data(), b.post_a.data(), b.comb_a.data(), b.pi.data(),
+                   W.attn_norm, r0, r1);
+    });
   }
   dump(st, l, "attn.u", b.u.data(), {N, D});
   if (stage)
@@ -328,18 +353,22 @@ void Model::Impl::block(int l, Step& st, Stream& b) {
     attention(l, st, b.u.data(), b.y.data());
   {
     DI_REGION("model.hc");
-    expand(b.x.data(), b.post_a.data(), b.comb_a.data(), b.x1.data());
-    dump(st, l, "hc.x1", b.x1.data(), {N, M, D});
-    hc_mixes_rows(hcf, b.x1.data(), N, b.pre_f.data(), b.post_f.data(), b.comb_f.data());
     // The FFN collapses with the attention's pre coefficients (§7.3).
-    collapse(st, b, b.x1.data(), b.pre_a.data(), W.ffn_norm);
+    hc_step([&](int64_t r0, int64_t r1) {
+      expand(b.x.data(), b.post_a.data(), b.comb_a.data(), b.x1.data(), r0, r1);
+      mix_collapse(hcf, b.x1.data(), b.pre_f.data(), b.post_f.data(), b.comb_f.data(),
+                   b.pre_a.data(), W.ffn_norm, r0, r1);
+    });
   }
+  dump(st, l, "hc.x1", b.x1.data(), {N, M, D});
   dump(st, l, "ffn.v", b.u.data(), {N, D});
   moe(l, st, b.u.data(), b.y.data());
   dump(st, l, "ffn.out", b.y.data(), {N, D});
   {
     DI_REGION("model.hc");
-    expand(b.x1.data(), b.post_f.data(), b.comb_f.data(), b.x2.data());
+    hc_step([&](int64_t r0, int64_t r1) {
+      expand(b.x1.data(), b.post_f.data(), b.comb_f.data(), b.x2.data(), r0, r1);
+    });
   }
   dump(st, l, "hc.x2", b.x2.data(), {N, M, D});
   std::swap(b.x, b.x2);
