@@ -117,11 +117,14 @@ TEST(Hyper, SinkhornEndsOnColumnNormalisation) {
 
 // hc_pre and hc_post run vectorised over D; each output is a sum in double over the copies in
 // order, rounded once, so they must equal the plain loop bit for bit at every width and tail.
+// Values over a wide range of exponents, so that the sums in double round (a product rounded
+// differently would show).
 TEST(Hyper, MixesEqualThePlainSumsInDouble) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-70, 70);
   auto fill = [&](std::vector<float>& v) {
-    for (float& f : v) f = nd(rng);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = i % 3 ? nd(rng) : std::ldexp(nd(rng), ex(rng));
   };
   for (const int64_t M : {1, 4}) {
     for (const int64_t D : {1, 7, 8, 17, 63, 64, 100, 1000, 4100}) {
