@@ -179,6 +179,7 @@ extern const Kernels kAvx2, kAvx512;
 namespace deepinfer::quant_isa {
 
 void round_bf16_avx512(float* x, int64_t n);
+void act_quant_avx512(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp4i_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);
 void fp4c_dequant_avx512(const uint8_t* packed, const uint8_t* scales, int64_t n, float* out);

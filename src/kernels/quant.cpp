@@ -69,6 +69,9 @@ auto fp4c_scale(uint8_t* scales) {
 // --- fp8 ---
 
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
+  (cpu_isa() == Isa::Avx512 ? quant_isa::act_quant_avx512 : act_quant_ref)(x, n, codes, scales);
+}
+void act_quant_ref(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
   for (int64_t b = 0; b < n; b += 32) {
     const uint8_t s = pow2ceil_e8m0(std::max(block_amax(x + b, 32), kActFloor), kInv448);
     scales[b / 32] = s;

@@ -15,6 +15,7 @@ namespace deepinfer {
 // --- act_quant (fp8 e4m3, block 32, e8m0 scales); n % 32 == 0 ---
 // codes[n] e4m3, scales[n/32] e8m0.
 void act_quant(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
+void act_quant_ref(const float* x, int64_t n, uint8_t* codes, uint8_t* scales);
 void fp8_dequant(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 void fp8_dequant_ref(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out);
 

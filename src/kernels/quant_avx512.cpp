@@ -99,6 +99,41 @@ void round_bf16_avx512(float* x, int64_t n) {
   }
 }
 
+void act_quant_avx512(const float* x, int64_t n, uint8_t* codes, uint8_t* scales) {
+  const I abs = set1i(0x7fffffff);
+  for (int64_t b = 0; b < n; b += 32) {
+    F v[2] = {loadu(x + b), loadu(x + b + 16)};
+    // The block's largest magnitude, NaN left out (vmaxps returns its second operand then).
+    F m = _mm512_max_ps(floats(bits(v[0]) & abs), zero());
+    m = _mm512_max_ps(floats(bits(v[1]) & abs), m);
+    const float top = reduce_max(m), amax = top < 1e-4f ? 1e-4f : top;
+    const uint8_t s = pow2ceil_code(amax, 1.0f / 448.0f);
+    scales[b / 32] = s;
+    const F inv = set1(e8m0(uint8_t(254 - s)));  // 1/sigma, exact
+    for (int h = 0; h < 2; ++h) {
+      // Clamped to ±448 (a NaN stays: std::clamp returns it), then e4m3's RNE: below 2^-6 in
+      // units of 2^-9, else the exponent rebased by 120 with the mantissa, rounded by 20 bits
+      // together (a carry bumps the exponent); NaN -> 0x7f. The sign from the bits.
+      const F q = _mm512_mul_ps(v[h], inv);
+      const __mmask16 nan = _mm512_cmp_ps_mask(q, q, _CMP_UNORD_Q);
+      const F c =
+          _mm512_mask_mov_ps(_mm512_min_ps(_mm512_max_ps(q, set1(-448.0f)), set1(448.0f)), nan, q);
+      const I u = bits(c), ax = u & abs;
+      const I sub = _mm512_cvtps_epi32(floats(ax) * set1(512.0f));  // (RNE, exact product)
+      const I t = _mm512_sub_epi32(ax, set1i(120 << 23));
+      const I qt = _mm512_srli_epi32(t, 20), rem = t & set1i(0xfffff);
+      const __mmask16 up =
+          _mm512_cmpgt_epu32_mask(rem, set1i(0x80000)) |
+          (_mm512_cmpeq_epi32_mask(rem, set1i(0x80000)) & _mm512_test_epi32_mask(qt, set1i(1)));
+      const I nrm = _mm512_mask_add_epi32(qt, up, qt, set1i(1));
+      I code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(ax, set1i(121 << 23)), nrm, sub);
+      code = _mm512_mask_mov_epi32(code, nan, set1i(0x7f));
+      code = code | (_mm512_srli_epi32(u, 24) & set1i(0x80));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + b + h * 16), _mm512_cvtepi32_epi8(code));
+    }
+  }
+}
+
 void fp8_dequant_avx512(const uint8_t* codes, const uint8_t* scales, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const F s = set1(e8m0(scales[b]));

@@ -1,5 +1,5 @@
-// The vector cache-row decoders and bf16 rounding against their scalar twins over every code,
-// scale and odd bit pattern (NaN, infinity, subnormals); bit-exact, NaN matching NaN.
+// The vector cache-row encoders and decoders and bf16 rounding against their scalar twins over
+// every code, scale and odd bit pattern (NaN, infinity, subnormals); bit-exact, NaN matching NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "core/dtype.h"
 #include "kernel_test_util.h"
 #include "kernels/quant.h"
 
@@ -98,6 +99,57 @@ TEST(QuantFast, Fp4iQdqMatchesRef) {
   }
   x[224] = std::nanf("");  // a NaN among ordinary values
   expect_in_place_twins(x, fp4i_qdq_ref, fp4i_qdq, "fp4i_qdq");
+}
+
+// act_quant (the window cache's rows) in vectors equals the scalar code, codes and scales byte
+// for byte: ordinary blocks, every e4m3 midpoint (normal and subnormal) and its neighbours at
+// the scale 1, values on both sides of 2^-6, blocks below the 1e-4 floor, zeros of both signs,
+// NaN, infinities, float subnormals and blocks of any bit pattern.
+TEST(QuantFast, ActQuantMatchesRef) {
+  KernelEnvGuard guard;
+  std::mt19937_64 rng(6);
+  std::normal_distribution<float> nd;
+  std::uniform_int_distribution<int> ex(-30, 30);
+  const int64_t n = 32 * 20;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 4 ? nd(rng) : std::ldexp(nd(rng), ex(rng));
+  // Blocks 1-3: a maximum of 448 (scale 1), then the midpoints between consecutive e4m3 values
+  // (codes 0..126) and their float neighbours.
+  for (int b = 1; b <= 3; ++b) x[size_t(32 * b)] = 448.0f;
+  int at = 33;
+  for (int code = 0; code < 126 && at < 128; code += 2) {
+    const float lo = e4m3_to_f32(uint8_t(code)), hi = e4m3_to_f32(uint8_t(code + 1));
+    const float mid = (lo + hi) / 2;  // exact
+    if (at % 32 == 0) ++at;
+    x[size_t(at++)] = code & 2 ? -mid : mid;
+    if (at < 128 && at % 32) x[size_t(at++)] = std::nextafter(mid, 1000.0f);
+    if (at < 128 && at % 32) x[size_t(at++)] = std::nextafter(mid, 0.0f);
+  }
+  // Block 4: around 2^-6 (the smallest normal) at the scale 1.
+  x[128] = 448.0f;
+  for (int i = 1; i < 32; ++i) x[size_t(128 + i)] = std::ldexp(1.0f, -6) * (0.9f + 0.007f * i);
+  // Block 5: below the floor; 6: zeros; 7: NaN and infinities among values; 8: subnormals;
+  // 9-10: any bits.
+  for (int i = 0; i < 32; ++i) x[size_t(160 + i)] = std::ldexp(nd(rng), -20);
+  for (int i = 0; i < 32; ++i) x[size_t(192 + i)] = i % 2 ? 0.0f : -0.0f;
+  x[224] = std::nanf("");
+  x[225] = -std::nanf("");
+  x[240] = -INFINITY;
+  for (int i = 0; i < 32; ++i) x[size_t(256 + i)] = std::ldexp(float(i + 1), -140);
+  for (int i = 288; i < 352; ++i) {
+    const uint32_t u = uint32_t(rng());
+    std::memcpy(&x[size_t(i)], &u, 4);
+  }
+  for (Isa isa : machine_isas()) {
+    set_cpu_isa(isa);
+    std::vector<uint8_t> want(static_cast<size_t>(n + n / 32)), got(want.size());
+    act_quant_ref(x.data(), n, want.data(), want.data() + n);
+    act_quant(x.data(), n, got.data(), got.data() + n);
+    for (int64_t i = 0; i < n + n / 32; ++i)
+      ASSERT_EQ(int(want[size_t(i)]), int(got[size_t(i)]))
+          << isa_name(isa) << (i < n ? " code " : " scale ") << (i < n ? i : i - n)
+          << ": x = " << (i < n ? x[size_t(i)] : 0.0f);
+  }
 }
 
 TEST(QuantFast, RoundBf16MatchesRef) {
