@@ -294,17 +294,34 @@ void indexer_scores(const IndexerScoreArgs& a) {
   });
 }
 
-int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
+int64_t select_best(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
   const int64_t m =
       std::remove_if(in, in + n, [](const ScoredId& s) { return s.score == -INFINITY; }) - in;
-  // An O(m) selection, then a sort of the kept ones. `better` is a strict total order (ids are
-  // distinct), so the result is unique.
+  // An O(m) selection. `better` is a strict total order (ids are distinct), so the set is unique.
   const int64_t keep = std::min(k, m);
   if (keep <= 0) return 0;
   if (keep < m) std::nth_element(in, in + keep - 1, in + m, better);
-  std::sort(in, in + keep, better);
   std::copy(in, in + keep, out);
   return keep;
+}
+
+int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
+  const int64_t keep = select_best(in, n, k, out);
+  std::sort(out, out + keep, better);
+  return keep;
+}
+
+void sort_ids(int32_t* ids, int64_t n) {
+  if (n <= 1) return;
+  const int32_t top = *std::max_element(ids, ids + n);
+  if (top / 16 > n) return std::sort(ids, ids + n);  // sparse: comparisons
+  thread_local std::vector<uint64_t> bits;           // reused: no allocation once large enough
+  bits.assign(size_t(top / 64 + 1), 0);
+  for (int64_t i = 0; i < n; ++i) bits[size_t(ids[i] / 64)] |= uint64_t(1) << (ids[i] % 64);
+  int64_t j = 0;
+  for (size_t w = 0; w < bits.size(); ++w)
+    for (uint64_t b = bits[w]; b; b &= b - 1)
+      ids[j++] = int32_t(w * 64 + size_t(__builtin_ctzll(b)));
 }
 
 }  // namespace deepinfer

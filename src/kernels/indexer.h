@@ -34,5 +34,10 @@ inline bool better(const ScoredId& a, const ScoredId& b) {
 // The best min(k, #finite) entries of in[0..n) with a finite score (-inf never), best first,
 // written to out[0..k); returns how many. `in` is used as scratch.
 int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out);
+// The same entries in no particular order (for callers that order them by id).
+int64_t select_best(ScoredId* in, int64_t n, int64_t k, ScoredId* out);
+// Sorts ids[0..n) (distinct, non-negative) ascending: through a bitmap of the range when they
+// are dense enough in it, else by comparisons.
+void sort_ids(int32_t* ids, int64_t n);
 
 }  // namespace deepinfer

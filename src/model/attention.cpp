@@ -437,7 +437,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
           if (visible > 0 && b == (visible - 1) / Cb) bs = INFINITY;
           work[size_t(nb++)] = {bs, b};
         }
-        select_top(work.data(), nb, Ck, &blk_local[size_t(row * Ck)]);
+        select_best(work.data(), nb, Ck, &blk_local[size_t(row * Ck)]);
       } else if (role.candidate_consumer && !st.cand_n.empty() && st.cand_n[size_t(row)] >= 0) {
         kept.assign(size_t((T + Cb - 1) / Cb), 0);
         for (int32_t j = 0; j < st.cand_n[size_t(row)]; ++j)
@@ -447,7 +447,7 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       }
       for (int64_t k = 0; k < vis_own; ++k)
         work[size_t(k)] = {scores[size_t(k)], int32_t(own[size_t(k)])};
-      select_top(work.data(), vis_own, K, &top_local[size_t(row * K)]);
+      select_best(work.data(), vis_own, K, &top_local[size_t(row * K)]);
     });
   }
   // Merge over the context-parallel group: the global best are among the ranks' local best,
@@ -466,11 +466,10 @@ void Model::Impl::indexer(int l, Step& st, const float* u, const float* qr) {
       best.resize(size_t(n_parts * width));
       for (int pr = 0; pr < n_parts; ++pr)
         std::copy_n(&all[size_t((int64_t(pr) * N + i) * width)], width, &cand[size_t(pr * width)]);
-      const int64_t n = select_top(cand.data(), n_parts * width, width, best.data());
-      std::sort(best.begin(), best.begin() + n,
-                [](const ScoredId& x, const ScoredId& y) { return x.id < y.id; });
+      const int64_t n = select_best(cand.data(), n_parts * width, width, best.data());
       count[size_t(i)] = int32_t(n);
       for (int64_t j = 0; j < n; ++j) ids[size_t(i * width + j)] = best[size_t(j)].id;
+      sort_ids(&ids[size_t(i * width)], n);
     });
   };
   if (role.candidate_source) {

@@ -133,6 +133,39 @@ TEST(IndexerSelect, SelectTopBestFirst) {
     }
 }
 
+// select_best keeps select_top's entries (in any order); sort_ids orders distinct ids as a sort
+// does, dense (the bitmap) and sparse (comparisons), with zero and the largest ids.
+TEST(IndexerSelect, SelectBestKeepsTheTopSetAndSortIdsAscends) {
+  for (int64_t n : {0, 5, 1000})
+    for (int64_t k : {1, 3, 100, 2000}) {
+      const auto s = tied_scores(n, uint64_t(n * 7 + k));
+      std::vector<ScoredId> in(static_cast<size_t>(n)), a(static_cast<size_t>(k)), b(a);
+      for (int64_t i = 0; i < n; ++i) in[size_t(i)] = {s[size_t(i)], int32_t((n - 1 - i) * 5)};
+      std::vector<ScoredId> in2 = in;
+      const int64_t m = select_top(in.data(), n, k, a.data());
+      ASSERT_EQ(select_best(in2.data(), n, k, b.data()), m);
+      std::vector<int32_t> ia, ib;
+      for (int64_t i = 0; i < m; ++i) ia.push_back(a[size_t(i)].id), ib.push_back(b[size_t(i)].id);
+      std::sort(ia.begin(), ia.end());
+      sort_ids(ib.data(), m);
+      EXPECT_EQ(ia, ib) << n << " " << k;
+    }
+  std::mt19937_64 rng(9);
+  for (int32_t range : {1, 64, 65, 1000, 100000, 2000000000})
+    for (int64_t n : {1, 2, 50, 600}) {
+      std::vector<int32_t> ids;
+      for (int64_t i = 0; i < n && i < range; ++i) ids.push_back(int32_t(rng() % uint64_t(range)));
+      if (range > 1) ids.push_back(range - 1);
+      ids.push_back(0);
+      std::sort(ids.begin(), ids.end());
+      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+      std::vector<int32_t> want = ids;
+      std::shuffle(ids.begin(), ids.end(), rng);
+      sort_ids(ids.data(), int64_t(ids.size()));
+      EXPECT_EQ(ids, want) << range << " " << n;
+    }
+}
+
 TEST(IndexerSelect, CandidateMaskKeepsBestBlocksAndTheNewest) {
   const int64_t T = 203, cb = 8, ck = 5;
   const auto s = tied_scores(T, 5);
