@@ -267,7 +267,6 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
   const LayerRole& role = roles[size_t(l)];
   const int64_t N = st.N, Dh = c.head_dim, R = c.rope_head_dim, Di = c.index_head_dim;
   const int64_t r = role.ratio;
-  ArenaVec<float> cs(static_cast<size_t>(R), &arena);
 
   // Per-token projections. r = 1: the latent itself (bf16 linear, norm). r > 1: fp32 k and gate.
   ArenaVec<float> k(size_t(N * Dh), &arena), g(&arena);
@@ -279,67 +278,83 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
     linear(P.cmp_wgate, u, N, g.data(), exact);
   }
 
-  ArenaVec<uint8_t> cmp_scratch(static_cast<size_t>(compressed_kv_row_bytes(Dh)), &arena),
-      idx_scratch(static_cast<size_t>(index_key_row_bytes(Di)), &arena);
-  ArenaVec<float> latent(static_cast<size_t>(Dh), &arena), key(static_cast<size_t>(Di), &arena),
-      dump_cmp(&arena), dump_idx(&arena);
+  const int64_t cmp_bytes = compressed_kv_row_bytes(Dh), idx_bytes = index_key_row_bytes(Di);
+  ArenaVec<float> dump_cmp(&arena), dump_idx(&arena);
   for (size_t s = 0; s < st.batch->seqs.size(); ++s) {
     const ForwardSeq& sq = st.batch->seqs[s];
     const int64_t r0 = st.row0[s], s0 = sq.start_pos, real = st.real_rows(s);
-    const int64_t j_begin = s0 / r, j_end = (s0 + real) / r;
+    const int64_t j_begin = s0 / r, j_end = (s0 + real) / r, ng = j_end - j_begin;
     float* carry = r > 1 ? st.kv->carry(l, sq.kv.slot) : nullptr;  // [r, 2, Dh]
-    for (int64_t j = j_begin; j < j_end; ++j) {
-      const bool owned = owns_row(st, l, j);
+    // The groups' latents lat [ng, Dh], index keys [ng, Di] and, for the rows another rank
+    // stores, scratch rows; every group on its own over the pool.
+    float* lat = arena_array<float>(arena, size_t(ng * Dh));
+    float* key = arena_array<float>(arena, size_t(role.key_owner ? ng * Di : 0));
+    float* ex = arena_array<float>(arena, size_t(r > 1 ? ng * r * Dh : 0));
+    float* cs = arena_array<float>(arena, size_t(ng * R));
+    uint8_t* cmp_tmp = arena_array<uint8_t>(arena, size_t(ng * cmp_bytes));
+    uint8_t* idx_tmp = arena_array<uint8_t>(arena, size_t(role.key_owner ? ng * idx_bytes : 0));
+    for_rows(ng, [&](int64_t q) {
+      const int64_t j = j_begin + q;
+      float* latent = lat + q * Dh;
       if (r == 1) {
-        std::copy_n(&k[size_t((r0 + j - s0) * Dh)], Dh, latent.begin());
-      } else {
-        // Rows of group j: positions j*r .. j*r + r - 1, from the carry when before this call.
-        const float* kr[64];
-        const float* gr[64];
-        DI_CHECK(r <= 64, "compress ratio ", r, " above 64");
-        for (int64_t t = 0, p = j * r; t < r; ++t, ++p) {
-          kr[t] = p < s0 ? carry + (p % r) * 2 * Dh : &k[size_t((r0 + p - s0) * Dh)];
-          gr[t] = p < s0 ? kr[t] + Dh : &g[size_t((r0 + p - s0) * Dh)];
-        }
-        // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
-        // fp32 results at each step; sums over the group in double.
-        for (int64_t d = 0; d < Dh; ++d) {
-          float mx = gr[0][d];
-          for (int64_t t = 1; t < r; ++t) mx = std::max(mx, gr[t][d]);
-          float e[64];
-          double sum = 0;
-          for (int64_t t = 0; t < r; ++t) sum += (e[t] = exp_f(gr[t][d] - mx));
-          const float es = f32(sum);
-          double pooled = 0;
-          for (int64_t t = 0; t < r; ++t) pooled += double(kr[t][d]) * (e[t] / es);
-          latent[size_t(d)] = f32(pooled);
-        }
-        round_norm(latent.data(), 1, Dh, W.cmp_norm);  // cast to bf16 before the norm
+        std::copy_n(&k[size_t((r0 + j - s0) * Dh)], Dh, latent);
+        return;
       }
+      // Rows of group j: positions j*r .. j*r + r - 1, from the carry when before this call.
+      const float* kr[64];
+      const float* gr[64];
+      DI_CHECK(r <= 64, "compress ratio ", r, " above 64");
+      for (int64_t t = 0, p = j * r; t < r; ++t, ++p) {
+        kr[t] = p < s0 ? carry + (p % r) * 2 * Dh : &k[size_t((r0 + p - s0) * Dh)];
+        gr[t] = p < s0 ? kr[t] + Dh : &g[size_t((r0 + p - s0) * Dh)];
+      }
+      // Per channel: softmax of the gates over the group's tokens, then the weighted sum.
+      // fp32 results at each step; sums over the group in double. e [r, Dh]: the exponentials.
+      float* e = ex + q * r * Dh;
+      for (int64_t d = 0; d < Dh; ++d) {
+        float mx = gr[0][d];
+        for (int64_t t = 1; t < r; ++t) mx = std::max(mx, gr[t][d]);
+        for (int64_t t = 0; t < r; ++t) e[t * Dh + d] = gr[t][d] - mx;
+      }
+      exp_f_n(e, r * Dh);
+      for (int64_t d = 0; d < Dh; ++d) {
+        double sum = 0;
+        for (int64_t t = 0; t < r; ++t) sum += e[t * Dh + d];
+        const float es = f32(sum);
+        double pooled = 0;
+        for (int64_t t = 0; t < r; ++t) pooled += double(kr[t][d]) * (e[t * Dh + d] / es);
+        latent[d] = f32(pooled);
+      }
+    });
+    if (r > 1) round_norm(lat, ng, Dh, W.cmp_norm);  // cast to bf16 before the norm
+    // Index keys from the pre-RoPE latents (§6.1), one projection for all groups.
+    if (role.key_owner) project(P.idx_wk, lat, ng, key, &W.idx_k_norm);
+    for_rows(ng, [&](int64_t q) {
+      const int64_t j = j_begin + q;
+      const bool owned = owns_row(st, l, j);
       // The angles of the group's first position, for the index key and the latent.
-      rope_angles(rope_compressed, j * r, cs.data());
-      // Index key from the pre-RoPE latent (§6.1).
+      float* a = cs + q * R;
+      rope_angles(rope_compressed, j * r, a);
       if (role.key_owner) {
-        project(P.idx_wk, latent.data(), 1, key.data(), &W.idx_k_norm);
-        rope_rotate(key.data() + Di - R, cs.data(), R, false);
-        round(key.data(), Di);
+        float* kq = key + q * Di;
+        rope_rotate(kq + Di - R, a, R, false);
+        round(kq, Di);
         // Every rank computes the row; its context-parallel owner stores it.
-        uint8_t* dst = owned ? st.kv->idx_row(l, sq.kv, j) : idx_scratch.data();
-        fp4i_quant(key.data(), Di, dst, dst + Di / 2);
-        if (st.dump) {
-          fp4i_dequant(dst, dst + Di / 2, Di, key.data());
-          dump_idx.insert(dump_idx.end(), key.begin(), key.end());
-        }
+        uint8_t* dst = owned ? st.kv->idx_row(l, sq.kv, j) : idx_tmp + q * idx_bytes;
+        fp4i_quant(kq, Di, dst, dst + Di / 2);
+        if (st.dump) fp4i_dequant(dst, dst + Di / 2, Di, kq);
       }
       // RoPE at the group's first position, fp4-C, append (§5.4).
-      rope_rotate(latent.data() + Dh - R, cs.data(), R, false);
-      round(latent.data(), Dh);
-      uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_scratch.data();
-      fp4c_quant(latent.data(), Dh, dst, dst + Dh / 2);
-      if (st.dump) {
-        fp4c_dequant(dst, dst + Dh / 2, Dh, latent.data());
-        dump_cmp.insert(dump_cmp.end(), latent.begin(), latent.end());
-      }
+      float* latent = lat + q * Dh;
+      rope_rotate(latent + Dh - R, a, R, false);
+      round(latent, Dh);
+      uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_tmp + q * cmp_bytes;
+      fp4c_quant(latent, Dh, dst, dst + Dh / 2);
+      if (st.dump) fp4c_dequant(dst, dst + Dh / 2, Dh, latent);
+    });
+    if (st.dump) {
+      dump_cmp.insert(dump_cmp.end(), lat, lat + ng * Dh);
+      if (role.key_owner) dump_idx.insert(dump_idx.end(), key, key + ng * Di);
     }
     // Tokens of the group still open after this call wait in the carry.
     if (r > 1)
