@@ -116,13 +116,17 @@ thread_local std::vector<float> t_keys32;
 
 // `a` with keys given as fp32 (those given as bf16 widened into a buffer of this thread).
 SparseAttnArgs with_fp32_keys(const SparseAttnArgs& a) {
-  if (!a.keys_bf16) return a;
+  if (!a.keys_bf16 && !a.key_rows) return a;
   SparseAttnArgs b = a;
   t_keys32.resize(size_t(a.nk * a.Dh));
-  for (size_t i = 0; i < t_keys32.size(); ++i)
-    t_keys32[i] = std::bit_cast<float>(uint32_t(a.keys_bf16[i]) << 16);
+  for (int64_t j = 0; j < a.nk; ++j) {
+    const uint16_t* k = a.key_rows ? a.key_rows[j] : a.keys_bf16 + j * a.Dh;
+    for (int64_t d = 0; d < a.Dh; ++d)
+      t_keys32[size_t(j * a.Dh + d)] = std::bit_cast<float>(uint32_t(k[d]) << 16);
+  }
   b.keys = t_keys32.data();
   b.keys_bf16 = nullptr;
+  b.key_rows = nullptr;
   return b;
 }
 
@@ -189,7 +193,7 @@ void sparse_attention(const SparseAttnArgs& in) {
   // (and stay on vectors when a value is not one the tiles take exactly).
   bool amx = tiles_for_attention(isa, in.bf16_probs) && kern.all_bf16_floored(in.q, in.H * in.Dh);
   SparseAttnArgs a = in;
-  if (amx && !in.keys_bf16) {
+  if (amx && !in.keys_bf16 && !in.key_rows) {
     thread_local std::vector<uint16_t> t_keys16;  // reused: no allocation once large enough
     t_keys16.resize(size_t(in.nk * in.Dh));
     amx = kern.to_bf16_floored(in.keys, in.nk * in.Dh, t_keys16.data());

@@ -24,6 +24,10 @@ struct SparseAttnArgs {
   // The keys as bf16 bits [nk, Dh] instead of `keys` (null then): where attention_bf16_keys()
   // says the tiles take them; every entry point accepts them.
   const uint16_t* keys_bf16 = nullptr;
+  // Or the keys as pointers to their bf16 rows [nk] (keys and keys_bf16 null then): the AMX tiles
+  // read runs of rows Dh apart in place (a window's, a prefill's compressed rows), other paths
+  // gather them first.
+  const uint16_t* const* key_rows = nullptr;
 };
 
 void sparse_attention(const SparseAttnArgs& a);

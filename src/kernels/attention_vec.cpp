@@ -263,16 +263,28 @@ inline __mmask32 not_floored16(__m512i x) {
                                  _mm512_set1_epi16(((127 - 56) << 7) - 1));
 }
 
-// The block's keys [j0, j0 + nb) (SparseAttnArgs::keys_bf16) as pairs vB [2 sub-blocks][Dh / 16]
+// The block's keys [j0, j0 + nb) as Dh-apart bf16 rows: in place (SparseAttnArgs::keys_bf16, or
+// key_rows whose block is one such run), else gathered into kA.
+inline const uint16_t* block_rows(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA) {
+  const int64_t Dh = a.Dh;
+  if (!a.key_rows) return a.keys_bf16 + j0 * Dh;
+  const uint16_t* const* r = a.key_rows + j0;
+  bool run = true;
+  for (int64_t t = 1; t < nb; ++t) run &= r[t] == r[0] + t * Dh;
+  if (run) return r[0];
+  for (int64_t t = 0; t < nb; ++t) std::memcpy(kA + t * Dh, r[t], size_t(Dh) * 2);
+  return kA;
+}
+
+// The block's keys, nb rows at src (block_rows), as pairs vB [2 sub-blocks][Dh / 16]
 // [16 pairs][32] (the values' B tiles, missing keys zero), and *rows their bf16 rows (the scores'
-// A tiles: in place, or copied into kA with zero rows after a short block). Returns whether
-// every value is 0 or at least 2^-56 in magnitude.
-inline bool pair_block_bf16(const SparseAttnArgs& a, int64_t j0, int64_t nb, uint16_t* kA,
-                            uint16_t* vB, const uint16_t** rows) {
-  const int64_t Dh = a.Dh, nc = Dh / 16;
-  const uint16_t* src = a.keys_bf16 + j0 * Dh;
+// A tiles: in place, or in kA with zero rows after a short block). Returns whether every value
+// is 0 or at least 2^-56 in magnitude.
+inline bool pair_block_bf16(const uint16_t* src, int64_t Dh, int64_t nb, uint16_t* kA, uint16_t* vB,
+                            const uint16_t** rows) {
+  const int64_t nc = Dh / 16;
   if (nb < kBlock) {
-    std::memcpy(kA, src, size_t(nb * Dh) * 2);
+    if (src != kA) std::memcpy(kA, src, size_t(nb * Dh) * 2);
     std::memset(kA + nb * Dh, 0, size_t((kBlock - nb) * Dh) * 2);
     src = kA;
   }
@@ -302,14 +314,16 @@ inline bool pair_block_bf16(const SparseAttnArgs& a, int64_t j0, int64_t nb, uin
   return bad == 0;
 }
 
-// `a` with the block [j0, j0 + nb)'s keys widened to fp32 into k32 (its rows 0 .. nb-1), for
-// the vector functions.
-inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, int64_t j0, int64_t nb, float* k32) {
+// `a` with a block's nb keys (bf16 rows at src) widened to fp32 into k32 (its rows 0 .. nb-1),
+// for the vector functions.
+inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, const uint16_t* src, int64_t nb,
+                                 float* k32) {
   SparseAttnArgs b = a;
   for (int64_t i = 0; i < nb * a.Dh; ++i)
-    k32[i] = __builtin_bit_cast(float, uint32_t(a.keys_bf16[j0 * a.Dh + i]) << 16);
+    k32[i] = __builtin_bit_cast(float, uint32_t(src[i]) << 16);
   b.keys = k32;
   b.keys_bf16 = nullptr;
+  b.key_rows = nullptr;
   return b;
 }
 
@@ -360,10 +374,11 @@ void run_group_amx(const Job& jb) {
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
+    const uint16_t* const src = block_rows(a, j0, nb, kA);
     const uint16_t* rows = kA;
-    if (!pair_block_bf16(a, j0, nb, kA, vB, &rows)) {
+    if (!pair_block_bf16(src, Dh, nb, kA, vB, &rows)) {
       // Values the tiles would not take exactly: the block on vectors (the keys as fp32).
-      const SparseAttnArgs b = fp32_block(a, j0, nb, k32);
+      const SparseAttnArgs b = fp32_block(a, src, nb, k32);
       need_qT();
       zero_out();
       int64_t j = 0;
@@ -401,7 +416,7 @@ void run_group_amx(const Job& jb) {
     for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
     if (tiny & __mmask16((1u << nh) - 1)) {
       zero_out();
-      values(fp32_block(a, j0, nb, k32), h0, nh, 0, nb, p, v);
+      values(fp32_block(a, src, nb, k32), h0, nh, 0, nb, p, v);
       continue;
     }
     // The probabilities as A tiles: [sub-block][head][32 keys] (missing keys zero).

@@ -130,6 +130,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       // Reused: no allocation once large enough.
       thread_local std::vector<float> t_keys, t_row;
       thread_local std::vector<uint16_t> t_keys16;
+      thread_local std::vector<const uint16_t*> t_ptrs;
       const size_t s = size_t(std::upper_bound(st.row0.begin(), st.row0.end(), row) -
                               st.row0.begin() - 1);  // the row's sequence
       const ForwardSeq& sq = st.batch->seqs[s];
@@ -153,7 +154,27 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       SparseAttnArgs a{
           &q[size_t(row * H * Dh)], nullptr, -1, W.attn_sink.f32(), H, Dh, scale, bf16, exact,
           o + row * H * Dh};
-      if (k16 && win16_ok[s]) {
+      if (k16 && win16_ok[s] && (nc == 0 || shared_rows)) {
+        // The keys by pointer (the tiles read runs of them in place): the window's rows, then the
+        // listed compressed rows this rank holds.
+        if (t_ptrs.size() < size_t(nw + nc)) t_ptrs.resize(size_t(nw + nc));
+        int64_t nk = 0;
+        for (int64_t t = 0; t < nw; ++t)
+          t_ptrs[size_t(nk++)] = win16 + win_at[s] + (first - ws + t) * Dh;
+        bool ok = true;
+        for (int64_t j = 0; j < nc && ok; ++j) {
+          const int32_t cr = st.topk[size_t(row * K + j)];
+          if (!owns_row(st, role.kv_from, cr)) continue;
+          const int32_t slot = cmp_slot[cmp_at[s] + cr];
+          ok = cmp_ok[slot] != 0;
+          t_ptrs[size_t(nk++)] = cmp16 + slot * Dh;
+        }
+        if (ok) {
+          a.key_rows = t_ptrs.data();
+          a.nk = nk;
+        }
+      }
+      if (k16 && win16_ok[s] && a.nk < 0) {
         if (t_keys16.size() < size_t((nw + nc) * Dh)) t_keys16.resize(size_t((nw + nc) * Dh));
         t_row.resize(size_t(Dh));
         a.keys_bf16 = t_keys16.data();
@@ -172,6 +193,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         if (t_keys.size() < size_t((nw + nc) * Dh)) t_keys.resize(size_t((nw + nc) * Dh));
         a.keys = t_keys.data();
         a.keys_bf16 = nullptr;
+        a.key_rows = nullptr;
         a.nk = gather(t_keys.data(), win + win_at[s], [&](int32_t cr, float* dst) {
           const uint8_t* e = entry(cr);
           fp4c_dequant(e, e + Dh / 2, Dh, dst);

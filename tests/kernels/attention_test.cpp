@@ -1,6 +1,7 @@
 // Sparse attention: the vector paths against sparse_attention_ref (bit-exact) over head counts
 // that do and do not fill a vector, head dims, key counts around the 64-key softmax blocks,
-// bf16 and fp32 inputs, ISAs and thread counts; the reference against the exact formula.
+// bf16 and fp32 inputs, keys given as fp32, bf16 or pointers to bf16 rows, ISAs and thread
+// counts; the reference against the exact formula.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,6 +83,23 @@ TEST(AttentionFast, MatchesRef) {
                 std::fill(got.begin(), got.end(), -1.0f);
                 sparse_attention(b);
                 d = first_diff(want.data(), got.data(), H * Dh);
+                // By pointers: the first two thirds one run of rows Dh apart (read in place), the
+                // rest scattered backwards after a gap (gathered); the reference takes them too.
+                std::vector<uint16_t> rows(size_t(2 * nk * Dh) + 1, 0x7fc0);
+                std::vector<const uint16_t*> ptrs(static_cast<size_t>(nk));
+                const int64_t run = nk * 2 / 3;
+                for (int64_t j = 0; j < nk; ++j) {
+                  uint16_t* r = rows.data() + 1 + (j < run ? j : 2 * nk - 1 - (j - run)) * Dh;
+                  std::copy_n(k16.data() + j * Dh, Dh, r);
+                  ptrs[size_t(j)] = r;
+                }
+                b.keys_bf16 = nullptr;
+                b.key_rows = ptrs.data();
+                for (int ref = 0; ref < 2 && d == -1; ++ref) {
+                  std::fill(got.begin(), got.end(), -1.0f);
+                  (ref ? sparse_attention_ref : sparse_attention)(b);
+                  d = first_diff(want.data(), got.data(), H * Dh);
+                }
               }
               ASSERT_EQ(d, -1) << "H=" << H << " Dh=" << Dh << " nk=" << nk << " mode " << mode
                                << " isa=" << isa_name(isa) << " threads=" << threads << ": element "
