@@ -357,22 +357,22 @@ void Model::Impl::compressor(int l, Step& st, const float* u) {
       // The angles of the group's first position, for the index key and the latent.
       float* a = cs + q * R;
       rope_angles(rope_compressed, j * r, a);
-      if (role.key_owner) {
-        float* kq = key + q * Di;
-        rope_rotate(kq + Di - R, a, R, false);
-        round(kq, Di);
-        // Every rank computes the row; its context-parallel owner stores it.
-        uint8_t* dst = owned ? st.kv->idx_row(l, sq.kv, j) : idx_tmp + q * idx_bytes;
-        fp4i_quant(kq, Di, dst, dst + Di / 2);
-        if (st.dump) fp4i_dequant(dst, dst + Di / 2, Di, kq);
-      }
-      // RoPE at the group's first position, fp4-C, append (§5.4).
-      float* latent = lat + q * Dh;
-      rope_rotate(latent + Dh - R, a, R, false);
-      round(latent, Dh);
-      uint8_t* dst = owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_tmp + q * cmp_bytes;
-      fp4c_quant(latent, Dh, dst, dst + Dh / 2);
-      if (st.dump) fp4c_dequant(dst, dst + Dh / 2, Dh, latent);
+      // v [dim] rotated at the group's first position, rounded, encoded into its cache row
+      // (every rank computes the row; its context-parallel owner stores it), and for a dump
+      // replaced by what the row holds.
+      auto rotate_store = [&](float* v, int64_t dim, uint8_t* dst, auto quant, auto dequant) {
+        rope_rotate(v + dim - R, a, R, false);
+        round(v, dim);
+        quant(v, dim, dst, dst + dim / 2);
+        if (st.dump) dequant(dst, dst + dim / 2, dim, v);
+      };
+      if (role.key_owner)  // the index key, fp4-I
+        rotate_store(key + q * Di, Di,
+                     owned ? st.kv->idx_row(l, sq.kv, j) : idx_tmp + q * idx_bytes, fp4i_quant,
+                     fp4i_dequant);
+      // The latent, fp4-C, appended (§5.4).
+      rotate_store(lat + q * Dh, Dh, owned ? st.kv->cmp_row(l, sq.kv, j) : cmp_tmp + q * cmp_bytes,
+                   fp4c_quant, fp4c_dequant);
     });
     if (st.dump) {
       dump_cmp.insert(dump_cmp.end(), lat, lat + ng * Dh);
