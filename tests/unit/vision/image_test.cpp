@@ -29,17 +29,24 @@ std::string read_file(const fs::path& p) {
 
 const VisionLimits kLimits{14, 3, 1024, 295936, 0.0};  // the release's values
 
-// The Pillow side, made once per test binary run.
-const fs::path& pillow_dir() {
-  static const fs::path dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("deepinfer_pillow_" + std::to_string(getpid()));
-    fs::create_directories(d);
+// The Pillow side, made once per test binary run in a directory removed at its exit.
+struct PillowDir {
+  fs::path path;
+  PillowDir() : path(fs::temp_directory_path() / ("deepinfer_pillow_" + std::to_string(getpid()))) {
+    fs::create_directories(path);
     const std::string cmd = std::string("/usr/bin/python3 ") + DEEPINFER_SOURCE_DIR +
-                            "/tests/reference/pillow_images.py " + d.string() + " 14 3 1024 295936";
+                            "/tests/reference/pillow_images.py " + path.string() +
+                            " 14 3 1024 295936";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << " (needs Debian's python3-pil)";
-    return d;
-  }();
-  return dir;
+  }
+  ~PillowDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+const fs::path& pillow_dir() {
+  static const PillowDir dir;
+  return dir.path;
 }
 
 struct Case {
