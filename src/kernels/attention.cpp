@@ -127,6 +127,7 @@ SparseAttnArgs with_fp32_keys(const SparseAttnArgs& a) {
   b.keys = t_keys32.data();
   b.keys_bf16 = nullptr;
   b.key_rows = nullptr;
+  b.key_pairs = nullptr;
   return b;
 }
 
@@ -313,6 +314,18 @@ int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
   const int64_t keep = select_best(in, n, k, out);
   std::sort(out, out + keep, better);
   return keep;
+}
+
+void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out) {
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    const uint16_t* k0 = rows + 2 * p * Dh;
+    const uint16_t* k1 = k0 + Dh;
+    uint16_t* o = out + p * 2 * Dh;
+    for (int64_t d = 0; d < Dh; ++d) {
+      o[2 * d] = k0[d];
+      o[2 * d + 1] = k1[d];
+    }
+  }
 }
 
 void sort_ids(int32_t* ids, int64_t n) {

@@ -28,7 +28,16 @@ struct SparseAttnArgs {
   // read runs of rows Dh apart in place (a window's, a prefill's compressed rows), other paths
   // gather them first.
   const uint16_t* const* key_rows = nullptr;
+  // With key_rows, optionally: key_pairs[j] points to keys j and j + 1 of a run of rows
+  // interleaved ([Dh] pairs of bf16 values, pair_key_rows), where key j has a next row; the
+  // caller has checked every value with attention_keys_to_bf16. The tiles then read a whole
+  // block's value pairs in place.
+  const uint16_t* const* key_pairs = nullptr;
 };
+
+// out[p] = rows 2p and 2p + 1 of rows [2·n_pairs, Dh] interleaved value by value (key_pairs'
+// layout), for p < n_pairs.
+void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out);
 
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);

@@ -276,6 +276,17 @@ inline const uint16_t* block_rows(const SparseAttnArgs& a, int64_t j0, int64_t n
   return kA;
 }
 
+// The block's keys [j0, j0 + 64) as the caller's pairs (SparseAttnArgs::key_pairs) when the
+// block is whole, its rows one run in place and its pairs one run of pairs; else null.
+inline const uint16_t* paired_block(const SparseAttnArgs& a, int64_t j0, int64_t nb,
+                                    const uint16_t* src, const uint16_t* kA) {
+  if (!a.key_pairs || nb != kBlock || src == kA) return nullptr;
+  const uint16_t* const* p = a.key_pairs + j0;
+  bool run = true;
+  for (int64_t r = 1; r < kBlock / 2; ++r) run &= p[2 * r] == p[0] + r * 2 * a.Dh;
+  return run ? p[0] : nullptr;
+}
+
 // The block's keys, nb rows at src (block_rows), as pairs vB [2 sub-blocks][Dh / 16]
 // [16 pairs][32] (the values' B tiles, missing keys zero), and *rows their bf16 rows (the scores'
 // A tiles: in place, or in kA with zero rows after a short block). Returns whether every value
@@ -324,6 +335,7 @@ inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, const uint16_t* src, i
   b.keys = k32;
   b.keys_bf16 = nullptr;
   b.key_rows = nullptr;
+  b.key_pairs = nullptr;
   return b;
 }
 
@@ -376,7 +388,18 @@ void run_group_amx(const Job& jb) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
     const uint16_t* const src = block_rows(a, j0, nb, kA);
     const uint16_t* rows = kA;
-    if (!pair_block_bf16(src, Dh, nb, kA, vB, &rows)) {
+    // The values' B tiles (sub-block sb, chunk c of 16 dimensions: vb_sb + c·vstep, rows
+    // vstride bytes apart): the caller's pairs in place, else pairs built here in vB.
+    const uint16_t* vb0 = vB;
+    const uint16_t* vb1 = vB + nc * 512;
+    int64_t vstep = 512, vstride = 64;
+    if (const uint16_t* kp = paired_block(a, j0, nb, src, kA)) {
+      rows = src;
+      vb0 = kp;
+      vb1 = kp + 32 * Dh;
+      vstep = 32;
+      vstride = 4 * Dh;
+    } else if (!pair_block_bf16(src, Dh, nb, kA, vB, &rows)) {
       // Values the tiles would not take exactly: the block on vectors (the keys as fp32).
       const SparseAttnArgs b = fp32_block(a, src, nb, k32);
       need_qT();
@@ -434,18 +457,18 @@ void run_group_amx(const Job& jb) {
     _tile_loadd(1, pA + 512, 64);
     const bool second = nb > 32;
     for (int64_t c = 0; c < nc; c += 4) {  // 4 chunks of 16 dimensions (Dh is a multiple of 32)
-      const uint16_t* b0 = vB + c * 512;
-      const uint16_t* b1 = vB + (nc + c) * 512;
+      const uint16_t* b0 = vb0 + c * vstep;
+      const uint16_t* b1 = vb1 + c * vstep;
       _tile_zero(4);
       _tile_zero(5);
-      _tile_loadd(2, b0, 64);
+      _tile_loadd(2, b0, vstride);
       _tile_dpbf16ps(4, 0, 2);
-      _tile_loadd(3, b0 + 512, 64);
+      _tile_loadd(3, b0 + vstep, vstride);
       _tile_dpbf16ps(5, 0, 3);
       if (second) {
-        _tile_loadd(2, b1, 64);
+        _tile_loadd(2, b1, vstride);
         _tile_dpbf16ps(4, 1, 2);
-        _tile_loadd(3, b1 + 512, 64);
+        _tile_loadd(3, b1 + vstep, vstride);
         _tile_dpbf16ps(5, 1, 3);
       }
       _tile_stored(4, cs, 64);
@@ -454,14 +477,14 @@ void run_group_amx(const Job& jb) {
       if (nq == 4) {
         _tile_zero(6);
         _tile_zero(7);
-        _tile_loadd(2, b0 + 1024, 64);
+        _tile_loadd(2, b0 + 2 * vstep, vstride);
         _tile_dpbf16ps(6, 0, 2);
-        _tile_loadd(3, b0 + 1536, 64);
+        _tile_loadd(3, b0 + 3 * vstep, vstride);
         _tile_dpbf16ps(7, 0, 3);
         if (second) {
-          _tile_loadd(2, b1 + 1024, 64);
+          _tile_loadd(2, b1 + 2 * vstep, vstride);
           _tile_dpbf16ps(6, 1, 2);
-          _tile_loadd(3, b1 + 1536, 64);
+          _tile_loadd(3, b1 + 3 * vstep, vstride);
           _tile_dpbf16ps(7, 1, 3);
         }
         _tile_stored(6, cs + 512, 64);

@@ -126,11 +126,35 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
           cmp_ok[slot] = attention_keys_to_bf16(t_dec.data(), Dh, cmp16 + slot * Dh);
         },
         8);
+    // The window's rows and the compressed slots in pairs of consecutive rows, both alignments
+    // (pairs[par] pair p: rows 2p + par and 2p + par + 1), for the tiles' value products
+    // (SparseAttnArgs::key_pairs). Each array ends in two unused pairs, so that pairs of two
+    // arrays never look like one run.
+    auto pairs_of = [&](const uint16_t* rows, int64_t n, uint16_t** pairs) {
+      for (int par = 0; par < 2; ++par) {
+        const int64_t np = std::max<int64_t>(0, (n - par) / 2);
+        pairs[par] = arena_array<uint16_t>(arena, size_t((np + 2) * 2 * Dh));
+        for_rows((np + 15) / 16,
+                 [&](int64_t b) {
+                   const int64_t p0 = b * 16, m = std::min<int64_t>(16, np - p0);
+                   pair_key_rows(rows + (2 * p0 + par) * Dh, m, Dh, pairs[par] + p0 * 2 * Dh);
+                 },
+                 1);
+      }
+    };
+    uint16_t* win_pairs[2] = {};
+    uint16_t* cmp_pairs[2] = {};
+    if (k16) pairs_of(win16, n_wrows, win_pairs);
+    if (shared_rows) pairs_of(cmp16, n_slots, cmp_pairs);
+    // The pair that starts at row r of `pairs`.
+    auto pair_at = [&](uint16_t* const* pairs, int64_t r) -> const uint16_t* {
+      return pairs[r & 1] + (r >> 1) * 2 * Dh;
+    };
     for_rows(N, [&](int64_t row) {
       // Reused: no allocation once large enough.
       thread_local std::vector<float> t_keys, t_row;
       thread_local std::vector<uint16_t> t_keys16;
-      thread_local std::vector<const uint16_t*> t_ptrs;
+      thread_local std::vector<const uint16_t*> t_ptrs, t_pairs;
       const size_t s = size_t(std::upper_bound(st.row0.begin(), st.row0.end(), row) -
                               st.row0.begin() - 1);  // the row's sequence
       const ForwardSeq& sq = st.batch->seqs[s];
@@ -158,19 +182,25 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         // The keys by pointer (the tiles read runs of them in place): the window's rows, then the
         // listed compressed rows this rank holds.
         if (t_ptrs.size() < size_t(nw + nc)) t_ptrs.resize(size_t(nw + nc));
+        if (t_pairs.size() < size_t(nw + nc)) t_pairs.resize(size_t(nw + nc));
         int64_t nk = 0;
-        for (int64_t t = 0; t < nw; ++t)
-          t_ptrs[size_t(nk++)] = win16 + win_at[s] + (first - ws + t) * Dh;
+        for (int64_t t = 0; t < nw; ++t, ++nk) {
+          const int64_t r = win_at[s] / Dh + first - ws + t;  // its row of win16
+          t_ptrs[size_t(nk)] = win16 + r * Dh;
+          t_pairs[size_t(nk)] = pair_at(win_pairs, r);
+        }
         bool ok = true;
         for (int64_t j = 0; j < nc && ok; ++j) {
           const int32_t cr = st.topk[size_t(row * K + j)];
           if (!owns_row(st, role.kv_from, cr)) continue;
           const int32_t slot = cmp_slot[cmp_at[s] + cr];
           ok = cmp_ok[slot] != 0;
-          t_ptrs[size_t(nk++)] = cmp16 + slot * Dh;
+          t_ptrs[size_t(nk)] = cmp16 + slot * Dh;
+          t_pairs[size_t(nk++)] = pair_at(cmp_pairs, slot);
         }
         if (ok) {
           a.key_rows = t_ptrs.data();
+          a.key_pairs = t_pairs.data();
           a.nk = nk;
         }
       }
@@ -194,6 +224,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         a.keys = t_keys.data();
         a.keys_bf16 = nullptr;
         a.key_rows = nullptr;
+        a.key_pairs = nullptr;
         a.nk = gather(t_keys.data(), win + win_at[s], [&](int32_t cr, float* dst) {
           const uint8_t* e = entry(cr);
           fp4c_dequant(e, e + Dh / 2, Dh, dst);
