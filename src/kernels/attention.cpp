@@ -316,7 +316,7 @@ int64_t select_top(ScoredId* in, int64_t n, int64_t k, ScoredId* out) {
   return keep;
 }
 
-void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out) {
+void pair_key_rows_ref(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out) {
   for (int64_t p = 0; p < n_pairs; ++p) {
     const uint16_t* k0 = rows + 2 * p * Dh;
     const uint16_t* k1 = k0 + Dh;
@@ -326,6 +326,12 @@ void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* 
       o[2 * d + 1] = k1[d];
     }
   }
+}
+
+void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out) {
+  if (cpu_isa() == Isa::Avx512 && Dh % 32 == 0)
+    return attention_isa::kAvx512.pair_rows(rows, n_pairs, Dh, out);
+  pair_key_rows_ref(rows, n_pairs, Dh, out);
 }
 
 void sort_ids(int32_t* ids, int64_t n) {

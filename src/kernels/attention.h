@@ -38,6 +38,7 @@ struct SparseAttnArgs {
 // out[p] = rows 2p and 2p + 1 of rows [2·n_pairs, Dh] interleaved value by value (key_pairs'
 // layout), for p < n_pairs.
 void pair_key_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out);
+void pair_key_rows_ref(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out);
 
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);

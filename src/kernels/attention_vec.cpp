@@ -241,6 +241,17 @@ alignas(64) constexpr std::array<int16_t, 32> kPairHi = [] {
   return v;
 }();
 
+// Word indices that interleave the first 16 values of two vectors of 32 bf16 values: the pairs
+// (x0[i], x1[i]) (+16 in every index: the last 16).
+alignas(64) constexpr std::array<int16_t, 32> kPairLo = [] {
+  std::array<int16_t, 32> v{};
+  for (int i = 0; i < 16; ++i) {
+    v[size_t(2 * i)] = int16_t(i);
+    v[size_t(2 * i + 1)] = int16_t(32 + i);
+  }
+  return v;
+}();
+
 // Word indices that take the high halves of 32 consecutive floats (two vectors) as 16 pairs.
 alignas(64) constexpr std::array<int16_t, 32> kConsecHi = [] {
   std::array<int16_t, 32> v{};
@@ -300,15 +311,7 @@ inline bool pair_block_bf16(const uint16_t* src, int64_t Dh, int64_t nb, uint16_
     src = kA;
   }
   *rows = src;
-  alignas(64) static constexpr std::array<int16_t, 32> kLo = [] {
-    std::array<int16_t, 32> v{};
-    for (int i = 0; i < 16; ++i) {
-      v[size_t(2 * i)] = int16_t(i);
-      v[size_t(2 * i + 1)] = int16_t(32 + i);
-    }
-    return v;
-  }();
-  const __m512i lo = _mm512_load_si512(kLo.data()),
+  const __m512i lo = _mm512_load_si512(kPairLo.data()),
                 hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
   __mmask32 bad = 0;
   for (int64_t r = 0; r < 32; ++r) {  // the key pair (2r, 2r + 1) of the block
@@ -510,6 +513,22 @@ void group(const Job& j) {
   run_group(j);
 }
 
+// Rows 2p and 2p + 1 interleaved value by value, 32 values of each at a time.
+void pair_rows(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out) {
+  const __m512i lo = _mm512_load_si512(kPairLo.data()),
+                hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  for (int64_t p = 0; p < n_pairs; ++p) {
+    const uint16_t* k0 = rows + 2 * p * Dh;
+    const uint16_t* k1 = k0 + Dh;
+    uint16_t* o = out + p * 2 * Dh;
+    for (int64_t d = 0; d < Dh; d += 32) {
+      const __m512i x0 = _mm512_loadu_si512(k0 + d), x1 = _mm512_loadu_si512(k1 + d);
+      _mm512_storeu_si512(o + 2 * d, _mm512_permutex2var_epi16(x0, lo, x1));
+      _mm512_storeu_si512(o + 2 * d + 32, _mm512_permutex2var_epi16(x0, hi, x1));
+    }
+  }
+}
+
 #else
 
 void group(const Job& j) {
@@ -595,11 +614,11 @@ void index_scores(const IndexerJob& j) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{group,           index_scores,        all_bf16_of, all_bf16_floored_of,
-                      to_bf16_floored, simd::avx512::kLanes};
+const Kernels kAvx512{group,           index_scores, all_bf16_of,         all_bf16_floored_of,
+                      to_bf16_floored, pair_rows,    simd::avx512::kLanes};
 #else
-const Kernels kAvx2{group,           index_scores,      all_bf16_of, all_bf16_floored_of,
-                    to_bf16_floored, simd::avx2::kLanes};
+const Kernels kAvx2{group,           index_scores,      all_bf16_of,       all_bf16_floored_of,
+                    to_bf16_floored, pair_key_rows_ref, simd::avx2::kLanes};
 #endif
 
 }  // namespace deepinfer::attention_isa

@@ -160,6 +160,8 @@ struct Kernels {
   bool (*all_bf16_floored)(const float* x, int64_t n);
   // out = the bf16 bits of x when all_bf16_floored(x, n) (returned).
   bool (*to_bf16_floored)(const float* x, int64_t n, uint16_t* out);
+  // kernels/attention.h's pair_key_rows (Dh a multiple of 32).
+  void (*pair_rows)(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16_t* out);
   int64_t lanes;  // heads per group
 };
 

@@ -142,10 +142,12 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
                  1);
       }
     };
+    // (Only where several queries of a sequence share the rows: a prefill.)
+    const bool paired = k16 && N > int64_t(n_seqs);
     uint16_t* win_pairs[2] = {};
     uint16_t* cmp_pairs[2] = {};
-    if (k16) pairs_of(win16, n_wrows, win_pairs);
-    if (shared_rows) pairs_of(cmp16, n_slots, cmp_pairs);
+    if (paired) pairs_of(win16, n_wrows, win_pairs);
+    if (paired && shared_rows) pairs_of(cmp16, n_slots, cmp_pairs);
     // The pair that starts at row r of `pairs`.
     auto pair_at = [&](uint16_t* const* pairs, int64_t r) -> const uint16_t* {
       return pairs[r & 1] + (r >> 1) * 2 * Dh;
@@ -187,7 +189,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
         for (int64_t t = 0; t < nw; ++t, ++nk) {
           const int64_t r = win_at[s] / Dh + first - ws + t;  // its row of win16
           t_ptrs[size_t(nk)] = win16 + r * Dh;
-          t_pairs[size_t(nk)] = pair_at(win_pairs, r);
+          if (paired) t_pairs[size_t(nk)] = pair_at(win_pairs, r);
         }
         bool ok = true;
         for (int64_t j = 0; j < nc && ok; ++j) {
@@ -196,11 +198,12 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
           const int32_t slot = cmp_slot[cmp_at[s] + cr];
           ok = cmp_ok[slot] != 0;
           t_ptrs[size_t(nk)] = cmp16 + slot * Dh;
-          t_pairs[size_t(nk++)] = pair_at(cmp_pairs, slot);
+          if (paired) t_pairs[size_t(nk)] = pair_at(cmp_pairs, slot);
+          ++nk;
         }
         if (ok) {
           a.key_rows = t_ptrs.data();
-          a.key_pairs = t_pairs.data();
+          a.key_pairs = paired ? t_pairs.data() : nullptr;
           a.nk = nk;
         }
       }

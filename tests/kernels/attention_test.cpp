@@ -128,6 +128,31 @@ TEST(AttentionFast, MatchesRef) {
         }
 }
 
+// The rows' pairs in vectors equal the scalar interleave, on every ISA.
+TEST(AttentionFast, PairKeyRowsMatchesRef) {
+  KernelEnvGuard guard;
+  std::mt19937_64 rng(21);
+  for (int64_t Dh : {32, 96, 512})
+    for (int64_t np : {0, 1, 5}) {
+      std::vector<uint16_t> rows(size_t(2 * np * Dh + 1));
+      for (auto& v : rows) v = uint16_t(rng());
+      std::vector<uint16_t> want(size_t(2 * np * Dh + 3), 7), got(want);
+      pair_key_rows_ref(rows.data() + 1, np, Dh, want.data() + 1);
+      for (Isa isa : machine_isas()) {
+        set_cpu_isa(isa);
+        std::fill(got.begin(), got.end(), uint16_t(7));
+        pair_key_rows(rows.data() + 1, np, Dh, got.data() + 1);
+        ASSERT_EQ(got, want) << isa_name(isa) << " Dh=" << Dh << " pairs=" << np;
+      }
+      for (int64_t p = 0; p < np; ++p)  // and the interleave itself
+        for (int64_t d = 0; d < Dh; ++d) {
+          ASSERT_EQ(want[size_t(1 + p * 2 * Dh + 2 * d)], rows[size_t(1 + 2 * p * Dh + d)]);
+          ASSERT_EQ(want[size_t(1 + p * 2 * Dh + 2 * d + 1)],
+                    rows[size_t(1 + (2 * p + 1) * Dh + d)]);
+        }
+    }
+}
+
 TEST(AttentionRef, CloseToExactFormula) {
   const int64_t H = 4, Dh = 64, nk = 150;
   const AttnInputs in = make_inputs(H, Dh, nk, true, 77);
