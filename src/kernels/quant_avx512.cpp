@@ -49,6 +49,16 @@ void fp4_dequant(const uint8_t* packed, const uint8_t* scales, int64_t n, float*
   }
 }
 
+// The largest magnitude of a block of 32 values, NaN left out (vmaxps returns its second operand
+// then), at least `floor`.
+inline float block_amax(const F (&v)[2], float floor) {
+  const I abs = set1i(0x7fffffff);
+  const F m =
+      _mm512_max_ps(floats(bits(v[1]) & abs), _mm512_max_ps(floats(bits(v[0]) & abs), zero()));
+  const float top = reduce_max(m);
+  return top > floor ? top : floor;
+}
+
 }  // namespace
 
 void fp4i_qdq_avx512(float* x, int64_t n) {
@@ -59,11 +69,7 @@ void fp4i_qdq_avx512(float* x, int64_t n) {
   const I abs = set1i(0x7fffffff), sign = set1i(int32_t(0x80000000u));
   for (int64_t b = 0; b < n; b += 32) {
     F v[2] = {loadu(x + b), loadu(x + b + 16)};
-    // The block's largest magnitude, NaN left out (vmaxps returns its second operand then).
-    F m = _mm512_max_ps(floats(bits(v[0]) & abs), zero());
-    m = _mm512_max_ps(floats(bits(v[1]) & abs), m);
-    const float top = reduce_max(m), amax = top > 6.0f * 0x1p-126f ? top : 6.0f * 0x1p-126f;
-    const F s = set1(e8m0(pow2ceil_code(amax, 1.0f / 6.0f)));
+    const F s = set1(e8m0(pow2ceil_code(block_amax(v, 6.0f * 0x1p-126f), 1.0f / 6.0f)));
     for (int h = 0; h < 2; ++h) {
       const F a = floats(bits(_mm512_div_ps(v[h], s)) & abs);  // (exact: s a power of two)
       F mag = zero();
@@ -103,11 +109,7 @@ void act_quant_avx512(const float* x, int64_t n, uint8_t* codes, uint8_t* scales
   const I abs = set1i(0x7fffffff);
   for (int64_t b = 0; b < n; b += 32) {
     F v[2] = {loadu(x + b), loadu(x + b + 16)};
-    // The block's largest magnitude, NaN left out (vmaxps returns its second operand then).
-    F m = _mm512_max_ps(floats(bits(v[0]) & abs), zero());
-    m = _mm512_max_ps(floats(bits(v[1]) & abs), m);
-    const float top = reduce_max(m), amax = top < 1e-4f ? 1e-4f : top;
-    const uint8_t s = pow2ceil_code(amax, 1.0f / 448.0f);
+    const uint8_t s = pow2ceil_code(block_amax(v, 1e-4f), 1.0f / 448.0f);
     scales[b / 32] = s;
     const F inv = set1(e8m0(uint8_t(254 - s)));  // 1/sigma, exact
     for (int h = 0; h < 2; ++h) {
