@@ -258,12 +258,12 @@ void Model::Impl::engram_layer(int l, Step& st, float* x) {
   project(lin[size_t(l)].engram_wkv, ev.data(), N, kv);
 
   const float inv_sqrt_d = float(std::pow(double(D), -0.5));
+  DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
   const std::vector<float>& omega = engram_omega[size_t(z)];
   for_rows(N, [&](int64_t i) {
     // Image rows have gate 0: they pass through.
     if (!st.batch->image_embeds.empty() && st.batch->image_embeds[size_t(i)]) return;
     const float* V = &kv[size_t((i * (M + 1) + M) * D)];
-    DI_CHECK(M <= kMaxHcMult, "hc_mult ", M, " above ", kMaxHcMult);
     float rh[kMaxHcMult], rk[kMaxHcMult];  // the RMS of every copy and of its key, at once
     rms_inv_rows(x + i * M * D, M, D, D, eps, rh);
     rms_inv_rows(&kv[size_t(i * (M + 1) * D)], M, D, D, eps, rk);
@@ -295,11 +295,14 @@ void Model::Impl::embed_rows(const int32_t* tokens, Stream& b, int64_t N,
   });
 }
 
-void Model::Impl::collapse(Step& st, Stream& b, const float* xs, const float* pre,
-                           const Weight& norm) {
-  const int64_t N = st.N, M = c.hc_mult, D = c.dim, MD = M * D;
-  for_rows(N, [&](int64_t i) { hc_pre(xs + i * MD, pre + i * M, M, D, &b.u[size_t(i * D)]); });
-  round_norm(b.u.data(), N, D, norm);
+void Model::Impl::collapse(Stream& b, const float* xs, const float* pre, const Weight& norm,
+                           int64_t r0, int64_t r1) {
+  const int64_t M = c.hc_mult, D = c.dim, MD = M * D;
+  for_rows(r1 - r0, [&](int64_t k) {
+    const int64_t i = r0 + k;
+    hc_pre(xs + i * MD, pre + i * M, M, D, &b.u[size_t(i * D)]);
+  });
+  round_norm(&b.u[size_t(r0 * D)], r1 - r0, D, norm);
 }
 
 void Model::Impl::block(int l, Step& st, Stream& b) {
@@ -334,10 +337,7 @@ void Model::Impl::block(int l, Step& st, Stream& b) {
   auto mix_collapse = [&](const HcParams& hp, const float* xs, float* pre, float* post, float* comb,
                           const float* pi, const Weight& norm, int64_t r0, int64_t r1) {
     hc_mixes_rows(hp, xs + r0 * MD, r1 - r0, pre + r0 * M, post + r0 * M, comb + r0 * M * M);
-    for_rows(r1 - r0, [&](int64_t k) {
-      hc_pre(xs + (r0 + k) * MD, pi + (r0 + k) * M, M, D, &b.u[size_t((r0 + k) * D)]);
-    });
-    round_norm(&b.u[size_t(r0 * D)], r1 - r0, D, norm);
+    collapse(b, xs, pi, norm, r0, r1);
   };
   {
     DI_REGION("model.hc");
@@ -420,7 +420,7 @@ void Model::Impl::forward(const ForwardBatch& batch, KvCache& kv, float* logits)
   }
   // Final collapse with the last FFN's pre, final norm, fp32 head on the rows that want logits.
   DI_REGION("model.head");
-  collapse(st, b, b.x.data(), b.pi.data(), ck.norm);
+  collapse(b, b.x.data(), b.pi.data(), ck.norm, 0, N);
   dump(st, -1, "final.h", b.u.data(), {N, D});
   ArenaVec<float> h(&arena);
   for (size_t s = 0; s < batch.seqs.size(); ++s) {

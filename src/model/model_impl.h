@@ -146,8 +146,9 @@ struct Model::Impl {
   // Embedding rows of `tokens` replicated into the copies, pre-mix one-hot on copy 0.
   // Image rows (image[i] non-null) take their embedding from there.
   void embed_rows(const int32_t* tokens, Stream& b, int64_t N, const float* const* image = nullptr);
-  // b.u = norm(hc_pre(xs, pre)), rounded as the spec says.
-  void collapse(Step& st, Stream& b, const float* xs, const float* pre, const Weight& norm);
+  // b.u rows [r0, r1) = norm(hc_pre(xs, pre)), rounded as the spec says.
+  void collapse(Stream& b, const float* xs, const float* pre, const Weight& norm, int64_t r0,
+                int64_t r1);
   // Block l (backbone layer or draft stage) on the stream, with the single-pass hc schedule.
   void block(int l, Step& st, Stream& b);
   void prepare_step(Step& st, const ForwardBatch& batch, KvCache& kv);
