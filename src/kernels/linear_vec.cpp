@@ -753,39 +753,65 @@ inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols
   }
 }
 
+#if defined(__AVX512F__)
+// One pair row kk of a block (bf16 pairs w[NV], the rows' chain-ordered inputs xc): acc += the
+// pair products (vdpbf16ps).
+template <int MR, int NV>
+DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t (*xc)[16], int kk) {
+  __m512bh wv[NV];
+#pragma GCC unroll 16
+  for (int v = 0; v < NV; ++v) wv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(w + v));
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i) {
+    const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(xc[i][kk]));
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], a, wv[v]);
+  }
+}
+#endif
+
 // Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
 // per input (dense inputs, or codes when bf16 products are not used; Mode as gemv_blocks), or
 // (Mode 0) bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
 template <int MR, int NV, int Mode>
 void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t cols,
            int64_t v0) {
+#if defined(__AVX512F__)
   if constexpr (Mode == 0) {
-    cols = NV;
-    v0 = 0;
+    // Each block's inputs of a row in the chains' order first (words x2, x0, x3, x1 of every
+    // group of 4, bcast_chain's pairs), so that a step broadcasts one 32-bit word; the even and
+    // odd chains' accumulators named apart, so that they stay in registers (indexed by the
+    // step's parity they lived on the stack: a load and a store around every vdpbf16ps).
+    const I perm = _mm512_set_epi16(29, 31, 28, 30, 25, 27, 24, 26, 21, 23, 20, 22, 17, 19, 16, 18,
+                                    13, 15, 12, 14, 9, 11, 8, 10, 5, 7, 4, 6, 1, 3, 0, 2);
+    const int64_t ldb = xb_stride(j.w->cols);
+    const I* wp = reinterpret_cast<const I*>(s.b);
+    alignas(64) int32_t xc[MR][16];
+    for (int64_t b = 0; b < kc / 32; ++b) {
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i)
+        _mm512_store_si512(xc[i], _mm512_permutexvar_epi16(
+                                      perm, _mm512_loadu_si512(j.xb + (i0 + i) * ldb + kc0 + b * 32)));
+      F e[MR][NV] = {}, o[MR][NV] = {};
+#pragma GCC unroll 8
+      for (int g = 0; g < 8; ++g) {
+        dp_step<MR, NV>(e, wp + (b * 16 + 2 * g) * NV, xc, 2 * g);
+        dp_step<MR, NV>(o, wp + (b * 16 + 2 * g + 1) * NV, xc, 2 * g + 1);
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) e[i][v] = e[i][v] + o[i][v];
+      scale_into<MR, NV>(s, i0, b, NV, 0, e);
+    }
+    return;
   }
+#endif
   const float* bp = reinterpret_cast<const float*>(s.b) + v0 * kLanes;
   for (int64_t b = 0; b < kc / 32; ++b) {
     F p[2][MR][NV] = {};  // the even and the odd chain
 #pragma GCC unroll 2
     for (int kk = 0; kk < 16; ++kk) {
-#if defined(__AVX512F__)
-      if constexpr (Mode == 0) {
-        // Pair row kk: the even (kk even) or odd chain's pairs of inputs 4·(kk/2) .. +3.
-        __m512bh w[NV];
-#pragma GCC unroll 16
-        for (int v = 0; v < NV; ++v)
-          w[v] = reinterpret_cast<__m512bh>(
-              _mm512_load_si512(reinterpret_cast<const I*>(s.b) + (b * 16 + kk) * NV + v));
-#pragma GCC unroll 16
-        for (int i = 0; i < MR; ++i) {
-          const __m512bh a = bcast_chain(
-              j.xb + (i0 + i) * xb_stride(j.w->cols) + kc0 + b * 32 + 4 * (kk / 2), kk & 1);
-#pragma GCC unroll 16
-          for (int v = 0; v < NV; ++v) p[kk & 1][i][v] = _mm512_dpbf16_ps(p[kk & 1][i][v], a, w[v]);
-        }
-        continue;
-      }
-#endif
       const int64_t k0 = b * 32 + 2 * kk;
 #pragma GCC unroll 2
       for (int odd = 0; odd < 2; ++odd) {
