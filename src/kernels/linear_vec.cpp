@@ -792,6 +792,9 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
       for (int i = 0; i < MR; ++i)
         _mm512_store_si512(xc[i], _mm512_permutexvar_epi16(
                                       perm, _mm512_loadu_si512(j.xb + (i0 + i) * ldb + kc0 + b * 32)));
+      // (Read back from memory: GCC otherwise extracts the words from the registers it stored,
+      // shuffles that compete with the products and spill accumulators.)
+      asm volatile("" : : "r"(xc) : "memory");
       F e[MR][NV] = {}, o[MR][NV] = {};
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
