@@ -438,24 +438,35 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   });
 }
 
+// Whether a quantized call of n rows (more than a GEMV's) joins linear_many's pass as GEMM panels
+// (vdpbf16ps without AMX tiles: a prefill's experts, each of which else wakes the pool three
+// times and quantizes its rows for w1 and again for w3).
+bool many_gemm(const linear_isa::Kernels& kern, const PreparedLinear& w, int64_t n) {
+  return n > kern.gemv_rows && n <= kAmxManyRows && w.weight().quant_input &&
+         &kern == &linear_isa::kAvx512 && !call_products(kern, w, n, true).amx &&
+         call_products(kern, w, n, false).bf16;
+}
+
 // Several GEMV calls (n <= the ISA's gemv_rows each, or quantized ones of up to kAmxManyRows on
-// AMX tiles) as one parallel loop over all their tiles: one wake-up of the pool instead of one
-// per call, and the tiles balanced over the threads as one stream. Each output is computed
-// exactly as run_fast's GEMV computes it.
+// AMX tiles or as vdpbf16ps GEMMs: many_gemm) as one parallel loop over all their tiles (a
+// GEMM's in panels): one wake-up of the pool instead of one per call, and the work balanced over
+// the threads as one stream. Each output is computed exactly as run_fast computes it.
 void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   const linear_isa::Kernels& kern = kernels_for(isa);
   // Per call: its scratch layout and offset; the call that quantizes for it (a call whose input
   // and layout are its predecessor's, an expert's w1 and w3, shares that quantization); whether
   // its scratch holds its inputs as bf16 (a plain call whose weight takes bf16 products) and
-  // whether its products run on AMX tiles; its job, and the tiles of the calls before it.
+  // whether its products run on AMX tiles, or it runs as GEMM panels; its job, and the work
+  // units (tiles, or a GEMM's panels) of the calls before it.
   struct Plan {
     QuantScratch l;
     int64_t at;
     size_t owner;
-    bool dense_bf16, amx;
+    bool dense_bf16, amx, gemm;
     linear_isa::Job job;
     int64_t first;
   };
+  constexpr int64_t kPanel = linear_isa::kGemmPanelTiles;
   // Reused from call to call (no allocation once large enough). Named through a reference: the
   // pool's workers must see this thread's vector, not their own thread_local copy.
   thread_local std::vector<Plan> t_plans;
@@ -466,15 +477,19 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const LinearArgs& a = calls[c].a;
     const bool quant = calls[c].w->weight().quant_input;
     const int64_t K = calls[c].w->cols();
-    const CallProducts prod = call_products(kern, *calls[c].w, a.n, true);
-    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints, prod.amx);
+    const bool gemm = many_gemm(kern, *calls[c].w, a.n);
+    const CallProducts prod = call_products(kern, *calls[c].w, a.n, !gemm);
+    // (A GEMM reads the bf16 copy alone, as the tiles do.)
+    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints,
+                         prod.amx || gemm);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = quant && p && p->x == a.x && p->x_rows == a.x_rows && p->n == a.n &&
                         p->ldx == a.ldx && calls[c - 1].w->weight().quant_input &&
                         calls[c - 1].w->cols() == K && plans[c - 1].l.fp32 == l.fp32 &&
                         plans[c - 1].l.xqb == l.xqb && plans[c - 1].l.xi == l.xi;
-    plans.push_back({l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx});
+    plans.push_back(
+        {l, bytes, shared ? plans[c - 1].owner : c, !quant && prod.bf16, prod.amx, gemm});
     bytes += quant       ? (shared ? 0 : l.bytes)
              : prod.bf16 ? round_up(a.n * linear_isa::xb_stride(K) * 2, 64)
                          : 0;
@@ -538,7 +553,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     if (p.dense_bf16) p.job.xb = reinterpret_cast<const uint16_t*>(s + p.at);
     p.job.amx = p.amx && p.job.xb;
     p.first = total;
-    total += p.job.t1 - p.job.t0;
+    total += p.gemm ? (p.job.t1 - p.job.t0 + kPanel - 1) / kPanel : p.job.t1 - p.job.t0;
   }
   const int64_t grain = std::max<int64_t>(1, total / (pool.size() * 4));
   pool.parallel_for(total, grain, [&](int64_t c0, int64_t c1) {
@@ -546,8 +561,17 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     size_t c = size_t(std::upper_bound(plans.begin(), plans.end(), c0, after) - plans.begin()) - 1;
     for (int64_t at = c0; at < c1; ++c) {
       const linear_isa::Job& j = plans[c].job;
-      const int64_t end = std::min(c1, plans[c].first + (j.t1 - j.t0));
-      if (end > at) {
+      const int64_t units = plans[c].gemm ? (j.t1 - j.t0 + kPanel - 1) / kPanel : j.t1 - j.t0;
+      const int64_t end = std::min(c1, plans[c].first + units);
+      if (end > at && plans[c].gemm) {
+        for (int64_t u = at - plans[c].first; u < end - plans[c].first; ++u) {
+          linear_isa::Job g =
+              sub_job(j, 0, j.n, j.t0 + u * kPanel, std::min(j.t1, j.t0 + (u + 1) * kPanel));
+          g.scratch = t_task.bytes(size_t(kern.gemm_scratch_bytes(j.n, j.w->cols)));
+          kern.gemm(g);
+        }
+        at = end;
+      } else if (end > at) {
         const int64_t base = j.t0 - plans[c].first;
         if (j.n <= kAmxGemvRows) {
           kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
@@ -652,8 +676,10 @@ void linear_many(std::span<const LinearCall> calls) {
     // twice and quantizes its rows for w1 and again for w3.)
     const linear_isa::Kernels& kern = kernels_for(isa);
     if (gemv_ok && !a.exact &&
-        (a.n <= kern.gemv_rows || (a.n <= kAmxManyRows && c.w->weight().quant_input &&
-                                   call_products(kern, *c.w, a.n, true).amx)))
+        (a.n <= kern.gemv_rows ||
+         (a.n <= kAmxManyRows && c.w->weight().quant_input &&
+          call_products(kern, *c.w, a.n, true).amx) ||
+         (linear_path() == LinearPath::Auto && many_gemm(kern, *c.w, a.n))))
       small.push_back(c);
     else
       linear(*c.w, a);
