@@ -131,17 +131,28 @@ SparseAttnArgs with_fp32_keys(const SparseAttnArgs& a) {
   return b;
 }
 
-// Whether the tiles may serve bf16-numerics attention here (isa: the one in effect).
-bool tiles_for_attention(Isa isa, bool bf16_probs) {
+// What serves bf16-numerics attention on bf16 operands here (isa: the one in effect): AMX
+// tiles, or vdpbf16ps where it multiplies faster than FMAs (the products setting allowing).
+enum class Bf16Products { None, Amx, Dp };
+Bf16Products bf16_attention(Isa isa, bool bf16_probs) {
   const LinearProducts prod = linear_products();
-  return isa == Isa::Avx512 && bf16_probs &&
-         (prod == LinearProducts::Auto || prod == LinearProducts::Amx) && amx_canonical();
+  if (isa != Isa::Avx512 || !bf16_probs) return Bf16Products::None;
+  if ((prod == LinearProducts::Auto || prod == LinearProducts::Amx) && amx_canonical())
+    return Bf16Products::Amx;
+  if ((prod == LinearProducts::Auto && dpbf16_speedup() >= 1.0) ||
+      (prod == LinearProducts::Bf16Dot && dpbf16_speedup() > 0.0))
+    return Bf16Products::Dp;
+  return Bf16Products::None;
 }
 
 }  // namespace
 
 bool attention_bf16_keys(bool bf16_probs) {
-  return tiles_for_attention(cpu_isa(), bf16_probs);
+  return bf16_attention(cpu_isa(), bf16_probs) != Bf16Products::None;
+}
+
+bool attention_key_pairs(bool bf16_probs) {
+  return bf16_attention(cpu_isa(), bf16_probs) == Bf16Products::Amx;
 }
 
 bool attention_keys_to_bf16(const float* x, int64_t n, uint16_t* out) {
@@ -192,7 +203,8 @@ void sparse_attention(const SparseAttnArgs& in) {
   // AMX tiles where their products and sums are the fused chains' (bf16 values, none subnormal;
   // bf16 keys are checked block by block). They read keys as bf16: fp32 keys are converted here
   // (and stay on vectors when a value is not one the tiles take exactly).
-  bool amx = tiles_for_attention(isa, in.bf16_probs) && kern.all_bf16_floored(in.q, in.H * in.Dh);
+  const Bf16Products mode = bf16_attention(isa, in.bf16_probs);
+  bool amx = mode != Bf16Products::None && kern.all_bf16_floored(in.q, in.H * in.Dh);
   SparseAttnArgs a = in;
   if (amx && !in.keys_bf16 && !in.key_rows) {
     thread_local std::vector<uint16_t> t_keys16;  // reused: no allocation once large enough
@@ -207,7 +219,8 @@ void sparse_attention(const SparseAttnArgs& in) {
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
     attention_isa::Job j{
         .a = &a,
-        .amx = amx,
+        .amx = amx && mode == Bf16Products::Amx,
+        .dp = amx && mode == Bf16Products::Dp,
         .scratch = t_scratch.floats(attention_isa::attention_scratch_floats(a.Dh, a.nk, amx)),
         .exp_n = exp_f_n};
     for (int64_t g = g0; g < g1; ++g) {

@@ -43,9 +43,13 @@ void pair_key_rows_ref(const uint16_t* rows, int64_t n_pairs, int64_t Dh, uint16
 void sparse_attention(const SparseAttnArgs& a);
 void sparse_attention_ref(const SparseAttnArgs& a);
 
-// Whether sparse_attention runs on AMX tiles here for bf16 numerics (bf16_probs), so that keys
+// Whether sparse_attention runs on bf16 operands here for bf16 numerics (bf16_probs: AMX tiles,
+// or vdpbf16ps where it multiplies faster than fp32 FMAs), so that keys
 // given as bf16 (SparseAttnArgs::keys_bf16) are read as they are.
 bool attention_bf16_keys(bool bf16_probs);
+// Whether it reads SparseAttnArgs::key_pairs there (on AMX tiles; vdpbf16ps pairs keys its own
+// way, block by block).
+bool attention_key_pairs(bool bf16_probs);
 // out[i] = the bf16 bits of x[i]; true when every x[i] is a bf16 value of magnitude 0 or at least
 // 2^-56 (the tiles' exact range; then the copy is exact), else the copy is not to be used.
 bool attention_keys_to_bf16(const float* x, int64_t n, uint16_t* out);

@@ -508,8 +508,227 @@ void run_group_amx(const Job& jb) {
   finish(jb, m, lsum, v);
 }
 
+// --- vdpbf16ps (AVX512_BF16 without AMX tiles) ---
+//
+// The tiles' operands (q and the keys bf16 values, none nonzero below 2^-56; the probabilities
+// rounded to bf16): every product exact and every sum normal, so vdpbf16ps adds the canonical
+// chains bit for bit when each step pairs its elements in the chains' order (simd.h's
+// chain_order_words).
+//   scores  lanes = heads: the query's dimension steps [Dh/32][16][16 heads] (once per call)
+//           against each key's block of 32 dimensions in chain order, broadcast; 8 keys at once.
+//   values  lanes = dimensions: each sub-block of 32 keys paired per dimension in chain order
+//           [2][16][Dh/16][16] (once per block) against each head's probability steps
+//           [2][16][16 heads], broadcast; 4 heads and 2 vectors of dimensions at once.
+
+// Scores of keys [j, j + MR) (bf16 rows Dh apart) into z[.][16].
+template <int MR>
+inline void scores_dp(const uint16_t* rows, int64_t Dh, const int32_t* qC, int64_t j, float scale,
+                      float* zj) {
+  const __m512i perm = chain_order_words();
+  alignas(64) int32_t kc[MR][16];
+  F tot[MR], e[MR], o[MR];
+#pragma GCC unroll 8
+  for (int c = 0; c < MR; ++c) tot[c] = e[c] = o[c] = zero();
+  for (int64_t b = 0; b < Dh / 32; ++b) {
+#pragma GCC unroll 8
+    for (int c = 0; c < MR; ++c)
+      _mm512_store_si512(
+          kc[c], _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(rows + (j + c) * Dh + 32 * b)));
+    asm volatile("" : : "r"(kc) : "memory");  // (broadcast from memory: linear_vec.cpp's GEMM)
+#pragma GCC unroll 16
+    for (int kk = 0; kk < 16; ++kk) {
+      const __m512bh q = reinterpret_cast<__m512bh>(_mm512_load_si512(qC + (b * 16 + kk) * 16));
+#pragma GCC unroll 8
+      for (int c = 0; c < MR; ++c) {
+        F& acc = kk & 1 ? o[c] : e[c];
+        acc = _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(_mm512_set1_epi32(kc[c][kk])), q);
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < MR; ++c) {
+      tot[c] = tot[c] + (e[c] + o[c]);
+      zero_in_place(e[c]);
+      zero_in_place(o[c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < MR; ++c) store(zj + c * kLanes, tot[c] * set1(scale));
+}
+
+// Heads [l0, l0 + MH) and vectors of dimensions [c0, c0 + NV) of a block's values:
+// out = first ? pv : out·β + pv, pv the sub-blocks' sums from +0.
+template <int MH, int NV>
+inline void values_dp(const int32_t* vC, const int32_t* pC, int64_t nc, int nsub, int64_t l0,
+                      int64_t c0, float* out, int64_t Dh, const float* beta, bool first) {
+  F pv[MH][NV], e[MH][NV], o[MH][NV];
+#pragma GCC unroll 4
+  for (int h = 0; h < MH; ++h)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) pv[h][v] = e[h][v] = o[h][v] = zero();
+  for (int sb = 0; sb < nsub; ++sb) {
+#pragma GCC unroll 16
+    for (int kk = 0; kk < 16; ++kk) {
+      __m512bh w[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        w[v] =
+            reinterpret_cast<__m512bh>(_mm512_load_si512(vC + ((sb * 16 + kk) * nc + c0 + v) * 16));
+#pragma GCC unroll 4
+      for (int h = 0; h < MH; ++h) {
+        const __m512bh a =
+            reinterpret_cast<__m512bh>(_mm512_set1_epi32(pC[(sb * 16 + kk) * 16 + l0 + h]));
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          F& acc = kk & 1 ? o[h][v] : e[h][v];
+          acc = _mm512_dpbf16_ps(acc, a, w[v]);
+        }
+      }
+    }
+#pragma GCC unroll 4
+    for (int h = 0; h < MH; ++h)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        pv[h][v] = pv[h][v] + (e[h][v] + o[h][v]);
+        zero_in_place(e[h][v]);
+        zero_in_place(o[h][v]);
+      }
+  }
+#pragma GCC unroll 4
+  for (int h = 0; h < MH; ++h) {
+    const F bl = set1(beta[l0 + h]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float* oc = out + (l0 + h) * Dh + (c0 + v) * kLanes;
+      storeu(oc, first ? pv[h][v] : _mm512_add_ps(_mm512_mul_ps(loadu(oc), bl), pv[h][v]));
+    }
+  }
+}
+
+// Row 32·sb + i of a block of nb rows (Dh apart from src), or null past nb.
+inline const uint16_t* block_row(const uint16_t* src, int64_t Dh, int64_t nb, int64_t r) {
+  return r < nb ? src + r * Dh : nullptr;
+}
+
+// The block's nb keys (bf16 rows at src) paired per dimension in chain order into vC; returns
+// whether every value is 0 or at least 2^-56 in magnitude.
+inline bool chain_pair_block(const uint16_t* src, int64_t Dh, int64_t nb, int nsub, int32_t* vC) {
+  const int64_t nc = Dh / 16;
+  const __m512i lo = _mm512_load_si512(kPairLo.data()),
+                hi = _mm512_add_epi16(lo, _mm512_set1_epi16(16));
+  __mmask32 bad = 0;
+  for (int sb = 0; sb < nsub; ++sb)
+    for (int kk = 0; kk < 16; ++kk) {
+      const int64_t g = kk / 2, s = kk & 1;
+      const uint16_t* r0 = block_row(src, Dh, nb, 32 * sb + 4 * g + 2 + s);  // (the low halves)
+      const uint16_t* r1 = block_row(src, Dh, nb, 32 * sb + 4 * g + s);
+      int32_t* dst = vC + (sb * 16 + kk) * nc * 16;
+      for (int64_t c = 0; c < nc; c += 2) {  // 32 dimensions
+        const __m512i x0 = r0 ? _mm512_loadu_si512(r0 + 16 * c) : _mm512_setzero_si512();
+        const __m512i x1 = r1 ? _mm512_loadu_si512(r1 + 16 * c) : _mm512_setzero_si512();
+        bad |= not_floored16(x0) | not_floored16(x1);
+        _mm512_store_si512(dst + c * 16, _mm512_permutex2var_epi16(x0, lo, x1));
+        _mm512_store_si512(dst + (c + 1) * 16, _mm512_permutex2var_epi16(x0, hi, x1));
+      }
+    }
+  return bad == 0;
+}
+
+void run_group_dp(const Job& jb) {
+  const SparseAttnArgs& a = *jb.a;
+  const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh, nc = Dh / 16;
+  float* qT = jb.scratch;                                         // [Dh][16] (a block on vectors)
+  float* z = qT + Dh * kLanes;                                    // [nk][16]
+  float* p = z + nk * kLanes;                                     // [64][16]
+  float* v = p + kBlock * kLanes;                                 // [4][16]
+  int32_t* qC = reinterpret_cast<int32_t*>(v + 4 * kLanes + 64);  // [Dh / 32][16][16]
+  int32_t* pC = qC + Dh * 8;                                      // [2][16][16]
+  uint16_t* kA = reinterpret_cast<uint16_t*>(pC + 512);           // [64][Dh]
+  int32_t* vC = reinterpret_cast<int32_t*>(kA + 64 * Dh);         // [2][16][Dh / 16][16]
+  float* k32 = reinterpret_cast<float*>(vC + 32 * Dh);            // [64][Dh]
+  // qC: each head's dimensions of a block in chain order (the high halves of its floats), one
+  // step per 32-bit lane, scattered into the head's column.
+  {
+    const __m512i perm = _mm512_add_epi16(
+        _mm512_add_epi16(chain_order_words(), chain_order_words()), _mm512_set1_epi16(1));
+    const __m512i col =
+        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                           _mm512_set1_epi32(16));
+    for (int64_t l = 0; l < kLanes; ++l)
+      for (int64_t b = 0; b < Dh / 32; ++b) {
+        const __m512i steps =
+            l < nh ? _mm512_permutex2var_epi16(loadui(a.q + (h0 + l) * Dh + 32 * b), perm,
+                                               loadui(a.q + (h0 + l) * Dh + 32 * b + 16))
+                   : _mm512_setzero_si512();
+        _mm512_i32scatter_epi32(qC + b * 256 + l, col, steps, 4);
+      }
+  }
+  bool have_qT = false;
+  bool first_block = true;  // the output holds nothing yet (not zeroed)
+  auto zero_out = [&] {
+    if (!first_block) return;
+    first_block = false;
+    for (int64_t l = 0; l < nh; ++l)
+      for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
+  };
+  F m = set1(-1e30f), lsum = zero();
+  for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
+    const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
+    const int nsub = nb > 32 ? 2 : 1;
+    const uint16_t* const src = block_rows(a, j0, nb, kA);
+    if (!chain_pair_block(src, Dh, nb, nsub, vC)) {
+      // Keys the products would not take exactly: the block on vectors (the keys as fp32).
+      const SparseAttnArgs b = fp32_block(a, src, nb, k32);
+      if (!have_qT)
+        for (int64_t d = 0; d < Dh; ++d)
+          for (int64_t l = 0; l < kLanes; ++l)
+            qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
+      have_qT = true;
+      zero_out();
+      int64_t j = 0;
+      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, j, z + j * kLanes);
+      for (; j < nb; ++j) scores<1>(b, qT, j, z + j * kLanes);
+      softmax_block(jb, z, nb, p, v, &m, &lsum);
+      values(b, h0, nh, 0, nb, p, v);
+      continue;
+    }
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) scores_dp<8>(src, Dh, qC, j, a.scale, z + j * kLanes);
+    for (; j < nb; ++j) scores_dp<1>(src, Dh, qC, j, a.scale, z + j * kLanes);
+    softmax_block(jb, z, nb, p, v, &m, &lsum);
+    // Probabilities the products would flush: this block's values on vectors.
+    __mmask16 tiny = 0;
+    for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
+    if (tiny & __mmask16((1u << nh) - 1)) {
+      zero_out();
+      values(fp32_block(a, src, nb, k32), h0, nh, 0, nb, p, v);
+      continue;
+    }
+    // pC: per step, each head's probabilities of the step's two keys (zero past nb).
+    for (int sb = 0; sb < nsub; ++sb)
+      for (int kk = 0; kk < 16; ++kk) {
+        const int64_t r0 = 32 * sb + 4 * (kk / 2) + 2 + (kk & 1), r1 = r0 - 2;
+        const __m512i p0 = r0 < nb ? loadui(p + r0 * kLanes) : _mm512_setzero_si512();
+        const __m512i p1 = r1 < nb ? loadui(p + r1 * kLanes) : _mm512_setzero_si512();
+        _mm512_store_si512(pC + (sb * 16 + kk) * 16,
+                           _mm512_mask_blend_epi16(0x55555555, p1, _mm512_srli_epi32(p0, 16)));
+      }
+    float* const out = a.out + h0 * Dh;
+    int64_t l = 0;
+    for (; l + 4 <= nh; l += 4)
+      for (int64_t c = 0; c < nc; c += 2)
+        values_dp<4, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, first_block);
+    for (; l < nh; ++l)
+      for (int64_t c = 0; c < nc; c += 2)
+        values_dp<1, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, first_block);
+    first_block = false;
+  }
+  zero_out();  // (no keys)
+  finish(jb, m, lsum, v);
+}
+
 void group(const Job& j) {
   if (j.amx) return run_group_amx(j);
+  if (j.dp) return run_group_dp(j);
   run_group(j);
 }
 

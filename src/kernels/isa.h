@@ -134,7 +134,9 @@ struct Job {
   // bf16 (SparseAttnArgs::keys_bf16) and the probabilities are rounded to bf16
   // (attention_vec.cpp's run_group_amx; it checks the keys).
   bool amx = false;
-  // scratch_floats(Dh, nk, amx) floats, 64-byte aligned.
+  // The same operands on vdpbf16ps (AVX512_BF16, no tiles: run_group_dp).
+  bool dp = false;
+  // scratch_floats(Dh, nk, amx || dp) floats, 64-byte aligned.
   float* scratch = nullptr;
   // x[i] = f32(exp(double(x[i]))): the reference's exp, out of line so the ISA files do not
   // instantiate it.

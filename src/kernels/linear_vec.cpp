@@ -756,11 +756,6 @@ inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols
 #if defined(__AVX512F__)
 // One pair row kk of a block (bf16 pairs w[NV], the rows' chain-ordered inputs xc): acc += the
 // pair products (vdpbf16ps).
-// v = +0 by the zeroing idiom on v's own register, which the register renamer completes: GCC
-// otherwise copies one zero register into each accumulator, a vector move that takes an FP pipe
-// on Zen 4 (24 a block beside 192 products), and shuffles registers around them.
-DI_VEC void zero_in_place(F& v) { asm("vpxord %0, %0, %0" : "+v"(v)); }
-
 template <int MR, int NV>
 DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t (*xc)[16], int kk) {
   __m512bh wv[NV];
@@ -787,8 +782,7 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
     // group of 4, bcast_chain's pairs), so that a step broadcasts one 32-bit word; the even and
     // odd chains' accumulators named apart, so that they stay in registers (indexed by the
     // step's parity they lived on the stack: a load and a store around every vdpbf16ps).
-    const I perm = _mm512_set_epi16(29, 31, 28, 30, 25, 27, 24, 26, 21, 23, 20, 22, 17, 19, 16, 18,
-                                    13, 15, 12, 14, 9, 11, 8, 10, 5, 7, 4, 6, 1, 3, 0, 2);
+    const I perm = chain_order_words();
     const int64_t ldb = xb_stride(j.w->cols);
     const I* wp = reinterpret_cast<const I*>(s.b);
     alignas(64) int32_t xc[MR][16];
@@ -800,8 +794,9 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
     for (int64_t b = 0; b < kc / 32; ++b) {
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i)
-        _mm512_store_si512(xc[i], _mm512_permutexvar_epi16(
-                                      perm, _mm512_loadu_si512(j.xb + (i0 + i) * ldb + kc0 + b * 32)));
+        _mm512_store_si512(xc[i],
+                           _mm512_permutexvar_epi16(
+                               perm, _mm512_loadu_si512(j.xb + (i0 + i) * ldb + kc0 + b * 32)));
       // (Read back from memory: GCC otherwise extracts the words from the registers it stored,
       // shuffles that compete with the products and spill accumulators.)
       asm volatile("" : : "r"(xc) : "memory");

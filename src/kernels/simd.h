@@ -55,6 +55,21 @@ DI_VEC I select_lt(F x, F t, I a, I b) {
 DI_VEC I where_eq(I d, int32_t v, I a, I b) {
   return _mm512_mask_mov_epi32(b, _mm512_cmpeq_epi32_mask(d, _mm512_set1_epi32(v)), a);
 }
+// vdpbf16ps adds a lane's high product, then its low one. A canonical chain (kernels/reduce.h:
+// the even or the odd elements of a block, fused in order) therefore takes elements
+// (4g + 2 + s, 4g + s) as the (low, high) halves of its step 2g + s (s = 0 even, 1 odd): 32 bf16
+// words x in these word indices give the 16 steps of a 32-element block (x2, x0, x3, x1 of every
+// group of 4).
+DI_VEC I chain_order_words() {
+  return _mm512_set_epi16(29, 31, 28, 30, 25, 27, 24, 26, 21, 23, 20, 22, 17, 19, 16, 18, 13, 15,
+                          12, 14, 9, 11, 8, 10, 5, 7, 4, 6, 1, 3, 0, 2);
+}
+// v = +0 by the zeroing idiom on v's own register, which the register renamer completes: GCC
+// otherwise copies one zero register into each accumulator, a vector move that takes an FP pipe
+// on Zen 4, and shuffles registers around them.
+DI_VEC void zero_in_place(F& v) {
+  asm("vpxord %0, %0, %0" : "+v"(v));
+}
 // kLanes bytes, zero-extended to 32-bit lanes.
 DI_VEC I load_u8(const uint8_t* p) {
   return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

@@ -143,7 +143,7 @@ void Model::Impl::attention(int l, Step& st, const float* u, float* out) {
       }
     };
     // (Only where several queries of a sequence share the rows: a prefill.)
-    const bool paired = k16 && N > int64_t(n_seqs);
+    const bool paired = k16 && N > int64_t(n_seqs) && attention_key_pairs(bf16);
     uint16_t* win_pairs[2] = {};
     uint16_t* cmp_pairs[2] = {};
     if (paired) pairs_of(win16, n_wrows, win_pairs);
