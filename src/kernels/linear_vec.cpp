@@ -172,13 +172,10 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
   }
 }
 
-// The chains' pairs of inputs 4g .. 4g+3 for vdpbf16ps, which adds a lane's odd (high) product
-// first: (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h).
-inline __m512bh bcast_chain(const uint16_t* x, int odd) {
-  return reinterpret_cast<__m512bh>(
-      _mm512_set1_epi32(int32_t(uint32_t(x[2 + odd]) | uint32_t(x[odd]) << 16)));
-}
-// Weight pairs p0 = (w[4g], w[4g+1]) and p1 = (w[4g+2], w[4g+3]) regrouped likewise.
+// The inputs of vdpbf16ps, which adds a lane's odd (high) product first, go in the chains'
+// pairs (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h;
+// simd.h's chain_order_words). Weight pairs p0 = (w[4g], w[4g+1]) and p1 = (w[4g+2], w[4g+3])
+// regrouped likewise.
 inline void chain_pairs(I p0, I p1, I& even, I& odd) {
   constexpr __mmask32 kLow = 0x55555555;  // the low word of each 32-bit lane
   even = _mm512_mask_blend_epi16(kLow, _mm512_slli_epi32(p0, 16), p1);
@@ -468,6 +465,23 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
   if constexpr (Mode == 3) return gemv_blocks_int<NR, NB>(j, tile, t, b0, L, acc);
 #endif
   F pe[NB][NR] = {}, po[NB][NR] = {};
+#if defined(__AVX512F__)
+  // Mode 0: each row's blocks in the chains' order first, so that a step broadcasts one 32-bit
+  // word from memory (as the GEMM's micro-kernel: two loads, a shift and an or per step and row
+  // otherwise, which bound the head's 16-row GEMV).
+  [[maybe_unused]] alignas(64) int32_t xc[Mode == 0 ? NB : 1][Mode == 0 ? NR : 1][16];
+  if constexpr (Mode == 0) {
+#pragma GCC unroll 16
+    for (int bb = 0; bb < NB; ++bb)
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r)
+        _mm512_store_si512(
+            xc[bb][r], _mm512_permutexvar_epi16(
+                           chain_order_words(),
+                           _mm512_loadu_si512(j.xb + r * xb_stride(j.w->cols) + (b0 + bb) * 32)));
+    asm volatile("" : : "r"(xc) : "memory");
+  }
+#endif
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
 #pragma GCC unroll 16
@@ -480,11 +494,12 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
         chain_pairs(p0, p1, we, wo);
 #pragma GCC unroll 16
         for (int r = 0; r < NR; ++r) {
-          const uint16_t* xr = j.xb + r * xb_stride(j.w->cols) + (b0 + bb) * 32 + 4 * g;
           pe[bb][r] =
-              _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we), bcast_chain(xr, 0));
+              _mm512_dpbf16_ps(pe[bb][r], reinterpret_cast<__m512bh>(we),
+                               reinterpret_cast<__m512bh>(_mm512_set1_epi32(xc[bb][r][2 * g])));
           po[bb][r] =
-              _mm512_dpbf16_ps(po[bb][r], reinterpret_cast<__m512bh>(wo), bcast_chain(xr, 1));
+              _mm512_dpbf16_ps(po[bb][r], reinterpret_cast<__m512bh>(wo),
+                               reinterpret_cast<__m512bh>(_mm512_set1_epi32(xc[bb][r][2 * g + 1])));
         }
         continue;
       }
@@ -779,7 +794,7 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
 #if defined(__AVX512F__)
   if constexpr (Mode == 0) {
     // Each block's inputs of a row in the chains' order first (words x2, x0, x3, x1 of every
-    // group of 4, bcast_chain's pairs), so that a step broadcasts one 32-bit word; the even and
+    // group of 4: the chains' pairs), so that a step broadcasts one 32-bit word; the even and
     // odd chains' accumulators named apart, so that they stay in registers (indexed by the
     // step's parity they lived on the stack: a load and a store around every vdpbf16ps).
     const I perm = chain_order_words();
