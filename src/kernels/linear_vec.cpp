@@ -174,12 +174,66 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
 
 // The inputs of vdpbf16ps, which adds a lane's odd (high) product first, go in the chains'
 // pairs (x[4g+2], x[4g]) for the even chain, (x[4g+3], x[4g+1]) for the odd one (reduce.h;
-// simd.h's chain_order_words). Weight pairs p0 = (w[4g], w[4g+1]) and p1 = (w[4g+2], w[4g+3])
-// regrouped likewise.
-inline void chain_pairs(I p0, I p1, I& even, I& odd) {
-  constexpr __mmask32 kLow = 0x55555555;  // the low word of each 32-bit lane
-  even = _mm512_mask_blend_epi16(kLow, _mm512_slli_epi32(p0, 16), p1);
-  odd = _mm512_mask_blend_epi16(kLow, p0, _mm512_srli_epi32(p1, 16));
+// simd.h's chain_order_words); the weights' pairs (decode_pairs's p0 = (w[4g], w[4g+1]),
+// p1 = (w[4g+2], w[4g+3])) likewise: decode_chains below.
+
+// The index vectors of decode_chains.
+struct ChainTables {
+  uint64_t fp4[2][2][8];  // [g odd][odd chain]: vpmultishiftqb controls
+  uint8_t fp8[64];        // in-lane byte order
+  int16_t bf16[2][32];    // [odd chain]: word indices into (p0, p1)
+};
+constexpr ChainTables make_chain_tables() {
+  ChainTables c{};
+  // fp4: lane o of a group's 64 bytes holds row o's inputs 2j (low word) and 2j + 1 (high word)
+  // in nibbles j; each index word's low byte takes the nibble at bit `lo` (the later input of
+  // the step) or, for the high word, at bit `hi` (vpermw reads 5 bits: the 5th must not matter).
+  constexpr int kOff[2][2][2] = {{{4, 0}, {20, 16}}, {{12, 8}, {28, 24}}};  // [g odd][chain][lo,hi]
+  for (int p = 0; p < 2; ++p)
+    for (int ch = 0; ch < 2; ++ch) {
+      const uint64_t lo = uint64_t(kOff[p][ch][0]), hi = uint64_t(kOff[p][ch][1]);
+      const uint64_t q = lo | lo << 8 | hi << 16 | hi << 24 | (lo + 32) << 32 | (lo + 32) << 40 |
+                         (hi + 32) << 48 | (hi + 32) << 56;
+      for (int i = 0; i < 8; ++i) c.fp4[p][ch][i] = q;
+    }
+  // fp8: each lane's bytes reordered so that decode_pairs's unpacks give the chains: words
+  // (input 2, input 0) then (input 3, input 1) of each of the lane's 4 outputs.
+  constexpr uint8_t kLane[16] = {8, 0, 10, 2, 12, 4, 14, 6, 9, 1, 11, 3, 13, 5, 15, 7};
+  for (int i = 0; i < 64; ++i) c.fp8[i] = kLane[i % 16];
+  // bf16: even = (p1's w2, p0's w0), odd = (p1's w3, p0's w1) per output.
+  for (int w = 0; w < 16; ++w)
+    for (int ch = 0; ch < 2; ++ch) {
+      c.bf16[ch][2 * w] = int16_t(32 + 2 * w + ch);
+      c.bf16[ch][2 * w + 1] = int16_t(2 * w + ch);
+    }
+  return c;
+}
+alignas(64) constexpr ChainTables kChain = make_chain_tables();
+
+// The chains' pairs of inputs 4g .. 4g+3 (even = (w[4g+2], w[4g]), odd = (w[4g+3], w[4g+1]) per
+// output) straight from the tile (fp4: one multishift picks each index word's nibble, fp8: one
+// in-lane byte shuffle before the lookups, bf16: one two-source word permute per chain).
+template <WeightFormat Fm>
+inline void decode_chains(const uint8_t* tile, int64_t g, const Luts& L, I& even, I& odd) {
+  auto idx = [](const void* p) { return _mm512_load_si512(p); };
+  if constexpr (Fm == Fp4Row) {
+    const I d = load_line(tile + (g / 2) * 64);
+    even = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(idx(kChain.fp4[g & 1][0]), d),
+                                    L.e2m1);
+    odd = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(idx(kChain.fp4[g & 1][1]), d),
+                                   L.e2m1);
+  } else if constexpr (Fm == Fp8Block) {
+    const I b = _mm512_shuffle_epi8(load_line(tile + g * 64), idx(kChain.fp8));
+    I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
+    hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(char(0x80)), 0xF8);  // | sign
+    const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
+    even = _mm512_unpacklo_epi8(lo, hi);
+    odd = _mm512_unpackhi_epi8(lo, hi);
+  } else {
+    const I p0 = load_line(tile + g * 128), p1 = load_line(tile + g * 128 + 64);
+    even = _mm512_permutex2var_epi16(p0, idx(kChain.bf16[0]), p1);
+    odd = _mm512_permutex2var_epi16(p0, idx(kChain.bf16[1]), p1);
+  }
 }
 
 #else  // AVX2
@@ -489,9 +543,8 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
       if (h == 0) prefetch_group<Fm>(tile, (b0 + bb) * 8 + g);
 #if defined(__AVX512F__)
       if constexpr (Mode == 0) {
-        I p0, p1, we, wo;
-        decode_pairs<Fm>(tile, (b0 + bb) * 8 + g, L, p0, p1);
-        chain_pairs(p0, p1, we, wo);
+        I we, wo;
+        decode_chains<Fm>(tile, (b0 + bb) * 8 + g, L, we, wo);
 #pragma GCC unroll 16
         for (int r = 0; r < NR; ++r) {
           pe[bb][r] =
@@ -724,8 +777,10 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
             if constexpr (Fm == Fp8Block) Ls = scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8));
             if constexpr (Fm == Fp4Row) e = exponent_step(*j.w, j.t0 + t, g / 8);
           }
-          decode_pairs<Fm>(tile, g, Ls, p0, p1);
-          if (chains) chain_pairs(p0, p1, p0, p1);
+          if (chains)
+            decode_chains<Fm>(tile, g, L, p0, p1);
+          else
+            decode_pairs<Fm>(tile, g, Ls, p0, p1);
           if (j.amx && Fm == Fp4Row) {
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
