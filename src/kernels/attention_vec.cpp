@@ -342,6 +342,70 @@ inline SparseAttnArgs fp32_block(const SparseAttnArgs& a, const uint16_t* src, i
   return b;
 }
 
+// Each head's dimensions of every block of 32 as 16 steps of two bf16 values (the high halves of
+// the query's floats, in the word order `perm` gives over two vectors), one 32-bit step per head
+// lane: out [Dh / 32][16][16] (heads past nh zero). The tiles' B operand (pairs in order) and
+// vdpbf16ps's (the chains' pairs) alike.
+inline void query_steps(const Job& jb, __m512i perm, uint32_t* out) {
+  const SparseAttnArgs& a = *jb.a;
+  const int64_t Dh = a.Dh;
+  const __m512i col =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                         _mm512_set1_epi32(16));
+  for (int64_t l = 0; l < kLanes; ++l)
+    for (int64_t b = 0; b < Dh / 32; ++b) {
+      const float* q = a.q + (jb.h0 + l) * Dh + 32 * b;
+      const __m512i steps = l < jb.nh ? _mm512_permutex2var_epi16(loadui(q), perm, loadui(q + 16))
+                                      : _mm512_setzero_si512();
+      _mm512_i32scatter_epi32(out + b * 256 + l, col, steps, 4);
+    }
+}
+
+// What the bf16 paths keep across a group's blocks for the blocks that run on vectors instead:
+// the vector scores' transposed query (made once one needs it) and whether the output holds a
+// block's values yet (it is not zeroed before: the first block writes it).
+struct VectorFallback {
+  const Job& jb;
+  float* qT;          // [Dh][16]
+  float* k32;         // [64][Dh]: a block's keys widened to fp32
+  bool first = true;  // no block's values in the output yet
+  bool have_qT = false;
+
+  void zero_out() {
+    if (!first) return;
+    first = false;
+    const SparseAttnArgs& a = *jb.a;
+    for (int64_t l = 0; l < jb.nh; ++l)
+      for (int64_t d = 0; d < a.Dh; ++d) a.out[(jb.h0 + l) * a.Dh + d] = 0.0f;
+  }
+  // A whole block (nb keys, bf16 rows at src) on vectors.
+  void block(const uint16_t* src, int64_t nb, float* z, float* p, float* v, F* m, F* lsum) {
+    const SparseAttnArgs& a = *jb.a;
+    const SparseAttnArgs b = fp32_block(a, src, nb, k32);
+    if (!have_qT)
+      for (int64_t d = 0; d < a.Dh; ++d)
+        for (int64_t l = 0; l < kLanes; ++l)
+          qT[d * kLanes + l] = l < jb.nh ? a.q[(jb.h0 + l) * a.Dh + d] : 0;
+    have_qT = true;
+    zero_out();
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4) scores<4>(b, qT, j, z + j * kLanes);
+    for (; j < nb; ++j) scores<1>(b, qT, j, z + j * kLanes);
+    softmax_block(jb, z, nb, p, v, m, lsum);
+    values(b, jb.h0, jb.nh, 0, nb, p, v);
+  }
+  // After a block's softmax: where the bf16 products would flush a probability (nonzero below
+  // 2^-56), the block's values on vectors. Returns whether it ran them.
+  bool values_if_tiny(const uint16_t* src, int64_t nb, const float* p, const float* v) {
+    __mmask16 tiny = 0;
+    for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
+    if (!(tiny & __mmask16((1u << jb.nh) - 1))) return false;
+    zero_out();
+    values(fp32_block(*jb.a, src, nb, k32), jb.h0, jb.nh, 0, nb, p, v);
+    return true;
+  }
+};
+
 void run_group_amx(const Job& jb) {
   const SparseAttnArgs& a = *jb.a;
   const int64_t Dh = a.Dh, nk = a.nk, h0 = jb.h0, nh = jb.nh, nc = Dh / 16;
@@ -355,36 +419,13 @@ void run_group_amx(const Job& jb) {
   uint16_t* kA = pA + 2 * 16 * 32;                           // [64][Dh]
   uint16_t* vB = kA + 64 * Dh;                               // [2][Dh / 16][16][32]
   float* k32 = reinterpret_cast<float*>(vB + 64 * Dh);       // [64][Dh] (bf16 keys' fallback)
-  // qB from each head's row: its dimension pairs of a block (the high halves of consecutive
-  // floats) scattered into the block's column of that head. qT (the vector scores' transposed
-  // query) only for a block that runs on vectors.
-  const __m512i consec = _mm512_load_si512(kConsecHi.data());
+  // qB: each head's dimension pairs of a block, in order, in the block's column of that head.
+  query_steps(jb, _mm512_load_si512(kConsecHi.data()), reinterpret_cast<uint32_t*>(qB));
   const __m512i pair_idx = _mm512_load_si512(kPairHi.data());
   const __m512i head_col =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(16));
-  for (int64_t l = 0; l < kLanes; ++l)
-    for (int64_t b = 0; b < Dh / 32; ++b) {
-      const __m512i pairs =
-          l < nh ? _mm512_permutex2var_epi16(loadui(a.q + (h0 + l) * Dh + 32 * b), consec,
-                                             loadui(a.q + (h0 + l) * Dh + 32 * b + 16))
-                 : _mm512_setzero_si512();
-      _mm512_i32scatter_epi32(qB + b * 512 + 2 * l, head_col, pairs, 4);
-    }
-  bool have_qT = false;
-  auto need_qT = [&] {
-    if (have_qT) return;
-    have_qT = true;
-    for (int64_t d = 0; d < Dh; ++d)
-      for (int64_t l = 0; l < kLanes; ++l) qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
-  };
-  bool first_block = true;  // the accumulators hold nothing yet (the output is not zeroed)
-  auto zero_out = [&] {
-    if (!first_block) return;
-    first_block = false;
-    for (int64_t l = 0; l < nh; ++l)
-      for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
-  };
+  VectorFallback fb{jb, qT, k32};
   linear_isa::amx_configure(16);
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
@@ -404,14 +445,7 @@ void run_group_amx(const Job& jb) {
       vstride = 4 * Dh;
     } else if (!pair_block_bf16(src, Dh, nb, kA, vB, &rows)) {
       // Values the tiles would not take exactly: the block on vectors (the keys as fp32).
-      const SparseAttnArgs b = fp32_block(a, src, nb, k32);
-      need_qT();
-      zero_out();
-      int64_t j = 0;
-      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, j, z + j * kLanes);
-      for (; j < nb; ++j) scores<1>(b, qT, j, z + j * kLanes);
-      softmax_block(jb, z, nb, p, v, &m, &lsum);
-      values(b, h0, nh, 0, nb, p, v);
+      fb.block(src, nb, z, p, v, &m, &lsum);
       continue;
     }
     // Scores of the block's 4 groups of 16 keys (rows past nb are zero keys, never read).
@@ -437,14 +471,7 @@ void run_group_amx(const Job& jb) {
     for (int64_t jj = 0; jj < nb; ++jj)
       store(z + jj * kLanes, load(cs + jj * kLanes) * set1(a.scale));
     softmax_block(jb, z, nb, p, v, &m, &lsum);
-    // Probabilities the tiles would flush: this block's values on vectors.
-    __mmask16 tiny = 0;
-    for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
-    if (tiny & __mmask16((1u << nh) - 1)) {
-      zero_out();
-      values(fp32_block(a, src, nb, k32), h0, nh, 0, nb, p, v);
-      continue;
-    }
+    if (fb.values_if_tiny(src, nb, p, v)) continue;
     // The probabilities as A tiles: [sub-block][head][32 keys] (missing keys zero).
     // Each pair of keys' probabilities, as one 32-bit lane per head, scattered into the heads'
     // rows.
@@ -497,14 +524,14 @@ void run_group_amx(const Job& jb) {
         float* o = a.out + (h0 + l) * Dh + 16 * c;
         const F bl = set1(v[l]);
         for (int64_t q = 0; q < nq; ++q)  // (the first block: 0·β + pv is pv, never -0)
-          storeu(o + 16 * q, first_block ? load(cs + q * 256 + l * 16)
-                                         : loadu(o + 16 * q) * bl + load(cs + q * 256 + l * 16));
+          storeu(o + 16 * q, fb.first ? load(cs + q * 256 + l * 16)
+                                      : loadu(o + 16 * q) * bl + load(cs + q * 256 + l * 16));
       }
     }
-    first_block = false;
+    fb.first = false;
   }
   _tile_release();
-  zero_out();  // (no keys)
+  fb.zero_out();  // (no keys)
   finish(jb, m, lsum, v);
 }
 
@@ -645,31 +672,13 @@ void run_group_dp(const Job& jb) {
   uint16_t* kA = reinterpret_cast<uint16_t*>(pC + 512);           // [64][Dh]
   int32_t* vC = reinterpret_cast<int32_t*>(kA + 64 * Dh);         // [2][16][Dh / 16][16]
   float* k32 = reinterpret_cast<float*>(vC + 32 * Dh);            // [64][Dh]
-  // qC: each head's dimensions of a block in chain order (the high halves of its floats), one
-  // step per 32-bit lane, scattered into the head's column.
-  {
-    const __m512i perm = _mm512_add_epi16(
-        _mm512_add_epi16(chain_order_words(), chain_order_words()), _mm512_set1_epi16(1));
-    const __m512i col =
-        _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                           _mm512_set1_epi32(16));
-    for (int64_t l = 0; l < kLanes; ++l)
-      for (int64_t b = 0; b < Dh / 32; ++b) {
-        const __m512i steps =
-            l < nh ? _mm512_permutex2var_epi16(loadui(a.q + (h0 + l) * Dh + 32 * b), perm,
-                                               loadui(a.q + (h0 + l) * Dh + 32 * b + 16))
-                   : _mm512_setzero_si512();
-        _mm512_i32scatter_epi32(qC + b * 256 + l, col, steps, 4);
-      }
-  }
-  bool have_qT = false;
-  bool first_block = true;  // the output holds nothing yet (not zeroed)
-  auto zero_out = [&] {
-    if (!first_block) return;
-    first_block = false;
-    for (int64_t l = 0; l < nh; ++l)
-      for (int64_t d = 0; d < Dh; ++d) a.out[(h0 + l) * Dh + d] = 0.0f;
-  };
+  // qC: each head's dimensions of a block in the chains' order, in the block's column of that
+  // head (the high halves of its floats: words 2·c + 1 for the chains' word c).
+  query_steps(jb,
+              _mm512_add_epi16(_mm512_add_epi16(chain_order_words(), chain_order_words()),
+                               _mm512_set1_epi16(1)),
+              reinterpret_cast<uint32_t*>(qC));
+  VectorFallback fb{jb, qT, k32};
   F m = set1(-1e30f), lsum = zero();
   for (int64_t j0 = 0; j0 < nk; j0 += kBlock) {
     const int64_t nb = nk - j0 < kBlock ? nk - j0 : kBlock;
@@ -677,32 +686,14 @@ void run_group_dp(const Job& jb) {
     const uint16_t* const src = block_rows(a, j0, nb, kA);
     if (!chain_pair_block(src, Dh, nb, nsub, vC)) {
       // Keys the products would not take exactly: the block on vectors (the keys as fp32).
-      const SparseAttnArgs b = fp32_block(a, src, nb, k32);
-      if (!have_qT)
-        for (int64_t d = 0; d < Dh; ++d)
-          for (int64_t l = 0; l < kLanes; ++l)
-            qT[d * kLanes + l] = l < nh ? a.q[(h0 + l) * Dh + d] : 0;
-      have_qT = true;
-      zero_out();
-      int64_t j = 0;
-      for (; j + 4 <= nb; j += 4) scores<4>(b, qT, j, z + j * kLanes);
-      for (; j < nb; ++j) scores<1>(b, qT, j, z + j * kLanes);
-      softmax_block(jb, z, nb, p, v, &m, &lsum);
-      values(b, h0, nh, 0, nb, p, v);
+      fb.block(src, nb, z, p, v, &m, &lsum);
       continue;
     }
     int64_t j = 0;
     for (; j + 8 <= nb; j += 8) scores_dp<8>(src, Dh, qC, j, a.scale, z + j * kLanes);
     for (; j < nb; ++j) scores_dp<1>(src, Dh, qC, j, a.scale, z + j * kLanes);
     softmax_block(jb, z, nb, p, v, &m, &lsum);
-    // Probabilities the products would flush: this block's values on vectors.
-    __mmask16 tiny = 0;
-    for (int64_t jj = 0; jj < nb; ++jj) tiny |= not_floored(loadui(p + jj * kLanes));
-    if (tiny & __mmask16((1u << nh) - 1)) {
-      zero_out();
-      values(fp32_block(a, src, nb, k32), h0, nh, 0, nb, p, v);
-      continue;
-    }
+    if (fb.values_if_tiny(src, nb, p, v)) continue;
     // pC: per step, each head's probabilities of the step's two keys (zero past nb).
     for (int sb = 0; sb < nsub; ++sb)
       for (int kk = 0; kk < 16; ++kk) {
@@ -716,13 +707,13 @@ void run_group_dp(const Job& jb) {
     int64_t l = 0;
     for (; l + 4 <= nh; l += 4)
       for (int64_t c = 0; c < nc; c += 2)
-        values_dp<4, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, first_block);
+        values_dp<4, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, fb.first);
     for (; l < nh; ++l)
       for (int64_t c = 0; c < nc; c += 2)
-        values_dp<1, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, first_block);
-    first_block = false;
+        values_dp<1, 2>(vC, pC, nc, nsub, l, c, out, Dh, v, fb.first);
+    fb.first = false;
   }
-  zero_out();  // (no keys)
+  fb.zero_out();  // (no keys)
   finish(jb, m, lsum, v);
 }
 
