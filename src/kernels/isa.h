@@ -60,7 +60,9 @@ struct Job {
   const float* x = nullptr;
   int64_t ldx = 0;
   // The rows below are K = w->cols apart (K / 32 for xs; xb_stride(K) for xb).
-  const uint16_t* xb = nullptr;  // [n, K] the same x̃ as bf16 (exact) for vdpbf16ps, or null
+  // [n, K] the same x̃ as bf16 (exact), or null: for the AMX tiles in order, for vdpbf16ps each
+  // block of 32 in the chains' order (simd.h's chain_order_words: one 32-bit word per step).
+  const uint16_t* xb = nullptr;
   // Integer products (fp4 weights, AVX-512 GEMV), or null: per row and 32-block, x̃_k = A_k · 2^E
   // with integers |A_k| < 2^15, as the bytes H and L of A = 256·H + L in xi [n, K/32][4 groups]
   // [H, L][8] (the order within a group: linear_vec.cpp's int_codes), xc [n, K/32] = -12·Σ A_k,
@@ -89,6 +91,9 @@ struct Kernels {
   // value with magnitude 0 or in [2^-56, max] (see PackedWeight::bf16_products); null when the
   // ISA has no bf16 products (vdpbf16ps), for quantized rows' bf16 codes too.
   bool (*to_bf16)(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb);
+  // Rows of bf16 inputs xb[n, K] (xb_stride(K) apart) in place into the chains' order of
+  // vdpbf16ps (Job::xb; null where to_bf16 is).
+  void (*chain_rows)(uint16_t* xb, int64_t n, int64_t K);
   // Job::xi, xc and xs of n rows of QDQ values xq[n, K] (null when the ISA has no integer
   // products).
   void (*int_codes)(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, float* xs);

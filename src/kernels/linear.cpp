@@ -259,11 +259,14 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
 // Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K] (but for AMX tiles, which
 // read the bf16 copy alone: a prefill's experts wrote 25 MB a layer for nothing), then the same
 // as bf16 (bf16 products) or as the integer codes of isa.h's Job (integer products): bytes xi
-// [n, 2K], corrections xc [n, K/32] and scales xs [n, K/32].
+// [n, 2K], corrections xc [n, K/32] and scales xs [n, K/32]. The bf16 copy is in the chains'
+// order (isa.h's Job::xb) unless the tiles read it.
 struct QuantScratch {
   int64_t xqb = 0, xi = 0, xc = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
   bool fp32 = true;                                    // xq at offset 0
-  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints, bool amx) : fp32(!amx || ints) {
+  bool chain = false;                                  // xqb in the chains' order
+  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints, bool amx, bool tiles)
+      : fp32(!amx || ints), chain(bf16 && !tiles) {
     bytes = fp32 ? round_up(n * K * 4, 64) : 64;  // (else the offsets after it stay nonzero)
     // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
     // the scratch held before, always initialised memory, and their outputs are never read.)
@@ -289,6 +292,7 @@ void quantize_rows(const linear_isa::Kernels& kern, const LinearArgs& a, int64_t
                     xqb ? xqb + (i - i0) * ldb : nullptr);
   else
     kern.quantize(a.x + i0 * a.ldx, a.ldx, i1 - i0, K, xq, xqb);
+  if (l.chain) kern.chain_rows(xqb, i1 - i0, K);
   if (l.xi)
     kern.int_codes(xq, i1 - i0, K, reinterpret_cast<int8_t*>(s + l.xi) + i0 * K * 2,
                    reinterpret_cast<int32_t*>(s + l.xc) + i0 * (K / 32),
@@ -370,7 +374,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints, prod.amx);
+  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints, prod.amx, prod.amx);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
     pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
@@ -382,7 +386,10 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     // after them for the GEMM's tiles, which read groups of 16 rows).
     uint16_t* xb =
         reinterpret_cast<uint16_t*>(t_act.bytes(size_t((n + 15) * linear_isa::xb_stride(K) * 2)));
-    if (kern.to_bf16(a.x, a.ldx, n, K, xb)) base.xb = xb;
+    if (kern.to_bf16(a.x, a.ldx, n, K, xb)) {
+      base.xb = xb;
+      if (!prod.amx) kern.chain_rows(xb, n, K);
+    }
   }
   base.amx = prod.amx && base.xb;  // (dense inputs that were not bf16 values: not)
 
@@ -481,7 +488,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const CallProducts prod = call_products(kern, *calls[c].w, a.n, !gemm);
     // (A GEMM reads the bf16 copy alone, as the tiles do.)
     const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints,
-                         prod.amx || gemm);
+                         prod.amx || gemm, prod.amx);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = quant && p && p->x == a.x && p->x_rows == a.x_rows && p->n == a.n &&
@@ -500,13 +507,17 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   std::vector<const float*>& bank = t_bank;
   bank.clear();
   int64_t bank_K = 0, bank_at = 0;
+  bool bank_chain = false;  // the bank's rows in the chains' order (QuantScratch::chain)
   auto banked = [&](size_t c) {
     const Plan& p = plans[c];
     return p.owner == c && calls[c].a.x_rows && p.l.xqb && !p.l.fp32 && !p.l.xi &&
-           calls[c].w->cols() == bank_K;
+           calls[c].w->cols() == bank_K && p.l.chain == bank_chain;
   };
   for (size_t c = 0; c < calls.size(); ++c) {
-    if (!bank_K && calls[c].a.x_rows) bank_K = calls[c].w->cols();
+    if (!bank_K && calls[c].a.x_rows) {
+      bank_K = calls[c].w->cols();
+      bank_chain = plans[c].l.chain;
+    }
     if (banked(c)) bank.insert(bank.end(), calls[c].a.x_rows, calls[c].a.x_rows + calls[c].a.n);
   }
   const size_t routed = bank.size();
@@ -524,16 +535,19 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
   ThreadPool& pool = ThreadPool::global();
   if (bank_K)
     pool.parallel_for(int64_t(bank.size()), 4, [&](int64_t u0, int64_t u1) {
-      for (int64_t u = u0; u < u1; ++u)
+      for (int64_t u = u0; u < u1; ++u) {
         kern.quantize(bank[size_t(u)], bank_K, 1, bank_K, nullptr, bank_rows + u * ldb);
+        if (bank_chain) kern.chain_rows(bank_rows + u * ldb, 1, bank_K);
+      }
     });
   pool.parallel_for(int64_t(calls.size()), 1, [&](int64_t c0, int64_t c1) {
     for (size_t c = size_t(c0); c < size_t(c1); ++c) {
       const LinearArgs& a = calls[c].a;
       Plan& p = plans[c];
       if (p.dense_bf16) {
-        p.dense_bf16 = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(),
-                                    reinterpret_cast<uint16_t*>(s + p.at));
+        uint16_t* xb = reinterpret_cast<uint16_t*>(s + p.at);
+        p.dense_bf16 = kern.to_bf16(a.x, a.ldx, a.n, calls[c].w->cols(), xb);
+        if (p.dense_bf16 && !p.amx) kern.chain_rows(xb, a.n, calls[c].w->cols());
       } else if (bank_K && banked(c)) {
         uint16_t* xqb = reinterpret_cast<uint16_t*>(s + p.at + p.l.xqb);
         for (int64_t i = 0; i < a.n; ++i) {

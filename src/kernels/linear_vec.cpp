@@ -520,21 +520,15 @@ inline void gemv_blocks(const Job& j, const uint8_t* tile, int64_t t, int64_t b0
 #endif
   F pe[NB][NR] = {}, po[NB][NR] = {};
 #if defined(__AVX512F__)
-  // Mode 0: each row's blocks in the chains' order first, so that a step broadcasts one 32-bit
-  // word from memory (as the GEMM's micro-kernel: two loads, a shift and an or per step and row
-  // otherwise, which bound the head's 16-row GEMV).
-  [[maybe_unused]] alignas(64) int32_t xc[Mode == 0 ? NB : 1][Mode == 0 ? NR : 1][16];
-  if constexpr (Mode == 0) {
+  // Mode 0: each row's blocks are in the chains' order (Job::xb): one 32-bit word a step.
+  [[maybe_unused]] const int32_t* xc[Mode == 0 ? NB : 1][Mode == 0 ? NR : 1];
+  if constexpr (Mode == 0)
 #pragma GCC unroll 16
     for (int bb = 0; bb < NB; ++bb)
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r)
-        _mm512_store_si512(
-            xc[bb][r], _mm512_permutexvar_epi16(
-                           chain_order_words(),
-                           _mm512_loadu_si512(j.xb + r * xb_stride(j.w->cols) + (b0 + bb) * 32)));
-    asm volatile("" : : "r"(xc) : "memory");
-  }
+        xc[bb][r] =
+            reinterpret_cast<const int32_t*>(j.xb + r * xb_stride(j.w->cols) + (b0 + bb) * 32);
 #endif
 #pragma GCC unroll 2
   for (int g = 0; g < 8; ++g) {
@@ -839,7 +833,7 @@ inline void scale_into(const GemmScratch& s, int64_t i0, int64_t b, int64_t cols
 // One pair row kk of a block (bf16 pairs w[NV], the rows' chain-ordered inputs xc): acc += the
 // pair products (vdpbf16ps).
 template <int MR, int NV>
-DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t (*xc)[16], int kk) {
+DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t* const* xc, int kk) {
   __m512bh wv[NV];
 #pragma GCC unroll 16
   for (int v = 0; v < NV; ++v) wv[v] = reinterpret_cast<__m512bh>(_mm512_load_si512(w + v));
@@ -860,14 +854,12 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
            int64_t v0) {
 #if defined(__AVX512F__)
   if constexpr (Mode == 0) {
-    // Each block's inputs of a row in the chains' order first (words x2, x0, x3, x1 of every
-    // group of 4: the chains' pairs), so that a step broadcasts one 32-bit word; the even and
-    // odd chains' accumulators named apart, so that they stay in registers (indexed by the
-    // step's parity they lived on the stack: a load and a store around every vdpbf16ps).
-    const I perm = chain_order_words();
+    // The rows' blocks are in the chains' order (Job::xb), so a step broadcasts one 32-bit word
+    // from memory; the even and odd chains' accumulators are named apart, so that they stay in
+    // registers (indexed by the step's parity they lived on the stack: a load and a store around
+    // every vdpbf16ps).
     const int64_t ldb = xb_stride(j.w->cols);
     const I* wp = reinterpret_cast<const I*>(s.b);
-    alignas(64) int32_t xc[MR][16];
     // (Local copies: a vector store may alias anything, and GCC reloaded s.c after each one,
     // which serialized the accumulators' updates at every block's end: a quarter of the time.)
     float* const cb = s.c + i0 * (kNt * 16);
@@ -878,14 +870,10 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
 #pragma GCC unroll 16
       for (int v = 0; v < NV; ++v) e[i][v] = o[i][v] = zero();
     for (int64_t b = 0; b < kc / 32; ++b) {
+      const int32_t* xc[MR];
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i)
-        _mm512_store_si512(xc[i],
-                           _mm512_permutexvar_epi16(
-                               perm, _mm512_loadu_si512(j.xb + (i0 + i) * ldb + kc0 + b * 32)));
-      // (Read back from memory: GCC otherwise extracts the words from the registers it stored,
-      // shuffles that compete with the products and spill accumulators.)
-      asm volatile("" : : "r"(xc) : "memory");
+        xc[i] = reinterpret_cast<const int32_t*>(j.xb + (i0 + i) * ldb + kc0 + b * 32);
 #pragma GCC unroll 8
       for (int g = 0; g < 8; ++g) {
         dp_step<MR, NV>(e, wp + (b * 16 + 2 * g) * NV, xc, 2 * g);
@@ -1448,6 +1436,15 @@ void int_codes(const float* xq, int64_t n, int64_t K, int8_t* xi, int32_t* xc, f
   }
 }
 
+void chain_rows(uint16_t* xb, int64_t n, int64_t K) {
+  const I perm = chain_order_words();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t k = 0; k < K; k += 32) {
+      uint16_t* p = xb + i * xb_stride(K) + k;
+      _mm512_storeu_si512(p, _mm512_permutexvar_epi16(perm, _mm512_loadu_si512(p)));
+    }
+}
+
 bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
   __mmask16 bad = 0;
   for (int64_t i = 0; i < n; ++i)
@@ -1468,7 +1465,8 @@ bool to_bf16(const float* x, int64_t ldx, int64_t n, int64_t K, uint16_t* xb) {
 }  // namespace
 
 #if defined(__AVX512F__)
-const Kernels kAvx512{quantize, to_bf16, int_codes, gemv, gemm, gemm_scratch_bytes, kGemvRows};
+const Kernels kAvx512{quantize, to_bf16, chain_rows,         int_codes,
+                      gemv,     gemm,    gemm_scratch_bytes, kGemvRows};
 
 namespace {
 
@@ -1586,7 +1584,7 @@ void avx512_product_chains(ProductKind kind, int64_t n) {
   (void)sink;
 }
 #else
-const Kernels kAvx2{quantize, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, kGemvRows};
+const Kernels kAvx2{quantize, nullptr, nullptr, nullptr, gemv, gemm, gemm_scratch_bytes, kGemvRows};
 #endif
 
 }  // namespace deepinfer::linear_isa
