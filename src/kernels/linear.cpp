@@ -256,17 +256,18 @@ int64_t check_call(const Weight& w, const LinearArgs& a) {
   return n_out;
 }
 
-// Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K] (but for AMX tiles, which
-// read the bf16 copy alone: a prefill's experts wrote 25 MB a layer for nothing), then the same
-// as bf16 (bf16 products) or as the integer codes of isa.h's Job (integer products): bytes xi
-// [n, 2K], corrections xc [n, K/32] and scales xs [n, K/32]. The bf16 copy is in the chains'
-// order (isa.h's Job::xb) unless the tiles read it.
+// Scratch for n rows of act-quantized inputs: the QDQ values xq [n, K] (but for bf16 products,
+// on the tiles or vdpbf16ps, which read the bf16 copy alone: a prefill's experts wrote 25 MB a
+// layer for nothing), then the same as bf16 (bf16 products) or as the integer codes of isa.h's
+// Job (integer products, which also read xq): bytes xi [n, 2K], corrections xc [n, K/32] and
+// scales xs [n, K/32]. The bf16 copy is in the chains' order (isa.h's Job::xb) unless the tiles
+// read it.
 struct QuantScratch {
   int64_t xqb = 0, xi = 0, xc = 0, xs = 0, bytes = 0;  // offsets (0: absent) and the total
   bool fp32 = true;                                    // xq at offset 0
   bool chain = false;                                  // xqb in the chains' order
-  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints, bool amx, bool tiles)
-      : fp32(!amx || ints), chain(bf16 && !tiles) {
+  QuantScratch(int64_t n, int64_t K, bool bf16, bool ints, bool tiles)
+      : fp32(!bf16 || ints), chain(bf16 && !tiles) {
     bytes = fp32 ? round_up(n * K * 4, 64) : 64;  // (else the offsets after it stay nonzero)
     // (AMX tiles read groups of 16 rows: room for 15 more after the last. They hold whatever
     // the scratch held before, always initialised memory, and their outputs are never read.)
@@ -374,7 +375,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   ThreadPool& pool = ThreadPool::global();
 
   // Quantized inputs: the act_quant QDQ of §3.4, once per row for every output.
-  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints, prod.amx, prod.amx);
+  const QuantScratch layout(n, K, quant && prod.bf16, quant && prod.ints, prod.amx);
   uint8_t* q = quant ? t_act.bytes(size_t(layout.bytes)) : nullptr;
   if (quant)  // in chunks of 8 rows from 16 rows on, else in one chunk on this thread
     pool.parallel_for(n, n < 16 ? n : 8, [&](int64_t i0, int64_t i1) {
@@ -441,7 +442,6 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
     if (excess(parts) < excess(row_parts) - 0.02) row_parts = parts;
   if (n_panels < threads * 2)
     row_parts = std::max(row_parts, std::min((threads * 2 + n_panels - 1) / n_panels, n / 16));
-  row_parts = std::max<int64_t>(1, row_parts);
   const int64_t rows_per = (n + row_parts - 1) / row_parts;
   pool.parallel_for(n_panels * row_parts, 1, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -497,9 +497,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
     const int64_t K = calls[c].w->cols();
     const bool gemm = many_gemm(kern, *calls[c].w, a.n);
     const CallProducts prod = call_products(kern, *calls[c].w, a.n, !gemm);
-    // (A GEMM reads the bf16 copy alone, as the tiles do.)
-    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints,
-                         prod.amx || gemm, prod.amx);
+    const QuantScratch l(quant ? a.n : 0, K, quant && prod.bf16, quant && prod.ints, prod.amx);
     const LinearArgs* p = c ? &calls[c - 1].a : nullptr;
     // (Same n and K, both quantized: the layouts agree when they hold the same parts.)
     const bool shared = quant && p && p->x == a.x && p->x_rows == a.x_rows && p->n == a.n &&
