@@ -200,28 +200,29 @@ void sparse_attention(const SparseAttnArgs& in) {
   const attention_isa::Kernels& kern =
       isa == Isa::Avx512 ? attention_isa::kAvx512 : attention_isa::kAvx2;
   const int64_t lanes = kern.lanes;
-  // AMX tiles where their products and sums are the fused chains' (bf16 values, none subnormal;
-  // bf16 keys are checked block by block). They read keys as bf16: fp32 keys are converted here
-  // (and stay on vectors when a value is not one the tiles take exactly).
+  // bf16 operands (AMX tiles, or vdpbf16ps: bf16_attention) where their products and sums are
+  // the fused chains' (bf16 values, none subnormal; bf16 keys are checked block by block). They
+  // read keys as bf16: fp32 keys are converted here (and stay on vectors when a value is not one
+  // the products take exactly).
   const Bf16Products mode = bf16_attention(isa, in.bf16_probs);
-  bool amx = mode != Bf16Products::None && kern.all_bf16_floored(in.q, in.H * in.Dh);
+  bool bf16_ops = mode != Bf16Products::None && kern.all_bf16_floored(in.q, in.H * in.Dh);
   SparseAttnArgs a = in;
-  if (amx && !in.keys_bf16 && !in.key_rows) {
+  if (bf16_ops && !in.keys_bf16 && !in.key_rows) {
     thread_local std::vector<uint16_t> t_keys16;  // reused: no allocation once large enough
     t_keys16.resize(size_t(in.nk * in.Dh));
-    amx = kern.to_bf16_floored(in.keys, in.nk * in.Dh, t_keys16.data());
-    if (amx) {
+    bf16_ops = kern.to_bf16_floored(in.keys, in.nk * in.Dh, t_keys16.data());
+    if (bf16_ops) {
       a.keys = nullptr;
       a.keys_bf16 = t_keys16.data();
     }
   }
-  if (!amx) a = with_fp32_keys(in);
+  if (!bf16_ops) a = with_fp32_keys(in);
   ThreadPool::global().parallel_for((a.H + lanes - 1) / lanes, 1, [&](int64_t g0, int64_t g1) {
     attention_isa::Job j{
         .a = &a,
-        .amx = amx && mode == Bf16Products::Amx,
-        .dp = amx && mode == Bf16Products::Dp,
-        .scratch = t_scratch.floats(attention_isa::attention_scratch_floats(a.Dh, a.nk, amx)),
+        .amx = bf16_ops && mode == Bf16Products::Amx,
+        .dp = bf16_ops && mode == Bf16Products::Dp,
+        .scratch = t_scratch.floats(attention_isa::attention_scratch_floats(a.Dh, a.nk, bf16_ops)),
         .exp_n = exp_f_n};
     for (int64_t g = g0; g < g1; ++g) {
       j.h0 = g * lanes;

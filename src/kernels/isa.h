@@ -173,10 +173,11 @@ struct Kernels {
 };
 
 // Floats of a Job's scratch: qT [Dh][16], scores [nk][16], probabilities [64][16], a few vectors;
-// on the tiles also the query's pairs, a block's keys as bf16 rows and as pairs, and the tiles'
-// staging.
-inline int64_t attention_scratch_floats(int64_t Dh, int64_t nk, bool amx) {
-  return Dh * 16 + nk * 16 + 64 * 16 + 4 * 16 + 64 + (amx ? Dh * 8 + 128 * Dh + 4 * 256 + 512 : 0);
+// on bf16 operands (the tiles or vdpbf16ps) also the query's steps, a block's keys as bf16 rows
+// and as pairs, and the tiles' staging or the probabilities' steps.
+inline int64_t attention_scratch_floats(int64_t Dh, int64_t nk, bool bf16_ops) {
+  return Dh * 16 + nk * 16 + 64 * 16 + 4 * 16 + 64 +
+         (bf16_ops ? Dh * 8 + 128 * Dh + 4 * 256 + 512 : 0);
 }
 // The tables of each ISA (attention_vec.cpp compiled for it).
 extern const Kernels kAvx2, kAvx512;
