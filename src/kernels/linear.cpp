@@ -735,8 +735,9 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   const int64_t n_scales = !coded                             ? 0
                            : w.format == WeightFormat::Fp4Row ? w.rows() * (K / 32)
                                                               : (w.rows() + 31) / 32 * w.scale_cols;
+  const int lowest = w.quant_input ? 127 - 86 : 127 - 54;  // (PackedWeight::amx_scales)
   p_.amx_scales = std::all_of(w.scale, w.scale + n_scales,
-                              [](uint8_t s) { return s >= 127 - 86 && s <= 127 + 100; });
+                              [lowest](uint8_t s) { return s >= lowest && s <= 127 + 100; });
   p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
   if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
   ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {

@@ -68,11 +68,13 @@ struct PackedWeight {
   // when checked so): with inputs alike, no product or partial sum can be subnormal, so the
   // bf16 dot-product instruction gives exactly the canonical fused steps.
   bool bf16_products = false;
-  // Every block scale lies in [2^-86, 2^100] (or there are none): the AMX kernels may pack the
-  // values times their scale, all staying normal and finite bf16 values (e4m3 from 2^-9 to 448,
-  // e2m1 from 0.5 to 6), and every product too, with inputs as small as act_quant's (a value's
-  // last bit from 2^-31) or as the bf16 products' floor. Weights with other scales stay off the
-  // tiles.
+  // Every block scale lies in [2^-86, 2^100] for act-quantized inputs, [2^-54, 2^100] for dense
+  // ones (or there are none): the AMX tiles and the vdpbf16ps GEMM may pack the values times
+  // their scale, all staying normal and finite bf16 values (e4m3 from 2^-9 to 448, e2m1 from 0.5
+  // to 6), and every product and partial too, whose last bit is at least 2^-126: act_quant's
+  // values have their last bit from 2^-31, e4m3's from 2^-9 (2^-31 · 2^-9 · 2^-86), dense bf16
+  // inputs (the bf16 products' floor 2^-56) from 2^-63 (2^-63 · 2^-9 · 2^-54). Weights with
+  // other scales stay off the tiles and keep their scales apart.
   bool amx_scales = false;
 };
 

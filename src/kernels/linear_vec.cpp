@@ -741,6 +741,14 @@ GemmScratch scratch_of(const Job& j) {
   return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kPackBytes)};
 }
 
+// Whether a vdpbf16ps GEMM packs the weights times their block scales, as the tiles do: with
+// the scales folded in, every product and partial is the canonical one times the scale, exactly
+// (PackedWeight::amx_scales: all stay normal), so a block's end is acc + (e + o), two additions,
+// instead of an fma on the products' pipe (one per 16 products).
+inline bool folded_scales(const Job& j) {
+  return j.w->amx_scales;
+}
+
 template <WeightFormat Fm>
 // A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. For
 // AMX tiles (Job::amx), each block's weights are packed times its scale: a power of two, so the
@@ -748,6 +756,9 @@ template <WeightFormat Fm>
 // partial the canonical order adds.
 void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
   [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
+  // The block scales folded into the weights (the tiles always; vdpbf16ps where they allow it:
+  // folded_scales).
+  [[maybe_unused]] const bool fold = j.amx || (chains && folded_scales(j));
 
   const Luts L = make_luts();
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
@@ -772,15 +783,15 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
       if constexpr (Fm != F32) {
         if (bf16) {
           I p0, p1;
-          if (j.amx && g % 8 == 0) {  // (chunks start at blocks)
+          if (fold && g % 8 == 0) {  // (chunks start at blocks)
             if constexpr (Fm == Fp8Block) Ls = scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8));
             if constexpr (Fm == Fp4Row) e = exponent_step(*j.w, j.t0 + t, g / 8);
           }
           if (chains)
-            decode_chains<Fm>(tile, g, L, p0, p1);
+            decode_chains<Fm>(tile, g, Ls, p0, p1);
           else
             decode_pairs<Fm>(tile, g, Ls, p0, p1);
-          if (j.amx && Fm == Fp4Row) {
+          if (fold && Fm == Fp4Row) {
             p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
             p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
           }
@@ -799,7 +810,7 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
         for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
       }
     }
-    for (int64_t b = 0; b < kc / 32 && !j.amx; ++b) {  // (the tiles' weights carry their scales)
+    for (int64_t b = 0; b < kc / 32 && !fold; ++b) {  // (folded weights carry their scales)
       if constexpr (Fm == Fp4Row)
         _mm_prefetch(reinterpret_cast<const char*>(
                          j.w->scale + (last ? (j.t0 + t + nt) * (K / 32) + b
@@ -847,13 +858,14 @@ DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t* const* xc, int 
 #endif
 
 // Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
-// per input (dense inputs, or codes when bf16 products are not used; Mode as gemv_blocks), or
-// (Mode 0) bf16 codes against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0).
+// per input (Mode 1: dense inputs, or codes when bf16 products are not used), or bf16 codes
+// against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0), the block scales in s.ws
+// (Mode 0) or folded into the weights (Mode 2: folded_scales).
 template <int MR, int NV, int Mode>
 void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t cols,
            int64_t v0) {
 #if defined(__AVX512F__)
-  if constexpr (Mode == 0) {
+  if constexpr (Mode != 1) {
     // The rows' blocks are in the chains' order (Job::xb), so a step broadcasts one 32-bit word
     // from memory; the even and odd chains' accumulators are named apart, so that they stay in
     // registers (indexed by the step's parity they lived on the stack: a load and a store around
@@ -881,13 +893,14 @@ void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch&
       }
       F ws[NV];
 #pragma GCC unroll 16
-      for (int v = 0; v < NV; ++v) ws[v] = load(wsb + (b * NV + v) * kLanes);
+      for (int v = 0; v < NV; ++v) ws[v] = Mode == 2 ? zero() : load(wsb + (b * NV + v) * kLanes);
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) {
         float* c = cb + i * (kNt * 16);
 #pragma GCC unroll 16
         for (int v = 0; v < NV; ++v) {
-          store(c + v * kLanes, fmadd(e[i][v] + o[i][v], ws[v], load(c + v * kLanes)));
+          const F p = e[i][v] + o[i][v], acc = load(c + v * kLanes);
+          store(c + v * kLanes, Mode == 2 ? acc + p : fmadd(p, ws[v], acc));
           zero_in_place(e[i][v]);
           zero_in_place(o[i][v]);
         }
@@ -928,11 +941,13 @@ using MicroFn = void (*)(const Job&, int64_t, int64_t, int64_t, const GemmScratc
 
 // micro for mr rows and nv vector columns: bf16 products (Mode 0) or fp32 FMAs (Mode 1).
 template <int... I>
-MicroFn micro_for(bool bf16, int mr, int nv, std::integer_sequence<int, I...>) {
+MicroFn micro_for(bool bf16, [[maybe_unused]] bool folded, int mr, int nv,
+                  std::integer_sequence<int, I...>) {
   static constexpr MicroFn kFma[] = {micro<I / kCols + 1, I % kCols + 1, 1>...};
 #if defined(__AVX512F__)
   static constexpr MicroFn kBf[] = {micro<I / kCols + 1, I % kCols + 1, 0>...};
-  if (bf16) return kBf[(mr - 1) * kCols + nv - 1];
+  static constexpr MicroFn kFolded[] = {micro<I / kCols + 1, I % kCols + 1, 2>...};
+  if (bf16) return (folded ? kFolded : kBf)[(mr - 1) * kCols + nv - 1];
 #endif
   return kFma[(mr - 1) * kCols + nv - 1];
 }
@@ -1225,7 +1240,8 @@ void gemm_fmt(const Job& j) {
       const int mr = int(min64(kMr, j.n - i0));
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const MicroFn fn = micro_for(bf16, mr, nv, std::make_integer_sequence<int, kMr * kCols>());
+        const MicroFn fn = micro_for(bf16, bf16 && folded_scales(j), mr, nv,
+                                     std::make_integer_sequence<int, kMr * kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }
     }

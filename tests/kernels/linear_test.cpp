@@ -590,6 +590,30 @@ TEST(LinearFast, BlocksOfTinyAndHugeScalesOnEveryPath) {
   }
 }
 
+TEST(LinearFast, DenseInputsAtTheFloorKeepSmallScalesApart) {
+  // Packed times a block scale of 2^-62, e4m3's least code (2^-9) is still a normal bf16, but its
+  // product with a dense bf16 input at the bf16 products' floor (2^-56) is 2^-127: subnormal,
+  // which vdpbf16ps and the tiles flush. A weight of dense inputs folds its scales only from
+  // 2^-54 on (PackedWeight::amx_scales); the reference keeps the subnormal sums.
+  KernelEnvGuard guard;
+  const int64_t rows = 64, K = 256;
+  OwnedWeight ow = make_weight(WeightFormat::Fp8Block, rows, K, 21, false);
+  std::fill(ow.data.begin(), ow.data.end(), uint8_t(0x01));
+  std::fill(ow.scale.begin(), ow.scale.end(), uint8_t(127 - 62));
+  ow.w.scale = ow.scale.data();
+  const PreparedLinear pw(ow.w);
+  EXPECT_FALSE(pw.packed().amx_scales);
+  for (int64_t n : {1, 5, 40}) {
+    const std::vector<float> x(size_t(n * K), 0x1p-56f);
+    std::vector<float> want(size_t(n * rows));
+    linear_ref(ow.w, {x.data(), n, K, want.data(), rows});
+    ASSERT_EQ(want[0], 0x1p-127f * float(K));
+    expect_every_path(pw, x, n, want, {LinearPath::Auto, LinearPath::Gemv, LinearPath::Gemm},
+                      "n=" + std::to_string(n));
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(LinearFast, PairOrderInANonIntegerBlockAmongIntegerRows) {
   // Rows whose block is not integers within 16 bits take fp32 fused steps in the two chains
   // while the other rows of the call multiply integers: 28 products of 448 x 6, then inputs 28
