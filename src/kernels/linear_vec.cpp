@@ -810,15 +810,15 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, Ge
         for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
       }
     }
-    for (int64_t b = 0; b < kc / 32 && !fold; ++b) {  // (folded weights carry their scales)
-      if constexpr (Fm == Fp4Row)
+    for (int64_t b = 0; b < kc / 32; ++b) {
+      if constexpr (Fm == Fp4Row)  // (folded or not: the scales' loads stalled a fifth of it)
         _mm_prefetch(reinterpret_cast<const char*>(
                          j.w->scale + (last ? (j.t0 + t + nt) * (K / 32) + b
                                             : (j.t0 + t) * (K / 32) + (kc0 + kc) / 32 + b) *
                                           16),
                      _MM_HINT_T0);
 #pragma GCC unroll 2
-      for (int h = 0; h < kH; ++h)
+      for (int h = 0; h < kH && !fold; ++h)  // (folded weights carry their scales)
         store(s.ws + (b * nt + t) * 16 + h * kLanes,
               block_wscale<Fm>(*j.w, j.t0 + t, kc0 / 32 + b, h));
     }
