@@ -749,59 +749,87 @@ inline bool folded_scales(const Job& j) {
   return j.w->amx_scales;
 }
 
+#if defined(__AVX512F__)
+// pack_chunk's bf16 pairs: vdpbf16ps's chains (Chains) or the tiles' pairs, each block's weights
+// times its scale (Fold: fp8 through scaled tables, fp4 by an exponent step per output) or as
+// they are. Branch-free within a block, so that the loads of the lines (from L2 or L3: the
+// micro-kernels' operands push them out of L1 between chunks) overlap: the generic loop ran
+// some 45 instructions a group and waited on each line.
+template <WeightFormat Fm, bool Chains, bool Fold>
+void pack_pairs(const Job& j, int64_t nt, int64_t kc0, int64_t kc, uint8_t* const out) {
+  const Luts L = make_luts();
+  const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
+  const bool last = kc0 + kc >= K;
+  const int64_t ahead = last ? nt * j.w->tile_bytes - kc0 * in_bytes : kc * in_bytes;
+  const int64_t step = 2 * nt * 64;  // bytes of the chunk per group: its two pair rows
+  for (int64_t t = 0; t < nt; ++t) {
+    const uint8_t* const tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
+    uint8_t* d = out + t * 64;
+    for (int64_t b = kc0 / 32; b < (kc0 + kc) / 32; ++b) {
+      Luts Ls = L;
+      I e = _mm512_setzero_si512();
+      if constexpr (Fold && Fm == Fp8Block) Ls = scaled_luts(L, fp8_scale(*j.w, j.t0 + t, b));
+      if constexpr (Fold && Fm == Fp4Row) e = exponent_step(*j.w, j.t0 + t, b);
+#pragma GCC unroll 8
+      for (int gg = 0; gg < 8; ++gg) {
+        const int64_t g = b * 8 + gg;
+        prefetch_group<Fm>(tile, g, ahead);
+        I p0, p1;
+        if constexpr (Chains)
+          decode_chains<Fm>(tile, g, Ls, p0, p1);
+        else
+          decode_pairs<Fm>(tile, g, Ls, p0, p1);
+        if constexpr (Fold && Fm == Fp4Row) {
+          p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
+          p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
+        }
+        _mm512_store_si512(d, p0);
+        _mm512_store_si512(d + nt * 64, p1);
+        d += step;
+      }
+    }
+  }
+}
+#endif
+
 template <WeightFormat Fm>
 // A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. For
 // AMX tiles (Job::amx), each block's weights are packed times its scale: a power of two, so the
 // bf16 values stay exact (PackedWeight::amx_scales) and the tiles' partial is exactly the scaled
-// partial the canonical order adds.
+// partial the canonical order adds; so are vdpbf16ps's where folded_scales allows it.
 void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
   [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
   // The block scales folded into the weights (the tiles always; vdpbf16ps where they allow it:
   // folded_scales).
-  [[maybe_unused]] const bool fold = j.amx || (chains && folded_scales(j));
-
-  const Luts L = make_luts();
+  const bool fold = bf16 && (j.amx || folded_scales(j));
   const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
+  const bool last = kc0 + kc >= K;
+  bool packed = false;
 #if defined(__AVX512F__)
-  // On the tiles, the current block's scale: fp8 in the tables (kFp8Scaled), fp4 as an exponent
-  // step per output.
-  Luts Ls = L;
-  I e = _mm512_setzero_si512();
+  if constexpr (Fm != F32) {
+    if (bf16) {
+      if (!chains)
+        pack_pairs<Fm, false, true>(j, nt, kc0, kc, s.b);
+      else if (fold)
+        pack_pairs<Fm, true, true>(j, nt, kc0, kc, s.b);
+      else
+        pack_pairs<Fm, true, false>(j, nt, kc0, kc, s.b);
+      packed = true;
+    }
+  }
 #endif
+  const Luts L = make_luts();
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
     // The next chunk of this tile into L2 while this one decodes (three streams, far apart);
     // during the last chunk, the first chunk of the tile nt further on, which the next panel
     // (this thread's next task, as a rule) packs first: its loads stalled on memory otherwise (a
     // prefill's experts: a quarter of the packing's time), as did the fp4 scales' below.
-    const bool last = kc0 + kc >= K;
     const int64_t ahead = last ? nt * j.w->tile_bytes - kc0 * in_bytes : kc * in_bytes;
-    for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
+    float* dst = reinterpret_cast<float*>(s.b);
+    for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4 && !packed; ++g) {
       const int64_t k = g * 4 - kc0;
       prefetch_group<Fm>(tile, g, ahead);
-#if defined(__AVX512F__)
-      if constexpr (Fm != F32) {
-        if (bf16) {
-          I p0, p1;
-          if (fold && g % 8 == 0) {  // (chunks start at blocks)
-            if constexpr (Fm == Fp8Block) Ls = scaled_luts(L, fp8_scale(*j.w, j.t0 + t, g / 8));
-            if constexpr (Fm == Fp4Row) e = exponent_step(*j.w, j.t0 + t, g / 8);
-          }
-          if (chains)
-            decode_chains<Fm>(tile, g, Ls, p0, p1);
-          else
-            decode_pairs<Fm>(tile, g, Ls, p0, p1);
-          if (fold && Fm == Fp4Row) {
-            p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, set1i(0x7fff7fff)), p0, e);
-            p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, set1i(0x7fff7fff)), p1, e);
-          }
-          _mm512_store_si512(s.b + ((k / 2) * nt + t) * 64, p0);
-          _mm512_store_si512(s.b + ((k / 2 + 1) * nt + t) * 64, p1);
-          continue;
-        }
-      }
-#endif
-      float* dst = reinterpret_cast<float*>(s.b);
 #pragma GCC unroll 2
       for (int h = 0; h < kH; ++h) {
         F w[4];
