@@ -1302,14 +1302,13 @@ void gemm(const Job& j) {
 // --- activation quantization (V41_SPEC.md §3.4) ---
 
 // RNE of |v| <= 448 to an e4m3 value: 3 mantissa bits for |v| >= 2^-6, multiples of 2^-9 below.
+// Adding c = 2^(e+20) to |v| in [2^e, 2^(e+1)) rounds it (RNE) to a multiple of 2^(e-3), and
+// subtracting c again is exact; below 2^-6, c = 2^14 rounds to multiples of 2^-9.
 inline F round_e4m3(F v) {
   const I sign = bits(v) & set1i(INT32_MIN);
   const F a = floats(bits(v) & set1i(0x7fffffff));
-  I u = bits(a);
-  u = addi(u, addi(set1i(0x7ffff), srli<20>(u) & set1i(1)));
-  u &= set1i(int32_t(0xfff00000u));
-  const F tiny = (a + set1(16384.0f)) - set1(16384.0f);  // multiples of 2^-9
-  return floats(select_lt(a, set1(0x1p-6f), bits(tiny), u) | sign);
+  const F c = max(floats(addi(bits(a) & set1i(0x7f800000), set1i(20 << 23))), set1(16384.0f));
+  return floats(bits((a + c) - c) | sign);
 }
 
 #if defined(__AVX512F__)
