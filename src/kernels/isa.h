@@ -71,7 +71,7 @@ struct Job {
   const int8_t* xi = nullptr;
   const int32_t* xc = nullptr;
   const float* xs = nullptr;
-  // Products on AMX tiles (fp8, fp4 or bf16 weights with PackedWeight::amx_scales, xb set; a
+  // Products on AMX tiles (fp8, fp4 or bf16 weights with PackedWeight::foldable_scales, xb set; a
   // GEMV of n <= 64).
   bool amx = false;
   int64_t n = 0;

@@ -230,7 +230,7 @@ CallProducts call_products(const linear_isa::Kernels& kern, const PreparedLinear
       gemv && n <= 4 && w.format == WeightFormat::BF16 && !w.quant_input && !auto_bf16_products(2);
   CallProducts c;
   c.amx = auto_or_amx && &kern == &linear_isa::kAvx512 && w.format != WeightFormat::F32 &&
-          amx_canonical() && bf16_exact && pw.packed().amx_scales &&
+          amx_canonical() && bf16_exact && pw.packed().foldable_scales &&
           !(int_gemv && n <= kIntGemvRows) && !fma_row;
   c.ints = int_gemv && !c.amx;
   // Else vdpbf16ps where chosen (or fp32 FMAs, same bits).
@@ -735,9 +735,9 @@ PreparedLinear::PreparedLinear(const Weight& w) : w_(w) {
   const int64_t n_scales = !coded                             ? 0
                            : w.format == WeightFormat::Fp4Row ? w.rows() * (K / 32)
                                                               : (w.rows() + 31) / 32 * w.scale_cols;
-  const int lowest = w.quant_input ? 127 - 86 : 127 - 54;  // (PackedWeight::amx_scales)
-  p_.amx_scales = std::all_of(w.scale, w.scale + n_scales,
-                              [lowest](uint8_t s) { return s >= lowest && s <= 127 + 100; });
+  const int lowest = w.quant_input ? 127 - 86 : 127 - 54;  // (PackedWeight::foldable_scales)
+  p_.foldable_scales = std::all_of(w.scale, w.scale + n_scales,
+                                   [lowest](uint8_t s) { return s >= lowest && s <= 127 + 100; });
   p_.scale = scale_bytes ? scale_dst : w.scale;  // Fp8Block: the checkpoint's grid
   if (w.format == WeightFormat::Fp8Block) p_.scale_cols = w.scale_cols;
   ThreadPool::global().parallel_for(n_tiles, 4, [&](int64_t t0, int64_t t1) {

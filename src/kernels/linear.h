@@ -75,7 +75,7 @@ struct PackedWeight {
   // values have their last bit from 2^-31, e4m3's from 2^-9 (2^-31 · 2^-9 · 2^-86), dense bf16
   // inputs (the bf16 products' floor 2^-56) from 2^-63 (2^-63 · 2^-9 · 2^-54). Weights with
   // other scales stay off the tiles and keep their scales apart.
-  bool amx_scales = false;
+  bool foldable_scales = false;
 };
 
 class PreparedLinear {

@@ -81,7 +81,7 @@ alignas(64) constexpr Fp8Tables kFp8Tables = make_fp8_tables();
 // The same tables times 2^(s-127) for each e8m0 code s, for the AMX kernels, whose weights are
 // packed times their block scale: row s holds the high bytes (two vectors), then the low bytes,
 // of e4m3_bf16(m) with s - 127 added to its exponent (m = 0 stays 0). For the codes the tiles
-// take (PackedWeight::amx_scales) every value stays a normal bf16, so this is exactly the
+// take (PackedWeight::foldable_scales) every value stays a normal bf16, so this is exactly the
 // exponent step the fp4 blocks take per vector, paid once per table instead of on every line.
 struct Fp8ScaledTables {
   uint8_t t[256][256];
@@ -342,8 +342,8 @@ constexpr int64_t kGroupBytes = Fm == F32        ? 256
 
 #if defined(__AVX512F__)
 // What multiplying a lane's bf16 pair by the scale of fp4 tile t's block b (one per output)
-// adds to both values' bits (when they are not zero and stay normal: PackedWeight::amx_scales):
-// the scale's exponent in bits 7 and up of each half.
+// adds to both values' bits (when they are not zero and stay normal:
+// PackedWeight::foldable_scales): the scale's exponent in bits 7 and up of each half.
 inline I exponent_step(const PackedWeight& w, int64_t t, int64_t b) {
   const I code = _mm512_cvtepu8_epi32(
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.scale + (t * (w.cols / 32) + b) * 16)));
@@ -741,12 +741,14 @@ GemmScratch scratch_of(const Job& j) {
   return {reinterpret_cast<float*>(j.scratch), b, reinterpret_cast<float*>(b + kPackBytes)};
 }
 
-// Whether a vdpbf16ps GEMM packs the weights times their block scales, as the tiles do: with
-// the scales folded in, every product and partial is the canonical one times the scale, exactly
-// (PackedWeight::amx_scales: all stay normal), so a block's end is acc + (e + o), two additions,
-// instead of an fma on the products' pipe (one per 16 products).
-inline bool folded_scales(const Job& j) {
-  return j.w->amx_scales;
+// How far ahead of a tile's line the packing of chunk [kc0, kc0 + kc) fetches into L2: the next
+// chunk of the same tile while this one decodes (three streams, far apart); during the last
+// chunk, the first chunk of the tile nt further on, which the next panel (this thread's next
+// task, as a rule) packs first: its loads stalled on memory otherwise (a prefill's experts: a
+// quarter of the packing's time), as did the fp4 scales' (pack_chunk).
+inline int64_t pack_ahead(const Job& j, int64_t nt, int64_t kc0, int64_t kc) {
+  const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
+  return kc0 + kc >= K ? nt * j.w->tile_bytes - kc0 * in_bytes : kc * in_bytes;
 }
 
 #if defined(__AVX512F__)
@@ -758,9 +760,7 @@ inline bool folded_scales(const Job& j) {
 template <WeightFormat Fm, bool Chains, bool Fold>
 void pack_pairs(const Job& j, int64_t nt, int64_t kc0, int64_t kc, uint8_t* const out) {
   const Luts L = make_luts();
-  const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
-  const bool last = kc0 + kc >= K;
-  const int64_t ahead = last ? nt * j.w->tile_bytes - kc0 * in_bytes : kc * in_bytes;
+  const int64_t ahead = pack_ahead(j, nt, kc0, kc);
   const int64_t step = 2 * nt * 64;  // bytes of the chunk per group: its two pair rows
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* const tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
@@ -793,51 +793,44 @@ void pack_pairs(const Job& j, int64_t nt, int64_t kc0, int64_t kc, uint8_t* cons
 #endif
 
 template <WeightFormat Fm>
-// A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and its block scales into s.ws. For
-// AMX tiles (Job::amx), each block's weights are packed times its scale: a power of two, so the
-// bf16 values stay exact (PackedWeight::amx_scales) and the tiles' partial is exactly the scaled
-// partial the canonical order adds; so are vdpbf16ps's where folded_scales allows it.
-void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, GemmScratch& s) {
-  [[maybe_unused]] const bool chains = bf16 && !j.amx;  // vdpbf16ps's pairs, else the tiles'
-  // The block scales folded into the weights (the tiles always; vdpbf16ps where they allow it:
-  // folded_scales).
-  const bool fold = bf16 && (j.amx || folded_scales(j));
-  const int64_t K = j.w->cols, in_bytes = j.w->tile_bytes / K;  // per input of a tile
+// A chunk of `nt` tiles' inputs [kc0, kc0 + kc) into s.b and, unless `fold`, its block scales
+// into s.ws. Folded (the AMX tiles always, vdpbf16ps where PackedWeight::foldable_scales allows
+// it), each block's weights are packed times its scale: a power of two, so the bf16 values stay
+// exact and the products' partial is exactly the scaled partial the canonical order adds, and a
+// vdpbf16ps block ends in acc + (e + o), two additions, instead of an fma on the products' pipe.
+void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bool fold,
+                GemmScratch& s) {
+  const int64_t K = j.w->cols;
   const bool last = kc0 + kc >= K;
-  bool packed = false;
+  bool pairs = false;  // bf16 pairs (else fp32 lanes)
 #if defined(__AVX512F__)
   if constexpr (Fm != F32) {
-    if (bf16) {
-      if (!chains)
-        pack_pairs<Fm, false, true>(j, nt, kc0, kc, s.b);
-      else if (fold)
-        pack_pairs<Fm, true, true>(j, nt, kc0, kc, s.b);
-      else
-        pack_pairs<Fm, true, false>(j, nt, kc0, kc, s.b);
-      packed = true;
-    }
+    pairs = bf16;
+    if (bf16 && j.amx)  // the tiles' pairs
+      pack_pairs<Fm, false, true>(j, nt, kc0, kc, s.b);
+    else if (bf16 && fold)  // vdpbf16ps's chains
+      pack_pairs<Fm, true, true>(j, nt, kc0, kc, s.b);
+    else if (bf16)
+      pack_pairs<Fm, true, false>(j, nt, kc0, kc, s.b);
   }
 #endif
   const Luts L = make_luts();
+  const int64_t ahead = pack_ahead(j, nt, kc0, kc);
+  float* const dst = reinterpret_cast<float*>(s.b);
   for (int64_t t = 0; t < nt; ++t) {
     const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
-    // The next chunk of this tile into L2 while this one decodes (three streams, far apart);
-    // during the last chunk, the first chunk of the tile nt further on, which the next panel
-    // (this thread's next task, as a rule) packs first: its loads stalled on memory otherwise (a
-    // prefill's experts: a quarter of the packing's time), as did the fp4 scales' below.
-    const int64_t ahead = last ? nt * j.w->tile_bytes - kc0 * in_bytes : kc * in_bytes;
-    float* dst = reinterpret_cast<float*>(s.b);
-    for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4 && !packed; ++g) {
-      const int64_t k = g * 4 - kc0;
-      prefetch_group<Fm>(tile, g, ahead);
+    if (!pairs)
+      for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
+        const int64_t k = g * 4 - kc0;
+        prefetch_group<Fm>(tile, g, ahead);
 #pragma GCC unroll 2
-      for (int h = 0; h < kH; ++h) {
-        F w[4];
-        decode_group<Fm>(tile, g, h, L, w);
+        for (int h = 0; h < kH; ++h) {
+          F w[4];
+          decode_group<Fm>(tile, g, h, L, w);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
+          for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
+        }
       }
-    }
     for (int64_t b = 0; b < kc / 32; ++b) {
       if constexpr (Fm == Fp4Row)  // (folded or not: the scales' loads stalled a fifth of it)
         _mm_prefetch(reinterpret_cast<const char*>(
@@ -888,7 +881,7 @@ DI_VEC void dp_step(F (&acc)[MR][NV], const I* w, const int32_t* const* xc, int 
 // Rows i0..i0+MR against vector columns [v0, v0 + NV) of a packed fp32 chunk of `cols` vectors
 // per input (Mode 1: dense inputs, or codes when bf16 products are not used), or bf16 codes
 // against a chunk of bf16 pairs (the whole panel: cols = NV, v0 = 0), the block scales in s.ws
-// (Mode 0) or folded into the weights (Mode 2: folded_scales).
+// (Mode 0) or folded into the weights (Mode 2: pack_chunk's `fold`).
 template <int MR, int NV, int Mode>
 void micro(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScratch& s, int64_t cols,
            int64_t v0) {
@@ -1042,7 +1035,7 @@ DI_VEC void acc_tiles(float* c, int64_t ldc, bool first, bool store) {
 }
 
 // Rows i0 .. i0+16G (G groups of 16) against NT tiles, from tile t0, of a chunk of `nt` tiles
-// packed with their scales folded in (PackedWeight::amx_scales): the partial tiles are the
+// packed with their scales folded in (PackedWeight::foldable_scales): the partial tiles are the
 // accumulators themselves (acc_tiles), since adding a block's partial times a power of two is
 // adding the folded partial. TDPBF16PS adds e + o to the tile: exactly acc + p·s, the canonical
 // step. One group (NT <= 3): tile 0 the block of inputs, 2 and 3 the weights. Two groups
@@ -1111,7 +1104,7 @@ void micro_amx(const Job& j, int64_t i0, int64_t kc0, int64_t kc, const GemmScra
   } while (0)
 
 // A GEMV of up to 64 rows on the tiles: each block decoded once into bf16 pairs times its scale
-// (PackedWeight::amx_scales), then one TDPBF16PS per group of 16 rows into that group's
+// (PackedWeight::foldable_scales), then one TDPBF16PS per group of 16 rows into that group's
 // accumulator tile, which adds the block exactly as the canonical step does (micro_amx); nothing
 // leaves the tiles until the tile of outputs is done. The decode runs two blocks ahead of the
 // tiles (a tile load waits for the buffer's stores to reach the cache: one block ahead ran 20 %
@@ -1240,12 +1233,13 @@ void gemm_fmt(const Job& j) {
   const int64_t KC = bf16 ? kKcBf16 : kKcF32;
   GemmScratch s = scratch_of(j);
   [[maybe_unused]] const bool tiles = Fm != F32 && j.amx && bf16;  // (which zero their own)
+  const bool fold = bf16 && (j.amx || j.w->foldable_scales);       // (pack_chunk)
   for (int64_t i = 0; i < j.n + 15 && !tiles; ++i)  // (the task's nt tiles of each row)
     for (int64_t o = 0; o < nt * 16; ++o) s.c[i * kNt * 16 + o] = 0.0f;
   [[maybe_unused]] bool amx_on = false;
   for (int64_t kc0 = 0; kc0 < K; kc0 += KC) {
     const int64_t kc = min64(KC, K - kc0);
-    pack_chunk<Fm>(j, nt, kc0, kc, bf16, s);
+    pack_chunk<Fm>(j, nt, kc0, kc, bf16, fold, s);
 #if defined(__AVX512F__)
     if (tiles) {
       static constexpr MicroFn kAmx[] = {micro_amx<1, 1>, micro_amx<1, 2>, micro_amx<1, 3>};
@@ -1278,8 +1272,8 @@ void gemm_fmt(const Job& j) {
         }
       for (int64_t v0 = 0; v0 < cols; v0 += kCols) {
         const int nv = int(min64(kCols, cols - v0));
-        const MicroFn fn = micro_for(bf16, bf16 && folded_scales(j), mr, nv,
-                                     std::make_integer_sequence<int, kMr * kCols>());
+        const MicroFn fn =
+            micro_for(bf16, fold, mr, nv, std::make_integer_sequence<int, kMr * kCols>());
         fn(j, i0, kc0, kc, s, cols, v0);
       }
       for (int64_t i = i0; i < i0 + mr && last; ++i)

@@ -570,7 +570,7 @@ TEST(LinearFast, EveryPathSumsABlockInTwoChains) {
 TEST(LinearFast, BlocksOfTinyAndHugeScalesOnEveryPath) {
   // The AMX kernels pack weights times their block scales, which keeps every value normal for
   // scales 2^-86 .. 2^100; a weight with other scales (2^-107, 2^108 here, among ordinary ones)
-  // must stay off the tiles (PackedWeight::amx_scales). fp8 and fp4 weights; 1, 5 and 40 rows
+  // must stay off the tiles (PackedWeight::foldable_scales). fp8 and fp4 weights; 1, 5 and 40 rows
   // (two groups of 16 and a tail), GEMV and GEMM.
   KernelEnvGuard guard;
   const int64_t rows = 64, K = 256;
@@ -594,7 +594,7 @@ TEST(LinearFast, DenseInputsAtTheFloorKeepSmallScalesApart) {
   // Packed times a block scale of 2^-62, e4m3's least code (2^-9) is still a normal bf16, but its
   // product with a dense bf16 input at the bf16 products' floor (2^-56) is 2^-127: subnormal,
   // which vdpbf16ps and the tiles flush. A weight of dense inputs folds its scales only from
-  // 2^-54 on (PackedWeight::amx_scales); the reference keeps the subnormal sums.
+  // 2^-54 on (PackedWeight::foldable_scales); the reference keeps the subnormal sums.
   KernelEnvGuard guard;
   const int64_t rows = 64, K = 256;
   OwnedWeight ow = make_weight(WeightFormat::Fp8Block, rows, K, 21, false);
@@ -602,7 +602,7 @@ TEST(LinearFast, DenseInputsAtTheFloorKeepSmallScalesApart) {
   std::fill(ow.scale.begin(), ow.scale.end(), uint8_t(127 - 62));
   ow.w.scale = ow.scale.data();
   const PreparedLinear pw(ow.w);
-  EXPECT_FALSE(pw.packed().amx_scales);
+  EXPECT_FALSE(pw.packed().foldable_scales);
   for (int64_t n : {1, 5, 40}) {
     const std::vector<float> x(size_t(n * K), 0x1p-56f);
     std::vector<float> want(size_t(n * rows));
