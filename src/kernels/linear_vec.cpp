@@ -1321,10 +1321,13 @@ inline I shuffles_op(I a, I b, Op op) {
 template <typename Op>
 inline I tree16(I (&m)[16], Op op) {
   I r1[8], r2[4], r3[2];
+#pragma GCC unroll 8
   for (int i = 0; i < 8; ++i)  // 128-bit lanes: m[2i] in q0, q1 and m[2i+1] in q2, q3
     r1[i] = shuffles_op<true, 0x44, 0xEE>(m[2 * i], m[2 * i + 1], op);
+#pragma GCC unroll 4
   for (int j = 0; j < 4; ++j)  // lane q: vector 4j + q's four partials
     r2[j] = shuffles_op<true, 0x88, 0xDD>(r1[2 * j], r1[2 * j + 1], op);
+#pragma GCC unroll 2
   for (int k = 0; k < 2; ++k)  // lane q: two of vector 8k + q's, two of 8k + 4 + q's
     r3[k] = shuffles_op<false, 0x44, 0xEE>(r2[2 * k], r2[2 * k + 1], op);
   // Element 4q + s: vector 4s + q.
@@ -1337,6 +1340,7 @@ inline I tree16(I (&m)[16], Op op) {
 inline I abs_max16(const float* x, int64_t b0) {
   const I abs_mask = set1i(0x7fffffff);
   I m[16];
+#pragma GCC unroll 16
   for (int b = 0; b < 16; ++b)
     m[b] = _mm512_max_epi32(loadui(x + (b0 + b) * 32) & abs_mask,
                             loadui(x + (b0 + b) * 32 + 16) & abs_mask);
