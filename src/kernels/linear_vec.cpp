@@ -467,8 +467,6 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r) xr[r] = j.xi + (r * nb + b0) * 64;
   const uint8_t* src = tile + b0 * 256;  // a block's 32 inputs: 4 groups of 8, 64 bytes each
-  // Source byte p of each quadword's high nibble into byte p's low bits (vpmultishiftqb).
-  const I hi_nibbles = _mm512_set1_epi64(0x3c342c241c140c04);
   I ph[NB][NR], pl[NB][NR];
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb)
@@ -482,9 +480,10 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
     for (int bb = 0; bb < NB; ++bb) {
       const I d = load_line(src + bb * 256 + g8 * 64);
       prefetch_group<Fp4Row>(src, bb * 8 + g8 * 2);
-      const I w[2] = {
-          _mm512_permutexvar_epi8(d, L.e2m1u8),
-          _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(hi_nibbles, d), L.e2m1u8)};
+      // The high nibbles by a word shift (vpermb reads 6 index bits, the table repeats every
+      // 16): on the adders' pipes, where vpmultishiftqb took a slot of the products' pipes.
+      const I w[2] = {_mm512_permutexvar_epi8(d, L.e2m1u8),
+                      _mm512_permutexvar_epi8(_mm512_srli_epi16(d, 4), L.e2m1u8)};
 #pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) {
         const int8_t* a = xr[r] + bb * 64 + g8 * 16;  // H (0,4,1,5), H (2,6,3,7), L, L
@@ -496,16 +495,29 @@ inline void gemv_blocks_int(const Job& j, const uint8_t* tile, int64_t t, int64_
       }
     }
   }
-  F part[NB][NR];
+  // Each block's total: acc += S · (2^(E-1) · ws) in one FMA, the product of the two powers of two
+  // made by adding exponents (an integer add off the products' pipes, where a multiply by 2^(E-1)
+  // took a slot). Exact as acc += (S · 2^(E-1)) · ws is, when 2^(E-1) · ws is a normal number:
+  // the weight's scales lie in [2^-86, 2^100] (foldable_scales) and 2^(E-1) >= 2^-40 (activations
+  // below: the multiply, and blocks not integers: fma_partial).
+  const bool fuse = j.w->foldable_scales;
+  const int32_t* xs_bits = reinterpret_cast<const int32_t*>(j.xs);
 #pragma GCC unroll 16
-  for (int bb = 0; bb < NB; ++bb)
+  for (int bb = 0; bb < NB; ++bb) {
+    const I step =
+        slli<23>(_mm512_sub_epi32(load_u8(j.w->scale + (t * nb + b0 + bb) * 16), set1i(127)));
 #pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) {
-      const float xs = j.xs[r * nb + b0 + bb];
-      part[bb][r] = xs != 0.0f ? _mm512_cvtepi32_ps(addi(slli<8>(ph[bb][r]), pl[bb][r])) * set1(xs)
-                               : fma_partial(j, tile, b0 + bb, r, L);
+      const int64_t at = r * nb + b0 + bb;
+      const F S = _mm512_cvtepi32_ps(addi(slli<8>(ph[bb][r]), pl[bb][r]));
+      if (fuse && j.xs[at] >= 0x1p-40f) {
+        acc[r] = fmadd(S, floats(addi(step, set1i(xs_bits[at]))), acc[r]);
+        continue;
+      }
+      const F part = j.xs[at] != 0.0f ? S * set1(j.xs[at]) : fma_partial(j, tile, b0 + bb, r, L);
+      acc[r] = fmadd(part, block_wscale<Fp4Row>(*j.w, t, b0 + bb, 0), acc[r]);
     }
-  add_partials<Fp4Row, NR, NB>(j, t, b0, 0, part, acc);
+  }
 }
 #endif
 

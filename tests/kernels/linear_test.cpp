@@ -590,6 +590,32 @@ TEST(LinearFast, BlocksOfTinyAndHugeScalesOnEveryPath) {
   }
 }
 
+TEST(LinearFast, TinyInputBlocksAgainstTheLeastFoldableScale) {
+  // fp4's integer products scale a block's integer sum S by 2^(E-1) · ws in one step, the two
+  // powers of two multiplied by adding exponents, which holds while that product is normal: with
+  // scales down to 2^-86 (the least a weight of quantized inputs folds), only for blocks with
+  // 2^(E-1) >= 2^-40. Input blocks here step down by 2^-6 each (block 0 about 1, block 15 about
+  // 2^-90), nearly all of them integers within 16 bits, so that blocks on both sides of that bound
+  // meet weights at 2^-86 and at 2^-40; 1 to 8 rows, each row's blocks shifted by one more.
+  KernelEnvGuard guard;
+  const int64_t rows = 32, K = 512;
+  OwnedWeight ow = make_weight(WeightFormat::Fp4Row, rows, K, 31, true);
+  for (size_t i = 0; i < ow.scale.size(); ++i) ow.scale[i] = i % 2 ? 127 - 86 : 127 - 40;
+  ow.w.scale = ow.scale.data();
+  const PreparedLinear pw(ow.w);
+  EXPECT_TRUE(pw.packed().foldable_scales);
+  for (int64_t n = 1; n <= 8; ++n) {
+    std::vector<float> x = make_activations(n, K, K, 32, false);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t k = 0; k < K; ++k)
+        x[size_t(i * K + k)] = std::ldexp(x[size_t(i * K + k)], -6 * int((k / 32 + i) % 16));
+    std::vector<float> want(size_t(n * rows));
+    linear_ref(ow.w, {x.data(), n, K, want.data(), rows});
+    expect_every_path(pw, x, n, want, {LinearPath::Gemv}, "n=" + std::to_string(n));
+    if (HasFatalFailure()) return;
+  }
+}
+
 TEST(LinearFast, DenseInputsAtTheFloorKeepSmallScalesApart) {
   // Packed times a block scale of 2^-62, e4m3's least code (2^-9) is still a normal bf16, but its
   // product with a dense bf16 input at the bf16 products' floor (2^-56) is 2^-127: subnormal,
