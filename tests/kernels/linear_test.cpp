@@ -113,6 +113,11 @@ TEST(LinearFast, ManyMatchesEachCall) {
       {WeightFormat::Fp4Row, 2100, 1024, 70, 0, -1, 0, 0},  // several runs of tiles a task
       {WeightFormat::Fp4Row, 32, 64, 260, 0, -1, 0, 0},
       {WeightFormat::Fp8Block, 33, 32, 1, 0, -1, 0, 0},
+      // fp8 calls of up to two groups of rows and plain bf16 ones of up to four stay on the GEMV
+      // in the shared pass, the groups over runs of tiles (a batch's shared expert).
+      {WeightFormat::Fp8Block, 600, 1024, 16, 0, -1, 0, 0},
+      {WeightFormat::Fp8Block, 48, 96, 13, 0, -1, 0, 1},
+      {WeightFormat::BF16, 40, 64, 20, 0, -1, 0, 0, false, false, true},
       // The output projection's groups: plain fp8, bf16 inputs, a range of rows each.
       {WeightFormat::Fp8Block, 64, 256, 1, 0, 32, 0, 0, false, false, true},
       {WeightFormat::Fp8Block, 64, 256, 1, 32, 32, 256, 64, false, false, true},
