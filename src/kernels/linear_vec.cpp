@@ -418,8 +418,11 @@ inline void add_partials(const Job& j, int64_t t, int64_t b0, int h, F (&p)[NB][
 #pragma GCC unroll 16
   for (int bb = 0; bb < NB; ++bb) {
     const F ws = block_wscale<Fm>(*j.w, t, b0 + bb, h);
+    // (Unscaled formats add: the same value as a multiply-add by 1, off the products' pipe;
+    // a batch of 16's head, eight rows a group, runs 8 products per line of weights.)
 #pragma GCC unroll 16
-    for (int r = 0; r < NR; ++r) acc[r] = fmadd(p[bb][r], ws, acc[r]);
+    for (int r = 0; r < NR; ++r)
+      acc[r] = Fm == BF16 || Fm == F32 ? acc[r] + p[bb][r] : fmadd(p[bb][r], ws, acc[r]);
   }
 }
 
