@@ -36,6 +36,19 @@ namespace deepinfer::linear_isa {
 
 // Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
 // row against them.
+// The in-lane byte order of an fp8 tile's groups: byte i of each 16-byte lane holds the byte
+// that the plain interleave (linear.cpp's fp8_offset: the (even, odd) input pairs of the rows in
+// 8-byte runs) puts at kFp8LaneOrder[i]. That is the order in which AVX-512's byte unpacks give
+// vdpbf16ps's chains, (input 2, input 0) and (input 3, input 1) of each row, straight from the
+// tile; the plain pairs take one in-lane shuffle (linear_vec.cpp's decode_pairs).
+constexpr uint8_t kFp8LaneOrder[16] = {8, 0, 10, 2, 12, 4, 14, 6, 9, 1, 11, 3, 13, 5, 15, 7};
+// Where byte q of the plain interleave lies within its lane (the inverse of kFp8LaneOrder).
+constexpr int fp8_lane_of(int q) {
+  for (int i = 0; i < 16; ++i)
+    if (kFp8LaneOrder[i] == q) return i;
+  return -1;
+}
+
 constexpr int64_t kGemmPanelTiles = 3;
 // With AMX tiles (Job::amx): 6 (up to 16 when the weight has few outputs: one panel a thread),
 // run 3 at a time against each block of inputs, so that the inputs are read once per 96 outputs

@@ -58,12 +58,13 @@ int64_t round_up(int64_t v, int64_t m) {
 // --- repacking ---
 
 // Byte offset, inside an fp8 tile, of input k of row o: groups of 4 inputs take 64 bytes, in
-// which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs so that the
-// AVX-512 byte unpacks produce bf16 pairs in row order (the AVX-512 branch of
-// kernels/linear_vec.cpp).
+// which the (even, odd) input pairs of the 16 rows are interleaved in 8-byte runs (the plain
+// interleave), each 16-byte lane then in kFp8LaneOrder (isa.h), so that the AVX-512 byte unpacks
+// produce vdpbf16ps's chains straight from the tile (kernels/linear_vec.cpp's decode_chains).
 int64_t fp8_offset(int64_t k, int64_t o) {
   const int64_t i = 2 * o + (k & 1);  // word index within the pair
-  return (k / 4) * 64 + 16 * (i / 8) + 8 * ((k / 2) & 1) + (i % 8);
+  const int64_t plain = 16 * (i / 8) + 8 * ((k / 2) & 1) + (i % 8);
+  return (k / 4) * 64 + (plain & ~int64_t(15)) + linear_isa::fp8_lane_of(int(plain & 15));
 }
 
 // Byte and nibble of input k of row o inside an fp4 tile: groups of 8 inputs take 64 bytes, as 32

@@ -134,14 +134,24 @@ inline Luts scaled_luts(const Luts& L, uint8_t s) {
           L.e2m1u8};
 }
 
+// vpshufb indices that put an fp8 group's bytes back from kFp8LaneOrder (isa.h) into the plain
+// interleave, lane by lane.
+constexpr std::array<uint8_t, 64> make_fp8_plain() {
+  std::array<uint8_t, 64> t{};
+  for (int i = 0; i < 64; ++i) t[size_t(i)] = uint8_t(fp8_lane_of(i % 16));
+  return t;
+}
+alignas(64) constexpr std::array<uint8_t, 64> kFp8Plain = make_fp8_plain();
+
 // Input pairs 2g and 2g+1 (inputs 4g .. 4g+3) of a tile as bf16 pairs: one vector holds the 16
 // outputs for two consecutive inputs, the even input in the low half of each 32-bit lane, exactly
 // what vdpbf16ps multiplies with a broadcast pair of activations.
 template <WeightFormat Fm>
 inline void decode_pairs(const uint8_t* tile, int64_t g, const Luts& L, I& p0, I& p1) {
   if constexpr (Fm == Fp8Block) {
-    // The 64 bytes are stored so that the in-lane byte unpacks below put the pairs in order.
-    const I b = load_line(tile + g * 64);
+    // The plain interleave back from the tile's lane order (isa.h's kFp8LaneOrder), so that the
+    // in-lane byte unpacks below put the pairs in order.
+    const I b = _mm512_shuffle_epi8(load_line(tile + g * 64), _mm512_load_si512(kFp8Plain.data()));
     I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
     hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(char(0x80)), 0xF8);  // | sign
     const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
@@ -180,7 +190,6 @@ inline void decode4(const uint8_t* tile, int64_t g, int /*h*/, const Luts& L, F*
 // The index vectors of decode_chains.
 struct ChainTables {
   uint64_t fp4[2][2][8];  // [g odd][odd chain]: vpmultishiftqb controls
-  uint8_t fp8[64];        // in-lane byte order
   int16_t bf16[2][32];    // [odd chain]: word indices into (p0, p1)
 };
 constexpr ChainTables make_chain_tables() {
@@ -196,10 +205,6 @@ constexpr ChainTables make_chain_tables() {
                          (hi + 32) << 48 | (hi + 32) << 56;
       for (int i = 0; i < 8; ++i) c.fp4[p][ch][i] = q;
     }
-  // fp8: each lane's bytes reordered so that decode_pairs's unpacks give the chains: words
-  // (input 2, input 0) then (input 3, input 1) of each of the lane's 4 outputs.
-  constexpr uint8_t kLane[16] = {8, 0, 10, 2, 12, 4, 14, 6, 9, 1, 11, 3, 13, 5, 15, 7};
-  for (int i = 0; i < 64; ++i) c.fp8[i] = kLane[i % 16];
   // bf16: even = (p1's w2, p0's w0), odd = (p1's w3, p0's w1) per output.
   for (int w = 0; w < 16; ++w)
     for (int ch = 0; ch < 2; ++ch) {
@@ -223,7 +228,7 @@ inline void decode_chains(const uint8_t* tile, int64_t g, const Luts& L, I& even
     odd = _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(idx(kChain.fp4[g & 1][1]), d),
                                    L.e2m1);
   } else if constexpr (Fm == Fp8Block) {
-    const I b = _mm512_shuffle_epi8(load_line(tile + g * 64), idx(kChain.fp8));
+    const I b = load_line(tile + g * 64);  // (stored in this order: kFp8LaneOrder)
     I hi = _mm512_permutex2var_epi8(L.h0, b, L.h1);
     hi = _mm512_ternarylogic_epi32(hi, b, _mm512_set1_epi8(char(0x80)), 0xF8);  // | sign
     const I lo = _mm512_permutex2var_epi8(L.l0, b, L.l1);
@@ -260,17 +265,33 @@ inline F e2m1x8(I d) {
   return _mm256_or_ps(mag, floats(sign));
 }
 
+// vpshufb indices of run r of a lane in the plain interleave, from the tile's lane order: the
+// even input's 4 bytes (rows in order), then the odd input's, then zeros.
+constexpr std::array<std::array<uint8_t, 16>, 2> make_fp8_run_bytes() {
+  std::array<std::array<uint8_t, 16>, 2> t{};
+  for (int r = 0; r < 2; ++r)
+    for (int q = 0; q < 16; ++q)
+      t[size_t(r)][size_t(q)] =
+          q >= 8 ? 0x80 : uint8_t(fp8_lane_of(8 * r + (q < 4 ? 2 * q : 2 * (q - 4) + 1)));
+  return t;
+}
+alignas(16) constexpr std::array<std::array<uint8_t, 16>, 2> kFp8RunBytes = make_fp8_run_bytes();
+
 // Weights of inputs k0 (even) and k0 + 1 for half h (rows 8h..8h+7) of an fp8 or fp4 tile.
 template <WeightFormat Fm>
 inline void load_pair(const uint8_t* tile, int64_t k0, int h, F& w0, F& w1) {
   if constexpr (Fm == Fp8Block) {
-    // Pair (k0, k0+1) of group k0/4: two 8-byte runs of (even, odd) bytes for rows 8h..8h+3 and
-    // 8h+4..8h+7; a byte shuffle separates the even and the odd input.
-    const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h + 8 * ((k0 / 2) & 1);
-    const __m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)),
-                                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 16)));
-    const __m128i eo =
-        _mm_shuffle_epi8(v, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+    // Pair (k0, k0+1) of group k0/4: in the plain interleave an 8-byte run of (even, odd) bytes
+    // in lane 2h (rows 8h..8h+3) and one in lane 2h+1 (rows 8h+4..8h+7), run (k0/2) & 1 of each;
+    // each lane's shuffle takes its run from the tile's lane order (isa.h's kFp8LaneOrder), the
+    // even input's bytes first, and the lanes' halves interleave into (even rows, odd rows).
+    const uint8_t* c = tile + (k0 / 4) * 64 + 32 * h;
+    const __m128i m =
+        _mm_load_si128(reinterpret_cast<const __m128i*>(kFp8RunBytes[(k0 / 2) & 1].data()));
+    const __m128i a = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)), m);
+    const __m128i b =
+        _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + 16)), m);
+    const __m128i eo = _mm_unpacklo_epi32(a, b);  // even: rows 8h..8h+7; odd: the same
     w0 = fp8x8(eo);
     w1 = fp8x8(_mm_unpackhi_epi64(eo, eo));
   } else {
