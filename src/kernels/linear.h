@@ -14,7 +14,9 @@
 // tiles of 16 output rows stored k-major (tile t, input k: the 16 values of rows 16t..16t+15),
 // in the checkpoint's own encoding, so a tile streams contiguously while the kernel broadcasts
 // x_k and accumulates 16 outputs per vector:
-//   Fp8Block  [tiles][K][16] e4m3 bytes; scales read from the checkpoint's 32x32 grid
+//   Fp8Block  [tiles][K/4][64] e4m3 bytes: in group g (inputs 4g..4g+3) the rows' (even, odd)
+//             input pairs interleaved in 8-byte runs, each 16-byte lane in kFp8LaneOrder
+//             (isa.h); scales read from the checkpoint's 32x32 grid
 //   Fp4Row    [tiles][K/8][32] 16-bit words: in group g (inputs 8g..8g+7) word 2o + s holds row
 //             o's inputs 8g + 2j + s in nibbles j = 0..3 (nibble 0 lowest);
 //             + [tiles][K/32][16] e8m0 scales
