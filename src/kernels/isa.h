@@ -34,8 +34,6 @@ class AlignedScratch {
 
 namespace deepinfer::linear_isa {
 
-// Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
-// row against them.
 // The in-lane byte order of an fp8 tile's groups: byte i of each 16-byte lane holds the byte
 // that the plain interleave (linear.cpp's fp8_offset: the (even, odd) input pairs of the rows in
 // 8-byte runs) puts at kFp8LaneOrder[i]. That is the order in which AVX-512's byte unpacks give
@@ -49,6 +47,8 @@ constexpr int fp8_lane_of(int q) {
   return -1;
 }
 
+// Tiles of 16 outputs per GEMM task: each task packs this many tiles of W once and runs every
+// row against them.
 constexpr int64_t kGemmPanelTiles = 3;
 // With AMX tiles (Job::amx): 6 (up to 16 when the weight has few outputs: one panel a thread),
 // run 3 at a time against each block of inputs, so that the inputs are read once per 96 outputs

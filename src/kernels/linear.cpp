@@ -345,6 +345,11 @@ linear_isa::Job sub_job(const linear_isa::Job& base, int64_t i0, int64_t n, int6
   return j;
 }
 
+// Rows of one GEMV group: a kernel call runs each weight block against this many rows.
+int64_t gemv_group_rows(const linear_isa::Kernels& kern, bool amx) {
+  return amx ? kAmxGemvRows : kern.gemv_rows;
+}
+
 // The most rows a call takes on the GEMV (run_fast's comment below says why).
 int64_t gemv_max_rows(const linear_isa::Kernels& kern, const PreparedLinear& pw, bool amx) {
   const Weight& w = pw.weight();
@@ -405,7 +410,7 @@ void run_fast(const PreparedLinear& pw, const LinearArgs& a, Isa isa) {
   if (path == LinearPath::Gemv) {
     // Groups of up to gemv_rows rows. A small weight is not split (nor worth waking the pool
     // for, with one group of rows).
-    const int64_t gr = base.amx ? kAmxGemvRows : kern.gemv_rows, groups = (n + gr - 1) / gr;
+    const int64_t gr = gemv_group_rows(kern, base.amx), groups = (n + gr - 1) / gr;
     // A task is a run of tiles for every group of rows in turn: with several groups, a run small
     // enough to stay in this core's cache is read from memory once for all of them. One group
     // takes one run per thread: a run's start costs a window's wait before its stream flows, and
@@ -605,7 +610,7 @@ void run_many_gemv(std::span<const LinearCall> calls, Isa isa) {
         at = end;
       } else if (end > at) {
         const int64_t base = j.t0 - plans[c].first;
-        const int64_t gr = j.amx ? kAmxGemvRows : kern.gemv_rows;
+        const int64_t gr = gemv_group_rows(kern, j.amx);
         if (j.n <= gr) {
           kern.gemv(sub_job(j, 0, j.n, base + at, base + end));
         } else {  // groups of rows over runs of tiles that stay in L2 for all of them

@@ -850,12 +850,12 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bo
       pack_pairs<Fm, true, false>(j, nt, kc0, kc, s.b);
   }
 #endif
-  const Luts L = make_luts();
-  const int64_t ahead = pack_ahead(j, nt, kc0, kc);
-  float* const dst = reinterpret_cast<float*>(s.b);
-  for (int64_t t = 0; t < nt; ++t) {
-    const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
-    if (!pairs)
+  if (!pairs) {  // fp32 lanes
+    const Luts L = make_luts();
+    const int64_t ahead = pack_ahead(j, nt, kc0, kc);
+    float* const dst = reinterpret_cast<float*>(s.b);
+    for (int64_t t = 0; t < nt; ++t) {
+      const uint8_t* tile = j.w->data + (j.t0 + t) * j.w->tile_bytes;
       for (int64_t g = kc0 / 4; g < (kc0 + kc) / 4; ++g) {
         const int64_t k = g * 4 - kc0;
         prefetch_group<Fm>(tile, g, ahead);
@@ -867,6 +867,9 @@ void pack_chunk(const Job& j, int64_t nt, int64_t kc0, int64_t kc, bool bf16, bo
           for (int q = 0; q < 4; ++q) store(dst + ((k + q) * nt + t) * 16 + h * kLanes, w[q]);
         }
       }
+    }
+  }
+  for (int64_t t = 0; t < nt; ++t) {
     for (int64_t b = 0; b < kc / 32; ++b) {
       if constexpr (Fm == Fp4Row)  // (folded or not: the scales' loads stalled a fifth of it)
         _mm_prefetch(reinterpret_cast<const char*>(
